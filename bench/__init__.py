@@ -1,0 +1,1 @@
+"""Benchmarks for raftmq and the peers it is compared with."""

@@ -1,0 +1,124 @@
+"""A replica's configuration, under DLedger's key names.
+
+Defaults differ from DLedger's where DLedger is slow: DLedger heartbeats every 2 s
+and declares a leader dead after 3 missed beats (6 s, about 10 s to a new master in
+RocketMQ). On a LAN or loopback a 100 ms beat with the same three-beat leak finds a
+dead leader in 200-300 ms, and the vote gaps are scaled to match.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+FSYNC = "SYNC_FLUSH"  # acknowledge an entry only once fsynced (RocketMQ's flushDiskType name)
+PAGE_CACHE = "ASYNC_FLUSH"  # acknowledge once written to the page cache, as DLedger does
+
+
+def parse_peers(text: str) -> dict[str, str]:
+    """DLedger's peers string `n0-host:port;n1-host:port` to an ordered {id: address}."""
+    peers: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(";"))):
+        node_id, sep, address = item.partition("-")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not host or not port.isdigit():
+            raise ValueError(f"bad peer {item!r}: expected id-host:port")
+        if node_id in peers:
+            raise ValueError(f"peer id {node_id!r} appears twice")
+        peers[node_id] = address
+    if not peers:
+        raise ValueError("no peers given")
+    return peers
+
+
+def _key(name: str):
+    return {"key": name}
+
+
+@attrs.define
+class DLedgerConfig:
+    group: str = attrs.field(metadata=_key("group"))
+    self_id: str = attrs.field(metadata=_key("selfId"))
+    peers: dict[str, str] = attrs.field(metadata=_key("peers"))
+    store_base_dir: str = attrs.field(default="", metadata=_key("storeBaseDir"))
+    store_type: str = attrs.field(default="FILE", metadata=_key("storeType"))
+    flush_disk_type: str = attrs.field(default=FSYNC, metadata=_key("flushDiskType"))
+    heartbeat_interval_ms: int = attrs.field(default=100, metadata=_key("heartBeatTimeIntervalMs"))
+    max_heartbeat_leak: int = attrs.field(default=3, metadata=_key("maxHeartBeatLeak"))
+    min_vote_interval_ms: int = attrs.field(default=50, metadata=_key("minVoteIntervalMs"))
+    max_vote_interval_ms: int = attrs.field(default=150, metadata=_key("maxVoteIntervalMs"))
+    min_take_leadership_vote_interval_ms: int = attrs.field(
+        default=10, metadata=_key("minTakeLeadershipVoteIntervalMs")
+    )
+    max_take_leadership_vote_interval_ms: int = attrs.field(
+        default=30, metadata=_key("maxTakeLeadershipVoteIntervalMs")
+    )
+    max_leadership_transfer_wait_index: int = attrs.field(
+        default=1000, metadata=_key("maxLeadershipTransferWaitIndex")
+    )
+    leadership_transfer_wait_timeout_ms: int = attrs.field(
+        default=1000, metadata=_key("leadershipTransferWaitTimeout")
+    )
+    preferred_leader_ids: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=lambda v: tuple(filter(None, v.split(";"))) if isinstance(v, str) else tuple(v),
+        metadata=_key("preferredLeaderIds"),
+    )
+    check_preferred_leader_interval_ms: int = attrs.field(
+        default=1000, metadata=_key("checkPreferredLeaderIntervalMs")
+    )
+    max_pending_requests: int = attrs.field(default=10000, metadata=_key("maxPendingRequestsNum"))
+    max_wait_ack_time_ms: int = attrs.field(default=2500, metadata=_key("maxWaitAckTimeMs"))
+    max_push_timeout_ms: int = attrs.field(default=1000, metadata=_key("maxPushTimeOutMs"))
+    max_batch_push_bytes: int = attrs.field(default=256 * 1024, metadata=_key("maxBatchPushSize"))
+    max_pending_pushes: int = attrs.field(default=32, metadata=_key("maxPendingSize"))
+    mapped_file_size_for_entry_data: int = attrs.field(
+        default=1 << 30, metadata=_key("mappedFileSizeForEntryData")
+    )
+    mapped_file_size_for_entry_index: int = attrs.field(
+        default=32 * 5 * 1024 * 1024, metadata=_key("mappedFileSizeForEntryIndex")
+    )
+    file_reserved_hours: float = attrs.field(default=72, metadata=_key("fileReservedHours"))
+
+    def __attrs_post_init__(self) -> None:
+        if self.self_id not in self.peers:
+            raise ValueError(f"selfId {self.self_id!r} is not among peers {list(self.peers)}")
+        if self.flush_disk_type not in (FSYNC, PAGE_CACHE):
+            raise ValueError(f"flushDiskType must be {FSYNC} or {PAGE_CACHE}")
+        if not 0 < self.min_vote_interval_ms <= self.max_vote_interval_ms:
+            raise ValueError("need 0 < minVoteIntervalMs <= maxVoteIntervalMs")
+        for pid in self.preferred_leader_ids:
+            if pid not in self.peers:
+                raise ValueError(f"preferred leader {pid!r} is not a peer")
+
+    @property
+    def ack_after_fsync(self) -> bool:
+        return self.flush_disk_type == FSYNC
+
+    @property
+    def peer_ids(self) -> list[str]:
+        return list(self.peers)
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """DLedger key name -> attribute name."""
+        return {f.metadata["key"]: f.name for f in attrs.fields(cls)}
+
+    @classmethod
+    def from_keys(cls, values: dict[str, object]) -> DLedgerConfig:
+        """Build from DLedger-named keys (`peers` may be DLedger's string form)."""
+        names = cls.keys()
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ValueError(f"unknown DLedger keys: {', '.join(unknown)}")
+        kwargs = {}
+        for key, value in values.items():
+            name = names[key]
+            if name == "peers" and isinstance(value, str):
+                value = parse_peers(value)
+            field_type = attrs.fields_dict(cls)[name].type
+            if field_type == "int" and isinstance(value, str):
+                value = int(value)
+            elif field_type == "float" and isinstance(value, str):
+                value = float(value)
+            kwargs[name] = value
+        return cls(**kwargs)

@@ -1,0 +1,1 @@
+"""Peer transport: msgpack frames over trio TCP, and the client RPC channel."""

@@ -1,0 +1,364 @@
+"""The trio driver: runs one `Replica` against real files, sockets and time.
+
+It feeds the core every event (a peer's message, a deadline, a client append, an
+fsync completing) and carries out the `Output` in order: a changed term or vote is
+fsynced (in a worker thread) before any message leaves, entries are fsynced by a
+group-commit task — one fsync covers everything appended since the last — and only
+then do the acknowledgments that depend on them go out.
+
+Client appends that arrive together are appended together: RPC tasks queue them
+and one batcher hands them to the core in a single call, so a burst costs one
+write, one push per follower and one fsync, not one of each per entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from dledger.codes import Code, Role
+from dledger.config import DLedgerConfig
+from dledger.core.replica import Replica
+from dledger.net.codec import RpcCode
+from dledger.net.tcp import PeerTransport
+from dledger.store.base import LogStore
+from dledger.store.file import FileLogStore
+from dledger.store.memory import MemoryLogStore
+from dledger.store.meta import MemoryTermVote, TermVoteFile
+
+log = logging.getLogger(__name__)
+
+PAGE_CACHE_FLUSH_S = 0.010  # DLedger's flushFileInterval, for page-cache mode
+RETENTION_CHECK_S = 60.0
+
+
+class DLedgerError(Exception):
+    """A request the replica answered with a DLedger response code other than SUCCESS."""
+
+    def __init__(self, code: Code, remark: str = "") -> None:
+        super().__init__(f"{code.name} ({int(code)}){': ' + remark if remark else ''}")
+        self.code = code
+
+
+class _Waiter:
+    __slots__ = ("code", "event", "positions")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.code = Code.UNKNOWN
+        self.positions = None
+
+
+def open_store(config: DLedgerConfig) -> tuple[LogStore, object]:
+    """The log store and term/vote file for `config` (under storeBaseDir/dledger-<selfId>)."""
+    if config.store_type.upper() == "MEMORY":
+        return MemoryLogStore(config.mapped_file_size_for_entry_data), MemoryTermVote()
+    base = Path(config.store_base_dir) / f"dledger-{config.self_id}"
+    base.mkdir(parents=True, exist_ok=True)
+    store = FileLogStore(
+        base, config.mapped_file_size_for_entry_data, config.mapped_file_size_for_entry_index
+    )
+    return store, TermVoteFile(base / "currterm")
+
+
+class DLedgerServer:
+    """One replica: `await server.serve()` runs it until cancelled."""
+
+    def __init__(self, config: DLedgerConfig, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.store, self.term_vote = open_store(config)
+        term, vote = self.term_vote.load()
+        self.replica = Replica(config, self.store, rng or random.Random(), term, vote, self._now())
+        self.transport = PeerTransport(
+            config.self_id, config.peers, self._on_message, self._on_send_failed, self._on_rpc
+        )
+        self._role_handlers: list[Callable[[int, Role], None]] = []
+        self._commit_handlers: list[Callable[[int], None]] = []
+        self._waiters: dict[int, _Waiter] = {}
+        self._handles = 0
+        self._append_queue: list[tuple[int, list[bytes]]] = []
+        self._append_ready = trio.Event()
+        self._sync_wanted = trio.Event()
+        self._deadline_moved = trio.Event()
+        self._armed_deadline_ms = float("inf")
+        self._held: list = []  # outputs waiting behind a hard-state fsync, in order
+        self._hard_state_busy = False
+        self._hard_state_ready = trio.Event()
+        self.started = trio.Event()
+
+    # ------------------------------------------------------------------ running
+    @staticmethod
+    def _now() -> float:
+        return trio.current_time() * 1000.0
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        # What recovery read may still sit only in the page cache: make it durable
+        # before the replica counts it as persisted.
+        await trio.to_thread.run_sync(self.store.sync_plan().run)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.transport.serve)
+                nursery.start_soon(self._timer_loop, name="timers")
+                nursery.start_soon(self._append_loop, name="appends")
+                nursery.start_soon(self._hard_state_loop, name="term-vote")
+                if self.config.ack_after_fsync:
+                    nursery.start_soon(self._sync_loop, name="group-commit")
+                else:
+                    nursery.start_soon(self._flush_loop, name="page-cache-flush")
+                if isinstance(self.store, FileLogStore):
+                    nursery.start_soon(self._retention_loop, name="retention")
+                self.started.set()
+                task_status.started()
+        finally:
+            self.store.close()
+
+    def add_role_change_handler(self, handler: Callable[[int, Role], None]) -> None:
+        """Called with (term, role) on every role change, in order (RocketMQ's hook)."""
+        self._role_handlers.append(handler)
+
+    def add_commit_handler(self, handler: Callable[[int], None]) -> None:
+        """Called with the new committed index whenever it moves."""
+        self._commit_handlers.append(handler)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def role(self) -> Role:
+        return self.replica.role
+
+    def metadata(self) -> dict:
+        r = self.replica
+        return {
+            "selfId": self.config.self_id,
+            "group": self.config.group,
+            "role": r.role.name,
+            "term": r.term,
+            "leaderId": r.leader_id,
+            "ledgerBeginIndex": self.store.begin_index,
+            "ledgerEndIndex": self.store.end_index,
+            "ledgerEndTerm": self.store.end_term,
+            "committedIndex": r.committed_index,
+            "peers": self.config.peers,
+        }
+
+    async def append(self, body: bytes) -> tuple[int, int]:
+        """Append one entry; returns (index, pos) once a quorum has it durably."""
+        return (await self.append_batch([body]))[0]
+
+    async def append_batch(self, bodies: list[bytes]) -> list[tuple[int, int]]:
+        """Append entries as one request; returns their (index, pos) once all are committed.
+
+        Raises DLedgerError: NOT_LEADER, LEADER_TRANSFERRING, LEADER_PENDING_FULL at
+        once; TERM_CHANGED when the entries were provably discarded;
+        WAIT_QUORUM_ACK_TIMEOUT when the outcome is unknown (they may still commit).
+        """
+        waiter = self._new_waiter()
+        self._append_queue.append((waiter[0], list(bodies)))
+        self._append_ready.set()
+        return await self._wait(waiter)
+
+    def get(self, index: int):
+        """The committed entry at `index` (IndexError if absent or not yet committed)."""
+        if index > self.replica.committed_index:
+            raise IndexError(
+                f"index {index} is not committed (committed {self.replica.committed_index})"
+            )
+        return self.store.get(index)
+
+    async def transfer_leadership(self, transferee: str) -> None:
+        handle, waiter = self._new_waiter()
+        code = self.replica.transfer_leadership(handle, transferee, self._now())
+        self._process()
+        if code is not Code.SUCCESS:
+            self._waiters.pop(handle, None)
+            raise DLedgerError(code)
+        if transferee == self.config.self_id:
+            return
+        await self._wait((handle, waiter))
+
+    def _new_waiter(self) -> tuple[int, _Waiter]:
+        self._handles += 1
+        waiter = _Waiter()
+        self._waiters[self._handles] = waiter
+        return self._handles, waiter
+
+    async def _wait(self, item: tuple[int, _Waiter]):
+        handle, waiter = item
+        try:
+            await waiter.event.wait()
+        finally:
+            self._waiters.pop(handle, None)
+        if waiter.code is not Code.SUCCESS:
+            raise DLedgerError(waiter.code)
+        return waiter.positions
+
+    # ------------------------------------------------------------------ events into the core
+    def _on_message(self, msg) -> None:
+        if msg.group != self.config.group or msg.remote_id != self.config.self_id:
+            log.warning("dropping %s for %s/%s", type(msg).__name__, msg.group, msg.remote_id)
+            return
+        self.replica.receive(msg, self._now())
+        self._process()
+
+    def _on_send_failed(self, msg) -> None:
+        self.replica.send_failed(msg, self._now())
+        self._process()
+
+    async def _append_loop(self) -> None:
+        while True:
+            await self._append_ready.wait()
+            self._append_ready = trio.Event()
+            queue, self._append_queue = self._append_queue, []
+            codes = self.replica.append_batch(queue, self._now())
+            for (handle, _bodies), code in zip(queue, codes, strict=True):
+                if code is not Code.SUCCESS:
+                    self._complete(handle, code, None)
+            self._process()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            deadline_ms = self.replica.next_deadline_ms()
+            self._armed_deadline_ms = deadline_ms
+            with trio.move_on_at(deadline_ms / 1000.0):
+                await self._deadline_moved.wait()
+                self._deadline_moved = trio.Event()
+                continue
+            self.replica.tick(self._now())
+            self._process()
+
+    # ------------------------------------------------------------------ effects out of the core
+    def _process(self) -> None:
+        out = self.replica.take_output()
+        if out:
+            if out.hard_state is not None or self._hard_state_busy or self._held:
+                self._held.append(out)
+                self._hard_state_ready.set()
+            else:
+                self._carry_out(out)
+        if self.replica.next_deadline_ms() < self._armed_deadline_ms:
+            self._armed_deadline_ms = float("-inf")
+            self._deadline_moved.set()
+
+    def _carry_out(self, out) -> None:
+        send = self.transport.send
+        for msg in out.messages:
+            send(msg)
+        if out.needs_sync:
+            self._sync_wanted.set()
+        for term, role in out.role_changes:
+            log.info("%s: %s in term %d", self.config.self_id, role.name, term)
+            for handler in self._role_handlers:
+                handler(term, role)
+        if out.committed_index is not None:
+            for handler in self._commit_handlers:
+                handler(out.committed_index)
+        for c in out.completions:
+            self._complete(c.handle, c.code, c.positions)
+
+    def _complete(self, handle: int, code: Code, positions) -> None:
+        waiter = self._waiters.get(handle)
+        if waiter is not None:
+            waiter.code, waiter.positions = code, positions
+            waiter.event.set()
+
+    async def _hard_state_loop(self) -> None:
+        """Persist term and vote, then release the outputs that were held behind them."""
+        while True:
+            await self._hard_state_ready.wait()
+            self._hard_state_ready = trio.Event()
+            while self._held:
+                self._hard_state_busy = True
+                held, self._held = self._held, []
+                latest = None
+                for out in held:
+                    if out.hard_state is not None:
+                        latest = out.hard_state
+                if latest is not None:
+                    await trio.to_thread.run_sync(self.term_vote.save, *latest)
+                self._hard_state_busy = False
+                for out in held:
+                    self._carry_out(out)
+
+    async def _sync_loop(self) -> None:
+        """Group commit: one fsync covers every entry appended before it started."""
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            plan = self.store.sync_plan()
+            await trio.to_thread.run_sync(plan.run)
+            self.replica.persisted(plan.end_index, plan.generation, self._now())
+            self._process()
+
+    async def _flush_loop(self) -> None:
+        """Page-cache mode: acks went out already; flush on DLedger's 10 ms cadence."""
+        while True:
+            await trio.sleep(PAGE_CACHE_FLUSH_S)
+            await trio.to_thread.run_sync(self.store.sync_plan().run)
+
+    async def _retention_loop(self) -> None:
+        keep_s = self.config.file_reserved_hours * 3600.0
+        while True:
+            await trio.sleep(RETENTION_CHECK_S)
+            floor = self.replica.retention_floor(self._now(), keep_s * 1000.0)
+            deleted = self.store.delete_expired(floor, keep_s)
+            if deleted:
+                log.info(
+                    "retention deleted %d data files; log now begins at %d",
+                    deleted,
+                    self.store.begin_index,
+                )
+
+    # ------------------------------------------------------------------ client RPCs
+    async def _on_rpc(self, request: dict) -> dict:
+        code = request.get("code")
+        if request.get("group", self.config.group) != self.config.group:
+            return self._answer(Code.UNKNOWN_GROUP, f"this is group {self.config.group}")
+        try:
+            if code == RpcCode.APPEND:
+                bodies = request.get("bodies")
+                if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
+                    return self._answer(Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes")
+                positions = await self.append_batch(bodies)
+                return self._answer(Code.SUCCESS, positions=[list(p) for p in positions])
+            if code == RpcCode.GET:
+                index = request.get("index")
+                if not isinstance(index, int):
+                    return self._answer(Code.UNEXPECTED_ARGUMENT, "index must be an integer")
+                try:
+                    e = self.get(index)
+                except IndexError as exc:
+                    return self._answer(Code.INDEX_OUT_OF_RANGE, str(exc))
+                return self._answer(
+                    Code.SUCCESS,
+                    index=e.index,
+                    term=e.term,
+                    pos=e.pos,
+                    type=int(e.type),
+                    body=e.body,
+                )
+            if code in (RpcCode.METADATA, RpcCode.STATUS):
+                return self._answer(Code.SUCCESS, **self.metadata())
+            if code == RpcCode.LEADERSHIP_TRANSFER:
+                transferee = request.get("transfereeId")
+                if not isinstance(transferee, str):
+                    return self._answer(Code.UNEXPECTED_ARGUMENT, "transfereeId must be a string")
+                await self.transfer_leadership(transferee)
+                return self._answer(Code.SUCCESS)
+        except DLedgerError as exc:
+            return self._answer(exc.code, str(exc))
+        return self._answer(Code.UNSUPPORTED, f"unknown request code {code}")
+
+    def _answer(self, code: Code, remark: str = "", **fields) -> dict:
+        r = self.replica
+        leader = r.leader_id
+        return {
+            "code": int(code),
+            "remark": remark,
+            "leaderId": leader,
+            "leaderAddr": self.config.peers.get(leader) if leader else None,
+            "term": r.term,
+            **fields,
+        }

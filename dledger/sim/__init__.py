@@ -1,0 +1,1 @@
+"""Deterministic simulation of DLedger groups: the real core under simulated time and faults."""

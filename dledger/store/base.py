@@ -1,0 +1,112 @@
+"""The interface the replication core uses to read and write its log.
+
+Writes land in memory or the page cache at once and are made durable later:
+`sync_plan()` (on the event loop) captures what to fsync, `SyncPlan.run()` (in a
+worker thread) does it, and the core is told "persisted up to index N of
+generation G". Any truncation bumps `generation`, so an fsync that started
+before a truncation can never vouch for entries written after it.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import attrs
+
+from dledger.codes import EntryType
+from dledger.store.entry import Entry
+
+
+class InconsistentAppend(ValueError):
+    """A follower was asked to append entries that do not continue its log."""
+
+
+@attrs.define(slots=True)
+class SyncPlan:
+    """What one fsync covers. `run` blocks; call it from a worker thread."""
+
+    end_index: int
+    generation: int
+    _work: object = None  # a callable doing the blocking part, or None
+
+    def run(self) -> None:
+        if self._work is not None:
+            self._work()
+
+
+class LogStore(abc.ABC):
+    """A DLedger log: entries at consecutive indexes, each at a leader-chosen byte position.
+
+    Invariants: `begin_index - 1 <= end_index`; an entry's `pos` is
+    `place(previous end, size, segment_size)`, so positions agree on every replica.
+    """
+
+    segment_size: int
+    begin_index: int
+    end_index: int
+    end_term: int
+    end_pos: int
+    end_chain: int
+    generation: int
+
+    @property
+    def empty(self) -> bool:
+        return self.end_index < self.begin_index
+
+    @abc.abstractmethod
+    def term_at(self, index: int) -> int:
+        """Term of the entry at `index`; at `begin_index - 1`, the term before the log (or -1)."""
+
+    @abc.abstractmethod
+    def get(self, index: int) -> Entry:
+        """The entry at `index`; IndexError outside [begin_index, end_index]."""
+
+    @abc.abstractmethod
+    def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:
+        """Encoded entries from `index` on, concatenated: (bytes, count).
+
+        Returns at least one entry, then more while the total stays within
+        `max_bytes` (and, for a file store, within one segment).
+        """
+
+    @abc.abstractmethod
+    def append_leader(
+        self, term: int, items: list[tuple[EntryType, bytes]]
+    ) -> list[tuple[int, int]]:
+        """Append entries of `term` at the end; returns their (index, pos)."""
+
+    @abc.abstractmethod
+    def append_encoded(self, blob: bytes) -> int:
+        """Append a leader's encoded entries verbatim; returns how many.
+
+        Raises InconsistentAppend when the first does not continue this log (index,
+        pos or chain) and CorruptEntry when the bytes are damaged; nothing is
+        written in either case.
+        """
+
+    @abc.abstractmethod
+    def truncate(self, from_index: int) -> None:
+        """Drop entries `from_index`..end (`begin_index <= from_index`)."""
+
+    @abc.abstractmethod
+    def reset(self, begin_index: int, begin_pos: int, before_term: int) -> None:
+        """Drop everything; the next entry appended is `begin_index` at `begin_pos`.
+
+        Used when a follower is so far behind that the leader no longer holds the
+        entries it needs (retention deleted them): it restarts at the leader's beginning.
+        """
+
+    @abc.abstractmethod
+    def sync_plan(self) -> SyncPlan:
+        """Capture what an fsync now must cover (cheap, on the event loop)."""
+
+    def first_index_of_term(self, index: int) -> int:
+        """The first index holding the same term as `index` (Raft's fast-backup xIndex)."""
+        term = self.term_at(index)
+        i = index
+        while i > self.begin_index and self.term_at(i - 1) == term:
+            i -= 1
+        return i
+
+    def close(self) -> None:  # noqa: B027 - optional for stores without resources
+        """Release files and maps."""

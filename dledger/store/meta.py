@@ -1,0 +1,144 @@
+"""Small metadata files: the current term and vote, written so a crash never tears them.
+
+A node must not answer a vote before its term and vote are on disk: if it forgot
+them in a crash it could vote twice in one term and let two leaders be elected.
+DLedger keeps them in a Java-properties file named `currterm` (`currTerm=5`,
+`voteLeader=n1`, an empty value for no vote) and overwrites it without an fsync;
+we write the same text to `<path>.tmp`, fsync it, rename it over `<path>` and
+fsync the directory, so a reader sees either the old or the new file, durably.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TERM_KEY = "currTerm"
+VOTE_KEY = "voteLeader"
+
+# Java's Properties.store escapes these with a backslash; ids never contain line breaks.
+_ESCAPED = {"\\": "\\\\", ":": "\\:", "=": "\\=", "#": "\\#", "!": "\\!"}
+_UNESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a rename or unlink in `path` durable: without it the new name may vanish in a crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Replace `path` with `data` so that after a crash it holds either the old or the new bytes."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _escape(text: str) -> str:
+    if any(c in text for c in "\r\n"):
+        raise ValueError(f"a property value cannot hold a line break: {text!r}")
+    return "".join(_ESCAPED.get(c, c) for c in text)
+
+
+def _unescape(text: str) -> str:
+    out = []
+    chars = iter(text)
+    for c in chars:
+        if c == "\\":
+            nxt = next(chars, "")
+            out.append(_UNESCAPED.get(nxt, nxt))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def format_properties(pairs: dict[str, str]) -> str:
+    return "".join(f"{key}={_escape(value)}\n" for key, value in pairs.items())
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """The key=value pairs of a properties file as DLedger's Java code writes it.
+
+    Comments (`#`, `!`) and blank lines are skipped, and `:` works as a separator,
+    so a file written by Java's Properties.store (with its date comment) parses too.
+    Line continuations are not supported; nothing we read uses them.
+    """
+    pairs = {}
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not line or line[0] in "#!":
+            continue
+        cut = len(line)
+        escaped = False
+        for i, c in enumerate(line):
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c in "=:":
+                cut = i
+                break
+        key = _unescape(line[:cut].rstrip())
+        value = _unescape(line[cut + 1 :].lstrip()) if cut < len(line) else ""
+        pairs[key] = value
+    return pairs
+
+
+class TermVoteFile:
+    """The current term and the peer voted for in it, in DLedger's `currterm` file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def load(self) -> tuple[int, str | None]:
+        """(term, vote); a node that never saved starts at term 0 with no vote, as DLedger does.
+
+        A leftover `<path>.tmp` is a save that crashed before its rename, so it is
+        ignored: the previous value is still the one in force.
+        """
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return 0, None
+        pairs = parse_properties(text)
+        try:
+            term = int(pairs.get(TERM_KEY, "0"))
+        except ValueError:
+            raise ValueError(f"{self.path}: {TERM_KEY} is not an integer") from None
+        if term < 0:
+            raise ValueError(f"{self.path}: negative {TERM_KEY} {term}")
+        return term, pairs.get(VOTE_KEY) or None
+
+    def save(self, term: int, vote: str | None) -> None:
+        if term < 0:
+            raise ValueError(f"negative term {term}")
+        text = format_properties({TERM_KEY: str(term), VOTE_KEY: vote or ""})
+        atomic_write(self.path, text.encode("utf-8"))
+
+
+class MemoryTermVote:
+    """TermVoteFile's interface without a disk, for the simulator: a crash keeps what was saved."""
+
+    def __init__(self, term: int = 0, vote: str | None = None) -> None:
+        self.term = term
+        self.vote = vote
+
+    def load(self) -> tuple[int, str | None]:
+        return self.term, self.vote
+
+    def save(self, term: int, vote: str | None) -> None:
+        if term < 0:
+            raise ValueError(f"negative term {term}")
+        self.term, self.vote = term, vote

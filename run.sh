@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The two entry points a fresh machine needs: `./run.sh demo` and `./run.sh test`.
+# Each creates .venv (once) and installs the project into it (again only when
+# pyproject.toml changed), so running either twice costs nothing extra.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+venv=.venv
+stamp=$venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+
+bootstrap() {
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv"
+    fi
+    if [ ! -f "$stamp" ]; then
+        "$venv/bin/python" -m pip install --quiet --upgrade pip
+        "$venv/bin/python" -m pip install --quiet -e ".[dev,bench]"
+        rm -f "$venv"/.installed-*
+        touch "$stamp"
+    fi
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+    demo)
+        bootstrap
+        exec "$venv/bin/python" -m dledger.demo "$@"
+        ;;
+    test)
+        bootstrap
+        "$venv/bin/ruff" check .
+        exec "$venv/bin/python" -m pytest -q "$@"
+        ;;
+    bench)
+        bootstrap
+        exec "$venv/bin/python" -m bench "$@"
+        ;;
+    *)
+        echo "usage: ./run.sh demo | test [pytest args] | bench dledger [--duration S] [--json PATH]" >&2
+        exit 2
+        ;;
+esac
