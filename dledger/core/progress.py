@@ -24,10 +24,12 @@ class Progress:
     inflight: OrderedDict = attrs.Factory(OrderedDict)  # seq -> (last index, sent at ms)
     follower_end: int = -1
     sent_commit: int = -1  # the last commit index sent to this follower
+    stalled: bool = False  # a push could not be delivered: wait for a heartbeat answer
 
     def restart(self, state: PushType, next_index: int) -> None:
         """Forget everything in flight (their answers will be ignored) and go to `state`."""
         self.state = state
         self.next_index = next_index
+        self.stalled = False
         self.waiting_seq = -1
         self.inflight.clear()

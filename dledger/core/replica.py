@@ -187,6 +187,12 @@ class Replica:
             self._maybe_finish_round(now)
         elif isinstance(msg, HeartBeatRequest) and self._hb_round and msg.seq == self._hb_round.seq:
             self._hb_round.answers[msg.remote_id] = Code.NETWORK_ERROR
+        elif isinstance(msg, PushRequest) and self.role is Role.LEADER and msg.term == self.term:
+            prog = self.progress[msg.remote_id]
+            # Resend from what it is known to hold once it answers a heartbeat again.
+            resume = prog.next_index if prog.state is PushType.COMPARE else prog.match_index + 1
+            prog.restart(PushType.COMPARE, resume)
+            prog.stalled = True
 
     def append(self, handle: int, bodies: list[bytes], now: float) -> Code:
         """Append one client request's entries as leader; see `append_batch`."""
@@ -609,10 +615,12 @@ class Replica:
         if resp.code == Code.EXPIRED_TERM and resp.term > self.term:
             self._change_to_candidate(resp.term, now)
             return
-        if resp.term == self.term:
-            self.last_ack_ms[resp.local_id] = (
-                now if resp.code == Code.SUCCESS else self.last_ack_ms.get(resp.local_id, now)
-            )
+        if resp.term == self.term and resp.code == Code.SUCCESS:
+            self.last_ack_ms[resp.local_id] = now
+            prog = self.progress.get(resp.local_id)
+            if prog is not None and prog.stalled:
+                prog.stalled = False
+                self._replicate(resp.local_id, prog, now)
         if self._hb_round and resp.seq == self._hb_round.seq:
             self._hb_round.answers[resp.local_id] = Code(resp.code)
             if len(self._hb_round.answers) >= len(self.peers):
@@ -646,6 +654,8 @@ class Replica:
         return seq
 
     def _replicate(self, peer: str, prog: Progress, now: float) -> None:
+        if prog.stalled:
+            return
         store = self.store
         timeout = self.config.max_push_timeout_ms
         if prog.state is PushType.APPEND:

@@ -108,6 +108,11 @@ class RpcClient:
         stack, self._stack = self._stack, None
         await stack.aclose()
 
+    @property
+    def closed(self) -> bool:
+        """True once the connection has failed or the client was closed."""
+        return self._error is not None
+
     async def call(self, request: dict, timeout_s: float = 3.0) -> dict:
         """Send `request` (a map with `code`, usually `group` and fields) and await its answer.
 

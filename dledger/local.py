@@ -1,0 +1,128 @@
+"""A DLedger group of real `dledger server` processes on 127.0.0.1.
+
+The demo, the process tests and the benchmark all need the same thing: start N
+replicas on free ports under one directory, find the leader, kill -9 one, restart
+it, and stop everything on the way out — even when the caller fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from dledger.client import DLedgerClient
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the OS just handed out (bound and released), for processes to listen on."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class LocalGroup:
+    """`async with LocalGroup(tmp_dir, 3) as group:` — every process is killed on exit."""
+
+    def __init__(
+        self,
+        base_dir: str | Path,
+        size: int = 3,
+        group: str = "raftmq",
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self.group = group
+        self.ids = [f"n{i}" for i in range(size)]
+        ports = free_ports(size)
+        self.peers = {
+            node_id: f"127.0.0.1:{port}" for node_id, port in zip(self.ids, ports, strict=True)
+        }
+        self.peers_arg = ";".join(f"{i}-{a}" for i, a in self.peers.items())
+        self.extra_args = extra_args
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def command(self, node_id: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "dledger.cli",
+            "server",
+            "--group",
+            self.group,
+            "--id",
+            node_id,
+            "--peers",
+            self.peers_arg,
+            "--store-base-dir",
+            str(self.base_dir / node_id),
+            *self.extra_args,
+        ]
+
+    def start(self, node_id: str) -> None:
+        log = open(self.base_dir / f"{node_id}.log", "ab")  # noqa: SIM115 - owned by the process
+        self.procs[node_id] = subprocess.Popen(
+            self.command(node_id), stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+
+    def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(node_id, None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def pid(self, node_id: str) -> int:
+        return self.procs[node_id].pid
+
+    def data_dir(self, node_id: str) -> Path:
+        return self.base_dir / node_id / f"dledger-{node_id}" / "data"
+
+    async def __aenter__(self) -> LocalGroup:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        for node_id in self.ids:
+            self.start(node_id)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for node_id in list(self.procs):
+            self.kill(node_id, signal.SIGTERM if os.name == "posix" else signal.SIGKILL)
+
+    def client(self, timeout_s: float = 5.0) -> DLedgerClient:
+        return DLedgerClient(self.group, self.peers, timeout_s)
+
+    async def wait_for_leader(
+        self, client: DLedgerClient, timeout_s: float = 10.0, not_id: str | None = None
+    ) -> dict:
+        """The status row of a leader every live member agrees on (optionally not `not_id`)."""
+        with trio.fail_after(timeout_s):
+            while True:
+                rows = await client.status()
+                live = [r for r in rows if r.get("role") != "UNREACHABLE"]
+                leaders = [
+                    r for r in live if r.get("role") == "LEADER" and r.get("selfId") != not_id
+                ]
+                if leaders:
+                    leader = max(leaders, key=lambda r: r["term"])
+                    if all(r.get("leaderId") == leader["selfId"] for r in live):
+                        return leader
+                await trio.sleep(0.02)
