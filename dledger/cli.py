@@ -99,10 +99,8 @@ async def _run_server(config: DLedgerConfig) -> None:
     server = DLedgerServer(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
-        print(
-            f"dledger server {config.group}/{config.self_id} listening on {config.peers[config.self_id]}",
-            flush=True,
-        )
+        address = config.peers[config.self_id]
+        print(f"dledger server {config.group}/{config.self_id} on {address}", flush=True)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 nursery.cancel_scope.cancel()

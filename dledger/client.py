@@ -78,7 +78,7 @@ class DLedgerClient:
 
     # ------------------------------------------------------------------ metadata
     async def status(self) -> list[dict]:
-        """Every member's view (role, term, leader, ledger end, committed); unreachable ones marked."""
+        """Every member's view (role, term, leader, ledger end, commit); unreachable ones marked."""
         results: dict[str, dict] = {}
 
         async def ask(peer: str) -> None:
