@@ -33,6 +33,16 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+# DLedger's 1 GiB data segments are preallocated on disk; a local group for a demo,
+# a test or a benchmark gets 64 MiB ones (and rolls segments as a result).
+LOCAL_SEGMENT_ARGS = (
+    "-D",
+    f"mappedFileSizeForEntryData={64 << 20}",
+    "-D",
+    f"mappedFileSizeForEntryIndex={32 << 20}",
+)
+
+
 class LocalGroup:
     """`async with LocalGroup(tmp_dir, 3) as group:` — every process is killed on exit."""
 
@@ -68,6 +78,7 @@ class LocalGroup:
             self.peers_arg,
             "--store-base-dir",
             str(self.base_dir / node_id),
+            *LOCAL_SEGMENT_ARGS,
             *self.extra_args,
         ]
 

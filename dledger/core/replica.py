@@ -48,6 +48,9 @@ from dledger.store import entry as codec
 from dledger.store.base import InconsistentAppend, LogStore
 
 _REORDER_BUFFER = 64  # out-of-order APPEND pushes a follower keeps while waiting for a gap
+# A new commit index waits this long for an APPEND push to carry it before a COMMIT
+# push goes out alone: under load it rides along for free, idle it arrives promptly.
+_COMMIT_LINGER_MS = 2.0
 
 
 @attrs.define(slots=True)
@@ -118,6 +121,8 @@ class Replica:
         self.last_send_heartbeat_ms = float("-inf")
         self._pending: deque[_Pending] = deque()
         self._next_preferred_check_ms = now_ms
+        self._commit_push_at: float | None = None
+        self._now = now_ms
         # follower
         self.leader_verified_index = -1  # our log agrees with the leader's up to here
         self._deferred_acks: deque[tuple[int, PushResponse]] = deque()
@@ -146,6 +151,8 @@ class Replica:
             if self._hb_round:
                 deadlines.append(self._hb_round.deadline_ms)
             deadlines.append(self._next_preferred_check_ms)
+            if self._commit_push_at is not None:
+                deadlines.append(self._commit_push_at)
             for prog in self.progress.values():
                 if prog.inflight:
                     deadlines.append(
@@ -166,6 +173,7 @@ class Replica:
         return min(deadlines)
 
     def tick(self, now: float) -> None:
+        self._now = now
         if self.role is Role.LEADER:
             self._maintain_leader(now)
         elif self.role is Role.FOLLOWER:
@@ -176,6 +184,7 @@ class Replica:
         self._check_transfer(now)
 
     def receive(self, msg, now: float) -> None:
+        self._now = now
         handler = self._HANDLERS.get(type(msg))
         if handler is not None:
             handler(self, msg, now)
@@ -204,6 +213,7 @@ class Replica:
         Returns, per request, SUCCESS when accepted for replication — its outcome then
         arrives as a Completion — or the code to answer with at once.
         """
+        self._now = now
         codes = []
         items = []
         accepted = []
@@ -257,6 +267,7 @@ class Replica:
 
     def persisted(self, index: int, generation: int, now: float) -> None:
         """The driver's fsync covering entries up to `index` of store `generation` completed."""
+        self._now = now
         if generation != self.store.generation or index <= self.persisted_index:
             return
         self.persisted_index = min(index, self.store.end_index)
@@ -366,6 +377,7 @@ class Replica:
     def _leave_leadership(self) -> None:
         self.progress.clear()
         self._hb_round = None
+        self._commit_push_at = None
 
     # ------------------------------------------------------------------ candidate
     def _maintain_candidate(self, now: float) -> None:
@@ -539,6 +551,8 @@ class Replica:
                 return
         if now >= self.last_send_heartbeat_ms + cfg.heartbeat_interval_ms:
             self._send_heartbeats(now)
+        if self._commit_push_at is not None and now >= self._commit_push_at:
+            self._send_commit_updates()
         if not self._lease_held(now):
             self._change_to_candidate(self.term, now)
             return
@@ -795,11 +809,12 @@ class Replica:
         self.committed_index = index
         self._out.committed_index = index
         self._resolve_pending()
-        if self.role is Role.LEADER:
-            self._send_commit_updates()
+        if self.role is Role.LEADER and self._commit_push_at is None:
+            self._commit_push_at = self._now + _COMMIT_LINGER_MS
 
     def _send_commit_updates(self) -> None:
-        """Tell idle followers the new commit index (busy ones learn it from the next push)."""
+        """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
+        self._commit_push_at = None
         for peer, prog in self.progress.items():
             if (
                 prog.state is PushType.APPEND
@@ -858,9 +873,8 @@ class Replica:
             self._on_compare(req)
         elif req.type == PushType.TRUNCATE:
             self._on_truncate(req)
-        else:
+        else:  # COMMIT: nothing to acknowledge
             self._learn_commit(req.commit_index)
-            self._answer_push(req, Code.SUCCESS, self.store.end_index)
 
     def _answer_push(
         self, req: PushRequest, code: Code, index: int, defer_to: int = -1, **extra

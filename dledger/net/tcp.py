@@ -37,6 +37,9 @@ __all__ = ["PeerTransport", "RpcHandler", "parse_address", "set_nodelay"]
 log = logging.getLogger(__name__)
 
 RpcHandler = Callable[[dict], Awaitable[dict]]
+# Takes a request and a `reply(response)` callable; returns False to leave the request
+# to the task-per-request RpcHandler. Lets a hot request (append) skip a task spawn.
+RpcFastHandler = Callable[[dict, Callable[[dict], None]], bool]
 
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -205,6 +208,7 @@ class PeerTransport:
         on_message: Callable[[object], None],
         on_send_failed: Callable[[object], None],
         rpc_handler: RpcHandler | None = None,
+        rpc_fast_handler: RpcFastHandler | None = None,
         *,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_pending_bytes: int = 64 * 1024 * 1024,
@@ -218,6 +222,7 @@ class PeerTransport:
         self.on_message = on_message
         self.on_send_failed = on_send_failed
         self.rpc_handler = rpc_handler
+        self.rpc_fast_handler = rpc_fast_handler
         self.max_frame_bytes = max_frame_bytes
         self.max_pending_bytes = max_pending_bytes
         self.connect_timeout_s = connect_timeout_s
@@ -313,7 +318,10 @@ class PeerTransport:
                         continue
                     on_message(msg)
                 elif channel == RPC:
-                    nursery.start_soon(self._serve_rpc, decode_rpc(payload), writer)
+                    request = decode_rpc(payload)
+                    fast = self.rpc_fast_handler
+                    if fast is None or not fast(request, self._replier(request, writer)):
+                        nursery.start_soon(self._serve_rpc, request, writer)
                 else:
                     raise FrameError(f"unknown channel {channel}")
         except FrameError as exc:
@@ -322,7 +330,6 @@ class PeerTransport:
             log.debug("%s: incoming connection ended: %r", self_id, exc)
 
     async def _serve_rpc(self, request: dict, writer: FrameWriter) -> None:
-        opaque = request["opaque"]
         if self.rpc_handler is None:
             response = {"code": Code.UNSUPPORTED, "remark": "this node serves no RPCs"}
         else:
@@ -331,17 +338,29 @@ class PeerTransport:
             except Exception as exc:  # one bad request must not take the server down
                 log.exception("%s: RPC handler failed on code %s", self.self_id, request["code"])
                 response = {"code": Code.INTERNAL_ERROR, "remark": f"{type(exc).__name__}: {exc}"}
-        try:
-            payload = encode_rpc({"remark": "", **response, "opaque": opaque})
-            writer.write(RPC, payload)
-        except (TypeError, ValueError, OverflowError) as exc:  # unencodable or oversized
-            log.error("%s: cannot send RPC response: %r", self.self_id, exc)
-            payload = encode_rpc(
-                {"code": Code.INTERNAL_ERROR, "opaque": opaque, "remark": f"bad response: {exc}"}
-            )
-            _write_quietly(writer, payload)
-        except trio.ClosedResourceError:
-            pass  # the client went away
+        self._replier(request, writer)(response)
+
+    def _replier(self, request: dict, writer: FrameWriter) -> Callable[[dict], None]:
+        """A callable that sends the response to `request` back on its connection."""
+        opaque = request["opaque"]
+
+        def reply(response: dict) -> None:
+            try:
+                writer.write(RPC, encode_rpc({"remark": "", **response, "opaque": opaque}))
+            except (TypeError, ValueError, OverflowError) as exc:  # unencodable or oversized
+                log.error("%s: cannot send RPC response: %r", self.self_id, exc)
+                payload = encode_rpc(
+                    {
+                        "code": Code.INTERNAL_ERROR,
+                        "opaque": opaque,
+                        "remark": f"bad response: {exc}",
+                    }
+                )
+                _write_quietly(writer, payload)
+            except trio.ClosedResourceError:
+                pass  # the client went away
+
+        return reply
 
 
 def _write_quietly(writer: FrameWriter, payload: bytes) -> None:

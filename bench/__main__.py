@@ -1,0 +1,93 @@
+"""`python -m bench dledger [--duration S] [--json PATH]`: raftmq beside its peers, one run.
+
+Prints a table (and writes the rows as JSON with --json). Each system is measured
+in the same run on the same machine, so the ratios mean something; absolute figures
+vary 10-25 % between runs here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+import trio
+
+COLUMNS = [
+    ("system", "system", "{}"),
+    ("payload", "payload B", "{}"),
+    ("appends_per_s", "appends/s", "{:,}"),
+    ("batched_appends_per_s", "batched/s", "{:,}"),
+    ("p50_ms", "p50 ms", "{}"),
+    ("p99_ms", "p99 ms", "{}"),
+    ("half_load_p99_ms", "p99@half ms", "{}"),
+    ("single_p50_ms", "single p50 ms", "{}"),
+    ("failover_ms", "failover ms", "{}"),
+    ("peak_rss_mib", "RSS MiB/node", "{}"),
+]
+
+
+def table(rows: list[dict]) -> str:
+    cells = [[title for _, title, _ in COLUMNS]]
+    for row in rows:
+        cells.append(["-" if row.get(k) is None else fmt.format(row[k]) for k, _, fmt in COLUMNS])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells
+    ]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cpus = len(__import__("os").sched_getaffinity(0))
+    return f"{platform.machine()}, {cpus} cores, Python {platform.python_version()}, {date.today()}"
+
+
+def run_dledger(args) -> list[dict]:
+    from bench import dledger_bench, peer_pysyncobj
+
+    rows = []
+    for payload in (128, 1024):
+        print(f"raftmq dledger, {payload} B ...", file=sys.stderr, flush=True)
+        rows.append(
+            trio.run(
+                dledger_bench.measure, payload, args.duration, args.window, args.failover_trials
+            )
+        )
+        print(f"PySyncObj, {payload} B ...", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="bench-pysyncobj-") as tmp:
+            rows.append(
+                peer_pysyncobj.measure(
+                    payload, args.duration, args.window, args.failover_trials, Path(tmp)
+                )
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    sub = parser.add_subparsers(dest="what", required=True)
+    dl = sub.add_parser("dledger", help="3-process DLedger group vs PySyncObj")
+    dl.add_argument("--duration", type=float, default=10.0, help="seconds per load phase")
+    dl.add_argument("--window", type=int, default=256, help="appends in flight")
+    dl.add_argument("--failover-trials", type=int, default=5)
+    dl.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    rows = run_dledger(args)
+    print(f"\n{machine()}\n")
+    print(table(rows))
+    for row in rows:
+        if row.get("notes"):
+            print(f"\n{row['system']} {row['payload']} B: {row['notes']}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

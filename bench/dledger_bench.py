@@ -1,0 +1,157 @@
+"""Benchmark of a 3-process DLedger group on loopback, fsync before every acknowledgment.
+
+For each payload size it measures, against real `dledger server` processes:
+- committed appends/s with many appends in flight (one entry per request, pipelined
+  on a few connections), and the same with 32-entry batch requests;
+- p50/p99 commit latency at that load and, open-loop, at half of it;
+- single-appender latency (one request in flight);
+- kill -9 of the leader -> first committed append at the new leader, median of trials.
+
+The load generator runs in this process and competes with the three replicas for the
+machine's cores, as the peers' generators did when they were measured.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import tempfile
+
+import trio
+
+from bench.rss import peak_rss_mib
+from dledger.codes import Code
+from dledger.local import LocalGroup
+from dledger.net.codec import RpcCode
+from dledger.net.rpc_client import RpcClient
+
+CONNECTIONS = 4
+
+
+def percentile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _closed_loop(
+    address: str, group: str, body: bytes, window: int, batch: int, duration_s: float
+):
+    """`window` requests of `batch` entries always in flight; returns (entries/s, latencies ms)."""
+    latencies: list[float] = []
+    committed = 0
+    stop_at = trio.current_time() + duration_s
+    request = {"code": RpcCode.APPEND, "group": group, "bodies": [body] * batch}
+
+    async def worker(conn: RpcClient) -> None:
+        nonlocal committed
+        while trio.current_time() < stop_at:
+            t0 = trio.current_time()
+            resp = await conn.call(request, timeout_s=10)
+            if resp["code"] == Code.SUCCESS:
+                latencies.append((trio.current_time() - t0) * 1000.0)
+                committed += batch
+
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        conns = [await _open(nursery, address) for _ in range(CONNECTIONS)]
+        async with trio.open_nursery() as workers:
+            for i in range(window):
+                workers.start_soon(worker, conns[i % CONNECTIONS])
+        nursery.cancel_scope.cancel()
+    return committed / (trio.current_time() - started), latencies
+
+
+async def _open_loop(address: str, group: str, body: bytes, rate_per_s: float, duration_s: float):
+    """Requests issued on a fixed schedule regardless of answers; returns latencies ms."""
+    latencies: list[float] = []
+    request = {"code": RpcCode.APPEND, "group": group, "bodies": [body]}
+    tick_s = 0.002
+    per_tick = rate_per_s * tick_s
+
+    async def one(conn: RpcClient) -> None:
+        t0 = trio.current_time()
+        resp = await conn.call(request, timeout_s=10)
+        if resp["code"] == Code.SUCCESS:
+            latencies.append((trio.current_time() - t0) * 1000.0)
+
+    async with trio.open_nursery() as nursery:
+        conns = [await _open(nursery, address) for _ in range(CONNECTIONS)]
+        async with trio.open_nursery() as calls:
+            start = trio.current_time()
+            issued = 0
+            n = 0
+            while trio.current_time() < start + duration_s:
+                due = (trio.current_time() - start) / tick_s * per_tick
+                while issued < due:
+                    calls.start_soon(one, conns[n % CONNECTIONS])
+                    issued += 1
+                    n += 1
+                await trio.sleep(tick_s)
+        nursery.cancel_scope.cancel()
+    return latencies
+
+
+async def _open(nursery: trio.Nursery, address: str) -> RpcClient:
+    async def hold(task_status=trio.TASK_STATUS_IGNORED):
+        async with RpcClient(address) as conn:
+            task_status.started(conn)
+            await trio.sleep_forever()
+
+    return await nursery.start(hold)
+
+
+async def _failover_trials(group: LocalGroup, trials: int) -> list[float]:
+    results = []
+    async with group.client(timeout_s=10) as client:
+        for _ in range(trials):
+            leader = await group.wait_for_leader(client)
+            old = leader["selfId"]
+            await client.append([b"warm"])
+            await trio.sleep(0.3)
+            killed_at = trio.current_time()
+            group.kill(old, signal.SIGKILL)
+            async with group.client(timeout_s=10) as probe:
+                await probe.append([b"after-kill"])
+            results.append((trio.current_time() - killed_at) * 1000.0)
+            group.start(old)
+            await trio.sleep(1.0)
+    return results
+
+
+async def measure(payload: int, duration_s: float, window: int, failover_trials: int) -> dict:
+    body = b"x" * payload
+    with tempfile.TemporaryDirectory(prefix="bench-dledger-") as tmp:
+        async with LocalGroup(tmp, 3, group="bench") as group:
+            async with group.client() as client:
+                leader = await group.wait_for_leader(client)
+            address = group.peers[leader["selfId"]]
+            await _closed_loop(address, "bench", body, 64, 1, 1.0)  # warm up
+            rate, full = await _closed_loop(address, "bench", body, window, 1, duration_s)
+            batch_rate, _ = await _closed_loop(
+                address, "bench", body, window // 8 or 1, 32, duration_s
+            )
+            half = await _open_loop(address, "bench", body, rate / 2, duration_s)
+            _, single = await _closed_loop(address, "bench", body, 1, 1, min(duration_s, 5.0))
+            async with group.client() as client:
+                rows = await client.status()
+            terms = {r.get("term") for r in rows}
+            rss = [peak_rss_mib(group.pid(n)) for n in group.ids]
+            failovers = await _failover_trials(group, failover_trials) if failover_trials else []
+    return {
+        "system": "raftmq dledger (fsync)",
+        "payload": payload,
+        "appends_per_s": round(rate),
+        "batched_appends_per_s": round(batch_rate),
+        "p50_ms": round(percentile(full, 0.5), 2),
+        "p99_ms": round(percentile(full, 0.99), 2),
+        "half_load_p50_ms": round(percentile(half, 0.5), 2),
+        "half_load_p99_ms": round(percentile(half, 0.99), 2),
+        "single_p50_ms": round(percentile(single, 0.5), 3),
+        "failover_ms": round(statistics.median(failovers)) if failovers else None,
+        "failover_trials_ms": [round(f) for f in failovers],
+        "peak_rss_mib": max((r for r in rss if r is not None), default=None),
+        "window": window,
+        "leader_changes_during_load": len(terms) - 1,
+    }

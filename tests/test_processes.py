@@ -1,0 +1,115 @@
+"""Real `dledger server` processes on 127.0.0.1, driven over TCP by the client and the CLI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import trio
+
+from dledger.drill import run_drill
+from dledger.local import LocalGroup, free_ports
+
+pytestmark = pytest.mark.processes
+
+
+async def test_leader_kill_loses_no_acknowledged_entry(tmp_path):
+    async with LocalGroup(tmp_path, 3, group="drill") as group:
+        report = await run_drill(
+            group, appenders=16, appends_before_kill=800, appends_after_kill=400
+        )
+    assert report.new_leader and report.new_leader != report.first_leader
+    assert report.new_term > report.first_term
+    assert report.acknowledged + report.unknown == report.sent
+    assert report.acknowledged >= 1000
+    assert report.lost == []
+    assert report.restarted_caught_up
+    assert report.mismatched_replicas == []
+    assert report.identical_bytes > 800 * 48
+
+
+def dledger(*args, check_code=None):
+    proc = subprocess.run(
+        [sys.executable, "-m", "dledger.cli", *args], capture_output=True, text=True, timeout=60
+    )
+    if check_code is not None:
+        assert proc.returncode == check_code, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+async def test_cli_verbs_and_exit_codes(tmp_path):
+    async with LocalGroup(tmp_path, 3, group="cli") as group:
+        async with group.client() as client:
+            await group.wait_for_leader(client)
+        common = ["--group", "cli", "--peers", group.peers_arg]
+
+        appended = json.loads(
+            dledger(
+                "append", *common, "--data", "héllo", "--count", "3", "--json", check_code=0
+            ).stdout
+        )
+        assert [a["index"] for a in appended] == [appended[0]["index"] + i for i in range(3)]
+        assert appended[1]["pos"] - appended[0]["pos"] == 48 + len("héllo".encode())
+
+        got = json.loads(
+            dledger(
+                "get", *common, "--index", str(appended[2]["index"]), "--json", check_code=0
+            ).stdout
+        )
+        assert got == {
+            "index": appended[2]["index"],
+            "term": got["term"],
+            "pos": appended[2]["pos"],
+            "body": "héllo",
+        }
+
+        status = json.loads(dledger("status", *common, "--json", check_code=0).stdout)
+        assert sorted(s["id"] for s in status) == ["n0", "n1", "n2"]
+        leaders = [s for s in status if s["role"] == "LEADER"]
+        assert len(leaders) == 1
+        assert {s["leaderId"] for s in status} == {leaders[0]["id"]}
+
+        transferee = next(s["id"] for s in status if s["role"] == "FOLLOWER")
+        dledger(
+            "leadershipTransfer",
+            *common,
+            "--leader",
+            leaders[0]["id"],
+            "--transferee",
+            transferee,
+            check_code=0,
+        )
+        async with group.client() as client:
+            leader = await group.wait_for_leader(client)
+        assert leader["selfId"] == transferee
+        assert leader["term"] > leaders[0]["term"]
+
+        missing = dledger("get", *common, "--index", "999999", check_code=1)
+        assert "INDEX_OUT_OF_RANGE" in missing.stderr
+
+    dledger("status", "--group", "cli", "--peers", "n0-127.0.0.1:nope", check_code=2)
+    port = free_ports(1)[0]
+    down = dledger("append", "--group", "cli", "--peers", f"n0-127.0.0.1:{port}", check_code=3)
+    assert "NOT_LEADER" in down.stderr or "no leader" in down.stderr
+
+
+async def test_follower_restart_catches_up_and_keeps_term(tmp_path):
+    async with LocalGroup(tmp_path, 3, group="restart") as group, group.client() as client:
+        leader = await group.wait_for_leader(client)
+        follower = next(n for n in group.ids if n != leader["selfId"])
+        group.kill(follower)
+        for i in range(50):
+            await client.append([f"while-down-{i}".encode()])
+        group.start(follower)
+        with trio.fail_after(15):
+            while True:
+                rows = {r.get("selfId"): r for r in await client.status()}
+                if (
+                    rows[follower].get("committedIndex", -1)
+                    >= rows[leader["selfId"]]["committedIndex"]
+                ):
+                    break
+                await trio.sleep(0.05)
+        assert rows[leader["selfId"]]["role"] == "LEADER"
+        assert rows[leader["selfId"]]["term"] == leader["term"]
+        assert rows[follower]["ledgerEndIndex"] == rows[leader["selfId"]]["ledgerEndIndex"]
