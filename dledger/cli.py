@@ -3,7 +3,8 @@
 Verbs and flags follow DLedger's own (`--group`, `--id`, `--peers`,
 `--store-base-dir`, `--data`, `--count`, `--index`, `--leader`, `--transferee`).
 Exit status for scripts: 0 success, 1 the group answered with an error code,
-2 bad usage, 3 no member (or no leader) reachable.
+2 bad usage, 3 no member (or no leader) reachable, 4 the server refused to start or
+stopped because its disk failed (the message names the file and offset).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import trio
 from dledger.client import ClientError, DLedgerClient, body_for_json
 from dledger.codes import Code
 from dledger.config import DLedgerConfig, parse_peers
+from dledger.server import DiskFailure, DLedgerServer
+from dledger.store.file import StoreCorruption
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_STORAGE = 0, 1, 2, 3, 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,17 +97,18 @@ def _server_config(args) -> DLedgerConfig:
 
 
 async def _run_server(config: DLedgerConfig) -> None:
-    from dledger.server import DLedgerServer
-
     server = DLedgerServer(config)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(server.serve)
-        address = config.peers[config.self_id]
-        print(f"dledger server {config.group}/{config.self_id} on {address}", flush=True)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            address = config.peers[config.self_id]
+            print(f"dledger server {config.group}/{config.self_id} on {address}", flush=True)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+    except* DiskFailure as failures:
+        raise failures.exceptions[0] from None
 
 
 async def _append(client: DLedgerClient, args) -> int:
@@ -180,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(_run_server, _server_config(args))
             return EXIT_OK
         return trio.run(_client_verb, args)
+    except (StoreCorruption, DiskFailure) as exc:
+        print(f"dledger: refusing to run: {exc}", file=sys.stderr)
+        return EXIT_STORAGE
     except ValueError as exc:
         print(f"dledger: {exc}", file=sys.stderr)
         return EXIT_USAGE

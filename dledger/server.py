@@ -28,12 +28,13 @@ from dledger.net.tcp import PeerTransport
 from dledger.store.base import LogStore
 from dledger.store.file import FileLogStore
 from dledger.store.memory import MemoryLogStore
-from dledger.store.meta import MemoryTermVote, TermVoteFile
+from dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 
 log = logging.getLogger(__name__)
 
 PAGE_CACHE_FLUSH_S = 0.010  # DLedger's flushFileInterval, for page-cache mode
 RETENTION_CHECK_S = 60.0
+CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
 
 
 class DLedgerError(Exception):
@@ -42,6 +43,18 @@ class DLedgerError(Exception):
     def __init__(self, code: Code, remark: str = "") -> None:
         super().__init__(f"{code.name} ({int(code)}){': ' + remark if remark else ''}")
         self.code = code
+
+
+class DiskFailure(Exception):
+    """An fsync failed. The replica stops: after a failed fsync the kernel may have
+    dropped the dirty pages, so nothing written since can be vouched for."""
+
+
+async def _fsync(plan) -> None:
+    try:
+        await trio.to_thread.run_sync(plan.run)
+    except OSError as exc:
+        raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
 
 
 class _Waiter:
@@ -59,16 +72,24 @@ class _Waiter:
         self.event.set()
 
 
-def open_store(config: DLedgerConfig) -> tuple[LogStore, object]:
-    """The log store and term/vote file for `config` (under storeBaseDir/dledger-<selfId>)."""
+def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | None]:
+    """The log store, term/vote file and checkpoint under storeBaseDir/dledger-<selfId>.
+
+    Raises StoreCorruption (naming the file and offset) when recovery finds that data
+    the checkpoint vouches for as durable and committed is gone or damaged.
+    """
     if config.store_type.upper() == "MEMORY":
-        return MemoryLogStore(config.mapped_file_size_for_entry_data), MemoryTermVote()
+        return MemoryLogStore(config.mapped_file_size_for_entry_data), MemoryTermVote(), None
     base = Path(config.store_base_dir) / f"dledger-{config.self_id}"
     base.mkdir(parents=True, exist_ok=True)
+    checkpoint = Checkpoint(base / "checkpoint")
     store = FileLogStore(
-        base, config.mapped_file_size_for_entry_data, config.mapped_file_size_for_entry_index
+        base,
+        config.mapped_file_size_for_entry_data,
+        config.mapped_file_size_for_entry_index,
+        committed_index=checkpoint.load(),
     )
-    return store, TermVoteFile(base / "currterm")
+    return store, TermVoteFile(base / "currterm"), checkpoint
 
 
 class DLedgerServer:
@@ -76,7 +97,7 @@ class DLedgerServer:
 
     def __init__(self, config: DLedgerConfig, rng: random.Random | None = None) -> None:
         self.config = config
-        self.store, self.term_vote = open_store(config)
+        self.store, self.term_vote, self.checkpoint = open_store(config)
         term, vote = self.term_vote.load()
         self.replica = Replica(config, self.store, rng or random.Random(), term, vote, self._now())
         self.transport = PeerTransport(
@@ -109,7 +130,7 @@ class DLedgerServer:
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         # What recovery read may still sit only in the page cache: make it durable
         # before the replica counts it as persisted.
-        await trio.to_thread.run_sync(self.store.sync_plan().run)
+        await _fsync(self.store.sync_plan())
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.serve)
@@ -122,9 +143,12 @@ class DLedgerServer:
                     nursery.start_soon(self._flush_loop, name="page-cache-flush")
                 if isinstance(self.store, FileLogStore):
                     nursery.start_soon(self._retention_loop, name="retention")
+                    nursery.start_soon(self._checkpoint_loop, name="checkpoint")
                 self.started.set()
                 task_status.started()
         finally:
+            if self.checkpoint is not None:
+                self.checkpoint.save(self._durable_committed())
             self.store.close()
 
     def add_role_change_handler(self, handler: Callable[[int, Role], None]) -> None:
@@ -298,7 +322,7 @@ class DLedgerServer:
             await self._sync_wanted.wait()
             self._sync_wanted = trio.Event()
             plan = self.store.sync_plan()
-            await trio.to_thread.run_sync(plan.run)
+            await _fsync(plan)
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
 
@@ -306,7 +330,19 @@ class DLedgerServer:
         """Page-cache mode: acks went out already; flush on DLedger's 10 ms cadence."""
         while True:
             await trio.sleep(PAGE_CACHE_FLUSH_S)
-            await trio.to_thread.run_sync(self.store.sync_plan().run)
+            await _fsync(self.store.sync_plan())
+
+    def _durable_committed(self) -> int:
+        return min(self.replica.committed_index, self.replica.persisted_index)
+
+    async def _checkpoint_loop(self) -> None:
+        saved = -1
+        while True:
+            await trio.sleep(CHECKPOINT_INTERVAL_S)
+            index = self._durable_committed()
+            if index != saved:
+                await trio.to_thread.run_sync(self.checkpoint.save, index)
+                saved = index
 
     async def _retention_loop(self) -> None:
         keep_s = self.config.file_reserved_hours * 3600.0

@@ -299,7 +299,8 @@ def test_after_reset_near_a_segment_end_the_first_entry_rolls(make, kind):
     store = make(kind)
     store.reset(7, 3 * SEGMENT_BYTES - 100, 2)
     assert store.append_leader(2, [(NORMAL, b"x" * 60), (NORMAL, b"y")]) == [
-        (7, 3 * SEGMENT_BYTES), (8, 3 * SEGMENT_BYTES + 108)
+        (7, 3 * SEGMENT_BYTES),
+        (8, 3 * SEGMENT_BYTES + 108),
     ]
 
 

@@ -115,15 +115,24 @@ def test_segments_are_preallocated_and_named_by_their_start_offset(written):
         assert p.stat().st_size == expected
     # the filler at the end of segment 0, then entry 9 at the start of segment 1
     assert codec.BLANK_HEADER.unpack(read(data_file(path, 0), 9 * ENTRY_BYTES, 8)) == (
-        -1, SEGMENT_BYTES - 9 * ENTRY_BYTES,
+        -1,
+        SEGMENT_BYTES - 9 * ENTRY_BYTES,
     )
     # index entry i at byte 32 * i of the index space: 9 in file 0, 16 first in file 512
     assert codec.INDEX_ENTRY.unpack(read(path / "index" / f"{0:020d}", 32 * 9, 32)) == (
-        NORMAL, SEGMENT_BYTES, ENTRY_BYTES, 9, 1,
+        NORMAL,
+        SEGMENT_BYTES,
+        ENTRY_BYTES,
+        9,
+        1,
     )
     second = path / "index" / f"{INDEX_SEGMENT_BYTES:020d}"
     assert codec.INDEX_ENTRY.unpack(read(second, 0, 32)) == (
-        NORMAL, entry_pos(16), ENTRY_BYTES, 16, 1,
+        NORMAL,
+        entry_pos(16),
+        ENTRY_BYTES,
+        16,
+        1,
     )
     assert not (path / "begin").exists()
 

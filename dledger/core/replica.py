@@ -110,7 +110,13 @@ class Replica:
         # election
         self.known_max_term = term
         self.need_increase_term_immediately = False
-        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        # DLedger re-votes in the current term first. Not after a restart that finds our
+        # own vote for this term: we may have led it, and a crash may have cost us entries
+        # of it that followers kept; leading the term again would write different ones.
+        restarted_own_term = vote_for == config.self_id
+        self.last_parse_result = (
+            ParseResult.WAIT_TO_VOTE_NEXT if restarted_own_term else ParseResult.WAIT_TO_REVOTE
+        )
         self.next_vote_ms = now_ms + self._rand(0, config.max_vote_interval_ms)
         self._round: VoteRound | None = None
         self.last_leader_heartbeat_ms = now_ms
@@ -348,7 +354,9 @@ class Replica:
         self._round = None
         if self.role is not Role.CANDIDATE:
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
-            self.next_vote_ms = now
+            # Our own timeout: campaign now. A newer term heard from someone else: that
+            # node is campaigning; give it a vote gap before competing with it.
+            self.next_vote_ms = now if term <= self.term else now + self._vote_gap_ms()
         self._set_role(Role.CANDIDATE, now)
 
     def _next_term(self) -> int:
@@ -390,6 +398,7 @@ class Replica:
         if (
             self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT
             or self.need_increase_term_immediately
+            or self.known_max_term > self.term  # a round in a term known to be over is wasted
         ):
             self._next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
@@ -556,9 +565,10 @@ class Replica:
         if not self._lease_held(now):
             self._change_to_candidate(self.term, now)
             return
-        if self.transfer is None and now >= self._next_preferred_check_ms:
+        if now >= self._next_preferred_check_ms:
             self._next_preferred_check_ms = now + cfg.check_preferred_leader_interval_ms
-            self._check_preferred_leader(now)
+            if self.transfer is None:
+                self._check_preferred_leader(now)
         self._replicate_all(now)
 
     def _lease_held(self, now: float) -> bool:
@@ -875,6 +885,8 @@ class Replica:
             self._on_truncate(req)
         else:  # COMMIT: nothing to acknowledge
             self._learn_commit(req.commit_index)
+        if self.transfer is not None:  # a transferee campaigns as soon as it has caught up
+            self._check_transfer(now)
 
     def _answer_push(
         self, req: PushRequest, code: Code, index: int, defer_to: int = -1, **extra

@@ -63,6 +63,8 @@ class Checker:
         self.reported_commit.pop(node_id, None)
 
     def completed(self, node_id: str, handle: int, code: Code, positions) -> None:
+        if handle not in self.cluster.appends:
+            return  # an admin request (a leadership transfer), not a client append
         self.outcomes[handle] = code
         if code is not Code.SUCCESS:
             return

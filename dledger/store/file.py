@@ -608,7 +608,10 @@ class FileLogStore(LogStore):
 
     def _set_end(self, end_index: int, end_term: int, end_pos: int, end_chain: int) -> None:
         self.end_index, self.end_term, self.end_pos, self.end_chain = (
-            end_index, end_term, end_pos, end_chain,
+            end_index,
+            end_term,
+            end_pos,
+            end_chain,
         )
 
     def _set_begin(self, begin_index: int, begin_pos: int, before_term: int, before_chain) -> None:
@@ -619,12 +622,14 @@ class FileLogStore(LogStore):
 
     def _save_begin(self) -> None:
         """Persist where the log starts (fsync + rename, so it runs on the caller's thread)."""
-        text = format_properties({
-            "beginIndex": str(self.begin_index),
-            "beginPos": str(self._before_pos),
-            "beforeTerm": str(self._before_term),
-            "beforeChainCrc": "" if self._before_chain is None else str(self._before_chain),
-        })
+        text = format_properties(
+            {
+                "beginIndex": str(self.begin_index),
+                "beginPos": str(self._before_pos),
+                "beforeTerm": str(self._before_term),
+                "beforeChainCrc": "" if self._before_chain is None else str(self._before_chain),
+            }
+        )
         atomic_write(self._begin_path, text.encode())
 
     def _load_begin(self) -> tuple[int, int, int, int | None]:
@@ -636,7 +641,9 @@ class FileLogStore(LogStore):
             props = parse_properties(text)
             chain = props.get("beforeChainCrc", "")
             return (
-                int(props["beginIndex"]), int(props["beginPos"]), int(props["beforeTerm"]),
+                int(props["beginIndex"]),
+                int(props["beginPos"]),
+                int(props["beforeTerm"]),
                 int(chain) if chain else None,
             )
         except (KeyError, ValueError) as exc:
@@ -696,8 +703,11 @@ class FileLogStore(LogStore):
         k = bisect.bisect_right(self._run_first, self.begin_index) - 1
         if k > 0:
             del self._run_first[:k], self._run_term[:k]
-        log.info("retention deleted %d data segments; the log now begins at %d",
-                 len(doomed), self.begin_index)
+        log.info(
+            "retention deleted %d data segments; the log now begins at %d",
+            len(doomed),
+            self.begin_index,
+        )
         return len(doomed)
 
     # ---------------------------------------------------------------------------- durability
@@ -786,8 +796,11 @@ class FileLogStore(LogStore):
         if derive:
             # The segment the begin file points into is gone but later ones exist
             # (deleted by hand): start at the first entry found, with an unknown past.
-            log.warning("%s: no data segment holds begin pos %d; taking the first entry found",
-                        self.data_dir, begin_pos)
+            log.warning(
+                "%s: no data segment holds begin pos %d; taking the first entry found",
+                self.data_dir,
+                begin_pos,
+            )
             scan = _Scan(self, later[0], None, -1, None)
         else:
             scan = _Scan(self, begin_pos, begin_index, before_term, before_chain)
@@ -806,7 +819,8 @@ class FileLogStore(LogStore):
         if end_index < committed_index:
             path, offset = scan.stop_location()
             raise StoreCorruption(
-                path, offset,
+                path,
+                offset,
                 f"{scan.reason}; the log would end at {end_index}"
                 f" but {committed_index} is committed",
             )
@@ -816,11 +830,20 @@ class FileLogStore(LogStore):
         report.valid_data_after_cut = scan.valid_after
         if scan.failed:
             report.cut_pos = scan.stop_pos
-            log.warning("%s: cutting the log at pos %d after index %d: %s",
-                        self.data_dir, scan.stop_pos, end_index, scan.reason)
+            log.warning(
+                "%s: cutting the log at pos %d after index %d: %s",
+                self.data_dir,
+                scan.stop_pos,
+                end_index,
+                scan.reason,
+            )
             if scan.valid_after:
-                log.error("%s: valid entries follow the damaged one at pos %d; "
-                          "this is damage, not a torn write", self.data_dir, scan.stop_pos)
+                log.error(
+                    "%s: valid entries follow the damaged one at pos %d; "
+                    "this is damage, not a torn write",
+                    self.data_dir,
+                    scan.stop_pos,
+                )
 
         # Apply: from here on we change files.
         self._set_begin(begin_index, begin_pos, before_term, before_chain)
@@ -851,8 +874,13 @@ class FileLogStore(LogStore):
                 if report.cut_pos is None:
                     report.cut_pos = self.end_pos
         if report.truncated_bytes:
-            log.warning("%s: discarded %d bytes past the recovered end (index %d, pos %d)",
-                        self.data_dir, report.truncated_bytes, self.end_index, self.end_pos)
+            log.warning(
+                "%s: discarded %d bytes past the recovered end (index %d, pos %d)",
+                self.data_dir,
+                report.truncated_bytes,
+                self.end_index,
+                self.end_pos,
+            )
         self._recover_index(scan)
         if derive:
             self._save_begin()
@@ -869,8 +897,12 @@ class FileLogStore(LogStore):
         if scan.index_mismatch is not None:
             first, pos = scan.index_mismatch
             self.recovery.index_entries_rewritten = self.end_index - first + 1
-            log.warning("%s: rewriting index entries %d..%d from the data",
-                        self.index_dir, first, self.end_index)
+            log.warning(
+                "%s: rewriting index entries %d..%d from the data",
+                self.index_dir,
+                first,
+                self.end_index,
+            )
             self._rewrite_index(first, pos)
         seg = self._index.get(end_byte - end_byte % isz)
         if seg is not None:
@@ -929,8 +961,14 @@ class _Scan:
     whether to cut there or refuse to start.
     """
 
-    def __init__(self, store: FileLogStore, pos: int, expected_index: int | None,
-                 before_term: int, before_chain: int | None) -> None:
+    def __init__(
+        self,
+        store: FileLogStore,
+        pos: int,
+        expected_index: int | None,
+        before_term: int,
+        before_chain: int | None,
+    ) -> None:
         self.store = store
         self.start_pos = pos
         self.expected_index = expected_index  # None: take the first entry's index
@@ -1029,7 +1067,11 @@ class _Scan:
                 if index_seg is None or index_seg.start != ibase:
                     index_seg = index_table.get(ibase)
                 if index_seg is None or _INDEX.unpack_from(index_seg.map, byte - ibase) != (
-                    e_type, pos, size, e_index, e_term
+                    e_type,
+                    pos,
+                    size,
+                    e_index,
+                    e_term,
                 ):
                     self.index_mismatch = (e_index, pos)
             self.count += 1

@@ -142,3 +142,28 @@ class MemoryTermVote:
         if term < 0:
             raise ValueError(f"negative term {term}")
         self.term, self.vote = term, vote
+
+
+class Checkpoint:
+    """DLedger 0.3.1.2's `checkpoint` file: the highest index this node holds durably *and*
+    knows committed, so recovery can tell a torn tail (fine: never acknowledged) from
+    lost committed data (refuse to start). Written every few seconds and at shutdown;
+    a stale value only makes the check weaker, never wrong.
+    """
+
+    KEY = "committedIndex"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def load(self) -> int:
+        try:
+            pairs = parse_properties(self.path.read_text(encoding="utf-8"))
+            return int(pairs.get(self.KEY, "-1"))
+        except FileNotFoundError:
+            return -1
+        except ValueError:
+            raise ValueError(f"{self.path}: {self.KEY} is not an integer") from None
+
+    def save(self, index: int) -> None:
+        atomic_write(self.path, format_properties({self.KEY: str(index)}).encode("utf-8"))
