@@ -300,26 +300,17 @@ class _Ctl:
         return self.request(OP_APPEND, body, timeout)[0]
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 class _Cluster:
     """Three node processes in a temp dir under ``workdir``; killed and removed on exit."""
 
     def __init__(self, workdir: Path, conf: dict[str, Any]) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix="pysyncobj-", dir=workdir))
-        ports = _free_ports(6)
+        # Imported here, in the caller's process only: node processes import this module
+        # too, and should not pay for trio and the dledger client they never use.
+        from dledger.local import free_ports
+
+        ports = free_ports(6)
         self.raft = [f"127.0.0.1:{p}" for p in ports[:3]]
         self.ctl_ports = ports[3:]
         self.conf = conf

@@ -9,8 +9,9 @@ is declared dead after maxHeartBeatLeak = 3 beats. Each scenario is one fixed se
 import random
 import statistics
 
+from helpers import GROUP, make_replica
+
 from dledger.codes import Code, EntryType, PushType, Role, VoteResult
-from dledger.config import DLedgerConfig
 from dledger.core.messages import (
     HeartBeatRequest,
     LeadershipTransferRequest,
@@ -18,7 +19,6 @@ from dledger.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from dledger.core.replica import Replica
 from dledger.sim.cluster import SimCluster
 from dledger.store.memory import MemoryLogStore
 
@@ -44,17 +44,6 @@ def cluster_of(size, seed=0, **overrides) -> SimCluster:
     return cluster
 
 
-def run_until_leader(cluster, limit_ms, step_ms=1.0, not_id=None):
-    """Step virtual time until a live leader (other than `not_id`) exists; elapsed ms."""
-    start = cluster.now
-    while cluster.now - start < limit_ms:
-        cluster.run_until(cluster.now + step_ms)
-        leader = cluster.leader()
-        if leader is not None and leader.id != not_id:
-            return leader, cluster.now - start
-    raise AssertionError(f"no leader within {limit_ms} ms")
-
-
 def roles(cluster):
     return {n.id: n.replica.role for n in cluster.nodes.values() if n.alive}
 
@@ -64,7 +53,7 @@ def roles(cluster):
 
 def test_three_servers_elect_exactly_one_leader_and_two_followers():
     cluster = cluster_of(3)
-    leader, elapsed = run_until_leader(cluster, 2000)
+    leader, elapsed = cluster.run_until_leader(2000)
     cluster.run_until(cluster.now + 5 * HB)
     assert sorted(roles(cluster).values()) == [Role.LEADER, Role.FOLLOWER, Role.FOLLOWER]
     term = leader.replica.term
@@ -76,7 +65,7 @@ def test_three_servers_elect_exactly_one_leader_and_two_followers():
 
 def test_restarting_a_follower_keeps_the_leader_and_the_term():
     cluster = cluster_of(3, seed=1)
-    leader, _ = run_until_leader(cluster, 2000)
+    leader, _ = cluster.run_until_leader(2000)
     cluster.run_until(cluster.now + 3 * HB)
     term = leader.replica.term
     follower = next(n for n in cluster.ids if n != leader.id)
@@ -93,10 +82,10 @@ def test_restarting_a_follower_keeps_the_leader_and_the_term():
 
 def failover_ms(seed) -> float:
     cluster = cluster_of(3, seed=seed)
-    leader, _ = run_until_leader(cluster, 2000)
+    leader, _ = cluster.run_until_leader(2000)
     cluster.run_until(cluster.now + 5 * HB)
     cluster.crash(leader.id)
-    new_leader, elapsed = run_until_leader(cluster, 20 * HB, not_id=leader.id)
+    new_leader, elapsed = cluster.run_until_leader(20 * HB, not_id=leader.id)
     assert new_leader.replica.term > leader.replica.term
     return elapsed
 
@@ -119,7 +108,7 @@ def test_leader_crash_new_leader_within_leak_plus_two_heartbeat_intervals():
 
 def test_both_followers_crash_leader_becomes_candidate_within_four_intervals_same_term():
     cluster = cluster_of(3, seed=2)
-    leader, _ = run_until_leader(cluster, 2000)
+    leader, _ = cluster.run_until_leader(2000)
     cluster.run_until(cluster.now + 5 * HB)
     term = leader.replica.term
     for node_id in cluster.ids:
@@ -139,7 +128,7 @@ def test_both_followers_crash_leader_becomes_candidate_within_four_intervals_sam
 
 def test_single_server_is_elected_at_once_and_keeps_its_term_after_restart():
     cluster = cluster_of(1)
-    leader, elapsed = run_until_leader(cluster, 1000)
+    leader, elapsed = cluster.run_until_leader(1000)
     assert elapsed <= MAX_VOTE  # its first round needs only its own vote
     term = leader.replica.term
     h = cluster.client_append()
@@ -147,7 +136,7 @@ def test_single_server_is_elected_at_once_and_keeps_its_term_after_restart():
     assert cluster.checker.outcomes[h] is Code.SUCCESS
     cluster.crash("n0")
     cluster.restart("n0")
-    leader, elapsed = run_until_leader(cluster, 1000)
+    leader, elapsed = cluster.run_until_leader(1000)
     assert elapsed <= MAX_VOTE
     assert leader.replica.term >= term
     assert cluster.nodes["n0"].store.end_index >= cluster.checker.acked[h][0]
@@ -162,7 +151,7 @@ def test_preferred_leader_n2_leads_then_another_then_takes_leadership_back():
     first = cluster.leader()
     assert first.id == "n2"
     cluster.crash("n2")
-    interim, _ = run_until_leader(cluster, 20 * HB, not_id="n2")
+    interim, _ = cluster.run_until_leader(20 * HB, not_id="n2")
     interim_term = interim.replica.term
     cluster.restart("n2")
     cluster.run_until(cluster.now + 2500)
@@ -180,7 +169,7 @@ def test_leadership_transfer_to_n1_completes_with_success_and_n1_leads_in_term_p
     # the first fixed seed whose first leader is not n1
     for seed in range(13):
         cluster = cluster_of(3, seed=seed)
-        leader, _ = run_until_leader(cluster, 2000)
+        leader, _ = cluster.run_until_leader(2000)
         if leader.id != "n1":
             break
     cluster.run_until(cluster.now + 3 * HB)
@@ -204,7 +193,7 @@ def test_leadership_transfer_to_n1_completes_with_success_and_n1_leads_in_term_p
 
 def test_leadership_transfer_to_a_far_behind_node_is_fall_behind_too_much():
     cluster = cluster_of(3, seed=5, max_leadership_transfer_wait_index=3)
-    leader, _ = run_until_leader(cluster, 2000)
+    leader, _ = cluster.run_until_leader(2000)
     cluster.run_until(cluster.now + 3 * HB)
     behind = next(n for n in cluster.ids if n != leader.id)
     cluster.crash(behind)
@@ -225,7 +214,7 @@ def test_leadership_transfer_to_a_far_behind_node_is_fall_behind_too_much():
 
 def test_leadership_transfer_to_an_unknown_member_or_from_a_follower_is_refused():
     cluster = cluster_of(3, seed=6)
-    leader, _ = run_until_leader(cluster, 2000)
+    leader, _ = cluster.run_until_leader(2000)
     follower = next(n for n in cluster.nodes.values() if n is not leader)
     assert leader.replica.transfer_leadership(ADMIN, "n9", cluster.now) is Code.UNKNOWN_MEMBER
     assert follower.replica.transfer_leadership(ADMIN, leader.id, cluster.now) is Code.NOT_LEADER
@@ -239,20 +228,9 @@ def test_sim_checker_accepts_the_completion_of_a_preferred_leader_transfer():
 
 # ---------------------------------------------------------------- regressions: core bugs found here
 
-GROUP = "g"
-PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
-
-
-def replica(self_id, term=0, vote_for=None, log=(), **overrides) -> Replica:
-    config = DLedgerConfig(group=GROUP, self_id=self_id, peers=dict(PEERS), **overrides)
-    store = MemoryLogStore()
-    for n, t in enumerate(log):
-        store.append_leader(t, [(EntryType.NORMAL, f"e{n}".encode())])
-    return Replica(config, store, random.Random(0), term, vote_for)
-
 
 def test_leader_deadline_moves_past_now_while_a_transfer_is_running():
-    r = replica("n0", term=1, check_preferred_leader_interval_ms=50)
+    r = make_replica("n0", term=1, check_preferred_leader_interval_ms=50)
     r.tick(1000.0)
     [req, *_] = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
     r.receive(VoteResponse(GROUP, "n1", "n0", None, 1, VoteResult.ACCEPT, seq=req.seq), 1000.0)
@@ -267,7 +245,7 @@ def test_transferee_campaigns_as_soon_as_pushes_catch_it_up():
     leader_store = MemoryLogStore()
     for n in range(3):
         leader_store.append_leader(1, [(EntryType.NORMAL, f"e{n}".encode())])
-    r = replica("n1", term=1, log=(1,))
+    r = make_replica("n1", term=1, log_terms=(1,))
     r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
     r.receive(
         LeadershipTransferRequest(
@@ -313,7 +291,7 @@ def test_leadership_transfer_succeeds_for_every_seed():
     failed = {}
     for seed in range(100):
         cluster = cluster_of(3, seed=seed)
-        leader, _ = run_until_leader(cluster, 2000)
+        leader, _ = cluster.run_until_leader(2000)
         cluster.run_until(cluster.now + 3 * HB)
         target = next(n for n in cluster.ids if n != leader.id)
         for _ in range(20):
@@ -332,7 +310,7 @@ def test_leadership_transfer_succeeds_for_every_seed():
 def test_restarted_leader_that_lost_unsynced_entries_never_leads_its_old_term_again():
     for seed in range(5):
         cluster = SimCluster(3, random.Random(seed))
-        leader, _ = run_until_leader(cluster, 2000)
+        leader, _ = cluster.run_until_leader(2000)
         follower, laggard = [cluster.nodes[n] for n in cluster.ids if n != leader.id]
         cluster.partition([[leader.id, follower.id], [laggard.id]])  # the laggard falls behind
         for step in range(4000):

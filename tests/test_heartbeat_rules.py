@@ -6,21 +6,11 @@ INCONSISTENT_LEADER, TERM_NOT_READY), and the leader reacts to the answers.
 Time is driven by `tick(now)`; the defaults are a 100 ms beat and a leak of 3.
 """
 
-import random
+from helpers import GROUP, make_replica
 
 from dledger.codes import Code, Role, VoteResult
-from dledger.config import DLedgerConfig
 from dledger.core.messages import HeartBeatRequest, HeartBeatResponse, VoteRequest, VoteResponse
 from dledger.core.replica import Replica
-from dledger.store.memory import MemoryLogStore
-
-GROUP = "g"
-PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
-
-
-def make_replica(self_id="n0", term=0, vote_for=None) -> Replica:
-    config = DLedgerConfig(group=GROUP, self_id=self_id, peers=dict(PEERS))
-    return Replica(config, MemoryLogStore(), random.Random(0), term, vote_for)
 
 
 def heartbeat(replica, leader, term, now=0.0):

@@ -8,8 +8,10 @@ drive `Replica`s directly.
 
 import random
 
+from helpers import GROUP, make_replica
+
 from dledger.codes import Code, EntryType, PushType, Role
-from dledger.config import PAGE_CACHE, DLedgerConfig
+from dledger.config import PAGE_CACHE
 from dledger.core.messages import (
     HeartBeatRequest,
     PushRequest,
@@ -22,8 +24,6 @@ from dledger.sim.cluster import NetworkConditions, SimCluster
 from dledger.store import entry as codec
 from dledger.store.memory import MemoryLogStore
 
-GROUP = "g"
-PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
 HB = 100.0
 
 
@@ -33,21 +33,6 @@ def filled_store(terms, segment_size=1 << 30, prefix="e") -> MemoryLogStore:
         store.append_leader(t, [(EntryType.NORMAL, f"{prefix}{n}".encode())])
     store.sync_plan().run()  # all of it durable
     return store
-
-
-def replica(self_id, store=None, term=0, vote_for=None, peers=None, **overrides) -> Replica:
-    config = DLedgerConfig(group=GROUP, self_id=self_id, peers=dict(peers or PEERS), **overrides)
-    return Replica(config, store or MemoryLogStore(), random.Random(0), term, vote_for)
-
-
-def elect(cluster, limit_ms=2000.0):
-    start = cluster.now
-    while cluster.now - start < limit_ms:
-        cluster.run_until(cluster.now + 1)
-        if cluster.leader() is not None:
-            cluster.run_until(cluster.now + 3 * HB)
-            return cluster.leader()
-    raise AssertionError("no leader")
 
 
 def append_many(cluster, count, node_id=None, gap_ms=2.0):
@@ -72,7 +57,7 @@ def indexes(cluster, handles):
 def test_commit_index_propagates_to_a_follower_that_joins_late():
     cluster = SimCluster(3, random.Random(0))
     cluster.crash("n2")
-    leader = elect(cluster)
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     handles = append_many(cluster, 10)
     cluster.run_until(cluster.now + 20)
     assert outcomes(cluster, handles) == [Code.SUCCESS] * 10
@@ -89,7 +74,7 @@ def test_commit_index_propagates_to_a_follower_that_joins_late():
 
 def test_one_follower_offline_appends_still_commit_with_two_of_three():
     cluster = SimCluster(3, random.Random(1))
-    leader = elect(cluster)
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     cluster.crash(next(n for n in cluster.ids if n != leader.id))
     handles = append_many(cluster, 10)
     cluster.run_until(cluster.now + 20)
@@ -106,7 +91,7 @@ def test_both_followers_offline_appends_time_out_then_pending_full():
         random.Random(2),
         config_overrides={"max_pending_requests": 3, "max_wait_ack_time_ms": 150},
     )
-    leader = elect(cluster)
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     for node_id in cluster.ids:
         if node_id != leader.id:
             cluster.crash(node_id)
@@ -123,7 +108,7 @@ def test_both_followers_offline_appends_time_out_then_pending_full():
 
 def test_follower_down_then_up_pending_append_completes_after_it_returns():
     cluster = SimCluster(3, random.Random(3))
-    leader = elect(cluster)
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     followers = [n for n in cluster.ids if n != leader.id]
     for node_id in followers:
         cluster.crash(node_id)
@@ -146,7 +131,7 @@ def test_dropped_pushes_still_all_appends_succeed_with_consecutive_indexes():
     answers 502 (about 1 seed in 10 under 30 % loss).
     """
     cluster = SimCluster(3, random.Random(4), config_overrides={"max_push_timeout_ms": 100})
-    leader = elect(cluster)
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     cluster.conditions = NetworkConditions(drop=0.3)
     handles = append_many(cluster, 10, gap_ms=5.0)
     cluster.run_until(cluster.now + 2000)
@@ -173,7 +158,7 @@ def test_truncate_follower_with_extra_entries_is_cut_back_to_the_new_leaders_log
     prefix = [stores["n0"].chain_at(i) for i in range(5)]
     cluster.restart("n1")
     cluster.restart("n2")
-    leader = elect(cluster)
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     assert leader.id == "n1" and leader.replica.term > 1
     handles = append_many(cluster, 3)
     cluster.run_until(cluster.now + 20)
@@ -240,7 +225,7 @@ def test_new_leader_does_not_commit_inherited_entries_before_its_own_term_noop()
     """Entries of term 1 on a quorum are not committed by the term-2 leader until its
     NOOP (term 2) is durable on a quorum; the commit then jumps past them at once."""
     stores = {n: filled_store([1, 1]) for n in ("n1", "n2")}
-    wire = Wire({n: replica(n, stores[n], term=2) for n in ("n1", "n2")})  # n0 is gone
+    wire = Wire({n: make_replica(n, term=2, store=stores[n]) for n in ("n1", "n2")})  # n0 is gone
     n1, n2 = wire.replicas["n1"], wire.replicas["n2"]
     wire.tick("n1")
     wire.deliver(keep=lambda m: isinstance(m, (VoteRequest, VoteResponse)))
@@ -279,12 +264,13 @@ def test_a_leader_never_reports_a_commit_at_an_entry_of_an_older_term():
 
     cluster.checker.committed = committed
     for _ in range(3):
-        leader = elect(cluster)
+        leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
         append_many(cluster, 5)
         cluster.crash(leader.id)
-        elect(cluster)  # a successor in a later term inherits uncommitted entries
+        # a successor in a later term inherits uncommitted entries
+        cluster.run_until_leader(settle_ms=3 * HB)
         cluster.restart(leader.id)
-    elect(cluster)
+    cluster.run_until_leader(settle_ms=3 * HB)
     assert len({term for *_, term in seen}) >= 3
     assert all(entry_term == term for _, _, entry_term, term in seen), seen
 
@@ -293,7 +279,7 @@ def test_a_leader_never_reports_a_commit_at_an_entry_of_an_older_term():
 
 
 def single_leader(segment_size=1 << 30) -> Replica:
-    r = replica("n0", MemoryLogStore(segment_size), peers={"n0": "127.0.0.1:40911"})
+    r = make_replica("n0", store=MemoryLogStore(segment_size), peers={"n0": "127.0.0.1:40911"})
     r.tick(1000.0)
     assert r.role is Role.LEADER
     r.persisted(r.store.end_index, r.store.generation, 1000.0)
@@ -332,7 +318,7 @@ def test_an_entry_that_does_not_fit_its_segment_starts_at_the_next_one():
 
 def follower(flush_disk_type=None):
     overrides = {"flush_disk_type": flush_disk_type} if flush_disk_type else {}
-    r = replica("n1", term=1, **overrides)
+    r = make_replica("n1", term=1, **overrides)
     r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
     r.take_output()
     assert r.role is Role.FOLLOWER
@@ -409,7 +395,7 @@ def truncate_push(pre, pre_term, term_runs, leader_end, commit=-1):
 
 def test_truncate_cuts_only_from_the_first_entry_that_disagrees_with_the_leader():
     store = filled_store([1, 1, 1, 1, 1, 2, 2, 2])  # leader: 1 1 1 1 1 2 2 3 3
-    r = replica("n1", store, term=1)
+    r = make_replica("n1", term=1, store=store)
     r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
     before = [store.chain_at(i) for i in range(8)]
     r.take_output()
@@ -422,7 +408,7 @@ def test_truncate_cuts_only_from_the_first_entry_that_disagrees_with_the_leader(
 
 def test_truncate_of_a_follower_that_is_a_prefix_of_the_leader_removes_nothing():
     store = filled_store([1, 1, 2])
-    r = replica("n1", store, term=1)
+    r = make_replica("n1", term=1, store=store)
     r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
     r.take_output()
     generation = store.generation
@@ -434,7 +420,7 @@ def test_truncate_of_a_follower_that_is_a_prefix_of_the_leader_removes_nothing()
 
 def test_truncate_removes_entries_past_the_leaders_end():
     store = filled_store([1, 1, 1, 1])
-    r = replica("n1", store, term=1)
+    r = make_replica("n1", term=1, store=store)
     r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
     r.take_output()
     r.receive(truncate_push(0, 1, [(1, 1)], 1), 1.0)
@@ -445,7 +431,7 @@ def test_truncate_removes_entries_past_the_leaders_end():
 
 def test_truncate_with_a_disagreeing_pre_entry_is_inconsistent_state():
     store = filled_store([1, 2, 2])
-    r = replica("n1", store, term=1)
+    r = make_replica("n1", term=1, store=store)
     r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
     r.take_output()
     r.receive(truncate_push(1, 1, [(2, 1)], 2), 1.0)

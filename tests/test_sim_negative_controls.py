@@ -20,16 +20,6 @@ ACK_BEFORE_FSYNC = Variant(ack_before_fsync=True)
 FORGET_VOTE = Variant(forget_vote_on_crash=True)
 
 
-def elect(cluster, limit_ms=2000.0):
-    start = cluster.now
-    while cluster.now - start < limit_ms:
-        cluster.run_until(cluster.now + 1)
-        if cluster.leader() is not None:
-            cluster.run_until(cluster.now + 3 * HB)
-            return cluster.leader()
-    raise AssertionError("no leader")
-
-
 def holds(store, index, chain):
     return store.begin_index <= index <= store.end_index and store.chain_at(index) == chain
 
@@ -39,7 +29,7 @@ def burst_then_crash_leader_and_follower(cluster) -> list[int]:
     burst of appends; a few ms after the last acknowledgement both lose power (keeping
     nothing unsynced). Returns the indexes of acknowledged appends no replica still holds.
     Then everything restarts and heals, and progress is demanded."""
-    leader = elect(cluster)
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     follower, laggard = [n for n in cluster.ids if n != leader.id]
     cluster.partition([[leader.id, follower], [laggard]])
     handles = []

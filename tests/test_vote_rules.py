@@ -7,12 +7,10 @@ documented departures: the hard state leaves with the vote, and a follower that
 learned its leader from a heartbeat records it as its vote.
 """
 
-import random
-
 import pytest
+from helpers import GROUP, make_replica
 
-from dledger.codes import Code, EntryType, ParseResult, Role, VoteResult
-from dledger.config import DLedgerConfig
+from dledger.codes import Code, ParseResult, Role, VoteResult
 from dledger.core.election import VoteRound
 from dledger.core.messages import (
     HeartBeatRequest,
@@ -21,20 +19,6 @@ from dledger.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from dledger.core.replica import Replica
-from dledger.store.memory import MemoryLogStore
-
-GROUP = "g"
-PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
-
-
-def make_replica(self_id="n0", term=0, vote_for=None, log_terms=(), **overrides) -> Replica:
-    """A replica of the 3-peer group whose log holds one entry per term in `log_terms`."""
-    config = DLedgerConfig(group=GROUP, self_id=self_id, peers=dict(PEERS), **overrides)
-    store = MemoryLogStore()
-    for n, t in enumerate(log_terms):
-        store.append_leader(t, [(EntryType.NORMAL, f"e{n}".encode())])
-    return Replica(config, store, random.Random(0), term, vote_for)
 
 
 def vote(replica, candidate, term, end_index, end_term, now=0.0, sender=None):

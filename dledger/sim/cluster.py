@@ -155,6 +155,31 @@ class SimCluster:
         leaders = [n for n in self.nodes.values() if n.alive and n.replica.role is Role.LEADER]
         return max(leaders, key=lambda n: n.replica.term) if leaders else None
 
+    def run_until_leader(
+        self, limit_ms: float = 2000.0, not_id: str | None = None, settle_ms: float = 0.0
+    ) -> tuple[SimNode, float]:
+        """Step virtual time 1 ms at a time until a live leader other than `not_id` exists.
+
+        Then run `settle_ms` more (time for the followers to hear of it) and return the
+        leader as it stands then, with the ms it took to appear (settling not counted).
+        No leader is a liveness failure of the caller's scenario, not a safety violation,
+        so it raises a plain AssertionError, never the checker's InvariantViolation that
+        negative-control tests expect.
+        """
+        start = self.now
+        while self.now - start < limit_ms:
+            self.run_until(self.now + 1.0)
+            leader = self.leader()
+            if leader is not None and leader.id != not_id:
+                elapsed = self.now - start
+                if settle_ms:
+                    self.run_until(self.now + settle_ms)
+                    leader = self.leader()
+                    if leader is None:
+                        raise AssertionError(f"the leader was lost within {settle_ms} ms")
+                return leader, elapsed
+        raise AssertionError(f"no leader within {limit_ms} ms")
+
     # ------------------------------------------------------------------ clients
     def client_append(self, node_id: str | None = None, body: bytes | None = None) -> int | None:
         """Send one append to `node_id` (default: the current leader); returns its handle."""

@@ -14,11 +14,45 @@ import abc
 import attrs
 
 from dledger.codes import EntryType
+from dledger.store import entry as codec
 from dledger.store.entry import Entry
 
 
 class InconsistentAppend(ValueError):
     """A follower was asked to append entries that do not continue its log."""
+
+
+def validate_continuation(
+    blob, next_index: int, end_pos: int, end_term: int, prev_chain: int | None, segment_size: int
+) -> list[tuple[int, int, int, int, int, int, int]]:
+    """Check that a leader's encoded entries continue a log; returns what they hold.
+
+    The log ends before `next_index` at `end_pos` in `end_term`, with `prev_chain` its
+    last chainCrc (None when unknown, after a reset: the first entry's chain is then
+    taken on trust). Each entry must carry the next index, sit where `entry.place`
+    puts it, not lower the term, and pass `entry.check` against the chain so far.
+
+    Returns (offset, type, size, index, term, pos, chain) per entry, as
+    `entry.iter_entries` does, with each chain verified. Raises InconsistentAppend or
+    CorruptEntry before the caller writes anything, so a rejected blob leaves no trace.
+    """
+    rows = []
+    index, term, chain = next_index, end_term, prev_chain
+    for offset, e_type, size, e_index, e_term, e_pos, _c in codec.iter_entries(blob):
+        if e_index != index:
+            raise InconsistentAppend(f"expected index {index}, got {e_index}")
+        try:
+            expected_pos = codec.place(end_pos, size, segment_size)
+        except ValueError:  # a damaged size field; the bodyCrc check would come too late
+            raise codec.CorruptEntry(f"index {e_index}: size {size} too large") from None
+        if e_pos != expected_pos:
+            raise InconsistentAppend(f"index {e_index}: pos {e_pos} does not follow {end_pos}")
+        if e_term < term:
+            raise InconsistentAppend(f"index {e_index}: term {e_term} below {term}")
+        _t, _s, _i, _tt, chain = codec.check(blob, offset, chain)
+        rows.append((offset, e_type, size, e_index, e_term, e_pos, chain))
+        index, end_pos, term = index + 1, e_pos + size, e_term
+    return rows
 
 
 @attrs.define(slots=True)

@@ -45,7 +45,7 @@ import attrs
 
 from dledger.codes import EntryType
 from dledger.store import entry as codec
-from dledger.store.base import InconsistentAppend, LogStore, SyncPlan
+from dledger.store.base import InconsistentAppend, LogStore, SyncPlan, validate_continuation
 from dledger.store.meta import atomic_write, format_properties, fsync_dir, parse_properties
 
 log = logging.getLogger(__name__)
@@ -484,24 +484,10 @@ class FileLogStore(LogStore):
         return placed
 
     def append_encoded(self, blob: bytes) -> int:
-        staged = []
-        index, end_pos, term = self.end_index + 1, self.end_pos, self.end_term
         chain = self.end_chain if not self.empty or self._before_chain is not None else None
-        seg_size = self.segment_size
-        for offset, e_type, size, e_index, e_term, e_pos, _c in codec.iter_entries(blob):
-            if e_index != index:
-                raise InconsistentAppend(f"expected index {index}, got {e_index}")
-            try:
-                expected_pos = codec.place(end_pos, size, seg_size)
-            except ValueError:  # a damaged size field; the bodyCrc check would come too late
-                raise codec.CorruptEntry(f"index {e_index}: size {size} too large") from None
-            if e_pos != expected_pos:
-                raise InconsistentAppend(f"index {e_index}: pos {e_pos} does not follow {end_pos}")
-            if e_term < term:
-                raise InconsistentAppend(f"index {e_index}: term {e_term} below {term}")
-            _t, _s, _i, _tt, chain = codec.check(blob, offset, chain)
-            staged.append((offset, e_type, size, e_index, e_term, e_pos))
-            index, end_pos, term = index + 1, e_pos + size, e_term
+        staged = validate_continuation(
+            blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
+        )
         if not staged:
             return 0
         view = memoryview(blob)
@@ -511,18 +497,18 @@ class FileLogStore(LogStore):
         if group_pos != prev_end:
             self._write_blank(prev_end)
         index_parts = []
-        for offset, e_type, size, e_index, e_term, e_pos in staged:
+        for offset, e_type, size, e_index, e_term, e_pos, _c in staged:
             if e_pos != prev_end and offset != group_start:
                 self._write_data(group_pos, view[group_start:offset])
                 self._write_blank(prev_end)
                 group_start, group_pos = offset, e_pos
             index_parts.append(_INDEX.pack(e_type, e_pos, size, e_index, e_term))
             prev_end = e_pos + size
-        last_offset, _t, last_size = staged[-1][:3]
+        last_offset, _t, last_size, last_index, last_term, last_pos, last_chain = staged[-1]
         self._write_data(group_pos, view[group_start : last_offset + last_size])
         self._write_index(staged[0][3], b"".join(index_parts))
         self._add_runs(staged[0][3], (s[4] for s in staged))
-        self._set_end(index - 1, term, end_pos, chain)
+        self._set_end(last_index, last_term, last_pos + last_size, last_chain)
         return len(staged)
 
     # ---------------------------------------------------------------------------- removal

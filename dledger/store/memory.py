@@ -7,7 +7,7 @@ copy it returns holds only what the last completed fsync covered.
 from __future__ import annotations
 
 from dledger.store import entry as codec
-from dledger.store.base import InconsistentAppend, LogStore, SyncPlan
+from dledger.store.base import LogStore, SyncPlan, validate_continuation
 
 
 class MemoryLogStore(LogStore):
@@ -86,26 +86,13 @@ class MemoryLogStore(LogStore):
         return placed
 
     def append_encoded(self, blob: bytes) -> int:
-        staged = []
-        index, end_pos, term = self.end_index + 1, self.end_pos, self.end_term
         chain = self.end_chain if self._meta or self._before_chain is not None else None
-        for offset, _t, size, e_index, e_term, e_pos, _c in codec.iter_entries(blob):
-            if e_index != index:
-                raise InconsistentAppend(f"expected index {index}, got {e_index}")
-            try:
-                expected_pos = codec.place(end_pos, size, self.segment_size)
-            except ValueError:  # a damaged size field; the bodyCrc check would come too late
-                raise codec.CorruptEntry(f"index {e_index}: size {size} too large") from None
-            if e_pos != expected_pos:
-                raise InconsistentAppend(f"index {e_index}: pos {e_pos} does not follow {end_pos}")
-            if e_term < term:
-                raise InconsistentAppend(f"index {e_index}: term {e_term} below {term}")
-            _t, _s, _i, _tt, chain = codec.check(blob, offset, chain)
-            staged.append((bytes(blob[offset : offset + size]), (e_term, e_pos, chain)))
-            index, end_pos, term = index + 1, e_pos + size, e_term
-        for encoded, meta in staged:
-            self._encoded.append(encoded)
-            self._meta.append(meta)
+        staged = validate_continuation(
+            blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
+        )
+        for offset, _t, size, _i, e_term, e_pos, e_chain in staged:
+            self._encoded.append(bytes(blob[offset : offset + size]))
+            self._meta.append((e_term, e_pos, e_chain))
         return len(staged)
 
     def truncate(self, from_index: int) -> None:

@@ -1,0 +1,24 @@
+"""What the rule tests share: the 3-peer group and a `Replica` of it to feed by hand."""
+
+import random
+
+from dledger.codes import EntryType
+from dledger.config import DLedgerConfig
+from dledger.core.replica import Replica
+from dledger.store.memory import MemoryLogStore
+
+GROUP = "g"
+PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
+
+
+def make_replica(
+    self_id="n0", term=0, vote_for=None, log_terms=(), *, store=None, peers=None, **overrides
+) -> Replica:
+    """A replica of the group (`PEERS` unless `peers`) on `store` (default: a new memory
+    store), after appending one entry per term in `log_terms` to it."""
+    config = DLedgerConfig(group=GROUP, self_id=self_id, peers=dict(peers or PEERS), **overrides)
+    if store is None:
+        store = MemoryLogStore()
+    for n, t in enumerate(log_terms):
+        store.append_leader(t, [(EntryType.NORMAL, f"e{n}".encode())])
+    return Replica(config, store, random.Random(0), term, vote_for)
