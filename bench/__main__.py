@@ -18,23 +18,33 @@ from pathlib import Path
 import trio
 
 COLUMNS = [
-    ("system", "system", "{}"),
-    ("payload", "payload B", "{}"),
-    ("appends_per_s", "appends/s", "{:,}"),
-    ("batched_appends_per_s", "batched/s", "{:,}"),
-    ("p50_ms", "p50 ms", "{}"),
-    ("p99_ms", "p99 ms", "{}"),
-    ("half_load_p99_ms", "p99@half ms", "{}"),
-    ("single_p50_ms", "single p50 ms", "{}"),
-    ("failover_ms", "failover ms", "{}"),
-    ("peak_rss_mib", "RSS MiB/node", "{}"),
+    ("system", "system"),
+    ("payload", "payload B"),
+    ("appends_per_s", "appends/s"),
+    ("batched_appends_per_s", "batched/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("half_load_p99_ms", "p99@half ms"),
+    ("single_p50_ms", "single p50 ms"),
+    ("failover_ms", "failover ms"),
+    ("peak_rss_mib", "RSS MiB/node"),
 ]
 
 
+def _cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_per_s") or key == "failover_ms":
+        return f"{round(value):,}"
+    if isinstance(value, float):
+        return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+    return str(value)
+
+
 def table(rows: list[dict]) -> str:
-    cells = [[title for _, title, _ in COLUMNS]]
-    for row in rows:
-        cells.append(["-" if row.get(k) is None else fmt.format(row[k]) for k, _, fmt in COLUMNS])
+    """A Markdown table, so the README can show it as printed."""
+    cells = [[title for _, title in COLUMNS]]
+    cells += [[_cell(key, row.get(key)) for key, _ in COLUMNS] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
     lines = [
         "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells

@@ -117,7 +117,9 @@ async def _failover_trials(group: LocalGroup, trials: int) -> list[float]:
                 await probe.append([b"after-kill"])
             results.append((trio.current_time() - killed_at) * 1000.0)
             group.start(old)
-            await trio.sleep(1.0)
+            # the next trial needs two live, caught-up members besides the leader it kills
+            if not await group.caught_up(client, old, timeout_s=60.0):
+                raise RuntimeError(f"{old} did not catch up after its restart")
     return results
 
 

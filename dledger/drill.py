@@ -11,7 +11,7 @@ import signal
 import attrs
 import trio
 
-from dledger.client import ClientError, DLedgerClient
+from dledger.client import ClientError
 from dledger.local import LocalGroup
 
 
@@ -90,7 +90,7 @@ async def run_drill(
         log(f"read back {len(acked)} acknowledged entries: {len(report.lost)} missing or different")
 
         group.start(report.first_leader)
-        report.restarted_caught_up = await _caught_up(client, report.first_leader)
+        report.restarted_caught_up = await group.caught_up(client, report.first_leader)
         log(f"restarted {report.first_leader}: caught up = {report.restarted_caught_up}")
         committed = max(acked)
         last = await client.get(committed)
@@ -103,18 +103,6 @@ async def run_drill(
         f"mismatches: {report.mismatched_replicas or 'none'}"
     )
     return report
-
-
-async def _caught_up(client: DLedgerClient, node_id: str, timeout_s: float = 15.0) -> bool:
-    with trio.move_on_after(timeout_s):
-        while True:
-            rows = {r.get("selfId"): r for r in await client.status()}
-            leader = next((r for r in rows.values() if r.get("role") == "LEADER"), None)
-            me = rows.get(node_id, {})
-            if leader and me.get("committedIndex", -1) >= leader["committedIndex"] >= 0:
-                return True
-            await trio.sleep(0.05)
-    return False
 
 
 def _compare_replicas(group: LocalGroup, end_pos: int) -> tuple[int, list[str]]:

@@ -137,3 +137,15 @@ class LocalGroup:
                     if all(r.get("leaderId") == leader["selfId"] for r in live):
                         return leader
                 await trio.sleep(0.02)
+
+    async def caught_up(self, client: DLedgerClient, node_id: str, timeout_s: float = 30.0) -> bool:
+        """Whether `node_id` reaches the leader's commit index within `timeout_s`."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                rows = {r.get("selfId"): r for r in await client.status()}
+                leader = next((r for r in rows.values() if r.get("role") == "LEADER"), None)
+                mine = rows.get(node_id, {}).get("committedIndex")
+                if leader and mine is not None and mine >= leader["committedIndex"] >= 0:
+                    return True
+                await trio.sleep(0.05)
+        return False
