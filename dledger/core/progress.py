@@ -22,7 +22,6 @@ class Progress:
     waiting_seq: int = -1  # the outstanding COMPARE/TRUNCATE, if any
     waiting_since_ms: float = 0.0
     inflight: OrderedDict = attrs.Factory(OrderedDict)  # seq -> (last index, sent at ms)
-    follower_end: int = -1
     sent_commit: int = -1  # the last commit index sent to this follower
     stalled: bool = False  # a push could not be delivered: wait for a heartbeat answer
 

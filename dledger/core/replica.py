@@ -136,8 +136,6 @@ class Replica:
         # transfer
         self.transfer: _Transfer | None = None
         self.term_to_take_leadership = -1
-        # statistics the tests and the status command read
-        self.elections_won = 0
 
     # ------------------------------------------------------------------ public surface
     def take_output(self) -> Output:
@@ -463,7 +461,6 @@ class Replica:
 
     def _become_leader(self, now: float) -> None:
         self.leader_id = self.self_id
-        self.elections_won += 1
         self.progress = {p: Progress(next_index=self.store.end_index + 1) for p in self.peers}
         self.last_ack_ms = dict.fromkeys(self.peers, now)
         self.last_send_heartbeat_ms = float("-inf")
@@ -759,7 +756,6 @@ class Replica:
             return
         if resp.code == Code.SUCCESS:
             self.last_ack_ms[resp.local_id] = now
-        prog.follower_end = resp.end_index
         if resp.type == PushType.APPEND:
             if prog.inflight.pop(resp.seq, None) is None:
                 return

@@ -91,11 +91,6 @@ class FrameReader:
             self._feed(data)
         return ready.popleft()
 
-    @property
-    def buffered_frames(self) -> int:
-        """Frames already parsed and waiting, so a caller may drain them without awaiting."""
-        return len(self._ready)
-
     def _feed(self, data) -> None:
         buf = self._buf
         if buf:

@@ -25,7 +25,6 @@ class Checker:
         self.acked: dict[int, tuple[int, int]] = {}  # handle -> (index, chainCrc)
         self.outcomes: dict[int, Code] = {}
         self.leader_changes = 0
-        self.truncations_seen = 0
 
     def _fail(self, what: str) -> None:
         raise InvariantViolation(f"t={self.cluster.now:.1f}ms: {what}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
 
 import attrs
 
@@ -90,7 +89,6 @@ class SimCluster:
         self.nodes: dict[str, SimNode] = {}
         self._handles = 0
         self.appends: dict[int, bytes] = {}  # handle -> body
-        self.on_completion: Callable | None = None
         for node_id in self.ids:
             self.nodes[node_id] = self._boot(node_id, MemoryLogStore(segment_size), (0, None))
 

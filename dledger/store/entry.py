@@ -70,11 +70,6 @@ def encode(
     return prefix + tail + body, chain
 
 
-def decode_header(buf, offset: int = 0) -> tuple[int, int, int, int, int, int, int, int, int]:
-    """(magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodyLen) at offset."""
-    return HEADER.unpack_from(buf, offset)
-
-
 def check(buf, offset: int, prev_chain: int | None) -> tuple[int, int, int, int, int]:
     """Validate the entry at `offset` of `buf`; returns (type, size, index, term, chainCrc).
 
