@@ -113,3 +113,28 @@ async def test_follower_restart_catches_up_and_keeps_term(tmp_path):
         assert rows[leader["selfId"]]["role"] == "LEADER"
         assert rows[leader["selfId"]]["term"] == leader["term"]
         assert rows[follower]["ledgerEndIndex"] == rows[leader["selfId"]]["ledgerEndIndex"]
+
+
+async def test_damage_before_the_committed_point_is_a_clean_refusal_to_start(tmp_path):
+    """A flipped byte inside committed data: the replica names the file and offset and exits 4."""
+    async with LocalGroup(tmp_path, 3, group="damage") as group, group.client() as client:
+        await group.wait_for_leader(client)
+        positions = []
+        for i in range(20):
+            positions += await client.append([f"entry-{i:03d}".encode() * 4])
+        victim = group.ids[0]
+        assert await group.caught_up(client, victim)
+    group.stop()  # a graceful stop writes the checkpoint of what is durable and committed
+    checkpoint = (tmp_path / victim / f"dledger-{victim}" / "checkpoint").read_text()
+    assert "committedIndex=" in checkpoint
+    _index, pos = positions[5]
+    segment = sorted(group.data_dir(victim).iterdir())[0]
+    with open(segment, "r+b") as f:
+        f.seek(pos + 48 + 3)  # inside the body of a committed entry
+        byte = f.read(1)
+        f.seek(pos + 48 + 3)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    proc = subprocess.run(group.command(victim), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 4, (proc.returncode, proc.stdout, proc.stderr)
+    assert str(segment) in proc.stderr
+    assert f"offset {pos}" in proc.stderr
