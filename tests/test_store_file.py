@@ -9,6 +9,7 @@ files behind the store's back and reopen it.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import threading
 import time
@@ -18,7 +19,7 @@ import pytest
 
 from dledger.codes import EntryType
 from dledger.store import entry as codec
-from dledger.store.file import FileLogStore, StoreCorruption
+from dledger.store.file import FileLogStore, StoreCorruption, _NoFastStart
 from dledger.store.memory import MemoryLogStore
 
 SEGMENT_BYTES = 10 * 1024
@@ -148,6 +149,8 @@ def test_normal_recovery_restores_the_same_log(written):
         assert store.first_index_of_term(75) == 60
         assert store.recovered_truncated_bytes == 0
         assert store.recovery.cut_pos is None and store.recovery.index_entries_rewritten == 0
+        # no checkpoint: the scan starts at the third-to-last data segment (entry 81)
+        assert (store.recovery.trusted_entries, store.recovery.verified_entries) == (81, 19)
         assert store.append_leader(4, [(NORMAL, body(100))]) == [(100, entry_pos(100))]
     finally:
         store.close()
@@ -312,8 +315,9 @@ def test_a_flipped_header_byte_breaks_the_chain_and_is_cut(written, reference):
 
 
 def test_damage_inside_the_committed_log_refuses_to_start(written):
+    # entry 75 is in segment 8 (72..80), where the scan starts for committed index 80
     path, _snapshot, _entries = written
-    seg, offset = divmod(entry_pos(50), SEGMENT_BYTES)
+    seg, offset = divmod(entry_pos(75), SEGMENT_BYTES)
     flip(data_file(path, seg), offset + codec.HEADER_SIZE + 3)
     with pytest.raises(StoreCorruption) as info:
         open_store(path, committed_index=80)
@@ -385,6 +389,221 @@ def test_a_missing_front_segment_starts_the_log_at_the_first_entry_found(written
         assert store.begin_index == 18 and not store.recovery.derived_begin
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------------------ fast start
+def varied_fill(store, count: int, first_term: int, seed: int = 7) -> None:
+    """`count` entries of assorted sizes and types in batches, the term jumping now and then."""
+    rng = random.Random(seed)
+    term, n = first_term, 0
+    while n < count:
+        if rng.random() < 0.15:
+            term += rng.choice((1, 1, 2, 5))
+        items = [
+            (rng.choice((NORMAL, NORMAL, NORMAL, EntryType.NOOP)), body(n + k, rng.randint(0, 900)))
+            for k in range(min(rng.randint(1, 4), count - n))
+        ]
+        store.append_leader(term, items)
+        n += len(items)
+
+
+def make_layout(path: Path, layout: str) -> None:
+    store = open_store(path)
+    try:
+        if layout == "reset_mid_segment":  # DLedger's resetOffset: an unused segment prefix
+            store.reset(1000, 3 * SEGMENT_BYTES + 560, 7)
+        elif layout == "reset_first_entry_rolls":  # the first segment holds only a filler
+            store.reset(10, SEGMENT_BYTES - 100, 1)
+        varied_fill(store, 400, first_term=store.end_term + 1)
+        if layout == "after_retention":
+            assert store.delete_expired(150, 0, now=time.time() + 10) > 0
+    finally:
+        store.close()
+
+
+def everything(store: FileLogStore) -> tuple:
+    """All a reader can see of the store, plus the bookkeeping recovery set up."""
+    indexes = range(store.begin_index, store.end_index + 1)
+    return (
+        state(store),
+        store.term_at(store.begin_index - 1),
+        [store.term_at(i) for i in indexes],
+        [store.first_index_of_term(i) for i in indexes],
+        [store.pos_at(i) for i in indexes],
+        [store.get(i) for i in indexes],
+        [store.read_encoded(i, 3000) for i in indexes],
+        dict(store.synced_lengths),
+        {s: seg.written_bytes for s, seg in store._data.items()},
+        (store.recovery.cut_pos, store.recovery.truncated_bytes, store.recovery.dropped_files),
+        store.recovery.index_entries_rewritten,
+    )
+
+
+def open_with_full_scan(path: Path, **kwargs) -> FileLogStore:
+    """Open the way recovery did before fast starts: checking every entry."""
+
+    def refuse(*_args):
+        raise _NoFastStart("full scan for comparison")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(FileLogStore, "_plan_fast_start", refuse)
+        store = open_store(path, **kwargs)
+    assert store.recovery.trusted_entries == 0
+    return store
+
+
+@pytest.mark.parametrize(
+    "layout", ["from_zero", "reset_mid_segment", "reset_first_entry_rolls", "after_retention"]
+)
+@pytest.mark.parametrize("committed", ["near_end", "middle", "none"])
+def test_a_fast_start_recovers_what_a_full_scan_does(tmp_path, layout, committed):
+    path = tmp_path / "s"
+    make_layout(path, layout)
+    full = open_with_full_scan(path)
+    try:
+        expected = everything(full)
+        begin, end = full.begin_index, full.end_index
+        assert full.recovery.verified_entries == end - begin + 1
+    finally:
+        full.close()
+    committed_index = {"near_end": end - 3, "middle": (begin + end) // 2, "none": -1}[committed]
+    store = open_store(path, committed_index=committed_index)
+    try:
+        assert everything(store) == expected
+        report = store.recovery
+        assert report.full_scan_reason is None
+        assert report.trusted_entries + report.verified_entries == end - begin + 1
+        start = begin + report.trusted_entries  # the first entry the scan checked
+        if committed_index >= 0:  # the start of the segment holding the committed entry
+            anchor = store.pos_at(committed_index)
+            assert store.pos_at(start) == anchor - anchor % SEGMENT_BYTES
+        else:  # DLedger's rule: the third-to-last data segment
+            assert store.pos_at(start) == int(names(path / "data")[-3])
+        assert store.pos_at(start - 1) < store.pos_at(start) - store.pos_at(start) % SEGMENT_BYTES
+        # the trusted prefix spans several segments and several term changes
+        assert report.trusted_entries > 50
+        assert len({store.term_at(i) for i in range(begin, start)}) >= 4
+        # and the log goes on where it ended
+        store.append_leader(store.end_term + 1, [(NORMAL, b"after")])
+        assert store.get(store.end_index).body == b"after"
+    finally:
+        store.close()
+
+
+def test_damage_in_the_trusted_prefix_is_not_found_at_startup(written):
+    """The trade-off: with committed index 95, entries 0..89 (segments 0..9) are trusted."""
+    path, snapshot, entries = written
+    seg, offset = divmod(entry_pos(5), SEGMENT_BYTES)
+    flip(data_file(path, seg), offset + codec.HEADER_SIZE + 3)
+    store = open_store(path, committed_index=95)
+    try:
+        assert state(store) == snapshot
+        report = store.recovery
+        assert (report.trusted_entries, report.verified_entries) == (90, 10)
+        assert report.cut_pos is None and report.full_scan_reason is None
+        # reads do not check bodyCrc either: the damaged body comes back as stored
+        damaged = store.get(5)
+        assert damaged.body != entries[5].body and damaged.chain_crc == entries[5].chain_crc
+        # a follower checks what it receives and refuses it
+        follower = MemoryLogStore(SEGMENT_BYTES)
+        follower.append_encoded(store.read_encoded(0, 5 * ENTRY_BYTES)[0])
+        with pytest.raises(codec.CorruptEntry, match="bodyCrc"):
+            follower.append_encoded(store.read_encoded(5, ENTRY_BYTES)[0])
+    finally:
+        store.close()
+
+
+def test_the_same_damage_after_the_starting_point_is_found_as_before(written, reference):
+    path, _snapshot, _entries = written
+    seg, offset = divmod(entry_pos(93), SEGMENT_BYTES)
+    flip(data_file(path, seg), offset + codec.HEADER_SIZE + 3)
+    with pytest.raises(StoreCorruption) as info:  # segment 10 (90..98) is checked
+        open_store(path, committed_index=95)
+    assert (info.value.path, info.value.offset) == (str(data_file(path, seg)), offset)
+    assert len(names(path / "data")) == 12
+    store = open_store(path)  # no checkpoint: from segment 9 (81..), the damage is cut
+    try:
+        assert state(store) == prefix_state(reference, 92)
+        assert "bodyCrc" in store.recovery.reason
+        assert (store.recovery.trusted_entries, store.recovery.verified_entries) == (81, 12)
+    finally:
+        store.close()
+
+
+def index_file(path: Path, index: int) -> Path:
+    return path / "index" / f"{32 * index // INDEX_SEGMENT_BYTES * INDEX_SEGMENT_BYTES:020d}"
+
+
+def patch_index(path: Path, index: int, **fields) -> None:
+    """Rewrite fields (magic, pos, size, index, term) of one index entry."""
+    where = 32 * index % INDEX_SEGMENT_BYTES
+    old = codec.INDEX_ENTRY.unpack(read(index_file(path, index), where, 32))
+    new = dict(zip(("magic", "pos", "size", "index", "term"), old, strict=True)) | fields
+    patch(index_file(path, index), where, codec.INDEX_ENTRY.pack(*new.values()))
+
+
+@pytest.mark.parametrize(
+    ("damage", "rewritten"),
+    [
+        ("no_index_file_for_the_committed_entry", 20),  # entries 80..95 lose their file
+        ("committed_entry_indexed_elsewhere", 5),
+        ("entry_before_the_start_misindexed", 11),
+        ("entry_before_the_start_not_indexed", 11),
+        ("no_index_at_all", COUNT),
+    ],
+)
+def test_a_bad_index_at_the_starting_point_falls_back_to_a_full_scan(written, damage, rewritten):
+    # committed index 95: the fast start would check from 90 (segment 10), seeded by 89
+    path, snapshot, entries = written
+    if damage == "no_index_file_for_the_committed_entry":
+        index_file(path, 95).unlink()
+    elif damage == "committed_entry_indexed_elsewhere":
+        patch_index(path, 95, pos=entry_pos(40))
+    elif damage == "entry_before_the_start_misindexed":
+        patch_index(path, 89, term=2)
+    elif damage == "entry_before_the_start_not_indexed":
+        patch(index_file(path, 89), 32 * 89 % INDEX_SEGMENT_BYTES, bytes(32))
+    else:
+        for p in (path / "index").iterdir():
+            p.unlink()
+    store = open_store(path, committed_index=95)
+    try:
+        report = store.recovery
+        assert report.full_scan_reason is not None
+        assert (report.trusted_entries, report.verified_entries) == (0, COUNT)
+        assert state(store) == snapshot
+        assert report.index_entries_rewritten == rewritten
+        assert [store.get(i) for i in range(COUNT)] == entries
+        assert [store.term_at(i) for i in range(COUNT)] == [term_of(n) for n in range(COUNT)]
+    finally:
+        store.close()
+    store = open_store(path, committed_index=95)  # repaired: the next start is fast again
+    try:
+        assert store.recovery.full_scan_reason is None
+        assert store.recovery.verified_entries == 10
+    finally:
+        store.close()
+
+
+def test_a_seed_whose_chain_does_not_continue_falls_back_and_finds_the_damage(written):
+    # entry 89's chainCrc field is flipped: its bodyCrc and index entry still check
+    # out, so the fast start seeds with it, and entry 90 fails to chain onto it
+    path, _snapshot, _entries = written
+    seg, offset = divmod(entry_pos(89), SEGMENT_BYTES)
+    flip(data_file(path, seg), offset + codec.CHAIN_OFFSET + 1)
+    with pytest.raises(StoreCorruption) as info:
+        open_store(path, committed_index=95)
+    assert (info.value.path, info.value.offset) == (str(data_file(path, seg)), offset)
+    assert "chainCrc mismatch at index 89" in info.value.reason
+
+
+def test_a_missing_filler_in_the_trusted_prefix_falls_back_to_a_full_scan(written):
+    # a zeroed filler reads as the end of the data to a full scan, as before
+    path, _snapshot, _entries = written
+    patch(data_file(path, 3), PER_SEGMENT * ENTRY_BYTES, bytes(8))
+    with pytest.raises(StoreCorruption) as info:
+        open_store(path, committed_index=95)
+    assert "the log would end at 35" in str(info.value)
 
 
 # ------------------------------------------------------------------------------ truncation
