@@ -38,6 +38,7 @@ def validate_continuation(
     """
     rows = []
     index, term, chain = next_index, end_term, prev_chain
+    view = memoryview(blob)
     for offset, e_type, size, e_index, e_term, e_pos, _c in codec.iter_entries(blob):
         if e_index != index:
             raise InconsistentAppend(f"expected index {index}, got {e_index}")
@@ -49,7 +50,7 @@ def validate_continuation(
             raise InconsistentAppend(f"index {e_index}: pos {e_pos} does not follow {end_pos}")
         if e_term < term:
             raise InconsistentAppend(f"index {e_index}: term {e_term} below {term}")
-        _t, _s, _i, _tt, chain = codec.check(blob, offset, chain)
+        _t, _s, _i, _tt, chain = codec.check(view, offset, chain)
         rows.append((offset, e_type, size, e_index, e_term, e_pos, chain))
         index, end_pos, term = index + 1, e_pos + size, e_term
     return rows
