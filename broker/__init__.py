@@ -1,0 +1,2 @@
+"""The RocketMQ-compatible broker: message store (CommitLog codec, DLedger CommitLog,
+ConsumeQueue, offsets), request processors and role change."""
