@@ -1,0 +1,366 @@
+"""One remoting connection, either end: requests both ways, responses matched by opaque.
+
+RocketMQ puts this logic in `NettyRemotingAbstract`, shared by client and server,
+because the protocol is symmetric: a client sends requests and also answers the
+broker's (NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO); a broker answers
+requests and also sends its own. Each incoming frame is either a response (flag bit
+0), routed to the waiting `invoke` by its opaque, or a request, handed to the
+processor in a task of its own so that a long-polling pull does not hold up the
+requests behind it.
+
+Rules from `processRequestCommand`, kept here:
+
+- the response carries the request's opaque and serialize type and the response flag;
+- a oneway request (flag bit 1) gets no response, whatever the processor returns;
+- a processor exception is logged and answered SYSTEM_ERROR with its text, and the
+  connection carries on;
+- a malformed frame closes the connection (Java's decoder closes the channel): the
+  framing of what follows can no longer be trusted.
+
+When the connection's I/O ends — the peer closed it, a frame was malformed, a send
+failed, or `close()` was called — every pending `invoke` fails at once with
+RemotingConnectError and `on_close` runs. Requests already received keep running to
+completion, as they would on Java's executor threads (a oneway offset commit sent
+just before a client exits must not be lost); their responses are dropped. A
+processor that waits for a long time can watch `closed` or `wait_closed()`.
+
+Sending is synchronous and never blocks: `send` queues the frame for the writer
+task, which batches everything queued into one `send_all`. The queue is bounded by
+`max_pending_bytes`; a peer that stops reading past it has its connection closed,
+so a stuck client costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import math
+from collections.abc import Callable
+
+import trio
+
+from remoting.codec import MAX_FRAME_BYTES
+from remoting.codes import ResponseCode
+from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
+from remoting.processor import Processor, not_supported
+
+__all__ = ["DEFAULT_MAX_PENDING_BYTES", "Connection"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_OPAQUE_MASK = 0x7FFFFFFF  # opaques are Java ints; ours stay positive and wrap
+
+
+class _Call:
+    __slots__ = ("code", "deadline", "error", "event", "response", "timeout_s")
+
+    def __init__(self, code: int, timeout_s: float) -> None:
+        self.code = code
+        self.timeout_s = timeout_s
+        self.deadline = trio.current_time() + timeout_s
+        self.event = trio.Event()
+        self.response: RemotingCommand | None = None
+        self.error: BaseException | None = None
+
+
+class Connection:
+    """A connected trio stream speaking remoting; `run()` drives it until it closes.
+
+    `processor` answers requests from the peer; None answers every request
+    REQUEST_CODE_NOT_SUPPORTED (a client that serves nothing). `on_close(connection)`
+    is called once, when the I/O has ended. Hashable by identity, so a broker can key
+    its client tables by connection.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        processor: Processor | None = None,
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        on_close: Callable[[Connection], None] | None = None,
+        receive_size: int = RECEIVE_CHUNK,
+    ) -> None:
+        self._stream = stream
+        self._processor = processor
+        self._max_frame_bytes = max_frame_bytes
+        self._max_pending_bytes = max_pending_bytes
+        self._on_close = on_close
+        self._receive_size = receive_size
+        self._writer = FrameWriter(stream, max_frame_bytes)
+        self.remote_address = _socket_name(stream, "getpeername")
+        self.local_address = _socket_name(stream, "getsockname")
+        self._opaque = 0
+        self._calls: dict[int, _Call] = {}
+        self._deadlines: list[tuple[float, int]] = []  # heap; finished calls' entries linger
+        self._reaper_wake = trio.Event()
+        self._error: RemotingConnectError | None = None
+        self._io_scope: trio.CancelScope | None = None
+        self._tasks: trio.Nursery | None = None
+        self._closed_event = trio.Event()
+        self._started = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Connection {self.local_address} <-> {self.remote_address} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection can no longer send (closed, or closing)."""
+        return self._error is not None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent by this end that still await their response."""
+        return len(self._calls)
+
+    async def wait_closed(self) -> None:
+        """Return once the connection's I/O has ended."""
+        await self._closed_event.wait()
+
+    # ------------------------------------------------------------------ sending
+    def send(self, command: RemotingCommand) -> None:
+        """Queue `command` exactly as given (a response, or a request built by hand).
+
+        Never blocks. Raises RemotingConnectError if the connection is closed (or is
+        closed now because the peer stopped reading), RemotingError if the command
+        cannot be encoded.
+        """
+        if self._error is not None:
+            raise self._closed_error()
+        writer = self._writer
+        try:
+            writer.write(command)
+        except trio.ClosedResourceError:
+            raise self._closed_error() from None
+        if writer.pending_bytes > self._max_pending_bytes:
+            log.warning(
+                "closing %s: %d bytes queued, the peer is not reading",
+                self.remote_address,
+                writer.pending_bytes,
+            )
+            self.close("the peer is not reading its responses")
+            raise self._closed_error()
+
+    def invoke_oneway(self, request: RemotingCommand) -> None:
+        """Send `request` with the oneway flag and a fresh opaque; no response will come."""
+        request.opaque = self._next_opaque()
+        request.flag = (request.flag & ~FLAG_RESPONSE) | FLAG_ONEWAY
+        self.send(request)
+
+    async def invoke(self, request: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Send `request` with a fresh opaque and return the peer's response.
+
+        The response is returned whatever its code; checking it is the caller's job,
+        as in Java's `invokeSync`. Raises RemotingConnectError if the connection is or
+        goes down before the response, RemotingTimeoutError after `timeout_s`.
+        """
+        if self._error is not None:
+            raise self._closed_error()
+        opaque = self._next_opaque()
+        request.opaque = opaque
+        request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        call = _Call(request.code, timeout_s)
+        calls = self._calls
+        calls[opaque] = call
+        try:
+            self.send(request)
+            self._add_deadline(call.deadline, opaque)
+            await call.event.wait()
+        finally:
+            calls.pop(opaque, None)
+        if call.response is not None:
+            return call.response
+        raise call.error
+
+    def _next_opaque(self) -> int:
+        opaque = (self._opaque + 1) & _OPAQUE_MASK
+        while opaque in self._calls:  # only after 2**31 requests with one still waiting
+            opaque = (opaque + 1) & _OPAQUE_MASK
+        self._opaque = opaque
+        return opaque
+
+    def _add_deadline(self, deadline: float, opaque: int) -> None:
+        heap = self._deadlines
+        if len(heap) > 2 * len(self._calls) + 1024:
+            # Mostly answered calls: rebuild from the live ones, so memory follows what
+            # is in flight rather than the call rate.
+            heap[:] = [(c.deadline, op) for op, c in self._calls.items() if op != opaque]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (deadline, opaque))
+        if heap[0][1] == opaque:
+            self._reaper_wake.set()  # a new earliest deadline
+
+    async def _reap_timeouts(self) -> None:
+        """One task over a heap of deadlines instead of a cancel scope per call: a
+        trio cancel scope costs more than the rest of a call's work once thousands
+        are live (see dledger.net.rpc_client)."""
+        heap = self._deadlines
+        while True:
+            now = trio.current_time()
+            while heap and heap[0][0] <= now:
+                _, opaque = heapq.heappop(heap)
+                call = self._calls.pop(opaque, None)
+                if call is not None:
+                    call.error = RemotingTimeoutError(
+                        f"no response to request code {call.code} from {self.remote_address} "
+                        f"within {call.timeout_s} s"
+                    )
+                    call.event.set()
+            self._reaper_wake = trio.Event()
+            with trio.move_on_at(heap[0][0] if heap else math.inf):
+                await self._reaper_wake.wait()
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self, reason: str = "closed locally") -> None:
+        """End the connection's I/O now; pending and later calls fail. Never blocks."""
+        self._fail_all(reason)
+        if self._io_scope is not None:
+            self._io_scope.cancel()
+
+    def _fail_all(self, reason: str) -> None:
+        """Fail every pending call and all later ones (the first reason wins)."""
+        if self._error is None:
+            self._error = RemotingConnectError(f"connection to {self.remote_address}: {reason}")
+            self._writer.close()
+        calls, self._calls = self._calls, {}
+        for call in calls.values():
+            call.error = self._closed_error()
+            call.event.set()
+
+    def _closed_error(self) -> RemotingConnectError:
+        # A fresh exception per raise: one instance raised in many tasks would pile
+        # all their tracebacks onto itself.
+        if self._error is None:
+            return RemotingConnectError(f"connection to {self.remote_address} is closed")
+        return RemotingConnectError(*self._error.args)
+
+    async def run(self) -> None:
+        """Read, write and serve until the connection ends; never raises for a peer's fault.
+
+        Returns after the I/O has ended and every request received has been processed.
+        The stream is closed on the way out.
+        """
+        if self._started:
+            raise RuntimeError("Connection.run() can only be called once")
+        self._started = True
+        try:
+            async with trio.open_nursery() as tasks:
+                self._tasks = tasks
+                try:
+                    async with trio.open_nursery() as io:
+                        self._io_scope = io.cancel_scope
+                        if self._error is not None:  # closed before it ran
+                            io.cancel_scope.cancel()
+                        io.start_soon(self._write_loop, io.cancel_scope)
+                        io.start_soon(self._reap_timeouts)
+                        reason = await self._read_loop()
+                        self._fail_all(reason)
+                        io.cancel_scope.cancel()
+                finally:
+                    # Synchronous steps first: under cancellation the await below raises
+                    # Cancelled, and waiters and on_close must hear of the end anyway.
+                    self._fail_all("connection closed")
+                    self._closed_event.set()
+                    self._notify_closed()
+                    await trio.aclose_forcefully(self._stream)
+        finally:
+            self._tasks = None
+
+    def _notify_closed(self) -> None:
+        if self._on_close is not None:
+            try:
+                self._on_close(self)
+            except Exception:
+                log.exception("on_close callback failed for %s", self.remote_address)
+
+    async def _write_loop(self, io_scope: trio.CancelScope) -> None:
+        try:
+            await self._writer.run()
+        except _STREAM_ERRORS as exc:
+            self._fail_all(f"send failed: {exc!r}")
+        finally:
+            io_scope.cancel()
+
+    async def _read_loop(self) -> str:
+        """Dispatch incoming frames; returns why reading stopped."""
+        reader = FrameReader(self._stream, self._max_frame_bytes, receive_size=self._receive_size)
+        on_response = self._on_response
+        start_soon = self._tasks.start_soon
+        process = self._process
+        try:
+            while True:
+                commands = await reader.receive_batch()
+                if commands is None:
+                    return "closed by the peer"
+                for command in commands:
+                    if command.flag & FLAG_RESPONSE:
+                        on_response(command)
+                    else:
+                        start_soon(process, command)
+        except RemotingError as exc:
+            log.warning("closing connection from %s: %s", self.remote_address, exc)
+            return f"malformed frame: {exc}"
+        except _STREAM_ERRORS as exc:
+            log.debug("connection from %s ended: %r", self.remote_address, exc)
+            return f"connection broke: {exc!r}"
+
+    def _on_response(self, response: RemotingCommand) -> None:
+        call = self._calls.pop(response.opaque, None)
+        if call is None:
+            log.debug(
+                "%s: response to unknown opaque %d (timed out?)",
+                self.remote_address,
+                response.opaque,
+            )
+            return
+        call.response = response
+        call.event.set()
+
+    # ------------------------------------------------------------------ serving
+    async def _process(self, request: RemotingCommand) -> None:
+        processor = self._processor
+        try:
+            if processor is None:
+                response = not_supported(request)
+            else:
+                response = await processor(request, self)
+        except Exception as exc:  # one bad request must not take the connection down
+            log.exception(
+                "processor failed on request code %s from %s", request.code, self.remote_address
+            )
+            response = request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+        if response is None or request.flag & FLAG_ONEWAY:
+            return
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        try:
+            self.send(response)
+        except RemotingError as exc:  # unencodable or too large: still answer
+            log.error("cannot send the response to request code %s: %s", request.code, exc)
+            error = request.make_response(ResponseCode.SYSTEM_ERROR, f"bad response: {exc}")
+            with contextlib.suppress(RemotingConnectError):
+                self.send(error)
+        except RemotingConnectError:
+            log.debug("%s went away before the response to code %s", self, request.code)
+
+
+def _socket_name(stream, method: str) -> str:
+    try:
+        address = getattr(stream.socket, method)()
+    except (AttributeError, OSError):
+        return "?"
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(address)

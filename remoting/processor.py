@@ -1,0 +1,65 @@
+"""Request processors, and a table routing request codes to them.
+
+A processor is `async def processor(request, connection) -> RemotingCommand | None`,
+RocketMQ's `NettyRequestProcessor.processRequest`. Returning None sends nothing:
+the processor either answers later through `connection.send` (as Java's
+asynchronous processors do) or the request was oneway. The transport stamps the
+request's opaque and serialize type and the response flag on whatever is returned.
+
+`ProcessorTable` is `NettyRemotingAbstract.processorTable` with its
+`defaultRequestProcessor`: a code with no processor and no default is answered
+REQUEST_CODE_NOT_SUPPORTED with Java's exact remark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
+
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from remoting.connection import Connection
+
+__all__ = ["Processor", "ProcessorTable", "not_supported"]
+
+Processor = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+
+
+def not_supported(request: RemotingCommand) -> RemotingCommand:
+    """The answer to a request code nobody handles (`processRequestCommand`'s wording)."""
+    return request.make_response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+    )
+
+
+class ProcessorTable:
+    """A processor that routes each request by code; unknown codes are not supported.
+
+    table = ProcessorTable({RequestCode.HEART_BEAT: heartbeat})
+    table.register(RequestCode.SEND_MESSAGE_V2, send)
+    RemotingServer("0.0.0.0", 10911, table)
+    """
+
+    def __init__(
+        self,
+        processors: Mapping[int, Processor] | None = None,
+        default: Processor | None = None,
+    ) -> None:
+        self._table: dict[int, Processor] = dict(processors or {})
+        self.default = default
+
+    def register(self, code: int, processor: Processor) -> None:
+        self._table[int(code)] = processor
+
+    def __contains__(self, code: int) -> bool:
+        return code in self._table
+
+    async def __call__(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand | None:
+        processor = self._table.get(request.code, self.default)
+        if processor is None:
+            return not_supported(request)
+        return await processor(request, connection)
