@@ -33,9 +33,7 @@ so a stuck client costs bounded memory.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
-import math
 from collections.abc import Callable
 
 import trio
@@ -46,6 +44,7 @@ from remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
 from remoting.processor import Processor, not_supported
+from streams.deadlines import DeadlineReaper
 
 __all__ = ["DEFAULT_MAX_PENDING_BYTES", "Connection"]
 
@@ -99,8 +98,8 @@ class Connection:
         self.local_address = _socket_name(stream, "getsockname")
         self._opaque = 0
         self._calls: dict[int, _Call] = {}
-        self._deadlines: list[tuple[float, int]] = []  # heap; finished calls' entries linger
-        self._reaper_wake = trio.Event()
+        # One task over a heap of deadlines instead of a cancel scope per call.
+        self._deadlines = DeadlineReaper(self._expire, self._is_pending)
         self._error: RemotingConnectError | None = None
         self._io_scope: trio.CancelScope | None = None
         self._tasks: trio.Nursery | None = None
@@ -172,7 +171,7 @@ class Connection:
         calls[opaque] = call
         try:
             self.send(request)
-            self._add_deadline(call.deadline, opaque)
+            self._deadlines.add(call.deadline, opaque)
             await call.event.wait()
         finally:
             calls.pop(opaque, None)
@@ -187,36 +186,16 @@ class Connection:
         self._opaque = opaque
         return opaque
 
-    def _add_deadline(self, deadline: float, opaque: int) -> None:
-        heap = self._deadlines
-        if len(heap) > 2 * len(self._calls) + 1024:
-            # Mostly answered calls: rebuild from the live ones, so memory follows what
-            # is in flight rather than the call rate.
-            heap[:] = [(c.deadline, op) for op, c in self._calls.items() if op != opaque]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, opaque))
-        if heap[0][1] == opaque:
-            self._reaper_wake.set()  # a new earliest deadline
+    def _is_pending(self, opaque: int) -> bool:
+        return opaque in self._calls
 
-    async def _reap_timeouts(self) -> None:
-        """One task over a heap of deadlines instead of a cancel scope per call: a
-        trio cancel scope costs more than the rest of a call's work once thousands
-        are live (see dledger.net.rpc_client)."""
-        heap = self._deadlines
-        while True:
-            now = trio.current_time()
-            while heap and heap[0][0] <= now:
-                _, opaque = heapq.heappop(heap)
-                call = self._calls.pop(opaque, None)
-                if call is not None:
-                    call.error = RemotingTimeoutError(
-                        f"no response to request code {call.code} from {self.remote_address} "
-                        f"within {call.timeout_s} s"
-                    )
-                    call.event.set()
-            self._reaper_wake = trio.Event()
-            with trio.move_on_at(heap[0][0] if heap else math.inf):
-                await self._reaper_wake.wait()
+    def _expire(self, opaque: int) -> None:
+        call = self._calls.pop(opaque)
+        call.error = RemotingTimeoutError(
+            f"no response to request code {call.code} from {self.remote_address} "
+            f"within {call.timeout_s} s"
+        )
+        call.event.set()
 
     # ------------------------------------------------------------------ lifetime
     def close(self, reason: str = "closed locally") -> None:
@@ -229,7 +208,7 @@ class Connection:
         """Fail every pending call and all later ones (the first reason wins)."""
         if self._error is None:
             self._error = RemotingConnectError(f"connection to {self.remote_address}: {reason}")
-            self._writer.close()
+            self._writer.abort()
         calls, self._calls = self._calls, {}
         for call in calls.values():
             call.error = self._closed_error()
@@ -260,7 +239,7 @@ class Connection:
                         if self._error is not None:  # closed before it ran
                             io.cancel_scope.cancel()
                         io.start_soon(self._write_loop, io.cancel_scope)
-                        io.start_soon(self._reap_timeouts)
+                        io.start_soon(self._deadlines.run)
                         reason = await self._read_loop()
                         self._fail_all(reason)
                         io.cancel_scope.cancel()

@@ -22,6 +22,7 @@ import trio
 from remoting.codec import MAX_FRAME_BYTES, check_frame_length, decode_payload, encode_prefix
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
+from streams.writer import BatchWriter
 
 __all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter"]
 
@@ -149,60 +150,37 @@ class FrameReader:
 class FrameWriter:
     """Queues commands synchronously; `run()` sends everything queued in one `send_all`.
 
-    `write` never blocks, so a processor or the broker can send without awaiting, and
-    frames written while a send is in flight leave together in the next one. The
-    owner runs `run()` in a nursery and stops it by cancelling; on a stream error it
-    raises after marking the writer closed, so later `write`s fail fast with
-    trio.ClosedResourceError. `pending_bytes` lets the owner bound the queue.
+    A `streams.writer.BatchWriter` that encodes commands. `write` never blocks, so a
+    processor or the broker can send without awaiting, and frames written while a send
+    is in flight leave together in the next one. The owner runs `run()` in a nursery;
+    `abort()` drops the queue and stops it (the stream is the owner's), `close()` lets
+    it flush first. On a stream error it raises after marking the writer closed, so
+    later `write`s fail fast with trio.ClosedResourceError. `pending_bytes` lets the
+    owner bound the queue.
     """
 
     def __init__(self, stream: trio.abc.SendStream, max_frame_bytes: int = MAX_FRAME_BYTES):
-        self._stream = stream
+        self._out = out = BatchWriter(stream)
         self._max = max_frame_bytes
-        self._pending = bytearray()
-        self._wake = trio.Event()
-        self._closed = False
-        self._running = False
+        self.run = out.run
+        self.close = out.close
+        self.abort = out.abort
 
     @property
     def pending_bytes(self) -> int:
-        return len(self._pending)
+        return self._out.pending_bytes
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._out.closed
 
     def write(self, command: RemotingCommand) -> None:
         """Queue one command; RemotingError if it cannot be encoded or is too large."""
-        if self._closed:
+        out = self._out
+        if out.closed:
             raise trio.ClosedResourceError("frame writer is closed")
         prefix = encode_prefix(command, self._max)
-        pending = self._pending
-        pending += prefix
         if command.body:
-            pending += command.body
-        self._wake.set()
-
-    def close(self) -> None:
-        """Refuse further writes and drop what is queued (the stream is the owner's)."""
-        self._closed = True
-        self._pending = bytearray()
-        self._wake.set()
-
-    async def run(self) -> None:
-        """Send queued frames until closed or cancelled; one `send_all` per batch."""
-        if self._running:
-            raise RuntimeError("FrameWriter.run() is already running")
-        self._running = True
-        stream = self._stream
-        try:
-            while not self._closed:
-                if self._pending:
-                    batch, self._pending = self._pending, bytearray()
-                    await stream.send_all(batch)
-                else:
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-        except BaseException:
-            self.close()
-            raise
+            out.write(prefix, command.body)
+        else:
+            out.write(prefix)

@@ -24,6 +24,7 @@ from collections import deque
 import trio
 
 from dledger.net.codec import FrameError
+from streams.writer import BatchWriter
 
 __all__ = [
     "HEADER_SIZE",
@@ -123,72 +124,37 @@ class FrameReader:
 class FrameWriter:
     """Queues frames synchronously; `run()` sends everything queued in one `send_all`.
 
-    `write` never blocks, so the replica's driver can hand out a step's messages
-    without awaiting, and frames written while a send is in flight go out together in
-    the next one. The owner runs `run()` in a nursery; it returns after `close()` once
-    the queue is flushed, and on a stream error it raises after marking the writer
-    closed, so later `write`s fail fast with trio.ClosedResourceError.
+    A `streams.writer.BatchWriter` that adds this module's frame header. `write` never
+    blocks, so the replica's driver can hand out a step's messages without awaiting,
+    and frames written while a send is in flight go out together in the next one. The
+    owner runs `run()` in a nursery; it returns after `close()` once the queue is
+    flushed, and on a stream error it raises after marking the writer closed, so
+    later `write`s fail fast with trio.ClosedResourceError.
 
     The queue is unbounded here; `pending_bytes` lets the owner apply its own limit
     (the peer transport drops messages to a peer that cannot keep up).
     """
 
     def __init__(self, stream: trio.abc.SendStream, max_frame_bytes: int = MAX_FRAME_BYTES):
-        self._stream = stream
+        self._out = BatchWriter(stream)
         self._max = max_frame_bytes
-        self._pending = bytearray()
-        self._wake = trio.Event()
-        self._done = trio.Event()
-        self._closed = False
-        self._running = False
+        self.run = self._out.run
 
     @property
     def pending_bytes(self) -> int:
-        return len(self._pending)
+        return self._out.pending_bytes
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._out.closed
 
     def write(self, channel: int, payload) -> None:
         """Queue one frame; FrameError if it is too large for the peer to accept."""
-        if self._closed:
-            raise trio.ClosedResourceError("frame writer is closed")
         length = len(payload)
         if length > self._max:
             raise FrameError(f"frame of {length} bytes exceeds the {self._max}-byte limit")
-        pending = self._pending
-        pending += _HEADER.pack(length, channel)
-        pending += payload
-        self._wake.set()
-
-    async def run(self) -> None:
-        """Send queued frames until closed; one `send_all` per batch."""
-        if self._running:
-            raise RuntimeError("FrameWriter.run() is already running")
-        self._running = True
-        stream = self._stream
-        try:
-            while True:
-                if self._pending:
-                    batch, self._pending = self._pending, bytearray()
-                    await stream.send_all(batch)
-                elif self._closed:
-                    return
-                else:
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-        except BaseException:
-            self._closed = True
-            self._pending = bytearray()
-            raise
-        finally:
-            self._done.set()
+        self._out.write(_HEADER.pack(length, channel), payload)
 
     async def close(self) -> None:
         """Stop accepting frames, let a running `run()` flush the queue, close the stream."""
-        self._closed = True
-        self._wake.set()
-        if self._running:
-            await self._done.wait()
-        await self._stream.aclose()
+        await self._out.aclose()

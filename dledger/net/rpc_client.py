@@ -11,10 +11,8 @@ generator keep hundreds of appends in flight without a connection per request.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
-import math
 from contextlib import AsyncExitStack
 
 import trio
@@ -22,6 +20,7 @@ import trio
 from dledger.net.codec import FrameError, decode_rpc, encode_rpc
 from dledger.net.frames import MAX_FRAME_BYTES, RPC, FrameReader, FrameWriter
 from dledger.net.tcp import parse_address, set_nodelay
+from streams.deadlines import DeadlineReaper
 
 __all__ = ["RpcClient", "RpcTimeout", "RpcUnavailable"]
 
@@ -76,8 +75,7 @@ class RpcClient:
         self.max_frame_bytes = max_frame_bytes
         self._opaque = itertools.count(1)
         self._calls: dict[int, _Call] = {}
-        self._deadlines: list[tuple[float, int]] = []  # heap; entries of finished calls linger
-        self._reaper_wake = trio.Event()
+        self._deadlines = DeadlineReaper(self._expire, self._is_pending)
         self._writer: FrameWriter | None = None
         self._error: RpcUnavailable | None = RpcUnavailable("client is not open")
         self._stack: AsyncExitStack | None = None
@@ -97,7 +95,7 @@ class RpcClient:
         self._writer = FrameWriter(stream, self.max_frame_bytes)
         self._error = None
         self._nursery.start_soon(self._run_connection, stream)
-        self._nursery.start_soon(self._reap_timeouts)
+        self._nursery.start_soon(self._deadlines.run)
         return self
 
     async def __aexit__(self, *exc_info) -> None:
@@ -128,7 +126,7 @@ class RpcClient:
         calls[opaque] = pending
         try:
             self._writer.write(RPC, payload)
-            self._add_deadline(pending.deadline, opaque)
+            self._deadlines.add(pending.deadline, opaque)
             await pending.event.wait()
         except trio.ClosedResourceError:
             raise self._error or RpcUnavailable("connection closed") from None
@@ -138,32 +136,13 @@ class RpcClient:
             return pending.response
         raise pending.error
 
-    def _add_deadline(self, deadline: float, opaque: int) -> None:
-        heap = self._deadlines
-        if len(heap) > 2 * len(self._calls) + 1024:
-            # Mostly answered calls: rebuild from the live ones so memory stays
-            # proportional to what is in flight, not to the call rate.
-            heap[:] = [(c.deadline, op) for op, c in self._calls.items() if op != opaque]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, opaque))
-        if heap[0][1] == opaque:
-            self._reaper_wake.set()  # a new earliest deadline
+    def _is_pending(self, opaque: int) -> bool:
+        return opaque in self._calls
 
-    async def _reap_timeouts(self) -> None:
-        heap = self._deadlines
-        while True:
-            now = trio.current_time()
-            while heap and heap[0][0] <= now:
-                _, opaque = heapq.heappop(heap)
-                pending = self._calls.pop(opaque, None)
-                if pending is not None:
-                    pending.error = RpcTimeout(
-                        f"no answer to code {pending.code} within {pending.timeout_s}s"
-                    )
-                    pending.event.set()
-            self._reaper_wake = trio.Event()
-            with trio.move_on_at(heap[0][0] if heap else math.inf):
-                await self._reaper_wake.wait()
+    def _expire(self, opaque: int) -> None:
+        pending = self._calls.pop(opaque)
+        pending.error = RpcTimeout(f"no answer to code {pending.code} within {pending.timeout_s}s")
+        pending.event.set()
 
     @property
     def in_flight(self) -> int:

@@ -1,0 +1,128 @@
+"""The shared byte-stream pieces: the batching writer and the deadline reaper."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from streams.deadlines import DeadlineReaper
+from streams.writer import BatchWriter
+
+
+class RecordingStream(trio.abc.SendStream):
+    def __init__(self, fail: bool = False):
+        self.sends: list[bytes] = []
+        self.fail = fail
+        self.closed = False
+
+    async def send_all(self, data):
+        if self.fail:
+            raise trio.BrokenResourceError("peer went away")
+        self.sends.append(bytes(data))
+        await trio.sleep(0.01)
+
+    async def wait_send_all_might_not_block(self):
+        pass
+
+    async def aclose(self):
+        self.closed = True
+
+
+async def test_writes_while_idle_leave_in_one_send():
+    stream = RecordingStream()
+    w = BatchWriter(stream)
+    for i in range(100):
+        w.write(b"h%d:" % i, b"body")
+    assert w.pending_bytes == len(b"".join(b"h%d:body" % i for i in range(100)))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run)
+        await trio.sleep(0.001)  # the first batch is in flight
+        w.write(b"late1")
+        w.write(b"late2")
+        await w.aclose()
+    assert stream.sends == [b"".join(b"h%d:body" % i for i in range(100)), b"late1late2"]
+    assert w.pending_bytes == 0
+    assert stream.closed
+
+
+async def test_close_flushes_then_run_returns():
+    stream = RecordingStream()
+    w = BatchWriter(stream)
+    w.write(b"a")
+    w.close()
+    assert w.closed
+    with pytest.raises(trio.ClosedResourceError):
+        w.write(b"b")
+    await w.run()  # returns on its own after sending what was queued
+    assert stream.sends == [b"a"]
+    assert not stream.closed  # close() leaves the stream to its owner
+
+
+async def test_abort_drops_the_queue():
+    stream = RecordingStream()
+    w = BatchWriter(stream)
+    w.write(b"dropped")
+    w.abort()
+    assert w.pending_bytes == 0
+    await w.run()
+    assert stream.sends == []
+    with pytest.raises(trio.ClosedResourceError):
+        w.write(b"x")
+
+
+async def test_stream_error_marks_writer_closed():
+    w = BatchWriter(RecordingStream(fail=True))
+    w.write(b"doomed")
+    with pytest.raises(trio.BrokenResourceError):
+        await w.run()
+    assert w.closed
+    assert w.pending_bytes == 0
+    with pytest.raises(trio.ClosedResourceError):
+        w.write(b"after")
+
+
+async def test_run_twice_is_an_error():
+    w = BatchWriter(RecordingStream())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(RuntimeError):
+            await w.run()
+        w.close()
+
+
+async def test_reaper_fires_in_deadline_order_and_skips_completed(autojump_clock):
+    live = {1, 2, 3, 4}
+    fired: list[tuple[int, float]] = []
+
+    def expire(key):
+        live.discard(key)
+        fired.append((key, trio.current_time()))
+
+    reaper = DeadlineReaper(expire, live.__contains__)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reaper.run)
+        start = trio.current_time()
+        reaper.add(start + 3, 3)
+        reaper.add(start + 1, 1)
+        reaper.add(start + 4, 4)
+        reaper.add(start + 2, 2)
+        live.discard(2)  # answered before its deadline
+        await trio.sleep(1.5)
+        reaper.add(start + 1.6, 5)  # a new earliest deadline wakes the reaper
+        live.add(5)
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert [key for key, _ in fired] == [1, 5, 3, 4]
+    for key, at in fired:
+        assert at - start == pytest.approx({1: 1, 5: 1.6, 3: 3, 4: 4}[key])
+    assert len(reaper) == 0
+
+
+async def test_reaper_compacts_stale_entries():
+    reaper = DeadlineReaper(lambda key: None, lambda key: key % 100 == 0)
+    now = trio.current_time()
+    for key in range(10_000):
+        reaper.add(now + 60, key)
+    assert len(reaper) < 2_000  # answered calls do not pile up
