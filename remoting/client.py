@@ -29,18 +29,9 @@ from remoting.command import RemotingCommand
 from remoting.connection import DEFAULT_MAX_PENDING_BYTES, Connection
 from remoting.errors import RemotingConnectError
 from remoting.processor import Processor
+from streams.address import parse_address
 
 __all__ = ["RemotingClient", "parse_address"]
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`host:port` (or `[v6]:port`) to (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"bad address {address!r}: expected host:port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
 
 
 class RemotingClient:

@@ -31,6 +31,7 @@ from dledger.codes import Code
 from dledger.core.messages import REQUESTS
 from dledger.net.codec import FrameError, decode_message, decode_rpc, encode_message, encode_rpc
 from dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
+from streams.address import parse_address
 
 __all__ = ["PeerTransport", "RpcHandler", "parse_address", "set_nodelay"]
 
@@ -48,16 +49,6 @@ _IDLE = 0  # no connection; the next send starts one
 _CONNECTING = 1  # a connect is under way; sends wait in a bounded backlog
 _CONNECTED = 2
 _DOWN = 3  # the last connect failed; sends are reported and dropped until retry_at
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`host:port` (or `[v6]:port`) to (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"bad address {address!r}: expected host:port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
 
 
 def set_nodelay(stream) -> None:
