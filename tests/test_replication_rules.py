@@ -445,3 +445,21 @@ def test_follower_commit_index_never_passes_what_it_holds_from_the_leader():
     r = follower()
     r.receive(append_push([1, 1], commit=5), 1.0)
     assert r.committed_index == 1
+
+
+def test_a_stale_push_from_before_a_reset_is_refused_not_a_crash():
+    """A follower whose log restarts at index 50 gets a delayed APPEND for index 3."""
+    leader_store = filled_store([1] * 60)
+    follower = make_replica("n1", term=1)
+    follower.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
+    follower.store.reset(50, leader_store.pos_at(50), 1)
+    blob, count = leader_store.read_encoded(3, 1 << 20)
+    follower.receive(
+        PushRequest(
+            GROUP, "n0", "n1", "n0", 1, PushType.APPEND, 2, 1, -1, entries=blob, count=count, seq=2
+        ),
+        1.0,
+    )
+    [resp] = [m for m in follower.take_output().messages if isinstance(m, PushResponse)]
+    assert resp.code is Code.INCONSISTENT_STATE
+    assert follower.store.begin_index == 50 and follower.store.empty

@@ -997,10 +997,10 @@ class Replica:
         pre = req.pre_log_index
         last = pre + req.count
         blob = req.entries
-        if (
-            pre >= store.begin_index - 1
-            and pre <= store.end_index
-            and store.term_at(pre) != req.pre_log_term
+        # A push from before our log's beginning (a stale duplicate from before a reset)
+        # cannot be checked against entries we no longer hold: let the leader COMPARE.
+        if pre < store.begin_index - 1 or (
+            pre <= store.end_index and store.term_at(pre) != req.pre_log_term
         ):
             self._answer_push(req, Code.INCONSISTENT_STATE, pre)
             return
