@@ -148,6 +148,15 @@ _NORMAL = getattr(mmap, "MADV_NORMAL", None)
 _SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
 
 
+def _first_index_at(pos: int, low: int, high: int, read_entry) -> int:
+    """The first index in [low, high) whose index entry's pos is at or after `pos`, else high.
+
+    Positions grow with the index, so this is a binary search over the index file;
+    `read_entry(i)` returns index entry i as (magic, pos, size, index, term).
+    """
+    return low + bisect.bisect_left(range(low, high), pos, key=lambda i: read_entry(i)[1])
+
+
 def _segment_path(directory: Path, start: int) -> Path:
     return directory / f"{start:0{FILE_NAME_DIGITS}d}"
 
@@ -670,14 +679,7 @@ class FileLogStore(LogStore):
 
     def _first_index_from(self, pos: int) -> int:
         """The first index whose entry starts at or after `pos` (end_index + 1 if none)."""
-        low, high = self.begin_index, self.end_index + 1
-        while low < high:
-            mid = (low + high) // 2
-            if self._index_entry(mid)[1] < pos:
-                low = mid + 1
-            else:
-                high = mid
-        return low
+        return _first_index_at(pos, self.begin_index, self.end_index + 1, self._index_entry)
 
     def delete_expired(
         self, keep_from_index: int, older_than_s: float, now: float | None = None
@@ -964,7 +966,7 @@ class FileLogStore(LogStore):
         for seg_start in range(first_seg, start + seg_size, seg_size):
             if seg_start not in self._data:
                 raise _NoFastStart(f"data segment at {seg_start} is missing")
-        first = self._first_index_at(start, begin_index, last + 1)
+        first = _first_index_at(start, begin_index, last + 1, self._probe_index)
         if first > last:
             raise _NoFastStart(f"no index entry points into the data segment at {start}")
         prev = first - 1
@@ -1051,16 +1053,6 @@ class FileLogStore(LogStore):
             return low
         return begin_index - 1
 
-    def _first_index_at(self, pos: int, low: int, high: int) -> int:
-        """The first index in [low, high) whose indexed pos is at or after `pos`, else high."""
-        while low < high:
-            mid = (low + high) // 2
-            if self._probe_index(mid)[1] < pos:
-                low = mid + 1
-            else:
-                high = mid
-        return low
-
     def _term_runs(self, first: int, last: int) -> tuple[list[int], list[int]]:
         """Term runs of entries first..last from the index: one binary search per term."""
         run_first: list[int] = []
@@ -1085,7 +1077,7 @@ class FileLogStore(LogStore):
     def _filled_length(self, seg_start: int, begin_index: int, begin_pos: int, first: int) -> int:
         """Bytes in use in a trusted segment: to its last entry's end and BLANK filler."""
         seg_size = self.segment_size
-        last = self._first_index_at(seg_start + seg_size, begin_index, first) - 1
+        last = _first_index_at(seg_start + seg_size, begin_index, first, self._probe_index) - 1
         if last >= begin_index and self._probe_index(last)[1] >= seg_start:
             self._check_header(last)  # index and data agree where each trusted segment ends
             _m, pos, size, _i, _t = self._probe_index(last)
