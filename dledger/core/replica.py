@@ -110,13 +110,12 @@ class Replica:
         # election
         self.known_max_term = term
         self.need_increase_term_immediately = False
-        # DLedger re-votes in the current term first. Not after a restart that finds our
-        # own vote for this term: we may have led it, and a crash may have cost us entries
-        # of it that followers kept; leading the term again would write different ones.
-        restarted_own_term = vote_for == config.self_id
-        self.last_parse_result = (
-            ParseResult.WAIT_TO_VOTE_NEXT if restarted_own_term else ParseResult.WAIT_TO_REVOTE
-        )
+        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        # A restart that finds our own vote for this term: we may have led it, and a crash
+        # may have cost us entries of it that followers kept, so we must never lead it
+        # again (a win in it counts as WAIT_TO_VOTE_NEXT). We do not skip ahead to the next
+        # term at once either: a live leader would be deposed by our higher term.
+        self._never_lead_term = term if vote_for == config.self_id else -1
         self.next_vote_ms = now_ms + self._rand(0, config.max_vote_interval_ms)
         self._round: VoteRound | None = None
         self.last_leader_heartbeat_ms = now_ms
@@ -445,6 +444,8 @@ class Replica:
         if self.role is not Role.CANDIDATE or vote_round.term != self.term:
             return
         result = vote_round.parse()
+        if result is ParseResult.PASSED and vote_round.term == self._never_lead_term:
+            result = ParseResult.WAIT_TO_VOTE_NEXT
         self.last_parse_result = result
         cfg = self.config
         leak_ms = cfg.heartbeat_interval_ms * cfg.max_heartbeat_leak
