@@ -1,0 +1,238 @@
+"""`broker.conf` in RocketMQ's keys: RocketMQ's sample DLedger configs load unchanged,
+mistakes are refused with the file, key and value named, and keys RocketMQ knows but
+raftmq does not use are accepted with a warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.config import BrokerConfig, load_broker_config
+from dledger.config import FSYNC, PAGE_CACHE
+
+SAMPLES = Path(__file__).resolve().parent.parent / "broker" / "conf" / "dledger"
+PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
+
+
+def load_text(tmp_path: Path, text: str, **kwargs) -> tuple[BrokerConfig, list[str]]:
+    path = tmp_path / "broker.conf"
+    path.write_text(text)
+    return load_broker_config(str(path), **kwargs)
+
+
+def dledger_conf(*extra: str, self_id: str = "n0") -> str:
+    return "\n".join(
+        ["enableDLegerCommitLog=true", f"dLegerPeers={PEERS}", f"dLegerSelfId={self_id}", *extra]
+    )
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_rocketmq_sample_dledger_confs_load(n: int) -> None:
+    path = SAMPLES / f"broker-n{n}.conf"
+    config, warnings = load_broker_config(str(path))
+    assert config.broker_cluster_name == "RaftCluster"
+    assert config.broker_name == "RaftNode00"
+    assert config.listen_port == 30911 + 10 * n
+    assert config.namesrv_addr == ("127.0.0.1:9876",)
+    assert config.store_path_commit_log == f"/tmp/rmqstore/node0{n}/commitlog"
+    assert config.slave_broker_id == n + 1
+    assert warnings == [f"{path}: sendMessageThreadPoolNums: accepted, not used by raftmq"]
+
+    dledger = config.dledger_config()
+    assert dledger.group == "RaftNode00"
+    assert dledger.self_id == f"n{n}"
+    assert dledger.peers == {
+        "n0": "127.0.0.1:40911",
+        "n1": "127.0.0.1:40912",
+        "n2": "127.0.0.1:40913",
+    }
+    assert dledger.store_base_dir == f"/tmp/rmqstore/node0{n}"
+    assert dledger.store_type == "FILE"
+    assert dledger.flush_disk_type == FSYNC
+    assert dledger.mapped_file_size_for_entry_data == 1 << 30
+    assert dledger.file_reserved_hours == 73
+
+
+def test_defaults_without_a_file() -> None:
+    config, warnings = load_broker_config(None)
+    assert warnings == []
+    assert config.listen_port == 10911
+    assert config.flush_disk_type == FSYNC
+    assert config.broker_role == "ASYNC_MASTER"
+    assert not config.enable_dleger_commit_log
+    assert config.store_path_root_dir == str(Path("~/store").expanduser())
+    with pytest.raises(ValueError, match="enableDLegerCommitLog is false"):
+        config.dledger_config()
+    with pytest.raises(ValueError, match="enableDLegerCommitLog is false"):
+        _ = config.slave_broker_id
+
+
+def test_dledger_config_mapping(tmp_path: Path) -> None:
+    config, warnings = load_text(
+        tmp_path,
+        dledger_conf(
+            "brokerName=broker-b",
+            "storePathRootDir=/data/root",
+            "storePathDLedgerCommitLog=/data/dledger",
+            "mappedFileSizeCommitLog=65536",
+            "fileReservedTime=48",
+            "flushDiskType=ASYNC_FLUSH",
+            "preferredLeaderId=n2",
+            "heartBeatTimeIntervalMs=50",
+            "maxHeartBeatLeak=4",
+            "minVoteIntervalMs=20",
+            "maxVoteIntervalMs=80",
+            "maxPendingRequestsNum=500",
+            "maxWaitAckTimeMs=900",
+            "maxPushTimeOutMs=300",
+            self_id="n1",
+        ),
+    )
+    assert warnings == []
+    dledger = config.dledger_config()
+    assert dledger.group == "broker-b"  # dLegerGroup defaults to brokerName
+    assert dledger.self_id == "n1"
+    assert dledger.store_base_dir == "/data/dledger"
+    assert dledger.mapped_file_size_for_entry_data == 65536
+    assert dledger.file_reserved_hours == 49
+    assert dledger.flush_disk_type == PAGE_CACHE
+    assert dledger.preferred_leader_ids == ("n2",)
+    assert (dledger.heartbeat_interval_ms, dledger.max_heartbeat_leak) == (50, 4)
+    assert (dledger.min_vote_interval_ms, dledger.max_vote_interval_ms) == (20, 80)
+    assert dledger.max_pending_requests == 500
+    assert dledger.max_wait_ack_time_ms == 900
+    assert dledger.max_push_timeout_ms == 300
+
+
+def test_unknown_key_is_an_error_with_a_hint(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    with pytest.raises(ValueError) as info:
+        load_text(tmp_path, dledger_conf("enableDLedgerCommitLog=true"))
+    message = str(info.value)
+    assert str(path) in message
+    assert "enableDLedgerCommitLog='true'" in message
+    assert "did you mean enableDLegerCommitLog?" in message
+
+
+def test_unknown_key_far_from_any_gets_no_hint(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"unknown key$"):
+        load_text(tmp_path, "zzzqqq=1")
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("listenPort=ten", "listenPort='ten': not an integer"),
+        ("listenPort=70000", "listenPort='70000': out of range 0..65535"),
+        ("defaultTopicQueueNums=0", "defaultTopicQueueNums='0': must be at least 1"),
+        ("autoCreateTopicEnable=yes", "autoCreateTopicEnable='yes': expected true or false"),
+        ("brokerRole=MASTER", "brokerRole='MASTER': expected one of ASYNC_MASTER"),
+        ("flushDiskType=FSYNC", "flushDiskType='FSYNC': expected one of SYNC_FLUSH"),
+        ("namesrvAddr=localhost", "namesrvAddr='localhost': bad address"),
+        ("messageDelayLevel=1s 5x", "messageDelayLevel='1s 5x': expected levels"),
+        ("brokerName=", "brokerName='': must not be empty"),
+    ],
+)
+def test_bad_values_name_file_key_and_value(tmp_path: Path, line: str, problem: str) -> None:
+    with pytest.raises(ValueError) as info:
+        load_text(tmp_path, line)
+    assert str(info.value).startswith(f"{tmp_path / 'broker.conf'}: ")
+    assert problem in str(info.value)
+
+
+def test_self_id_must_be_a_letter_and_digits(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="dLegerSelfId='node0': expected one letter and digits"):
+        load_text(tmp_path, dledger_conf(self_id="node0"))
+
+
+def test_self_id_must_be_a_peer(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"dLegerSelfId='n3': not among dLegerPeers \(n0;n1;n2\)"):
+        load_text(tmp_path, dledger_conf(self_id="n3"))
+
+
+def test_preferred_leader_must_be_a_peer(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="preferredLeaderId='n7': not among dLegerPeers"):
+        load_text(tmp_path, dledger_conf("preferredLeaderId=n7"))
+
+
+def test_dledger_mode_needs_peers_and_self_id(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="enableDLegerCommitLog=true needs dLegerPeers"):
+        load_text(tmp_path, "enableDLegerCommitLog=true\ndLegerSelfId=n0")
+    with pytest.raises(ValueError, match="enableDLegerCommitLog=true needs dLegerSelfId"):
+        load_text(tmp_path, f"enableDLegerCommitLog=true\ndLegerPeers={PEERS}")
+
+
+def test_bad_peers_string(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"dLegerPeers='n0:127\.0\.0\.1:1': bad peer"):
+        load_text(tmp_path, "dLegerPeers=n0:127.0.0.1:1")
+
+
+def test_dledger_keys_out_of_line_with_each_other(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="minVoteIntervalMs <= maxVoteIntervalMs"):
+        load_text(tmp_path, dledger_conf("minVoteIntervalMs=500", "maxVoteIntervalMs=100"))
+
+
+def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
+    keys = ["deleteWhen=04", "diskMaxUsedSpaceRatio=88", "transientStorePoolEnable=false"]
+    keys += ["haListenPort=10912", "brokerIP2=10.0.0.2", "aclEnable=false"]
+    config, warnings = load_text(tmp_path, "\n".join(keys))
+    path = tmp_path / "broker.conf"
+    assert warnings == [f"{path}: {k.split('=')[0]}: accepted, not used by raftmq" for k in keys]
+    assert config == BrokerConfig(store_path_root_dir=config.store_path_root_dir)
+
+
+def test_dledger_keys_in_classic_mode_are_warnings(tmp_path: Path) -> None:
+    _, warnings = load_text(tmp_path, f"dLegerPeers={PEERS}\nheartBeatTimeIntervalMs=50")
+    path = tmp_path / "broker.conf"
+    assert warnings == [
+        f"{path}: dLegerPeers: ignored, enableDLegerCommitLog is false",
+        f"{path}: heartBeatTimeIntervalMs: ignored, enableDLegerCommitLog is false",
+    ]
+
+
+def test_classic_broker_ids(tmp_path: Path) -> None:
+    config, warnings = load_text(tmp_path, "brokerRole=SLAVE\nbrokerId=2")
+    assert (config.broker_role, config.broker_id, warnings) == ("SLAVE", 2, [])
+    with pytest.raises(ValueError, match="brokerId=0: a SLAVE needs brokerId > 0"):
+        load_text(tmp_path, "brokerRole=SLAVE")
+    config, warnings = load_text(tmp_path, "brokerRole=SYNC_MASTER\nbrokerId=1")
+    assert config.broker_id == 0
+    assert warnings == [f"{tmp_path / 'broker.conf'}: brokerId=1: a master is brokerId 0"]
+
+
+def test_old_maped_spelling_is_an_alias(tmp_path: Path) -> None:
+    config, _ = load_text(tmp_path, "mapedFileSizeCommitLog=4096")
+    assert config.mapped_file_size_commit_log == 4096
+
+
+def test_store_paths_expand_home(tmp_path: Path) -> None:
+    config, _ = load_text(tmp_path, "storePathRootDir=~/rmq")
+    assert config.store_path_root_dir == str(Path("~/rmq").expanduser())
+
+
+def test_command_line_overrides_the_file(tmp_path: Path) -> None:
+    text = dledger_conf("namesrvAddr=10.0.0.1:9876", "listenPort=30911")
+    config, _ = load_text(
+        tmp_path,
+        text,
+        namesrv_override="127.0.0.1:9876;127.0.0.1:9877",
+        overrides={"listenPort": "0", "dLegerSelfId": "n2"},
+    )
+    assert config.namesrv_addr == ("127.0.0.1:9876", "127.0.0.1:9877")
+    assert config.listen_port == 0
+    assert config.slave_broker_id == 3
+
+
+def test_command_line_overrides_are_validated(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^-D: listenPort='x': not an integer$"):
+        load_broker_config(None, overrides={"listenPort": "x"})
+    with pytest.raises(ValueError, match=r"^-n: namesrvAddr='nowhere': bad address"):
+        load_broker_config(None, namesrv_override="nowhere")
+    with pytest.raises(ValueError, match=r"^-D: dLegerSelfId='n9': not among"):
+        load_text(tmp_path, dledger_conf(), overrides={"dLegerSelfId": "n9"})
+
+
+def test_unreadable_file() -> None:
+    with pytest.raises(ValueError, match=r"cannot read config /nonexistent/broker\.conf"):
+        load_broker_config("/nonexistent/broker.conf")
