@@ -10,6 +10,7 @@ before a truncation can never vouch for entries written after it.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 
 import attrs
 
@@ -83,6 +84,11 @@ class LogStore(abc.ABC):
     end_pos: int
     end_chain: int
     generation: int
+    # Called as hook(body_pos, body) -> body of the same length for every NORMAL entry a
+    # leader appends, once its position is known and before its bytes are written:
+    # DLedger's AppendHook, through which RocketMQ writes a message's physical offset
+    # (entry pos + 48) into the message itself. Followers store the leader's bytes.
+    append_hook: Callable[[int, bytes], bytes] | None = None
 
     @property
     def empty(self) -> bool:
@@ -95,6 +101,14 @@ class LogStore(abc.ABC):
     @abc.abstractmethod
     def get(self, index: int) -> Entry:
         """The entry at `index`; IndexError outside [begin_index, end_index]."""
+
+    @abc.abstractmethod
+    def read_at(self, pos: int, size: int) -> bytes:
+        """`size` bytes of the log from byte position `pos` (within one entry).
+
+        How RocketMQ reads a message by physical offset; IndexError when `pos` is
+        not inside the log.
+        """
 
     @abc.abstractmethod
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:

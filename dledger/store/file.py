@@ -416,6 +416,13 @@ class FileLogStore(LogStore):
         seg = self._data[pos - pos % self.segment_size]
         return codec.decode(seg.map, pos - seg.start)
 
+    def read_at(self, pos: int, size: int) -> bytes:
+        seg = self._data.get(pos - pos % self.segment_size)
+        if seg is None or pos < self._before_pos or pos + size > self.end_pos or size < 0:
+            raise IndexError(f"bytes [{pos}, {pos + size}) are not in the log")
+        off = pos - seg.start
+        return seg.map[off : off + size]
+
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:
         self._check_range(index)
         _m, pos, size, _i, _t = self._index_entry(index)
@@ -495,6 +502,7 @@ class FileLogStore(LogStore):
         if term < self.end_term:
             raise InconsistentAppend(f"term {term} below the log's end term {self.end_term}")
         seg_size = self.segment_size
+        hook = self.append_hook
         first = index = self.end_index + 1
         end_pos, chain = self.end_pos, self.end_chain
         placed = []
@@ -510,6 +518,8 @@ class FileLogStore(LogStore):
                     parts.append(_BLANK_HEADER.pack(_BLANK, remaining))
                 groups.append((group_pos, parts))
                 group_pos, parts = pos, []
+            if hook is not None and entry_type == EntryType.NORMAL:
+                body = hook(pos + _HEADER_SIZE, body)
             blob, chain = codec.encode(entry_type, index, term, pos, body, chain)
             parts.append(blob)
             index_parts.append(_INDEX.pack(entry_type, pos, size, index, term))

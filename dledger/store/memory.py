@@ -6,6 +6,9 @@ copy it returns holds only what the last completed fsync covered.
 
 from __future__ import annotations
 
+import bisect
+
+from dledger.codes import EntryType
 from dledger.store import entry as codec
 from dledger.store.base import LogStore, SyncPlan, validate_continuation
 
@@ -60,6 +63,16 @@ class MemoryLogStore(LogStore):
     def get(self, index: int) -> codec.Entry:
         return codec.decode(self._encoded[self._slot(index)])
 
+    def read_at(self, pos: int, size: int) -> bytes:
+        slot = bisect.bisect_right(self._meta, pos, key=lambda m: m[1]) - 1
+        if slot < 0 or size < 0:
+            raise IndexError(f"bytes [{pos}, {pos + size}) are not in the log")
+        off = pos - self._meta[slot][1]
+        blob = self._encoded[slot]
+        if off + size > len(blob):
+            raise IndexError(f"bytes [{pos}, {pos + size}) are not in the log")
+        return blob[off : off + size]
+
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:
         slot = self._slot(index)
         parts = [self._encoded[slot]]
@@ -77,6 +90,8 @@ class MemoryLogStore(LogStore):
         index, end_pos, chain = self.end_index + 1, self.end_pos, self.end_chain
         for entry_type, body in items:
             pos = codec.place(end_pos, codec.HEADER_SIZE + len(body), self.segment_size)
+            if self.append_hook is not None and entry_type == EntryType.NORMAL:
+                body = self.append_hook(pos + codec.HEADER_SIZE, body)
             blob, chain = codec.encode(entry_type, index, term, pos, body, chain)
             self._encoded.append(blob)
             self._meta.append((term, pos, chain))

@@ -1,0 +1,98 @@
+"""`mqbroker -c broker.conf [-n host:port;host:port] [-D key=value ...]`: run one broker.
+
+Prints "The broker[<name>, <address>] boot success. serializeType=JSON and name
+server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
+`listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
+(SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key),
+3 when a port cannot be bound, 4 when the store refuses to start (damaged data,
+naming the file and offset) or a disk write fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+import trio
+
+from broker.config import BrokerConfig, load_broker_config
+from broker.controller import BrokerController
+from dledger.server import DiskFailure
+from dledger.store.file import StoreCorruption
+
+EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK = 0, 2, 3, 4
+
+
+async def _run(config: BrokerConfig) -> None:
+    broker = BrokerController(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        print(
+            f"The broker[{config.broker_name}, {broker.address}] boot success. "
+            f"serializeType=JSON and name server is {';'.join(config.namesrv_addr)}",
+            flush=True,
+        )
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+
+
+def _first(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mqbroker", description="RocketMQ broker on DLedger.")
+    parser.add_argument("-c", "--configFile", dest="config", help="broker.conf (key=value)")
+    parser.add_argument("-n", "--namesrvAddr", dest="namesrv", help="host:port;host:port")
+    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("-p", "--printConfigItem", action="store_true", help="print and exit")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"mqbroker: -D {item!r}: expected key=value", file=sys.stderr)
+            return EXIT_USAGE
+        overrides[key.strip()] = value.strip()
+    try:
+        config, warnings = load_broker_config(
+            args.config, args.namesrv or os.environ.get("NAMESRV_ADDR"), overrides
+        )
+        if not config.enable_dleger_commit_log:
+            raise ValueError(
+                "enableDLegerCommitLog=true is required: this broker stores its CommitLog in "
+                "DLedger (set dLegerPeers and dLegerSelfId too)"
+            )
+    except ValueError as exc:
+        print(f"mqbroker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for warning in warnings:
+        print(f"mqbroker: warning: {warning}", file=sys.stderr)
+    if args.printConfigItem:
+        print(config)
+        return EXIT_OK
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    status = EXIT_OK
+    try:
+        trio.run(_run, config)
+    except* (StoreCorruption, DiskFailure) as group:
+        print(f"mqbroker: {_first(group)}", file=sys.stderr)
+        status = EXIT_DISK
+    except* OSError as group:
+        print(f"mqbroker: cannot listen: {_first(group)}", file=sys.stderr)
+        status = EXIT_BIND
+    except* KeyboardInterrupt:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

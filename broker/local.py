@@ -1,0 +1,201 @@
+"""A name server and a DLedger broker group as real processes on 127.0.0.1.
+
+RocketMQ's `fast-try` for this project: the main demo, the process tests, the
+benchmarks and the fault-injection runs all start the same thing, kill -9 and
+restart members, ask the name server who the master is, and stop everything on
+the way out, even when the caller fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from dledger.local import free_ports
+from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+LOCAL_SEGMENT_BYTES = 64 << 20  # DLedger's 1 GiB segments are preallocated; see dledger.local
+BOOT_TIMEOUT_S = 20.0
+
+
+def _lenient_json(body: bytes):
+    """fastjson's unquoted integer map keys (a Java name server) made standard."""
+    return json.loads(re.sub(rb"([{,])(-?\d+):", rb'\1"\2":', body))
+
+
+class LocalCluster:
+    """`async with LocalCluster(tmp, nodes=3) as cluster:` — all processes die on exit."""
+
+    def __init__(
+        self,
+        base_dir: str | Path,
+        nodes: int = 3,
+        broker_name: str = "RaftNode00",
+        cluster_name: str = "RaftCluster",
+        extra_conf: dict[str, str] | None = None,
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self.broker_name = broker_name
+        self.cluster_name = cluster_name
+        self.ids = [f"n{i}" for i in range(nodes)]
+        ports = free_ports(1 + 2 * nodes)
+        self.namesrv_port = ports[0]
+        self.namesrv_addr = f"127.0.0.1:{ports[0]}"
+        self.broker_addrs = {
+            node: f"127.0.0.1:{port}"
+            for node, port in zip(self.ids, ports[1 : 1 + nodes], strict=True)
+        }
+        self.dledger_peers = ";".join(
+            f"{node}-127.0.0.1:{port}"
+            for node, port in zip(self.ids, ports[1 + nodes :], strict=True)
+        )
+        self.extra_conf = dict(extra_conf or {})
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    # ------------------------------------------------------------------ files
+    def conf_path(self, node: str) -> Path:
+        return self.base_dir / f"broker-{node}.conf"
+
+    def store_dir(self, node: str) -> Path:
+        return self.base_dir / node
+
+    def _write_confs(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        (self.base_dir / "namesrv.conf").write_text(
+            f"listenPort={self.namesrv_port}\nbrokerChannelExpiredTime=10000\n"
+            "scanNotActiveBrokerInterval=1000\n"
+        )
+        for node in self.ids:
+            conf = {
+                "brokerClusterName": self.cluster_name,
+                "brokerName": self.broker_name,
+                "listenPort": self.broker_addrs[node].rpartition(":")[2],
+                "namesrvAddr": self.namesrv_addr,
+                "storePathRootDir": str(self.store_dir(node)),
+                "enableDLegerCommitLog": "true",
+                "dLegerGroup": self.broker_name,
+                "dLegerPeers": self.dledger_peers,
+                "dLegerSelfId": node,
+                "mappedFileSizeCommitLog": str(LOCAL_SEGMENT_BYTES),
+                "mappedFileSizeForEntryIndex": str(32 << 20),
+                **self.extra_conf,
+            }
+            self.conf_path(node).write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+
+    # ------------------------------------------------------------------ processes
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.base_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_broker(self, node: str) -> None:
+        self._spawn(node, ["-m", "broker.cli", "-c", str(self.conf_path(node))])
+
+    async def _booted(self, name: str, marker: bytes) -> None:
+        log = self.base_dir / f"{name}.log"
+        with trio.fail_after(BOOT_TIMEOUT_S):
+            while marker not in log.read_bytes():
+                proc = self.procs.get(name)
+                if proc is None or proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited at start:\n{log.read_text()[-2000:]}")
+                await trio.sleep(0.02)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def pid(self, name: str) -> int:
+        return self.procs[name].pid
+
+    async def restart(self, node: str) -> None:
+        self.kill(node)
+        marker_count = (self.base_dir / f"{node}.log").read_bytes().count(b"boot success")
+        self.start_broker(node)
+        log = self.base_dir / f"{node}.log"
+        with trio.fail_after(BOOT_TIMEOUT_S):
+            while log.read_bytes().count(b"boot success") <= marker_count:
+                if self.procs[node].poll() is not None:
+                    raise RuntimeError(f"{node} exited at start:\n{log.read_text()[-2000:]}")
+                await trio.sleep(0.02)
+
+    async def __aenter__(self) -> LocalCluster:
+        self._write_confs()
+        try:
+            self._spawn("namesrv", ["-m", "namesrv.cli", "-c", str(self.base_dir / "namesrv.conf")])
+            await self._booted("namesrv", b"boot success")
+            for node in self.ids:
+                self.start_broker(node)
+            for node in self.ids:
+                await self._booted(node, b"boot success")
+            await self.wait_master()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            self.kill(name, signal.SIGTERM)
+
+    # ------------------------------------------------------------------ asking
+    async def namesrv_call(self, code: int, ext: dict | None = None, body: bytes = b""):
+        async with RemotingClient(self.namesrv_addr) as client:
+            return await client.invoke(
+                RemotingCommand(code=code, ext_fields=ext or {}, body=body), 3.0
+            )
+
+    async def master_address(self) -> str | None:
+        response = await self.namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        table = _lenient_json(response.body).get("brokerAddrTable", {})
+        return table.get(self.broker_name, {}).get("brokerAddrs", {}).get("0")
+
+    async def wait_master(self, timeout_s: float = 15.0, not_node: str | None = None) -> str:
+        """The member registered as brokerId 0 (optionally other than `not_node`)."""
+        by_address = {a: n for n, a in self.broker_addrs.items()}
+        with trio.fail_after(timeout_s):
+            while True:
+                node = by_address.get(await self.master_address())
+                if node is not None and node != not_node and node in self.procs:
+                    return node
+                await trio.sleep(0.02)
+
+    async def broker_call(self, node: str, code: int, ext: dict | None = None, body=b""):
+        async with RemotingClient(self.broker_addrs[node]) as client:
+            return await client.invoke(
+                RemotingCommand(code=code, ext_fields=ext or {}, body=body), 5.0
+            )
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        """Create `topic` on the master and wait until the name server routes it."""
+        master = await self.wait_master()
+        response = await self.broker_call(
+            master,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6},
+        )
+        if response.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"create topic {topic}: {response.code} {response.remark}")
+        with trio.fail_after(10):
+            while (
+                await self.namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            ).code != ResponseCode.SUCCESS:
+                await trio.sleep(0.02)

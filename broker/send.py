@@ -1,0 +1,218 @@
+"""Sending: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36), with RocketMQ's retry, delay and dead-letter rules.
+
+A message is serialized here as a CommitLog record and appended through DLedger;
+the answer goes back once a quorum has it on disk. DLedger's refusals map as
+RocketMQ's DLedgerCommitLog maps them: not the leader → SERVICE_NOT_AVAILABLE
+(the client retries, and refreshes its route), a quorum-ack timeout →
+SYSTEM_ERROR with a remark saying the outcome is unknown, a full pending queue
+→ SYSTEM_BUSY.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import TYPE_CHECKING
+
+from broker.headers import BadRequest, boolean, integer, send_header, text
+from broker.store import message as codec
+from broker.store.message import MessageConst, MessageExt, MessageSysFlag
+from broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
+from broker.store.msgid import create_message_id
+from dledger.codes import Code
+from dledger.server import DLedgerError
+from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+_BATCH_ITEM = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
+_NOT_LEADER = {
+    Code.NOT_LEADER,
+    Code.LEADER_TRANSFERRING,
+    Code.TERM_CHANGED,
+    Code.INCONSISTENT_LEADER,
+    Code.LEADER_NOT_READY,
+    Code.DISK_FULL,
+}
+
+
+def parse_host(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    return (host if host and ":" not in host else "127.0.0.1"), int(port or 0)
+
+
+def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """A SEND_BATCH_MESSAGE body: (flag, body, properties) per message (MessageDecoder.decodes
+    of the client's encodeMessage); BadRequest on malformed bytes."""
+    items = []
+    pos = 0
+    try:
+        while pos < len(body):
+            total, _magic, _crc, flag, body_len = _BATCH_ITEM.unpack_from(body, pos)
+            start = pos + _BATCH_ITEM.size
+            payload = body[start : start + body_len]
+            (props_len,) = struct.unpack_from(">h", body, start + body_len)
+            props = body[start + body_len + 2 : start + body_len + 2 + props_len]
+            if total <= 0 or len(payload) != body_len or len(props) != props_len:
+                raise ValueError("truncated")
+            items.append((flag, payload, codec.string_to_properties(props.decode())))
+            pos += total
+    except (struct.error, ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(
+            f"bad batch body at byte {pos}: {exc}", ResponseCode.MESSAGE_ILLEGAL
+        ) from None
+    if not items:
+        raise BadRequest("empty batch", ResponseCode.MESSAGE_ILLEGAL)
+    return items
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        broker = self.broker
+        if not broker.is_master:
+            return broker.not_master(request)
+        send_header(request)
+        topic = text(request, "topic")
+        queue_id = integer(request, "queueId", -1)
+        sysflag = integer(request, "sysFlag", 0)
+        props = codec.string_to_properties(text(request, "properties", ""))
+        reconsume = integer(request, "reconsumeTimes", 0)
+        config = await broker.topic_for_send(
+            topic, text(request, "defaultTopic", ""), integer(request, "defaultTopicQueueNums", 4)
+        )
+        if not config.perm & PERM_WRITE:
+            raise BadRequest(
+                f"the topic[{topic}] sending message is forbidden", ResponseCode.NO_PERMISSION
+            )
+        if queue_id < 0:
+            queue_id = random.randrange(config.write_queue_nums)
+        elif queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            raise BadRequest(
+                f"request queueId[{queue_id}] is illegal, topic {topic} has "
+                f"{config.write_queue_nums} write queues"
+            )
+        born = parse_host(connection.remote_address)
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or boolean(request, "batch"):
+            items = decode_batch(request.body)
+        else:
+            items = [(integer(request, "flag", 0), request.body, props)]
+        if topic.startswith(RETRY_PREFIX):
+            max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(topic))
+            if reconsume > max_times:  # handleRetryAndDLQ: past the limit, to the DLQ
+                dlq = await broker.ensure_dlq(topic[len(RETRY_PREFIX) :])
+                topic, queue_id = dlq.topic_name, 0
+        messages = []
+        for flag, body, properties in items:
+            if len(body) > broker.config.max_message_size:
+                raise BadRequest(
+                    f"message body size {len(body)} exceeds maxMessageSize "
+                    f"{broker.config.max_message_size}",
+                    ResponseCode.MESSAGE_ILLEGAL,
+                )
+            properties.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
+            properties[MessageConst.PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+            msg = MessageExt(
+                topic=topic,
+                body=body,
+                properties=properties,
+                queue_id=queue_id,
+                flag=flag,
+                sysflag=sysflag & ~MessageSysFlag.MULTI_TAGS_FLAG,
+                born_timestamp=integer(request, "bornTimestamp", 0),
+                born_host=born,
+                store_host=broker.store_host,
+                reconsume_times=reconsume,
+            )
+            messages.append(self.schedule_if_delayed(msg))
+        results = await self.put(messages)
+        broker.stats_put += len(results)
+        ext = {
+            "msgId": ",".join(create_message_id(broker.store_host, p) for p, _q in results),
+            "queueId": str(queue_id),
+            "queueOffset": str(results[0][1]),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        return request.make_response(ResponseCode.SUCCESS, None, ext_fields=ext)
+
+    def schedule_if_delayed(self, msg: MessageExt) -> MessageExt:
+        """A message with a delay level goes to the schedule topic first (RocketMQ's
+        CommitLog.putMessage), its real topic and queue kept in properties."""
+        level = msg.delay_time_level
+        if level <= 0 or msg.topic.startswith(DLQ_PREFIX):
+            return msg
+        level = min(level, len(self.broker.store.delay_levels_ms))
+        msg.properties[MessageConst.PROPERTY_REAL_TOPIC] = msg.topic
+        msg.properties[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.topic, msg.queue_id = SCHEDULE_TOPIC, level - 1
+        return msg
+
+    async def put(self, messages: list[MessageExt]) -> list[tuple[int, int]]:
+        now = self.broker.store.now_ms()
+        records = []
+        for msg in messages:
+            msg.store_timestamp = now
+            try:
+                records.append(codec.encode(msg))
+            except codec.MessageFormatError as exc:
+                raise BadRequest(str(exc), ResponseCode.MESSAGE_ILLEGAL) from None
+        try:
+            return await self.broker.store.commitlog.put(records)
+        except DLedgerError as exc:
+            if exc.code in _NOT_LEADER:
+                raise BadRequest(
+                    f"not master: {exc.code.name}; refresh the route",
+                    ResponseCode.SERVICE_NOT_AVAILABLE,
+                ) from None
+            if exc.code is Code.LEADER_PENDING_FULL:
+                raise BadRequest(
+                    "[PC_SYNCHRONIZED]broker busy, too many pending appends",
+                    ResponseCode.SYSTEM_BUSY,
+                ) from None
+            if exc.code is Code.WAIT_QUORUM_ACK_TIMEOUT:
+                raise BadRequest(
+                    "quorum ack timeout: the message may or may not be stored",
+                    ResponseCode.SYSTEM_ERROR,
+                ) from None
+            raise BadRequest(f"append failed: {exc}") from None
+
+    async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: a message the consumer failed goes to %RETRY%group
+        after a delay, or to %DLQ%group once it has been retried too often."""
+        broker = self.broker
+        if not broker.is_master:
+            return broker.not_master(request)
+        offset = integer(request, "offset")
+        group = text(request, "group")
+        delay_level = integer(request, "delayLevel", 0)
+        try:
+            msg, _size = codec.decode(broker.store.message_at(offset))
+        except (IndexError, codec.MessageFormatError):
+            raise BadRequest(f"look message by offset failed, {offset}") from None
+        retry_topic = msg.get_property(MessageConst.PROPERTY_RETRY_TOPIC)
+        if retry_topic is None:
+            msg.put_property(MessageConst.PROPERTY_RETRY_TOPIC, msg.topic)
+        max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(group))
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            dlq = await broker.ensure_dlq(group)
+            msg.topic, msg.queue_id = dlq.topic_name, 0
+        else:
+            retry = await broker.ensure_retry_topic(group)
+            msg.topic, msg.queue_id = retry.topic_name, random.randrange(retry.write_queue_nums)
+            level = delay_level if delay_level > 0 else 3 + msg.reconsume_times
+            msg.properties[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        origin = msg.get_property(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) or text(
+            request, "originMsgId", msg.msg_id
+        )
+        msg.put_property(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID, origin)
+        msg.reconsume_times += 1
+        msg.store_host = broker.store_host
+        msg.sysflag = msg.sysflag & ~MessageSysFlag.MULTI_TAGS_FLAG
+        await self.put([self.schedule_if_delayed(msg)])
+        return request.make_response(ResponseCode.SUCCESS)

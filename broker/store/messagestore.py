@@ -1,0 +1,316 @@
+"""The broker's message store: the DLedger CommitLog, its ConsumeQueues, metadata.
+
+The dispatcher follows the commit index on every replica: each newly committed
+entry is scanned and appended to its ConsumeQueue (and, for META_TOPIC records,
+applied to the metadata), so consumers — on the master or on a slave — only ever
+see committed messages. Pulls are answered from the ConsumeQueues with RocketMQ's
+status rules, and a pull that finds nothing can wait for the next arrival on its
+queue (long polling).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import attrs
+import trio
+
+from broker.store import message as codec
+from broker.store.commitlog import BODY_OFFSET, DispatchRequest, DLedgerCommitLog
+from broker.store.consumequeue import ConsumeQueueTable
+from broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
+from dledger.server import DLedgerServer
+
+log = logging.getLogger(__name__)
+
+DISPATCH_CHUNK = 2048  # entries per dispatch step before yielding to other tasks
+SNAPSHOT_INTERVAL_S = 5.0
+MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
+MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+_SKIPPED_TRANSACTIONS = (
+    codec.MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+    codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
+)
+
+
+class GetStatus:
+    """DefaultMessageStore's GetMessageStatus, mapped to pull response codes by the processor."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+
+
+@attrs.define
+class GetResult:
+    status: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: list[bytes] = attrs.Factory(list)
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """`messageDelayLevel` ("1s 5s ... 2h") to milliseconds, level 1 first."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    levels = []
+    for item in text.split():
+        if item[-1] not in units or not item[:-1].isdigit():
+            raise ValueError(f"bad delay level {item!r} (expected e.g. 1s, 5m, 2h)")
+        levels.append(int(item[:-1]) * units[item[-1]])
+    return levels
+
+
+class MessageStore:
+    def __init__(
+        self,
+        server: DLedgerServer,
+        root: Path,
+        builtin_topics: dict[str, TopicConfig],
+        delay_levels_ms: list[int],
+    ) -> None:
+        self.server = server
+        self.root = root
+        self.commitlog = DLedgerCommitLog(server)
+        self.queues = ConsumeQueueTable(root / "consumequeue")
+        self.metadata = Metadata(builtin_topics)
+        self.delay_levels_ms = delay_levels_ms
+        self.dispatched_index = -1
+        self._snapshot_path = root / "config" / "metadata.json"
+        self._commit_moved = trio.Event()
+        self._arrivals: dict[tuple[str, int], trio.Event] = {}
+        self._meta_applied = trio.Event()
+        self.dispatch_listeners: list = []  # called with each DispatchRequest
+        self._recover()
+        server.add_commit_handler(lambda _index: self._commit_moved.set())
+
+    # ------------------------------------------------------------------ recovery
+    def _recover(self) -> None:
+        """Trust the ConsumeQueue files up to the recovered log, replay metadata, and
+        pick the entry to dispatch next."""
+        store = self.server.store
+        log_end = store.end_pos
+        for queue in self.queues.queues.values():
+            queue.truncate_physical(log_end)
+        self.metadata.load(self._snapshot_path)
+        meta = self.queues.find(META_TOPIC, 0)
+        if meta is not None:
+            for offset in range(
+                max(self.metadata.applied_meta_offset, meta.min_offset), meta.max_offset
+            ):
+                phys, size, _tags = meta.get(offset)
+                self._apply_meta(self.commitlog.read(phys, size), offset)
+        physical_end = self.queues.physical_end()
+        if store.empty:
+            self.dispatched_index = store.end_index
+        elif physical_end < 0:
+            self.dispatched_index = store.begin_index - 1
+        else:
+            self.dispatched_index = self._first_index_at(physical_end) - 1
+        log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
+
+    def _first_index_at(self, position: int) -> int:
+        store = self.server.store
+        low, high = store.begin_index, store.end_index + 1
+        while low < high:
+            mid = (low + high) // 2
+            if store.pos_at(mid) < position:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def _apply_meta(self, record: bytes, meta_offset: int) -> None:
+        msg, _size = codec.decode(record)
+        try:
+            self.metadata.apply(msg.body, meta_offset)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("skipping a malformed metadata record at offset %d: %s", meta_offset, exc)
+
+    # ------------------------------------------------------------------ dispatch
+    @property
+    def dispatch_target(self) -> int:
+        """The last index that may be dispatched: committed and present here."""
+        return min(self.server.replica.committed_index, self.server.store.end_index)
+
+    def dispatch_behind(self) -> int:
+        return self.dispatch_target - self.dispatched_index
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Dispatch forever; snapshot the metadata now and then."""
+        task_status.started()
+        next_snapshot = trio.current_time() + SNAPSHOT_INTERVAL_S
+        try:
+            while True:
+                if self.dispatched_index >= self.dispatch_target:
+                    with trio.move_on_at(next_snapshot):
+                        await self._commit_moved.wait()
+                    self._commit_moved = trio.Event()
+                self.dispatch_some(DISPATCH_CHUNK)
+                if trio.current_time() >= next_snapshot:
+                    self.metadata.save(self._snapshot_path)
+                    next_snapshot = trio.current_time() + SNAPSHOT_INTERVAL_S
+                await trio.sleep(0)
+        finally:
+            self.queues.close()
+            self.metadata.save(self._snapshot_path)
+
+    def dispatch_some(self, limit: int) -> int:
+        """Dispatch up to `limit` committed entries; returns how many."""
+        first = self.dispatched_index + 1
+        last = min(self.dispatch_target, first + limit - 1)
+        if last < first:
+            return 0
+        touched = set()
+        for index, request in self.commitlog.scan(first, last):
+            self.dispatched_index = index
+            if request is not None:
+                self._dispatch(request)
+                touched.add((request.topic, request.queue_id))
+        self.queues.flush()
+        for key in touched:
+            event = self._arrivals.pop(key, None)
+            if event is not None:
+                event.set()
+        return last - first + 1
+
+    def _dispatch(self, request: DispatchRequest) -> None:
+        if codec.MessageSysFlag.get_transaction_value(request.sysflag) in _SKIPPED_TRANSACTIONS:
+            return
+        queue = self.queues.find_or_create(request.topic, request.queue_id)
+        if request.queue_offset < queue.max_offset and len(queue):
+            return  # dispatched before a restart
+        tags = request.tags_code
+        if request.topic == SCHEDULE_TOPIC:
+            level = min(request.queue_id, len(self.delay_levels_ms) - 1)
+            tags = request.store_timestamp + self.delay_levels_ms[level]
+        try:
+            queue.append(request.queue_offset, request.physical_offset, request.size, tags)
+        except ValueError as exc:
+            log.error("dispatch: %s", exc)
+            return
+        if request.topic == META_TOPIC:
+            self._apply_meta(
+                self.commitlog.read(request.physical_offset, request.size), request.queue_offset
+            )
+            self._meta_applied.set()
+            self._meta_applied = trio.Event()
+        for listener in self.dispatch_listeners:
+            listener(request)
+
+    async def wait_applied(self, meta_offset: int) -> None:
+        """Until the metadata record at META_TOPIC offset `meta_offset` is applied here."""
+        while self.metadata.applied_meta_offset <= meta_offset:
+            await self._meta_applied.wait()
+
+    async def wait_dispatched(self, index: int) -> None:
+        """Until everything up to `index` is dispatched (a new master's last step)."""
+        while self.dispatched_index < index:
+            self._commit_moved.set()
+            await trio.sleep(0.005)
+
+    # ------------------------------------------------------------------ reads
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.queues.find(topic, queue_id)
+        return 0 if queue is None else queue.max_offset
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.queues.find(topic, queue_id)
+        return 0 if queue is None else queue.min_offset
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        tags_codes: frozenset[int] | None = None,
+    ) -> GetResult:
+        """RocketMQ's getMessage: the status table of the pull protocol, tag filtering by
+        hash when `tags_codes` is given (clients re-check the tag itself)."""
+        queue = self.queues.find(topic, queue_id)
+        if queue is None or not len(queue):
+            lo = hi = 0 if queue is None else queue.max_offset
+            if offset == hi:
+                return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset, lo, hi)
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        lo, hi = queue.min_offset, queue.max_offset
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        records: list[bytes] = []
+        total = 0
+        scanned = 0
+        max_nums = max(1, min(max_nums, MAX_PULL_MESSAGES))
+        for phys, size, tags in queue.entries(offset, max(max_nums, 1) * 4):
+            if len(records) >= max_nums or (records and total + size > MAX_PULL_BYTES):
+                break
+            scanned += 1
+            if tags_codes is not None and tags not in tags_codes:
+                continue
+            try:
+                records.append(self.commitlog.read(phys, size))
+            except IndexError:
+                break  # retention removed it meanwhile
+            total += size
+        next_offset = offset + scanned
+        status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, next_offset, lo, hi, records)
+
+    async def wait_arrival(self, topic: str, queue_id: int, deadline: float) -> None:
+        """Until a message is dispatched to the queue or `deadline` (trio clock)."""
+        event = self._arrivals.get((topic, queue_id))
+        if event is None:
+            event = self._arrivals[(topic, queue_id)] = trio.Event()
+        with trio.move_on_at(deadline):
+            await event.wait()
+
+    def store_time(self, physical_offset: int) -> int:
+        return codec.read_store_timestamp(self.commitlog.read_message(physical_offset))
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose store time is >= timestamp (the max offset if none)."""
+        queue = self.queues.find(topic, queue_id)
+        if queue is None or not len(queue):
+            return 0 if queue is None else queue.max_offset
+        low, high = queue.min_offset, queue.max_offset
+        while low < high:
+            mid = (low + high) // 2
+            if self.store_time(queue.get(mid)[0]) < timestamp_ms:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        queue = self.queues.find(topic, queue_id)
+        if queue is None or not len(queue):
+            return -1
+        return self.store_time(queue.get(queue.min_offset)[0])
+
+    def message_at(self, physical_offset: int) -> bytes:
+        """The record at a physical offset (what an offset msgId names)."""
+        return self.commitlog.read_message(physical_offset)
+
+    @property
+    def physical_max(self) -> int:
+        """commitLogMaxOffset: the end of the committed, dispatched log."""
+        end = self.queues.physical_end()
+        return max(end, 0)
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+
+__all__ = ["BODY_OFFSET", "GetResult", "GetStatus", "MessageStore", "parse_delay_levels"]
