@@ -1,0 +1,117 @@
+"""A name server and a DLedger broker group inside the test's trio loop.
+
+The same BrokerController the `mqbroker` process runs, over real TCP on
+127.0.0.1, but each member in its own cancel scope, so a test can stop one (as a
+crash would: nothing is flushed or unregistered) and start it again on the same
+files, and can look inside the members while they run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import trio
+
+from broker.config import load_broker_config
+from broker.controller import BrokerController
+from dledger.local import free_ports
+from namesrv.config import NamesrvConfig
+from namesrv.server import NamesrvServer
+from remoting import RemotingClient, RemotingCommand, RequestCode
+
+
+class InProcessGroup:
+    def __init__(self, nursery: trio.Nursery, base: Path, nodes: int = 3, **conf: str) -> None:
+        self.nursery = nursery
+        self.base = base
+        self.ids = [f"n{i}" for i in range(nodes)]
+        ports = free_ports(2 * nodes)
+        self.dledger_peers = ";".join(
+            f"{n}-127.0.0.1:{p}" for n, p in zip(self.ids, ports[:nodes], strict=True)
+        )
+        self.listen = dict(zip(self.ids, ports[nodes:], strict=True))
+        self.conf = conf
+        self.brokers: dict[str, BrokerController] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self.namesrv_addr = ""
+
+    async def start(self) -> InProcessGroup:
+        namesrv = NamesrvServer(NamesrvConfig(listen_port=0, bind_address="127.0.0.1"))
+        port = await self.nursery.start(namesrv.serve)
+        self.namesrv = namesrv
+        self.namesrv_addr = f"127.0.0.1:{port}"
+        for node in self.ids:
+            await self.start_member(node)
+        await self.wait_master()
+        return self
+
+    def config(self, node: str):
+        overrides = {
+            "brokerClusterName": "TestCluster",
+            "brokerName": "broker-t",
+            "listenPort": str(self.listen[node]),
+            "namesrvAddr": self.namesrv_addr,
+            "storePathRootDir": str(self.base / node),
+            "enableDLegerCommitLog": "true",
+            "dLegerPeers": self.dledger_peers,
+            "dLegerSelfId": node,
+            "mappedFileSizeCommitLog": str(4 << 20),
+            "mappedFileSizeForEntryIndex": str(1 << 20),
+            **self.conf,
+        }
+        return load_broker_config(None, overrides=overrides)[0]
+
+    async def start_member(self, node: str) -> BrokerController:
+        broker = BrokerController(self.config(node))
+
+        async def run(task_status=trio.TASK_STATUS_IGNORED):
+            with trio.CancelScope() as scope:
+                self._scopes[node] = scope
+                await broker.serve(task_status=task_status)
+
+        await self.nursery.start(run)
+        self.brokers[node] = broker
+        return broker
+
+    def crash(self, node: str) -> None:
+        """Stop a member at once (its sockets close; nothing is flushed)."""
+        self._scopes.pop(node).cancel()
+        self.brokers.pop(node)
+
+    def master(self) -> BrokerController | None:
+        masters = [b for b in self.brokers.values() if b.is_master]
+        return masters[0] if len(masters) == 1 else None
+
+    async def wait_master(self, timeout_s: float = 10.0) -> BrokerController:
+        with trio.fail_after(timeout_s):
+            while self.master() is None:
+                await trio.sleep(0.01)
+        return self.master()
+
+    def slaves(self) -> list[BrokerController]:
+        return [b for b in self.brokers.values() if not b.is_master]
+
+    async def call(self, broker: BrokerController, code: int, ext=None, body=b"", oneway=False):
+        async with RemotingClient(broker.address) as client:
+            request = RemotingCommand(code=code, ext_fields=dict(ext or {}), body=body)
+            if oneway:
+                client.invoke_oneway(request)
+                await trio.sleep(0.05)
+                return None
+            return await client.invoke(request, 10.0)
+
+    async def send(self, broker, topic: str, body: bytes, queue_id: int = 0, props: str = ""):
+        ext = {
+            "a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": 0,
+            "g": int(time.time() * 1000), "h": 0, "i": props, "j": 0, "k": "false",
+        }  # fmt: skip
+        return await self.call(broker, RequestCode.SEND_MESSAGE_V2, ext, body)
+
+    async def pull(self, broker, topic: str, queue_id: int, offset: int, **extra):
+        ext = {
+            "consumerGroup": "CG", "topic": topic, "queueId": queue_id, "queueOffset": offset,
+            "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 1000,
+            "subscription": "*", "subVersion": 0, **extra,
+        }  # fmt: skip
+        return await self.call(broker, RequestCode.PULL_MESSAGE, ext)

@@ -1,0 +1,188 @@
+"""The broker group in one trio loop: store, dispatch, processors and role changes."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+from broker.store import message as codec
+from broker.store.consumequeue import ENTRY_SIZE
+from broker.store.message import MessageConst
+from remoting import RequestCode, ResponseCode
+from tests.inprocess_broker import InProcessGroup
+
+
+async def group(nursery, tmp_path, **conf) -> InProcessGroup:
+    return await InProcessGroup(nursery, tmp_path, **conf).start()
+
+
+async def create_topic(g: InProcessGroup, topic: str, queues: int = 4) -> None:
+    ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
+    response = await g.call(g.master(), RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+async def wait_for(predicate, timeout_s: float = 5.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    await create_topic(g, "T")
+    master = g.master()
+    sent = []
+    for i in range(12):
+        response = await g.send(master, "T", b"m%d" % i, queue_id=i % 3)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        sent.append(response.ext_fields)
+    by_queue = {}
+    for ext in sent:
+        by_queue.setdefault(ext["queueId"], []).append(int(ext["queueOffset"]))
+    assert by_queue == {"0": [0, 1, 2, 3], "1": [0, 1, 2, 3], "2": [0, 1, 2, 3]}
+    end = master.dledger.replica.committed_index
+    await wait_for(lambda: all(b.store.dispatched_index >= end for b in g.brokers.values()))
+    for broker in g.brokers.values():  # every replica answers with the same records
+        response = await g.pull(broker, "T", 1, 0)
+        assert response.code == ResponseCode.SUCCESS
+        messages = codec.decode_all(response.body)
+        assert [m.body for m in messages] == [b"m1", b"m4", b"m7", b"m10"]
+        assert [m.msg_id for m in messages] == [e["msgId"] for e in sent if e["queueId"] == "1"]
+        for m in messages:  # the physical offset written by the append hook is the real one
+            assert broker.store.message_at(m.physical_offset)[:4] == codec.encode(m)[:4]
+
+
+def status(response) -> tuple[int, str]:
+    return response.code, response.ext_fields["nextBeginOffset"]
+
+
+async def test_pull_status_table(nursery, tmp_path):
+    g = await group(nursery, tmp_path, nodes=1)
+    await create_topic(g, "T", 2)
+    b = g.master()
+    empty = await g.pull(b, "T", 0, 0)
+    assert status(empty) == (ResponseCode.PULL_NOT_FOUND, "0")
+    moved = await g.pull(b, "T", 0, 5)
+    assert status(moved) == (ResponseCode.PULL_OFFSET_MOVED, "0")
+    for i in range(3):
+        await g.send(b, "T", b"x%d" % i, props="TAGS\x01a\x02" if i != 1 else "TAGS\x01b\x02")
+    found = await g.pull(b, "T", 0, 0, maxMsgNums=2)
+    assert found.code == ResponseCode.SUCCESS
+    assert found.ext_fields["nextBeginOffset"] == "2" and found.ext_fields["maxOffset"] == "3"
+    at_end = await g.pull(b, "T", 0, 3)
+    assert status(at_end) == (ResponseCode.PULL_NOT_FOUND, "3")
+    beyond = await g.pull(b, "T", 0, 9)
+    assert status(beyond) == (ResponseCode.PULL_OFFSET_MOVED, "3")
+    filtered = await g.pull(b, "T", 0, 1, subscription="a")
+    assert [m.body for m in codec.decode_all(filtered.body)] == [b"x2"]
+    only_b = await g.pull(b, "T", 0, 2, subscription="b")
+    assert only_b.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert only_b.ext_fields["nextBeginOffset"] == "3"
+    unknown = await g.pull(b, "NOPE", 0, 0)
+    assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_long_poll_waits_for_an_arrival_and_times_out_without_one(nursery, tmp_path):
+    g = await group(nursery, tmp_path, nodes=1)
+    await create_topic(g, "T", 1)
+    b = g.master()
+    start = trio.current_time()
+    idle = await g.pull(b, "T", 0, 0, sysFlag=2, suspendTimeoutMillis=300)
+    waited = trio.current_time() - start
+    assert idle.code == ResponseCode.PULL_NOT_FOUND and 0.25 <= waited < 2.0
+    result = {}
+
+    async def held_pull():
+        start = trio.current_time()
+        result["response"] = await g.pull(b, "T", 0, 0, sysFlag=2, suspendTimeoutMillis=10_000)
+        result["waited"] = trio.current_time() - start
+
+    async with trio.open_nursery() as inner:
+        inner.start_soon(held_pull)
+        await trio.sleep(0.3)
+        assert "response" not in result  # held, not answered
+        await g.send(b, "T", b"wake")
+    assert result["response"].code == ResponseCode.SUCCESS
+    assert 0.3 <= result["waited"] < 5.0
+
+
+async def test_bad_requests_get_codes_and_remarks(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    await create_topic(g, "T", 2)
+    master = g.master()
+    no_topic = await g.call(master, RequestCode.SEND_MESSAGE_V2, {"a": "PG"}, b"x")
+    assert no_topic.code == ResponseCode.SYSTEM_ERROR and "<topic>" in no_topic.remark
+    bad_queue = await g.send(master, "T", b"x", queue_id=7)
+    assert bad_queue.code == ResponseCode.SYSTEM_ERROR and "queueId[7]" in bad_queue.remark
+    batch = await g.call(master, RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, b"\x00\x01")
+    assert batch.code == ResponseCode.MESSAGE_ILLEGAL and "batch" in batch.remark
+    not_a_number = await g.pull(master, "T", "zero", 0)
+    assert not_a_number.code == ResponseCode.SYSTEM_ERROR and "queueId" in not_a_number.remark
+    slave = g.slaves()[0]
+    refused = await g.send(slave, "T", b"x")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert refused.remark.startswith("not master")
+    still = await g.send(master, "T", b"after the bad ones")
+    assert still.code == ResponseCode.SUCCESS
+
+
+async def test_topics_and_offsets_survive_a_failover(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    await create_topic(g, "Orders", 2)
+    master = g.master()
+    for i in range(4):
+        await g.send(master, "Orders", b"o%d" % i, queue_id=i % 2)
+    ext = {"consumerGroup": "CG", "topic": "Orders", "queueId": 1, "commitOffset": 2}
+    response = await g.call(master, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+    assert response.code == ResponseCode.SUCCESS
+    g.crash(next(n for n, b in g.brokers.items() if b is master))
+    new = await g.wait_master()
+    assert "Orders" in new.store.metadata.topics
+    query = {"consumerGroup": "CG", "topic": "Orders", "queueId": 1}
+    answer = await g.call(new, RequestCode.QUERY_CONSUMER_OFFSET, query)
+    assert (answer.code, answer.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "2")
+    missing = await g.call(new, RequestCode.QUERY_CONSUMER_OFFSET, {**query, "queueId": 0})
+    assert missing.code == ResponseCode.QUERY_NOT_FOUND
+    after = await g.send(new, "Orders", b"next", queue_id=1)  # queue offsets continue densely
+    assert after.code == ResponseCode.SUCCESS and after.ext_fields["queueOffset"] == "2"
+
+
+async def test_consume_queues_are_rebuilt_from_the_log_after_a_restart(nursery, tmp_path):
+    g = await group(nursery, tmp_path, nodes=1)
+    await create_topic(g, "T", 1)
+    b = g.master()
+    for i in range(5):
+        await g.send(b, "T", b"r%d" % i)
+    g.crash("n0")
+    queue_file = next((tmp_path / "n0" / "consumequeue" / "T" / "0").iterdir())
+    queue_file.write_bytes(queue_file.read_bytes()[: 2 * ENTRY_SIZE + 7])  # lost and torn
+    await g.start_member("n0")
+    b = await g.wait_master()
+    await wait_for(lambda: b.store.max_offset("T", 0) == 5)
+    response = await g.pull(b, "T", 0, 0)
+    assert [m.body for m in codec.decode_all(response.body)] == [b"r%d" % i for i in range(5)]
+    assert [m.queue_offset for m in codec.decode_all(response.body)] == list(range(5))
+
+
+async def test_send_back_retries_after_a_delay_then_dead_letters(nursery, tmp_path):
+    g = await group(nursery, tmp_path, nodes=1, messageDelayLevel=" ".join(["1s"] * 18))
+    await create_topic(g, "T", 1)
+    b = g.master()
+    sent = await g.send(b, "T", b"fail me", props="TAGS\x01t\x02")
+    phys = codec.decode_all((await g.pull(b, "T", 0, 0)).body)[0].physical_offset
+    heartbeat = {"clientID": "c1", "consumerDataSet": [{"groupName": "CG"}]}
+    await g.call(b, RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    back = {"offset": phys, "group": "CG", "delayLevel": 0, "originMsgId": sent.ext_fields["msgId"]}
+    response = await g.call(b, RequestCode.CONSUMER_SEND_MSG_BACK, back)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    assert b.store.max_offset("%RETRY%CG", 0) == 0  # delayed, not there yet
+    await wait_for(lambda: b.store.max_offset("%RETRY%CG", 0) == 1, timeout_s=5)
+    [retry] = codec.decode_all((await g.pull(b, "%RETRY%CG", 0, 0)).body)
+    assert retry.body == b"fail me" and retry.reconsume_times == 1
+    assert retry.properties[MessageConst.PROPERTY_RETRY_TOPIC] == "T"
+    assert retry.properties[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] == sent.ext_fields["msgId"]
+    dead = await g.call(b, RequestCode.CONSUMER_SEND_MSG_BACK, {**back, "delayLevel": -1})
+    assert dead.code == ResponseCode.SUCCESS
+    await wait_for(lambda: b.store.max_offset("%DLQ%CG", 0) == 1)
