@@ -1,4 +1,8 @@
-"""`python -m bench dledger [--duration S] [--json PATH]`: raftmq beside its peers, one run.
+"""`python -m bench dledger|broker [--duration S] [--json PATH]`: raftmq beside its peers.
+
+`dledger` measures the replicated log against PySyncObj; `broker` measures the
+broker group end to end (produce -> ack, produce -> consume, failover) against
+NATS JetStream R3 with `sync_interval: always`.
 
 Prints a table (and writes the rows as JSON with --json). Each system is measured
 in the same run on the same machine, so the ratios mean something; absolute figures
@@ -31,6 +35,20 @@ COLUMNS = [
 ]
 
 
+BROKER_COLUMNS = [
+    ("system", "system"),
+    ("size", "size B"),
+    ("acked_per_s", "acked/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("single_p50_ms", "single p50 ms"),
+    ("consumed_per_s", "consumed/s"),
+    ("e2e_p99_ms", "e2e p99 ms"),
+    ("failover_ms", "failover ms"),
+    ("peak_rss_mib", "RSS MiB/node"),
+]
+
+
 def _cell(key: str, value) -> str:
     if value is None:
         return "-"
@@ -41,11 +59,11 @@ def _cell(key: str, value) -> str:
     return str(value)
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], columns=COLUMNS) -> str:
     """A Markdown table, so the README can show it as printed."""
-    cells = [[title for _, title in COLUMNS]]
-    cells += [[_cell(key, row.get(key)) for key, _ in COLUMNS] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
+    cells = [[title for _, title in columns]]
+    cells += [[_cell(key, row.get(key)) for key, _ in columns] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = [
         "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells
     ]
@@ -79,6 +97,29 @@ def run_dledger(args) -> list[dict]:
     return rows
 
 
+def run_broker(args) -> list[dict]:
+    from bench import broker_bench, nats_jetstream
+
+    rows = []
+    for size in (128, 1024):
+        print(f"raftmq broker, {size} B ...", file=sys.stderr, flush=True)
+        rows.append(
+            trio.run(broker_bench.measure, size, args.duration, args.window, args.failover_trials)
+        )
+        if args.no_peer:
+            continue
+        print(f"NATS JetStream, {size} B ...", file=sys.stderr, flush=True)
+        nats_jetstream.ensure_installed()
+        with tempfile.TemporaryDirectory(prefix="bench-nats-") as tmp:
+            row = nats_jetstream.run_throughput(size, args.window, args.duration, Path(tmp))
+            if size == 1024 and args.failover_trials:
+                failover = nats_jetstream.run_failover(args.failover_trials, Path(tmp))
+                row["failover_ms"] = failover["failover_ms"]
+            row["peak_rss_mib"] = max(row["peak_rss_mib"])
+            rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -87,13 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     dl.add_argument("--window", type=int, default=256, help="appends in flight")
     dl.add_argument("--failover-trials", type=int, default=5)
     dl.add_argument("--json", type=Path)
+    br = sub.add_parser("broker", help="namesrv + 3-broker group vs NATS JetStream R3")
+    br.add_argument("--duration", type=float, default=10.0, help="seconds per load phase")
+    br.add_argument("--window", type=int, default=256, help="sends in flight")
+    br.add_argument("--failover-trials", type=int, default=5)
+    br.add_argument("--no-peer", action="store_true", help="skip NATS (not installed here)")
+    br.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    rows = run_dledger(args)
+    if args.what == "broker":
+        rows, columns, size_key = run_broker(args), BROKER_COLUMNS, "size"
+    else:
+        rows, columns, size_key = run_dledger(args), COLUMNS, "payload"
     print(f"\n{machine()}\n")
-    print(table(rows))
+    print(table(rows, columns))
     for row in rows:
         if row.get("notes"):
-            print(f"\n{row['system']} {row['payload']} B: {row['notes']}")
+            print(f"\n{row['system']} {row[size_key]} B: {row['notes']}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

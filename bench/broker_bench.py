@@ -1,0 +1,189 @@
+"""Benchmark of a name server + 3-broker DLedger group on loopback, fsync before every ack.
+
+For each message size, against real `mqnamesrv` and `mqbroker` processes:
+- produce -> ack: SEND_MESSAGE_V2 requests, `window` in flight over a few connections,
+  one message each (the pipelined individual sends of the issue's target), with
+  p50/p99 ack latency;
+- produce -> consume: while that load runs, one long-polling puller per queue reads
+  from the master; the rate it consumes and the p50/p99 of (consumed - born) time;
+- kill -9 of the master -> first acknowledged send at the new master (the probe sends
+  to every live member every 5 ms, as a client that refreshes its route at once
+  would), median of trials.
+
+The load generator speaks the remoting protocol directly (no client library in the
+measurement) and runs in this process, on the same two cores as the three brokers,
+as NATS's Go publisher does in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import struct
+import tempfile
+import time
+
+import trio
+
+from bench.dledger_bench import percentile
+from bench.rss import peak_rss_mib
+from broker.local import LocalCluster
+from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+TOPIC = "BenchTopic"
+QUEUES = 8
+CONNECTIONS = 4
+_BORN = struct.Struct(">d")
+
+
+def _send_request(queue_id: int, body: bytes) -> RemotingCommand:
+    ext = {
+        "a": "BENCH_PG", "b": TOPIC, "c": "TBW102", "d": QUEUES, "e": queue_id, "f": 0,
+        "g": int(time.time() * 1000), "h": 0, "i": "", "j": 0, "k": "false",
+    }  # fmt: skip
+    return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body)
+
+
+async def _produce(address: str, size: int, window: int, duration_s: float) -> tuple:
+    """Closed loop: `window` sends always in flight; returns (acked/s, latencies ms, errors)."""
+    latencies: list[float] = []
+    errors = [0]
+    padding = os.urandom(max(0, size - _BORN.size))
+    async with trio.open_nursery() as nursery:
+        clients = []
+        for _ in range(CONNECTIONS):
+            client = RemotingClient(address)
+            await nursery.start(_hold, client)
+            clients.append(client)
+        deadline = trio.current_time() + duration_s
+
+        async def worker(k: int) -> None:
+            client = clients[k % CONNECTIONS]
+            while trio.current_time() < deadline:
+                body = _BORN.pack(time.time()) + padding
+                t0 = trio.current_time()
+                response = await client.invoke(_send_request(k % QUEUES, body), 10.0)
+                if response.code == ResponseCode.SUCCESS:
+                    latencies.append((trio.current_time() - t0) * 1000.0)
+                else:
+                    errors[0] += 1
+
+        start = trio.current_time()
+        async with trio.open_nursery() as workers:
+            for k in range(window):
+                workers.start_soon(worker, k)
+        elapsed = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    return len(latencies) / elapsed, latencies, errors[0]
+
+
+async def _hold(client: RemotingClient, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async with client:
+        task_status.started()
+        await trio.sleep_forever()
+
+
+async def _consume(address: str, stop: trio.Event, results: dict) -> None:
+    """One long-polling puller per queue from offset 0 until `stop`; end-to-end latency."""
+    delays: list[float] = []
+    count = [0]
+
+    async def puller(client: RemotingClient, queue_id: int) -> None:
+        offset = 0
+        while not stop.is_set():
+            ext = {
+                "consumerGroup": "BENCH_CG", "topic": TOPIC, "queueId": queue_id,
+                "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 2, "commitOffset": 0,
+                "suspendTimeoutMillis": 1000, "subscription": "*", "subVersion": 0,
+            }  # fmt: skip
+            request = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext)
+            response = await client.invoke(request, 10.0)
+            offset = int(response.ext_fields.get("nextBeginOffset", offset))
+            if response.code == ResponseCode.SUCCESS:
+                now = time.time()
+                for born in _born_times(response.body):
+                    delays.append((now - born) * 1000.0)
+                    count[0] += 1
+
+    start = trio.current_time()
+    async with RemotingClient(address) as client, trio.open_nursery() as nursery:
+        for queue_id in range(QUEUES):
+            nursery.start_soon(puller, client, queue_id)
+        await stop.wait()
+        nursery.cancel_scope.cancel()
+    results["consumed_per_s"] = count[0] / (trio.current_time() - start)
+    results["e2e_p50_ms"] = percentile(delays, 0.5)
+    results["e2e_p99_ms"] = percentile(delays, 0.99)
+
+
+def _born_times(body: bytes):
+    """The born time each benchmark message carries first in its body (records walked raw)."""
+    from broker.store import message as codec
+
+    for msg in codec.decode_all(body):
+        yield _BORN.unpack_from(msg.body)[0]
+
+
+async def _failover_trials(cluster: LocalCluster, trials: int) -> list[float]:
+    results = []
+    for _ in range(trials):
+        master = await cluster.wait_master()
+        killed_at = trio.current_time()
+        cluster.kill(master)
+        done = trio.Event()
+
+        async def probe(node: str, done=done, killed_at=killed_at) -> None:
+            try:
+                async with RemotingClient(cluster.broker_addrs[node]) as client:
+                    while not done.is_set():
+                        response = await client.invoke(_send_request(0, b"probe"), 2.0)
+                        if response.code == ResponseCode.SUCCESS and not done.is_set():
+                            results.append((trio.current_time() - killed_at) * 1000.0)
+                            done.set()
+                        await trio.sleep(0.005)
+            except OSError:
+                pass
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for node in cluster.ids:
+                    if node != master:
+                        nursery.start_soon(probe, node)
+                await done.wait()
+                nursery.cancel_scope.cancel()
+        await cluster.restart(master)
+        await trio.sleep(1.0)
+    return results
+
+
+async def measure(size: int, duration_s: float, window: int, failover_trials: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+        async with LocalCluster(tmp) as cluster:
+            await cluster.create_topic(TOPIC, QUEUES)
+            master = await cluster.wait_master()
+            address = cluster.broker_addrs[master]
+            await _produce(address, size, 16, 1.0)  # warm up
+            stop = trio.Event()
+            consumed: dict = {}
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_consume, address, stop, consumed)
+                rate, latencies, errors = await _produce(address, size, window, duration_s)
+                stop.set()
+            single_rate, single, _ = await _produce(address, size, 1, min(duration_s, 3.0))
+            rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
+            failovers = await _failover_trials(cluster, failover_trials)
+    return {
+        "system": "raftmq broker R3 (SYNC_FLUSH, fsync on a quorum)",
+        "size": size,
+        "window": window,
+        "acked_per_s": rate,
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
+        "errors": errors,
+        "single_p50_ms": percentile(single, 0.5),
+        **consumed,
+        "failover_ms": statistics.median(failovers) if failovers else None,
+        "failover_trials_ms": [round(f) for f in failovers],
+        "peak_rss_mib": max((r for r in rss if r is not None), default=None),
+        "notes": f"single-send rate {single_rate:.0f}/s",
+    }
