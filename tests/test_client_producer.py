@@ -1,0 +1,302 @@
+"""The producer against a real name server and in-memory broker members: what it sends,
+how it picks queues, how it retries through a master change, and how it reports a
+failure whose outcome is unknown."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import trio
+from test_client_fakes import FakeBroker, FakeStore, inflated, register_request, start_namesrv
+
+from client import Message, MessageQueue, Producer, SendError, SendStatus
+from dledger.local import free_ports
+from remoting import RemotingClient, RequestCode, ResponseCode
+
+TOPIC = "T"
+
+
+async def group_of(nursery, namesrv: str, members: int = 1, name: str = "broker-a"):
+    """Members of one broker group sharing a store; the first is master (id 0)."""
+    store = FakeStore({TOPIC: 4})
+    brokers = []
+    for i in range(members):
+        broker = FakeBroker(store, name, master=i == 0)
+        await nursery.start(broker.run)
+        await broker.register(namesrv, i)
+        brokers.append(broker)
+    return store, brokers
+
+
+async def test_send_writes_a_v2_header_and_reports_both_ids(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, (broker,) = await group_of(nursery, namesrv)
+    with trio.fail_after(10):
+        async with Producer(namesrv, "PG") as producer:
+            result = await producer.send(
+                TOPIC, b"hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"}
+            )
+        assert result.status is SendStatus.SEND_OK
+        (stored,) = [m for q in store.queues.values() for m in q]
+        assert result.msg_id == stored.uniq_key and len(result.msg_id) == 32
+        assert result.offset_msg_id == stored.msg_id
+        assert result.message_queue == MessageQueue(TOPIC, "broker-a", stored.queue_id)
+        assert result.queue_offset == 0
+        assert stored.properties == {
+            "TAGS": "TagA",
+            "KEYS": "k1 k2",
+            "color": "red",
+            "UNIQ_KEY": result.msg_id,
+        }
+        (send,) = [r for r in broker.requests if r.code == RequestCode.SEND_MESSAGE_V2]
+        f = send.ext_fields
+        assert set(f) == set("abcdefghijkmn")
+        assert (f["a"], f["b"], f["c"], f["d"], f["f"], f["k"], f["m"], f["n"]) == (
+            "PG",
+            TOPIC,
+            "TBW102",
+            "4",
+            "0",
+            "false",
+            "false",
+            "broker-a",
+        )
+        assert "WAIT\x01true\x02" in f["i"]
+        # A heartbeat once the broker was known, UNREGISTER_CLIENT at close.
+        codes = broker.codes()
+        assert codes.index(RequestCode.HEART_BEAT) < codes.index(RequestCode.UNREGISTER_CLIENT)
+        beat = json.loads(broker.requests[codes.index(RequestCode.HEART_BEAT)].body)
+        assert beat["producerDataSet"] == [{"groupName": "PG"}]
+        assert beat["consumerDataSet"] == []
+        bye = broker.requests[codes.index(RequestCode.UNREGISTER_CLIENT)].ext_fields
+        assert bye == {"clientID": beat["clientID"], "producerGroup": "PG"}
+
+
+async def test_queues_are_chosen_round_robin_or_as_given(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, _ = await group_of(nursery, namesrv)
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            queues = [(await producer.send(TOPIC, b"x")).message_queue.queue_id for _ in range(8)]
+            fixed = MessageQueue(TOPIC, "broker-a", 2)
+            assert (await producer.send(TOPIC, b"y", queue=fixed)).message_queue == fixed
+    assert queues[4:] == queues[:4] and sorted(queues[:4]) == [0, 1, 2, 3]
+    assert inflated(store.queues[(TOPIC, 2)][-1]) == b"y"
+
+
+async def test_large_bodies_are_compressed(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, _ = await group_of(nursery, namesrv)
+    body = bytes(range(256)) * 20
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            await producer.send(TOPIC, body)
+            await producer.send(TOPIC, b"small")
+    big, small = sorted((m for q in store.queues.values() for m in q), key=lambda m: len(m.body))[
+        ::-1
+    ]
+    assert big.sysflag & 1 and len(big.body) < len(body) and inflated(big) == body
+    assert small.sysflag == 0 and small.body == b"small"
+
+
+async def test_batch_is_one_request_with_consecutive_offsets(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, (broker,) = await group_of(nursery, namesrv)
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            result = await producer.send_batch(
+                TOPIC, [b"a", Message(b"b", tags="T2", keys="k"), b"c"]
+            )
+    (batch,) = [r for r in broker.requests if r.code == RequestCode.SEND_BATCH_MESSAGE]
+    assert batch.ext_fields["m"] == "true"
+    stored = store.queues[(TOPIC, result.message_queue.queue_id)]
+    assert [m.body for m in stored] == [b"a", b"b", b"c"]
+    assert [m.queue_offset for m in stored] == [0, 1, 2]
+    assert stored[1].tags == "T2" and stored[1].keys == "k"
+    assert result.msg_id == ",".join(m.uniq_key for m in stored)
+    assert result.offset_msg_id == ",".join(m.msg_id for m in stored)
+
+
+async def test_concurrent_sends_share_one_connection(nursery):
+    namesrv = await start_namesrv(nursery)
+    _, (broker,) = await group_of(nursery, namesrv)
+    waiting = 0
+    all_in = trio.Event()
+    sends = 200
+
+    async def hold_until_all_arrive(request, connection):
+        nonlocal waiting
+        waiting += 1
+        if waiting == sends:
+            all_in.set()
+        await all_in.wait()  # answers only once every send is in flight at once
+        return request.make_response(ResponseCode.SUCCESS, ext_fields={"queueOffset": "0"})
+
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            await producer.send(TOPIC, b"warm up")  # route and connection
+            broker.answer(RequestCode.SEND_MESSAGE_V2, hold_until_all_arrive)
+            async with trio.open_nursery() as senders:
+                for i in range(sends):
+                    senders.start_soon(producer.send, TOPIC, b"%d" % i)
+            assert len(broker.connections) == 1
+
+
+async def test_send_rides_through_a_master_change(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, (old, new) = await group_of(nursery, namesrv, members=2)
+    refused = trio.Event()
+    old.master = False  # deposed, still up: answers "not master"
+    old_send = old._handlers[RequestCode.SEND_MESSAGE_V2]
+
+    async def refuse(request, connection):
+        refused.set()
+        return await old_send(request, connection)
+
+    old.answer(RequestCode.SEND_MESSAGE_V2, refuse)
+    with trio.fail_after(10):
+        async with Producer(namesrv, send_timeout_s=5) as producer:
+            async with trio.open_nursery() as inner:
+                inner.start_soon(producer.send, TOPIC, b"across")
+                await refused.wait()
+                await trio.sleep(0.3)  # the old master keeps refusing for a while
+                new.master = True
+                await new.register(namesrv, 0)
+            started = trio.current_time()
+            await producer.send(TOPIC, b"after")
+            assert trio.current_time() - started < 0.5
+    bodies = sorted(m.body for q in store.queues.values() for m in q)
+    assert bodies == [b"across", b"after"]
+    assert old.codes().count(RequestCode.SEND_MESSAGE_V2) >= 2  # retried with back-off
+
+
+async def test_send_rides_through_a_killed_master(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, (old, new) = await group_of(nursery, namesrv, members=2)
+    with trio.fail_after(10):
+        async with Producer(namesrv, send_timeout_s=5) as producer:
+            await producer.send(TOPIC, b"before")
+            await old.stop()
+
+            async def elect():
+                await trio.sleep(0.5)
+                new.master = True
+                await new.register(namesrv, 0)
+
+            nursery.start_soon(elect)
+            result = await producer.send(TOPIC, b"after")
+    assert result.status is SendStatus.SEND_OK
+    assert sorted(m.body for q in store.queues.values() for m in q) == [b"after", b"before"]
+
+
+async def test_other_broker_groups_take_over_after_a_failure(nursery):
+    namesrv = await start_namesrv(nursery)
+    _, (busy,) = await group_of(nursery, namesrv, name="broker-a")
+    store_b, _ = await group_of(nursery, namesrv, name="broker-b")
+
+    async def too_busy(request, connection):
+        return request.make_response(ResponseCode.SYSTEM_BUSY, "busy")
+
+    busy.answer(RequestCode.SEND_MESSAGE_V2, too_busy)
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            for _ in range(8):
+                result = await producer.send(TOPIC, b"x")
+                assert result.message_queue.broker_name == "broker-b"
+    assert sum(len(q) for q in store_b.queues.values()) == 8
+    # Round-robin still visits the busy group's queues now and then, as Java's does.
+    assert 1 <= busy.codes().count(RequestCode.SEND_MESSAGE_V2) <= 4
+
+
+async def test_several_groups_all_failing_stop_after_retry_times(nursery):
+    namesrv = await start_namesrv(nursery)
+    _, (a,) = await group_of(nursery, namesrv, name="broker-a")
+    _, (b,) = await group_of(nursery, namesrv, name="broker-b")
+
+    async def not_master(request, connection):
+        return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, "not master")
+
+    a.answer(RequestCode.SEND_MESSAGE_V2, not_master)
+    b.answer(RequestCode.SEND_MESSAGE_V2, not_master)
+    with trio.fail_after(10):
+        async with Producer(namesrv, retry_times=2, send_timeout_s=5) as producer:
+            with pytest.raises(SendError) as caught:
+                await producer.send(TOPIC, b"x")
+    error = caught.value
+    assert (error.code, error.indeterminate, error.attempts) == (14, False, 3)
+    assert Counter(a.codes() + b.codes())[RequestCode.SEND_MESSAGE_V2] == 3
+
+
+@pytest.mark.parametrize(
+    ("code", "indeterminate", "single_attempt"),
+    [
+        (ResponseCode.MESSAGE_ILLEGAL, False, True),  # refused: no retry
+        (ResponseCode.SERVICE_NOT_AVAILABLE, False, False),  # refused every time
+        (ResponseCode.SYSTEM_ERROR, True, False),  # e.g. a quorum-ack timeout
+    ],
+)
+async def test_error_answers(nursery, code, indeterminate, single_attempt):
+    namesrv = await start_namesrv(nursery)
+    _, (broker,) = await group_of(nursery, namesrv)
+
+    async def fail(request, connection):
+        return request.make_response(code, "no")
+
+    broker.answer(RequestCode.SEND_MESSAGE_V2, fail)
+    with trio.fail_after(10):
+        async with Producer(namesrv, send_timeout_s=0.5) as producer:
+            with pytest.raises(SendError) as caught:
+                await producer.send(TOPIC, b"x")
+    assert (caught.value.code, caught.value.indeterminate) == (code, indeterminate)
+    assert (caught.value.attempts == 1) == single_attempt
+
+
+async def test_no_answer_is_an_unknown_outcome(nursery):
+    namesrv = await start_namesrv(nursery)
+    _, (broker,) = await group_of(nursery, namesrv)
+
+    async def never(request, connection):
+        await trio.sleep_forever()
+
+    broker.answer(RequestCode.SEND_MESSAGE_V2, never)
+    with trio.fail_after(10):
+        async with Producer(namesrv, send_timeout_s=0.3) as producer:
+            with pytest.raises(SendError) as caught:
+                await producer.send(TOPIC, b"x")
+    assert (caught.value.code, caught.value.indeterminate, caught.value.attempts) == (
+        None,
+        True,
+        1,
+    )
+
+
+async def test_lost_connection_after_sending_is_an_unknown_outcome(nursery):
+    namesrv = await start_namesrv(nursery)
+    _, (broker,) = await group_of(nursery, namesrv)
+
+    async def hang_up(request, connection):
+        connection.close("crashed")
+
+    broker.answer(RequestCode.SEND_MESSAGE_V2, hang_up)
+    with trio.fail_after(10):
+        async with Producer(namesrv, send_timeout_s=0.3) as producer:
+            with pytest.raises(SendError) as caught:
+                await producer.send(TOPIC, b"x")
+    assert caught.value.indeterminate and caught.value.attempts >= 2
+
+
+async def test_unreachable_master_and_unknown_topic_are_refusals(nursery):
+    namesrv = await start_namesrv(nursery)
+    with trio.fail_after(10):
+        async with RemotingClient(namesrv) as link:
+            dead = f"127.0.0.1:{free_ports(1)[0]}"  # registered, nothing listening
+            assert (await link.invoke(register_request("broker-a", dead, 0, {TOPIC: 4}))).code == 0
+            async with Producer(namesrv, send_timeout_s=0.3) as producer:
+                with pytest.raises(SendError) as caught:
+                    await producer.send(TOPIC, b"x")
+                assert not caught.value.indeterminate and caught.value.attempts >= 2
+                with pytest.raises(SendError, match="no route") as caught:
+                    await producer.send("nope", b"x")
+                assert (caught.value.indeterminate, caught.value.attempts) == (False, 0)
