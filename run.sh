@@ -25,7 +25,7 @@ shift || true
 case "$cmd" in
     demo)
         bootstrap
-        exec "$venv/bin/python" -m dledger.demo "$@"
+        exec "$venv/bin/python" -m broker.demo "$@"
         ;;
     test)
         bootstrap
@@ -37,7 +37,7 @@ case "$cmd" in
         exec "$venv/bin/python" -m bench "$@"
         ;;
     *)
-        echo "usage: ./run.sh demo | test [pytest args] | bench dledger [--duration S] [--json PATH]" >&2
+        echo "usage: ./run.sh demo | test [pytest args] | bench dledger|broker [--duration S] [--json PATH]" >&2
         exit 2
         ;;
 esac

@@ -245,10 +245,11 @@ class ClientInstance:
                 else:
                     master = route.master(broker_name)
                     addresses = [] if master is None else [master]
-                if not addresses:
+                if not addresses:  # the master died and its successor is not known yet
                     last = MQBrokerError(
                         ResponseCode.SERVICE_NOT_AVAILABLE, "no master in the route", broker_name
                     )
+                    self.routes.invalidate(topic)
                 for address in addresses:
                     remaining = deadline - trio.current_time()
                     if remaining <= 0:
