@@ -57,6 +57,25 @@ def register_request(
     return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=fields, body=body)
 
 
+async def group_of(
+    nursery: trio.Nursery,
+    namesrv: str,
+    members: int = 1,
+    name: str = "broker-a",
+    topics: dict[str, int] | None = None,
+) -> tuple[FakeStore, list[FakeBroker]]:
+    """Members of one broker group sharing a store, registered as ids 0, 1, ...; the
+    first is the master. Topics default to "T" with 4 queues."""
+    store = FakeStore(topics or {"T": 4})
+    brokers = []
+    for i in range(members):
+        broker = FakeBroker(store, name, master=i == 0)
+        await nursery.start(broker.run)
+        await broker.register(namesrv, i)
+        brokers.append(broker)
+    return store, brokers
+
+
 class FakeStore:
     """What the members of one fake broker group share: queues, offsets, members."""
 

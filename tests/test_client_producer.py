@@ -9,25 +9,13 @@ from collections import Counter
 
 import pytest
 import trio
-from test_client_fakes import FakeBroker, FakeStore, inflated, register_request, start_namesrv
+from test_client_fakes import group_of, inflated, register_request, start_namesrv
 
 from client import Message, MessageQueue, Producer, SendError, SendStatus
 from dledger.local import free_ports
 from remoting import RemotingClient, RequestCode, ResponseCode
 
 TOPIC = "T"
-
-
-async def group_of(nursery, namesrv: str, members: int = 1, name: str = "broker-a"):
-    """Members of one broker group sharing a store; the first is master (id 0)."""
-    store = FakeStore({TOPIC: 4})
-    brokers = []
-    for i in range(members):
-        broker = FakeBroker(store, name, master=i == 0)
-        await nursery.start(broker.run)
-        await broker.register(namesrv, i)
-        brokers.append(broker)
-    return store, brokers
 
 
 async def test_send_writes_a_v2_header_and_reports_both_ids(nursery):

@@ -1,0 +1,145 @@
+"""The push consumer against a real name server and in-memory broker members: queue
+order, committed offsets, rebalancing a group on NOTIFY_CONSUMER_IDS_CHANGED, and
+redelivery of failed messages through the retry topic."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import trio
+from test_client_fakes import group_of, start_namesrv
+
+from broker.store.message import MessageExt
+from client import MessageQueue, Producer, PullConsumer, PushConsumer
+
+GROUP = "CG"
+TOPICS = {"T": 4, f"%RETRY%{GROUP}": 1}
+
+
+class Collector:
+    """A handler that records what it consumed and wakes a waiter at a count."""
+
+    def __init__(self) -> None:
+        self.messages: list[MessageExt] = []
+        self._waiters: list[tuple[int, trio.Event]] = []
+
+    async def __call__(self, msgs: list[MessageExt]) -> bool:
+        self.messages += msgs
+        for count, event in self._waiters:
+            if len(self.messages) >= count:
+                event.set()
+        return True
+
+    async def wait_for(self, count: int) -> None:
+        event = trio.Event()
+        self._waiters.append((count, event))
+        if len(self.messages) >= count:
+            event.set()
+        await event.wait()
+
+
+def push(namesrv: str, handler, **options) -> PushConsumer:
+    options.setdefault("consume_from", "CONSUME_FROM_FIRST_OFFSET")
+    options.setdefault("rebalance_interval_s", 60)  # rebalances come from notifications
+    return PushConsumer(namesrv, GROUP, "T", handler, long_poll_s=5, **options)
+
+
+async def committed_offsets(namesrv: str) -> dict[int, tuple[int | None, int]]:
+    """queueId -> (the group's committed offset, the queue's max offset)."""
+    async with PullConsumer(namesrv, GROUP) as reader:
+        return {
+            mq.queue_id: (await reader.query_offset(mq), await reader.max_offset(mq))
+            for mq in await reader.fetch_queues("T")
+        }
+
+
+async def test_one_member_consumes_every_queue_in_order_and_commits(nursery):
+    namesrv = await start_namesrv(nursery)
+    await group_of(nursery, namesrv, topics=TOPICS)
+    collect = Collector()
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            for i in range(10):  # before the consumer starts: FIRST_OFFSET reads them
+                await producer.send("T", b"%d" % i)
+            async with push(namesrv, collect) as consumer:
+                assert {mq.topic for mq in consumer.assigned_queues} == set(TOPICS)
+                for i in range(10, 40):
+                    await producer.send("T", b"%d" % i)
+                await collect.wait_for(40)
+        offsets = await committed_offsets(namesrv)
+    assert sorted(int(m.body) for m in collect.messages) == list(range(40))
+    for queue_id in range(4):
+        in_queue = [m.queue_offset for m in collect.messages if m.queue_id == queue_id]
+        assert in_queue == sorted(in_queue)
+        assert offsets[queue_id][0] == offsets[queue_id][1]  # all committed at close
+
+
+async def test_consume_from_last_offset_skips_the_backlog(nursery):
+    namesrv = await start_namesrv(nursery)
+    await group_of(nursery, namesrv, topics=TOPICS)
+    collect = Collector()
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            await producer.send("T", b"old")
+            async with push(namesrv, collect, consume_from="LAST"):
+                await producer.send("T", b"new")
+                await collect.wait_for(1)
+    assert [m.body for m in collect.messages] == [b"new"]
+
+
+async def test_a_group_of_two_shares_the_queues_and_hands_them_over(nursery):
+    namesrv = await start_namesrv(nursery)
+    await group_of(nursery, namesrv, topics=TOPICS)
+    first, second = Collector(), Collector()
+
+    def two_of_t(queues: frozenset[MessageQueue]) -> bool:
+        return sum(mq.topic == "T" for mq in queues) == 2
+
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer, push(namesrv, first) as a:
+            async with push(namesrv, second) as b:
+                await a.wait_for_assignment(two_of_t)  # told by the broker at once
+                await b.wait_for_assignment(two_of_t)
+                assert not a.assigned_queues & b.assigned_queues
+                for i in range(40):
+                    await producer.send("T", b"%d" % i)
+                await first.wait_for(20)
+                await second.wait_for(20)
+            # b left: a takes every queue, from where b committed.
+            await a.wait_for_assignment(lambda queues: len(queues) == 5)
+            for i in range(40, 50):
+                await producer.send("T", b"%d" % i)
+            await first.wait_for(30)
+        offsets = await committed_offsets(namesrv)
+    consumed = Counter(int(m.body) for m in first.messages + second.messages)
+    assert consumed == Counter(range(50))  # each exactly once
+    assert all(committed == end for committed, end in offsets.values())
+
+
+async def test_failed_messages_come_back_through_the_retry_topic(nursery):
+    namesrv = await start_namesrv(nursery)
+    await group_of(nursery, namesrv, topics=TOPICS)
+    seen: list[MessageExt] = []
+    done = trio.Event()
+
+    async def flaky(msgs: list[MessageExt]) -> bool:
+        seen.extend(msgs)
+        if msgs[0].body == b"boom" and msgs[0].reconsume_times == 0:
+            raise RuntimeError("first try fails")
+        if msgs[0].body == b"no" and msgs[0].reconsume_times == 0:
+            return False
+        if len(seen) == 5:
+            done.set()
+        return True
+
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer, push(namesrv, flaky):
+            for body in (b"ok", b"boom", b"no"):
+                await producer.send("T", body, tags="X")
+            await done.wait()
+    retried = [m for m in seen if m.reconsume_times == 1]
+    assert sorted(m.body for m in retried) == [b"boom", b"no"]
+    for msg in retried:
+        assert msg.topic == "T"  # restored from RETRY_TOPIC
+        assert msg.tags == "X"
+        assert msg.get_property("RETRY_TOPIC") == "T"
