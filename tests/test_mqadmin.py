@@ -1,0 +1,306 @@
+"""`mqadmin` and `client.admin.Admin` against a real name server and DLedger group.
+
+One LocalCluster serves the whole module (started once: booting three brokers is
+most of the time); the test that kills the master runs last. The CLI runs as a
+subprocess where its output and exit status are the point, in process elsewhere.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import trio
+
+from broker.local import LocalCluster
+from broker.store.message import properties_to_string
+from client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
+from client.mqadmin import main
+from client.route import BrokerData
+from dledger.config import parse_peers
+from dledger.local import free_ports
+from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+
+pytestmark = pytest.mark.processes
+
+CLUSTER = "RaftCluster"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    local = LocalCluster(tmp_path_factory.mktemp("mqadmin"), nodes=3, cluster_name=CLUSTER)
+    trio.run(local.__aenter__)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return await trio.run_process(
+        [sys.executable, "-m", "client.mqadmin", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=env,
+    )
+
+
+def table(completed: subprocess.CompletedProcess) -> list[list[str]]:
+    """stdout split into rows of whitespace-separated cells, the header first."""
+    return [line.split() for line in completed.stdout.decode().splitlines() if line.strip()]
+
+
+async def wait_route(admin: Admin, topic: str):
+    with trio.fail_after(10):
+        while True:
+            try:
+                return await admin.topic_route(topic)
+            except Exception:
+                await trio.sleep(0.05)
+
+
+async def send(address: str, topic: str, body: bytes, queue_id: int) -> str:
+    """One SEND_MESSAGE_V2, as a Java producer sends it; returns the offset msgId."""
+    header = {
+        "a": "mqadmin-test",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": queue_id,
+        "f": 0,
+        "g": int(time.time() * 1000),
+        "h": 0,
+        "i": properties_to_string({"TAGS": "TagA", "KEYS": body.decode()}),
+        "j": 0,
+        "k": False,
+        "m": False,
+    }
+    async with RemotingClient(address) as client:
+        response = await client.invoke(
+            RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body), 5
+        )
+    assert response.code == ResponseCode.SUCCESS, response
+    return response.ext_fields["msgId"]
+
+
+# ---------------------------------------------------------------------- without servers
+
+
+def test_no_arguments_list_the_commands(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("The most commonly used mqadmin commands are:")
+    for name in ("clusterList", "updateTopic", "queryMsgById", "dledgerStatus"):
+        assert f"   {name:<20} " in out
+
+
+def test_usage_errors_exit_2(monkeypatch, capsys):
+    monkeypatch.delenv("NAMESRV_ADDR", raising=False)
+    assert main(["noSuchCommand"]) == 2
+    assert main(["topicStatus", "-n", "127.0.0.1:9876"]) == 2  # -t is required
+    assert main(["topicStatus", "-t", "T"]) == 2  # no -n, no NAMESRV_ADDR
+    assert main(["updateTopic", "-n", "127.0.0.1:9876", "-t", "T"]) == 2  # no -b or -c
+    assert main(["queryMsgById", "-n", "127.0.0.1:9876", "-i", "not-an-id"]) == 2
+    assert "give either -b (a broker) or -c (a cluster)" in capsys.readouterr().err
+
+
+def test_nothing_reachable_exits_3(capsys):
+    (port,) = free_ports(1)
+    assert main(["clusterList", "-n", f"127.0.0.1:{port}"]) == 3
+    assert "no name server answered" in capsys.readouterr().err
+
+
+def test_cluster_info_from_a_java_name_server():
+    body = (
+        b'{"brokerAddrTable":{"b":{"brokerAddrs":{0:"h:1",2:"h:3"},"brokerName":"b",'
+        b'"cluster":"C"}},"clusterAddrTable":{"C":["b"]}}'
+    )
+    info = parse_cluster_info(body)
+    assert info.brokers["b"].addrs == {0: "h:1", 2: "h:3"}
+    assert [b.broker_name for b in info.broker_datas("C")] == ["b"]
+    assert info.broker_datas("other") == []
+
+
+def test_group_members_reports_silent_members():
+    """Registered but silent members keep their broker address (a slave by the
+    brokerId = selfId number + 1 rule, the master when one member is left over);
+    members the name server dropped are known from the peers the others report."""
+    n2 = {
+        "dLegerGroup": "g",
+        "dLegerSelfId": "n2",
+        "dLegerRole": "FOLLOWER",
+        "dLegerTerm": "4",
+        "dLegerLedgerEndIndex": "9",
+        "dLegerCommittedIndex": "8",
+        "dLegerPeers": "n0-h:10;n1-h:11;n2-h:12",
+    }
+    broker = BrokerData("C", "b", {0: "h:0", 2: "h:2", 3: "h:3"})
+    members = group_members(broker, {0: None, 2: None, 3: n2})
+    assert [(m.group, m.self_id, m.addr, m.peer_addr, m.role, m.term) for m in members] == [
+        ("g", "n0", "h:0", "h:10", UNREACHABLE, None),
+        ("g", "n1", "h:2", "h:11", UNREACHABLE, None),
+        ("g", "n2", "h:3", "h:12", "FOLLOWER", 4),
+    ]
+    assert (members[2].ledger_end_index, members[2].committed_index) == (9, 8)
+    # Two members unaccounted for: which one the silent master is, nobody can tell.
+    n2["dLegerPeers"] += ";n3-h:13"
+    members = group_members(BrokerData("C", "b", {0: "h:0", 3: "h:3"}), {0: None, 3: n2})
+    assert [(m.self_id, m.addr) for m in members] == [
+        ("?0", "h:0"),
+        ("n0", None),
+        ("n1", None),
+        ("n2", "h:3"),
+        ("n3", None),
+    ]
+
+
+# ---------------------------------------------------------------------- one cluster
+
+
+async def test_cluster_list(cluster):
+    env = {**os.environ, "NAMESRV_ADDR": cluster.namesrv_addr}
+    completed = await mqadmin("clusterList", env=env)  # -n from the environment
+    assert completed.returncode == 0, completed.stderr
+    header, *rows = table(completed)
+    assert completed.stdout.decode().startswith(
+        "#Cluster Name     #Broker Name            #BID  #Addr                  #Version"
+    )
+    assert header[:3] == ["#Cluster", "Name", "#Broker"]
+    assert sorted(r[3] for r in rows) == sorted(cluster.broker_addrs.values())
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    slaves = {f"{int(node[1:]) + 1}" for node, a in cluster.broker_addrs.items() if a != master}
+    assert {(r[2], r[3]) for r in rows if r[2] == "0"} == {("0", master)}
+    assert {r[2] for r in rows if r[2] != "0"} == slaves  # selfId number + 1
+    assert {(r[0], r[1], r[4]) for r in rows} == {(CLUSTER, cluster.broker_name, "V4_9_8")}
+
+
+async def test_update_topic_shows_in_route_and_list(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    completed = await mqadmin(
+        "updateTopic",
+        "-n",
+        cluster.namesrv_addr,
+        "-c",
+        CLUSTER,
+        "-t",
+        "Orders",
+        "-r",
+        "4",
+        "-w",
+        "4",
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert f"create topic to {master} success." in completed.stdout.decode()
+    async with Admin(cluster.namesrv_addr) as admin:
+        route = await wait_route(admin, "Orders")
+        assert route.master(cluster.broker_name) == master
+        (queues,) = route.queue_datas
+        assert (queues.read_queue_nums, queues.write_queue_nums, queues.perm) == (4, 4, 6)
+        assert "Orders" in await admin.topic_list()
+
+
+def test_unknown_topic_exits_1(cluster, capsys):
+    assert main(["topicRoute", "-n", cluster.namesrv_addr, "-t", "NoSuchTopic"]) == 1
+    assert "code 17 (TOPIC_NOT_EXIST)" in capsys.readouterr().err
+
+
+async def test_topic_status_and_consumer_progress(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:
+        assert await admin.create_topic("Stats", 3, 3, broker_addr=master) == [master]
+        await wait_route(admin, "Stats")
+        for n, queue_id in enumerate((0, 1, 0, 1, 0)):
+            await send(master, "Stats", f"m{n}".encode(), queue_id)
+        status = await admin.topic_status("Stats")
+        assert [(r.queue_id, r.min_offset, r.max_offset) for r in status] == [
+            (0, 0, 3),
+            (1, 0, 2),
+            (2, 0, 0),
+        ]
+        async with RemotingClient(master) as client:
+            commit = {"consumerGroup": "G", "topic": "Stats", "queueId": 0, "commitOffset": 1}
+            response = await client.invoke(
+                RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=commit), 5
+            )
+            assert response.code == ResponseCode.SUCCESS, response
+        stats = await admin.consumer_progress("G")
+        (queue,) = stats.queues
+        assert (queue.topic, queue.queue_id, queue.broker_offset, queue.consumer_offset) == (
+            "Stats",
+            0,
+            3,
+            1,
+        )
+        assert queue.diff == stats.diff_total == 2
+
+
+async def stable_members(admin: Admin, not_leader: str | None = None):
+    """dledger_status once exactly one member leads (not `not_leader`) and every
+    reachable member is in its term."""
+    with trio.fail_after(10):
+        while True:
+            members = await admin.dledger_status()
+            leaders = [m for m in members if m.role == "LEADER"]
+            terms = {m.term for m in members if m.reachable}
+            if len(leaders) == 1 and leaders[0].self_id != not_leader and len(terms) == 1:
+                return members
+            await trio.sleep(0.05)
+
+
+def check_dledger_rows(completed, cluster, leader: str, unreachable: str | None = None):
+    assert completed.returncode == 0, completed.stderr
+    header, *rows = table(completed)
+    assert header == [
+        "#Group",
+        "#SelfId",
+        "#Addr",
+        "#DLedger",
+        "Addr",
+        "#Role",
+        "#Term",
+        "#LedgerEndIndex",
+        "#CommittedIndex",
+    ]
+    peers = parse_peers(cluster.dledger_peers)
+    assert [r[1] for r in rows] == sorted(peers)
+    assert {r[0] for r in rows} == {cluster.broker_name}
+    assert [r[1] for r in rows if r[4] == "LEADER"] == [leader]
+    for _group, self_id, addr, peer_addr, role, *numbers in rows:
+        assert peer_addr == peers[self_id]
+        if self_id == unreachable:
+            assert (addr, role, numbers) == ("-", UNREACHABLE, ["-", "-", "-"])
+        else:
+            assert addr == cluster.broker_addrs[self_id]
+            assert role in ("LEADER", "FOLLOWER")
+    assert len({r[5] for r in rows if r[1] != unreachable}) == 1  # one term
+
+
+async def test_failover_keeps_messages_findable_and_shows_in_dledger_status(cluster):
+    """Runs last: it kills the master."""
+    old = await cluster.wait_master()
+    async with Admin(cluster.namesrv_addr) as admin:
+        await stable_members(admin)
+        completed = await mqadmin("dledgerStatus", "-n", cluster.namesrv_addr)
+        check_dledger_rows(completed, cluster, leader=old)
+
+        await admin.create_topic("Survivor", 1, 1, cluster=CLUSTER)
+        await wait_route(admin, "Survivor")
+        msg_id = await send(cluster.broker_addrs[old], "Survivor", b"still-here", 0)
+        completed = await mqadmin("queryMsgById", "-n", cluster.namesrv_addr, "-i", msg_id)
+        assert completed.returncode == 0, completed.stderr
+        out = completed.stdout.decode()
+        assert f"OffsetID:            {msg_id}" in out
+        assert f"Store Host:          {cluster.broker_addrs[old]}" in out
+        assert "Message Body:        still-here" in out
+
+        cluster.kill(old)
+        msg = await admin.query_msg_by_id(msg_id)  # from a replica, master or not yet
+        assert (msg.topic, msg.body, msg.msg_id) == ("Survivor", b"still-here", msg_id)
+
+        new = await cluster.wait_master(not_node=old)
+        members = await stable_members(admin, not_leader=old)
+        assert [m.self_id for m in members if m.role == UNREACHABLE] == [old]
+    completed = await mqadmin("dledgerStatus", "-n", cluster.namesrv_addr, "-c", CLUSTER)
+    check_dledger_rows(completed, cluster, leader=new, unreachable=old)
