@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from broker.headers import BadRequest, boolean, integer, text
+from broker.headers import BadRequest, boolean, integer, json_body, text
 from broker.store.metadata import META_TOPIC, SubscriptionGroupConfig, TopicConfig
 from remoting import Connection, RemotingCommand, ResponseCode
 
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 VERSION_DESC = "V4_9_8"
-
-
-def _json(value) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 class AdminRequests:
@@ -70,30 +66,30 @@ class AdminRequests:
         metadata = self.broker.store.metadata
         body = {
             "topicConfigTable": {
-                n: t.to_json() for n, t in metadata.topics.items() if n != META_TOPIC
+                n: t.tojson_body() for n, t in metadata.topics.items() if n != META_TOPIC
             },
             "dataVersion": metadata.data_version,
         }
-        return request.make_response(ResponseCode.SUCCESS, body=_json(body))
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
 
     async def create_group(self, request: RemotingCommand, connection: Connection):
         broker = self.broker
         if not broker.is_master:
             return broker.not_master(request)
         try:
-            config = SubscriptionGroupConfig.from_json(json.loads(request.body))
+            config = SubscriptionGroupConfig.fromjson_body(json.loads(request.body))
         except (ValueError, KeyError, TypeError) as exc:
             raise BadRequest(f"bad subscription group body: {exc}") from None
-        await broker.meta.write("group", config=config.to_json())
+        await broker.meta.write("group", config=config.tojson_body())
         return request.make_response(ResponseCode.SUCCESS)
 
     async def all_groups(self, request: RemotingCommand, connection: Connection):
         metadata = self.broker.store.metadata
         body = {
-            "subscriptionGroupTable": {n: g.to_json() for n, g in metadata.groups.items()},
+            "subscriptionGroupTable": {n: g.tojson_body() for n, g in metadata.groups.items()},
             "dataVersion": metadata.data_version,
         }
-        return request.make_response(ResponseCode.SUCCESS, body=_json(body))
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
 
     async def runtime_info(self, request: RemotingCommand, connection: Connection):
         broker = self.broker
@@ -116,7 +112,7 @@ class AdminRequests:
             "dLegerCommittedIndex": str(meta["committedIndex"]),
             "dLegerPeers": ";".join(f"{k}-{v}" for k, v in meta["peers"].items()),
         }
-        return request.make_response(ResponseCode.SUCCESS, body=_json({"table": table}))
+        return request.make_response(ResponseCode.SUCCESS, body=json_body({"table": table}))
 
     async def view_message(self, request: RemotingCommand, connection: Connection):
         offset = integer(request, "offset")
@@ -146,7 +142,7 @@ class AdminRequests:
                     "lastUpdateTimestamp": 0,
                 }
             )
-        return request.make_response(ResponseCode.SUCCESS, body=_json({"offsetTable": rows}))
+        return request.make_response(ResponseCode.SUCCESS, body=json_body({"offsetTable": rows}))
 
     async def consume_stats(self, request: RemotingCommand, connection: Connection):
         broker = self.broker
@@ -169,5 +165,5 @@ class AdminRequests:
                 }
             )
         return request.make_response(
-            ResponseCode.SUCCESS, body=_json({"offsetTable": rows, "consumeTps": 0.0})
+            ResponseCode.SUCCESS, body=json_body({"offsetTable": rows, "consumeTps": 0.0})
         )

@@ -14,16 +14,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from broker.headers import BadRequest, integer, text
+from broker.headers import BadRequest, integer, json_body, text
 from broker.store.metadata import RETRY_PREFIX
 from remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
-
-
-def _json(value) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 class ConsumerRequests:
@@ -55,7 +51,9 @@ class ConsumerRequests:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}"
             )
-        return request.make_response(ResponseCode.SUCCESS, body=_json({"consumerIdList": members}))
+        return request.make_response(
+            ResponseCode.SUCCESS, body=json_body({"consumerIdList": members})
+        )
 
     async def query_offset(self, request: RemotingCommand, connection: Connection):
         offset = self.broker.offsets.query(

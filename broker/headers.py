@@ -6,6 +6,8 @@ and a remark naming the field (never an exception that ends the connection).
 
 from __future__ import annotations
 
+import json
+
 from remoting import RemotingCommand, ResponseCode
 
 # SendMessageRequestHeaderV2's one-letter names (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE).
@@ -59,6 +61,11 @@ def integer(request: RemotingCommand, name: str, default: int | None = None) -> 
 def boolean(request: RemotingCommand, name: str, default: bool = False) -> bool:
     value = request.ext_fields.get(name)
     return default if value is None else str(value).lower() == "true"
+
+
+def json_body(value) -> bytes:
+    """A response body as Java's brokers send it: compact JSON."""
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def send_header(request: RemotingCommand) -> RemotingCommand:

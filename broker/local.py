@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from dledger.local import free_ports
+from dledger.local import free_ports, stop_process
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
 LOCAL_SEGMENT_BYTES = 64 << 20  # DLedger's 1 GiB segments are preallocated; see dledger.local
@@ -109,14 +109,7 @@ class LocalCluster:
                 await trio.sleep(0.02)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(self.procs.pop(name, None), sig)
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid

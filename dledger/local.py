@@ -33,6 +33,17 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def stop_process(proc: subprocess.Popen | None, sig: int) -> None:
+    """Signal `proc` and reap it (SIGKILL after 10 s); nothing if it is gone already."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 # DLedger's 1 GiB data segments are preallocated on disk; a local group for a demo,
 # a test or a benchmark gets 64 MiB ones (and rolls segments as a result).
 LOCAL_SEGMENT_ARGS = (
@@ -90,14 +101,7 @@ class LocalGroup:
         log.close()
 
     def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.pop(node_id, None)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(self.procs.pop(node_id, None), sig)
 
     def pid(self, node_id: str) -> int:
         return self.procs[node_id].pid
