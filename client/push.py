@@ -239,6 +239,7 @@ class PushConsumer:
             except _CALL_ERRORS as exc:
                 log.info("rebalance of %s skipped: %s", topic, exc)
                 continue
+            log.debug("%s: members of %s for %s: %s", self.client_id, self.group, topic, members)
             mine = set(allocate_averagely(route.read_queues(), members, self.client_id))
             async with trio.open_nursery() as nursery:
                 for mq in self._workers:
