@@ -9,6 +9,7 @@ can be used from several threads at once: their calls run concurrently in the lo
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -69,8 +70,8 @@ class _Blocking:
     def _call(self, name: str, *args, **kwargs):
         if self._token is None:
             raise RuntimeError(f"{type(self).__name__} is not open: use it in a with block")
-        method = getattr(self._client, name)
-        return trio.from_thread.run(lambda: method(*args, **kwargs), trio_token=self._token)
+        method = functools.partial(getattr(self._client, name), *args, **kwargs)
+        return trio.from_thread.run(method, trio_token=self._token)
 
 
 def _blocking(name: str):

@@ -46,9 +46,8 @@ __all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOPIC = (
-    "TBW102"  # the auto-create template topic (`TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`)
-)
+# The auto-create template topic (`TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`).
+DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 COMPRESS_LEVEL = 5  # DefaultMQProducer's `compressLevel`
 

@@ -185,14 +185,17 @@ class PushConsumer:
         self._wakeup = trio.Event()
         self._assignment_changed = trio.Event()
         await self._pull.__aenter__()
-        routes = self.instance.routes
-        for topic in self.subscriptions:
-            try:
-                await routes.get(topic)
-            except MQClientError as exc:  # the retry topic appears after the heartbeat
-                log.debug("%s", exc)
-        await self.instance.heartbeat()
-        await self._rebalance()
+        try:
+            for topic in self.subscriptions:
+                try:
+                    await self.instance.routes.get(topic)
+                except MQClientError as exc:  # the retry topic appears after the heartbeat
+                    log.debug("%s", exc)
+            await self.instance.heartbeat()
+            await self._rebalance()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
         self.instance.nursery.start_soon(self._run_loops)
         return self
 

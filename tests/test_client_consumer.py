@@ -11,6 +11,7 @@ import trio
 from test_client_fakes import group_of, start_namesrv
 
 from client import MessageQueue, MQBrokerError, Producer, PullConsumer, PullStatus
+from remoting import RequestCode
 
 MQ = MessageQueue("T", "broker-a", 1)
 
@@ -97,3 +98,22 @@ async def test_reads_go_to_a_replica_when_the_master_is_gone(nursery):
                 await consumer.update_offset(MQ, 1)
             assert caught.value.code == 14
     assert any(r.code == 11 for r in slave.requests)
+
+
+async def test_offset_commit_follows_a_new_master(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, (old, new) = await group_of(nursery, namesrv, members=2)
+    with trio.fail_after(10):
+        async with PullConsumer(namesrv, "CG") as consumer:
+            await consumer.update_offset(MQ, 1)
+            old.master = False  # deposed: answers "not master" until the route moves on
+
+            async def elect():
+                await trio.sleep(0.3)
+                new.master = True
+                await new.register(namesrv, 0)
+
+            nursery.start_soon(elect)
+            await consumer.update_offset(MQ, 2)
+    assert store.offsets[("CG", "T", 1)] == 2
+    assert any(r.code == RequestCode.UPDATE_CONSUMER_OFFSET for r in new.requests)

@@ -288,3 +288,23 @@ async def test_unreachable_master_and_unknown_topic_are_refusals(nursery):
                 with pytest.raises(SendError, match="no route") as caught:
                     await producer.send("nope", b"x")
                 assert (caught.value.indeterminate, caught.value.attempts) == (False, 0)
+
+
+async def test_heartbeats_repeat_on_their_interval(nursery):
+    namesrv = await start_namesrv(nursery)
+    _, (broker,) = await group_of(nursery, namesrv)
+    beats = 0
+    three = trio.Event()
+
+    async def count(request, connection):
+        nonlocal beats
+        beats += 1
+        if beats == 3:
+            three.set()
+        return request.make_response(ResponseCode.SUCCESS)
+
+    broker.answer(RequestCode.HEART_BEAT, count)
+    with trio.fail_after(10):
+        async with Producer(namesrv, heartbeat_interval_s=0.05) as producer:
+            await producer.send(TOPIC, b"x")  # makes the broker known
+            await three.wait()

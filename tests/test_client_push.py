@@ -4,6 +4,7 @@ redelivery of failed messages through the retry topic."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import trio
@@ -11,6 +12,7 @@ from test_client_fakes import group_of, start_namesrv
 
 from broker.store.message import MessageExt
 from client import MessageQueue, Producer, PullConsumer, PushConsumer
+from remoting import RequestCode
 
 GROUP = "CG"
 TOPICS = {"T": 4, f"%RETRY%{GROUP}": 1}
@@ -55,7 +57,7 @@ async def committed_offsets(namesrv: str) -> dict[int, tuple[int | None, int]]:
 
 async def test_one_member_consumes_every_queue_in_order_and_commits(nursery):
     namesrv = await start_namesrv(nursery)
-    await group_of(nursery, namesrv, topics=TOPICS)
+    _, (broker,) = await group_of(nursery, namesrv, topics=TOPICS)
     collect = Collector()
     with trio.fail_after(10):
         async with Producer(namesrv) as producer:
@@ -68,6 +70,19 @@ async def test_one_member_consumes_every_queue_in_order_and_commits(nursery):
                 await collect.wait_for(40)
         offsets = await committed_offsets(namesrv)
     assert sorted(int(m.body) for m in collect.messages) == list(range(40))
+    beats = [json.loads(r.body) for r in broker.requests if r.code == RequestCode.HEART_BEAT]
+    (data,) = next(b["consumerDataSet"] for b in beats if b["consumerDataSet"])
+    assert {k: v for k, v in data.items() if k != "subscriptionDataSet"} == {
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+        "consumeType": "CONSUME_PASSIVELY",
+        "groupName": GROUP,
+        "messageModel": "CLUSTERING",
+        "unitMode": False,
+    }
+    assert [s["topic"] for s in data["subscriptionDataSet"]] == ["T", f"%RETRY%{GROUP}"]
+    pulls = [r for r in broker.requests if r.code == RequestCode.PULL_MESSAGE]
+    assert all(r.ext_fields["sysFlag"] == "7" for r in pulls)  # commit, suspend, subscription
+    assert {r.ext_fields["suspendTimeoutMillis"] for r in pulls} == {"5000"}
     for queue_id in range(4):
         in_queue = [m.queue_offset for m in collect.messages if m.queue_id == queue_id]
         assert in_queue == sorted(in_queue)
