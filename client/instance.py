@@ -81,8 +81,9 @@ def backoff_delays(first_s: float = 0.05, max_s: float = 0.4) -> Iterator[float]
 
 class ClientInstance:
     """`async with ClientInstance(namesrv) as instance:`; the owner sets
-    `producer_group` or `consumer_data` (a ConsumerData dict for the heartbeat) and
-    `handlers` (request code -> handler for requests brokers send) before entering."""
+    `producer_group` or `consumer_data` (a ConsumerData dict for the heartbeat),
+    `handlers` (request code -> handler for requests brokers send) and
+    `route_listeners` before entering."""
 
     def __init__(
         self,
@@ -100,6 +101,9 @@ class ClientInstance:
         self.producer_group: str | None = None
         self.consumer_data: dict | None = None
         self.handlers: dict[int, Handler] = {}
+        # Called with (topic, route) when a topic's route changes, after the heartbeat
+        # to its brokers is under way.
+        self.route_listeners: list[Callable[[str, TopicRouteData], None]] = []
         self.pool = ConnectionPool(self._serve, connect_timeout_s=rpc_timeout_s)
         self.routes = RouteCache(
             self.namesrv_addrs,
@@ -191,6 +195,8 @@ class ClientInstance:
     def _route_changed(self, topic: str, route: TopicRouteData) -> None:
         if self._nursery is not None:
             self._nursery.start_soon(self.heartbeat)
+        for listener in self.route_listeners:
+            listener(topic, route)
 
     async def unregister(self) -> None:
         """UNREGISTER_CLIENT to every heartbeat address, bounded by one RPC timeout."""

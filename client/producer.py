@@ -10,7 +10,8 @@ What a send does (`DefaultMQProducerImpl.sendDefaultImpl`):
 - retries on answers that may succeed elsewhere or a moment later (connection errors,
   timeouts, SYSTEM_ERROR, SYSTEM_BUSY, SERVICE_NOT_AVAILABLE / "not master",
   TOPIC_NOT_EXIST, NO_PERMISSION): `retry_times` more attempts (RocketMQ's
-  `retryTimesWhenSendFailed`, 2), each with the rest of `send_timeout_s`.
+  `retryTimesWhenSendFailed`, 2), each within the rest of `send_timeout_s` and
+  one RPC timeout.
 
 Unlike Java, a topic served by one broker group — a DLedger group, whose master moves
 on failover — is retried past `retry_times`: the route is refreshed at once and the
@@ -346,9 +347,11 @@ class Producer:
                 return None, str(exc), False
         if client is None:
             return None, f"connecting to {address} timed out", False
+        # One RPC timeout at most: a master that hangs (stopped, cut off) should not
+        # use up the time in which its successor could take the send.
+        timeout_s = min(self.instance.rpc_timeout_s, max(0.001, deadline - trio.current_time()))
         try:
-            remaining = max(0.001, deadline - trio.current_time())
-            response = await client.invoke(request, remaining)
+            response = await client.invoke(request, timeout_s)
         except (RemotingConnectError, RemotingTimeoutError) as exc:
             return None, str(exc), True
         return response, f"broker {address} answered {response.code}: {response.remark}", True

@@ -41,7 +41,7 @@ from client.consumer import MAX_RECONSUME_TIMES, PullConsumer, PullStatus, Subsc
 from client.errors import MQClientError
 from client.instance import backoff_delays
 from client.offsets import QueueOffsets
-from client.route import MessageQueue
+from client.route import MessageQueue, TopicRouteData
 from remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from remoting.codes import RequestCode
 
@@ -159,6 +159,7 @@ class PushConsumer:
             "unitMode": False,
         }
         self.instance.handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
+        self.instance.route_listeners.append(self._route_changed)
         self._workers: dict[MessageQueue, _QueueWorker] = {}
         self._closing = False
         self._loops = trio.CancelScope()
@@ -212,6 +213,13 @@ class PushConsumer:
     async def _on_ids_changed(self, request: RemotingCommand) -> None:
         if request.ext_fields.get("consumerGroup") == self.group:
             self._wakeup.set()
+
+    def _route_changed(self, topic: str, route: TopicRouteData) -> None:
+        """A long poll held by a master that stopped answering would wait out its hold
+        (up to 30 s); after a route change each queue pulls again, from the new master."""
+        for worker in self._workers.values():
+            if worker.mq.topic == topic:
+                worker.pull_scope.cancel()
 
     async def _run_loops(self) -> None:
         with self._loops:

@@ -308,3 +308,21 @@ async def test_heartbeats_repeat_on_their_interval(nursery):
         async with Producer(namesrv, heartbeat_interval_s=0.05) as producer:
             await producer.send(TOPIC, b"x")  # makes the broker known
             await three.wait()
+
+
+async def test_a_hung_master_costs_one_rpc_timeout(nursery):
+    namesrv = await start_namesrv(nursery)
+    store, (old, new) = await group_of(nursery, namesrv, members=2)
+
+    async def hang(request, connection):
+        new.master = True
+        await new.register(namesrv, 0)  # elected while the old one hangs
+        await trio.sleep_forever()
+
+    old.answer(RequestCode.SEND_MESSAGE_V2, hang)
+    with trio.fail_after(10):
+        async with Producer(namesrv, send_timeout_s=5, rpc_timeout_s=0.5) as producer:
+            started = trio.current_time()
+            await producer.send(TOPIC, b"x")
+            assert trio.current_time() - started < 1.5
+    assert [m.body for q in store.queues.values() for m in q] == [b"x"]

@@ -158,3 +158,33 @@ async def test_failed_messages_come_back_through_the_retry_topic(nursery):
         assert msg.topic == "T"  # restored from RETRY_TOPIC
         assert msg.tags == "X"
         assert msg.get_property("RETRY_TOPIC") == "T"
+
+
+async def test_pulls_move_to_a_new_master_at_once(nursery):
+    """A master that hangs holds long polls; when the route names a successor, each
+    queue pulls from it at once instead of waiting the poll out."""
+    namesrv = await start_namesrv(nursery)
+    _, (old, new) = await group_of(nursery, namesrv, members=2, topics=TOPICS)
+    collect = Collector()
+    hanging = trio.Event()
+
+    async def hang(request, connection):
+        hanging.set()
+        await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with push(namesrv, collect) as consumer:
+            async with Producer(namesrv) as producer:
+                await producer.send("T", b"wake", queue=MessageQueue("T", "broker-a", 0))
+                old.answer(RequestCode.PULL_MESSAGE, hang)
+                await collect.wait_for(1)
+                await hanging.wait()  # queue 0 pulls again: held for good
+            new.master = True
+            await new.register(namesrv, 0)
+            await consumer.instance.routes.refresh("T")
+            started = trio.current_time()
+            async with Producer(namesrv) as producer:
+                for i in range(4):
+                    await producer.send("T", b"%d" % i, queue=MessageQueue("T", "broker-a", i))
+            await collect.wait_for(5)
+            assert trio.current_time() - started < 2
