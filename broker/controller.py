@@ -142,7 +142,10 @@ class BrokerController:
             RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
             RequestCode.GET_CONSUME_STATS: admin.consume_stats,
         }
-        return ProcessorTable({code: self._guard(handler) for code, handler in table.items()})
+        processors = ProcessorTable({code: self._guard(h) for code, h in table.items()})
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
+            processors.register_inline(code, send.send_inline)
+        return processors
 
     def _guard(self, handler):
         """Bad input is answered with a code and a remark; a bug answers SYSTEM_ERROR."""

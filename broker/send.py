@@ -69,6 +69,20 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     return items
 
 
+def _append_failure(code: Code) -> tuple[int, str]:
+    """(response code, remark) for an append DLedger did not acknowledge."""
+    if code in _NOT_LEADER:
+        return ResponseCode.SERVICE_NOT_AVAILABLE, f"not master: {code.name}; refresh the route"
+    if code is Code.LEADER_PENDING_FULL:
+        return ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, too many pending appends"
+    if code is Code.WAIT_QUORUM_ACK_TIMEOUT:
+        return (
+            ResponseCode.SYSTEM_ERROR,
+            "quorum ack timeout: the message may or may not be stored",
+        )
+    return ResponseCode.SYSTEM_ERROR, f"append failed: {code.name}"
+
+
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -79,34 +93,75 @@ class SendProcessor:
             return broker.not_master(request)
         send_header(request)
         topic = text(request, "topic")
-        queue_id = integer(request, "queueId", -1)
-        sysflag = integer(request, "sysFlag", 0)
-        props = codec.string_to_properties(text(request, "properties", ""))
-        reconsume = integer(request, "reconsumeTimes", 0)
         config = await broker.topic_for_send(
             topic, text(request, "defaultTopic", ""), integer(request, "defaultTopicQueueNums", 4)
         )
+        queue_id = self._queue_id(request, config)
+        if topic.startswith(RETRY_PREFIX):
+            max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(topic))
+            if integer(request, "reconsumeTimes", 0) > max_times:  # to the DLQ past the limit
+                dlq = await broker.ensure_dlq(topic[len(RETRY_PREFIX) :])
+                topic, queue_id = dlq.topic_name, 0
+        messages = self._messages(request, connection, topic, queue_id)
+        return self._response(request, queue_id, await self.put(messages))
+
+    def send_inline(self, request: RemotingCommand, connection: Connection) -> bool:
+        """The common send — one message to an existing topic on the master — without a
+        task: queued to DLedger here and answered from its completion. Anything else
+        (or anything wrong) returns False and takes `send`, which explains errors."""
+        broker = self.broker
+        if not broker.is_master or request.code == RequestCode.SEND_BATCH_MESSAGE:
+            return False
+        send_header(request)
+        topic = request.ext_fields.get("topic")
+        config = broker.store.metadata.topics.get(topic)
+        if config is None or topic.startswith(RETRY_PREFIX) or boolean(request, "batch"):
+            return False
+        try:
+            queue_id = self._queue_id(request, config)
+            records = self._records(self._messages(request, connection, topic, queue_id))
+        except BadRequest:
+            return False
+
+        def done(code: Code, results) -> None:
+            if results is not None:
+                response = self._response(request, queue_id, results)
+            else:
+                response = request.make_response(*_append_failure(code))
+            connection.respond(request, response)
+
+        broker.store.commitlog.put_nowait(records, done)
+        return True
+
+    def _queue_id(self, request: RemotingCommand, config) -> int:
+        topic = config.topic_name
         if not config.perm & PERM_WRITE:
             raise BadRequest(
                 f"the topic[{topic}] sending message is forbidden", ResponseCode.NO_PERMISSION
             )
+        queue_id = integer(request, "queueId", -1)
         if queue_id < 0:
-            queue_id = random.randrange(config.write_queue_nums)
-        elif queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            return random.randrange(config.write_queue_nums)
+        if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
             raise BadRequest(
                 f"request queueId[{queue_id}] is illegal, topic {topic} has "
                 f"{config.write_queue_nums} write queues"
             )
-        born = parse_host(connection.remote_address)
+        return queue_id
+
+    def _messages(
+        self, request: RemotingCommand, connection: Connection, topic: str, queue_id: int
+    ) -> list[MessageExt]:
+        broker = self.broker
         if request.code == RequestCode.SEND_BATCH_MESSAGE or boolean(request, "batch"):
             items = decode_batch(request.body)
         else:
+            props = codec.string_to_properties(text(request, "properties", ""))
             items = [(integer(request, "flag", 0), request.body, props)]
-        if topic.startswith(RETRY_PREFIX):
-            max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(topic))
-            if reconsume > max_times:  # handleRetryAndDLQ: past the limit, to the DLQ
-                dlq = await broker.ensure_dlq(topic[len(RETRY_PREFIX) :])
-                topic, queue_id = dlq.topic_name, 0
+        sysflag = integer(request, "sysFlag", 0) & ~MessageSysFlag.MULTI_TAGS_FLAG
+        born = parse_host(connection.remote_address)
+        born_timestamp = integer(request, "bornTimestamp", 0)
+        reconsume = integer(request, "reconsumeTimes", 0)
         messages = []
         for flag, body, properties in items:
             if len(body) > broker.config.max_message_size:
@@ -123,14 +178,17 @@ class SendProcessor:
                 properties=properties,
                 queue_id=queue_id,
                 flag=flag,
-                sysflag=sysflag & ~MessageSysFlag.MULTI_TAGS_FLAG,
-                born_timestamp=integer(request, "bornTimestamp", 0),
+                sysflag=sysflag,
+                born_timestamp=born_timestamp,
                 born_host=born,
                 store_host=broker.store_host,
                 reconsume_times=reconsume,
             )
             messages.append(self.schedule_if_delayed(msg))
-        results = await self.put(messages)
+        return messages
+
+    def _response(self, request: RemotingCommand, queue_id: int, results) -> RemotingCommand:
+        broker = self.broker
         broker.stats_put += len(results)
         ext = {
             "msgId": ",".join(create_message_id(broker.store_host, p) for p, _q in results),
@@ -153,7 +211,7 @@ class SendProcessor:
         msg.topic, msg.queue_id = SCHEDULE_TOPIC, level - 1
         return msg
 
-    async def put(self, messages: list[MessageExt]) -> list[tuple[int, int]]:
+    def _records(self, messages: list[MessageExt]) -> list[bytes]:
         now = self.broker.store.now_ms()
         records = []
         for msg in messages:
@@ -162,25 +220,15 @@ class SendProcessor:
                 records.append(codec.encode(msg))
             except codec.MessageFormatError as exc:
                 raise BadRequest(str(exc), ResponseCode.MESSAGE_ILLEGAL) from None
+        return records
+
+    async def put(self, messages: list[MessageExt]) -> list[tuple[int, int]]:
+        records = self._records(messages)
         try:
             return await self.broker.store.commitlog.put(records)
         except DLedgerError as exc:
-            if exc.code in _NOT_LEADER:
-                raise BadRequest(
-                    f"not master: {exc.code.name}; refresh the route",
-                    ResponseCode.SERVICE_NOT_AVAILABLE,
-                ) from None
-            if exc.code is Code.LEADER_PENDING_FULL:
-                raise BadRequest(
-                    "[PC_SYNCHRONIZED]broker busy, too many pending appends",
-                    ResponseCode.SYSTEM_BUSY,
-                ) from None
-            if exc.code is Code.WAIT_QUORUM_ACK_TIMEOUT:
-                raise BadRequest(
-                    "quorum ack timeout: the message may or may not be stored",
-                    ResponseCode.SYSTEM_ERROR,
-                ) from None
-            raise BadRequest(f"append failed: {exc}") from None
+            code, remark = _append_failure(exc.code)
+            raise BadRequest(remark, code) from None
 
     async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: a message the consumer failed goes to %RETRY%group

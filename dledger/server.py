@@ -191,10 +191,13 @@ class DLedgerServer:
         WAIT_QUORUM_ACK_TIMEOUT when the outcome is unknown (they may still commit).
         """
         waiter = _Waiter()
-        self._queue_append(list(bodies), waiter)
+        self.append_nowait(list(bodies), waiter)
         return await self._wait(waiter)
 
-    def _queue_append(self, bodies: list[bytes], callback) -> None:
+    def append_nowait(self, bodies: list[bytes], callback) -> None:
+        """`append_batch` without a task: `callback(code, positions)` runs on completion
+        (positions are (index, pos) pairs, None on failure). For hot paths where an
+        awaiting task per request costs more than the append."""
         handle = self._new_handle(callback)
         self._append_queue.append((handle, bodies))
         self._append_ready.set()
@@ -374,7 +377,7 @@ class DLedgerServer:
             else:
                 reply(self._answer(code))
 
-        self._queue_append(bodies, answer)
+        self.append_nowait(bodies, answer)
         return True
 
     async def _on_rpc(self, request: dict) -> dict:

@@ -274,6 +274,7 @@ class Connection:
         on_response = self._on_response
         start_soon = self._tasks.start_soon
         process = self._process
+        inline = getattr(self._processor, "inline", None)
         try:
             while True:
                 commands = await reader.receive_batch()
@@ -282,7 +283,7 @@ class Connection:
                 for command in commands:
                     if command.flag & FLAG_RESPONSE:
                         on_response(command)
-                    else:
+                    elif inline is None or not self._try_inline(inline, command):
                         start_soon(process, command)
         except RemotingError as exc:
             log.warning("closing connection from %s: %s", self.remote_address, exc)
@@ -304,6 +305,13 @@ class Connection:
         call.event.set()
 
     # ------------------------------------------------------------------ serving
+    def _try_inline(self, inline, request: RemotingCommand) -> bool:
+        try:
+            return inline(request, self)
+        except Exception:  # the task path will answer it, with the error if it recurs
+            log.exception("inline processor failed on request code %s", request.code)
+            return False
+
     async def _process(self, request: RemotingCommand) -> None:
         processor = self._processor
         try:
@@ -318,6 +326,11 @@ class Connection:
             response = request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
             )
+        self.respond(request, response)
+
+    def respond(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Send `response` to `request` (stamped with its opaque and serialize type);
+        nothing for a oneway request, or when the peer is gone."""
         if response is None or request.flag & FLAG_ONEWAY:
             return
         response.opaque = request.opaque

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["Processor", "ProcessorTable", "not_supported"]
 
 Processor = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+InlineProcessor = Callable[[RemotingCommand, "Connection"], bool]
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:
@@ -48,10 +49,25 @@ class ProcessorTable:
         default: Processor | None = None,
     ) -> None:
         self._table: dict[int, Processor] = dict(processors or {})
+        self._inline: dict[int, InlineProcessor] = {}
         self.default = default
 
     def register(self, code: int, processor: Processor) -> None:
         self._table[int(code)] = processor
+
+    def register_inline(self, code: int, handler: InlineProcessor) -> None:
+        """A synchronous first try for `code`, called from the connection's read loop.
+
+        It returns True when it took the request (and will answer through
+        `connection.respond`), False to leave it to the task-per-request processor.
+        For the hot path of a server (sends), where a task and an event per request
+        cost more than the work itself.
+        """
+        self._inline[int(code)] = handler
+
+    def inline(self, request: RemotingCommand, connection: Connection) -> bool:
+        handler = self._inline.get(request.code)
+        return handler is not None and handler(request, connection)
 
     def __contains__(self, code: int) -> bool:
         return code in self._table

@@ -18,12 +18,12 @@ them).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
 from broker.store import message as codec
-from dledger.codes import EntryType
+from dledger.codes import Code, EntryType
 from dledger.server import DLedgerServer
 from dledger.store import entry as dentry
 
@@ -152,7 +152,17 @@ class DLedgerCommitLog:
     async def put(self, records: list[bytes]) -> list[tuple[int, int]]:
         """Append records as one request; returns (physical offset, queue offset) of
         each once a quorum has it on disk. Raises dledger's DLedgerError."""
-        placed = await self.server.append_batch(records)
+        return self._claim(await self.server.append_batch(records))
+
+    def put_nowait(self, records: list[bytes], done: Callable[[Code, list | None], None]) -> None:
+        """`put` with a callback: `done(code, [(physical offset, queue offset)] or None)`."""
+
+        def finished(code: Code, placed) -> None:
+            done(code, self._claim(placed) if code is Code.SUCCESS else None)
+
+        self.server.append_nowait(records, finished)
+
+    def _claim(self, placed: list[tuple[int, int]]) -> list[tuple[int, int]]:
         assigned = self._assigned
         return [(pos + BODY_OFFSET, assigned.pop(pos + BODY_OFFSET, 0)) for _i, pos in placed]
 
