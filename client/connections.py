@@ -47,11 +47,6 @@ class ConnectionPool:
         stack, self._stack = self._stack, None
         await stack.aclose()
 
-    @property
-    def addresses(self) -> list[str]:
-        """Addresses with an open connection."""
-        return [a for a, c in self._clients.items() if not c.closed]
-
     async def get(self, address: str) -> RemotingClient:
         """The open connection to `address`, connecting first if there is none.
 
