@@ -169,8 +169,12 @@ class BrokerController:
 
     # ------------------------------------------------------------------ topics
     async def put_topic(self, config: TopicConfig) -> TopicConfig:
+        """Create or update a topic through the log, then tell the name servers: the
+        caller (an admin tool, a consumer's first heartbeat creating its retry topic)
+        usually asks for the route next. A dead name server delays it by at most 1 s."""
         await self.meta.write("topic", config=config.to_json())
-        self.registration.register_soon()
+        with trio.move_on_after(1.0):
+            await self.registration.register_now()
         return config
 
     async def topic_for_send(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig:

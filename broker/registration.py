@@ -31,16 +31,20 @@ class Registration:
         self.broker = broker
         self._wanted = trio.Event()
         self._clients: dict[str, RemotingClient] = {}
-        self.registered = trio.Event()  # set after each complete round (for role changes)
+        self._started = 0  # rounds begun; each builds its request from the state then
+        self._completed = 0
+        self._progress = trio.Event()
 
     def register_soon(self) -> None:
         self._wanted.set()
 
     async def register_now(self) -> None:
-        """Register with every name server and wait until all have answered (or failed)."""
-        round_done = self.registered
+        """Register what is known now with every name server; return when all have
+        answered or failed (a round already under way may predate the change)."""
+        target = self._started + 1
         self._wanted.set()
-        await round_done.wait()
+        while self._completed < target:
+            await self._progress.wait()
 
     def _request(self) -> RemotingCommand:
         broker = self.broker
@@ -76,13 +80,15 @@ class Registration:
                 with trio.move_on_after(period):
                     await self._wanted.wait()
                 self._wanted = trio.Event()
-                done, self.registered = self.registered, trio.Event()
+                self._started += 1
                 request = self._request()
                 failed = []
                 async with trio.open_nursery() as round_nursery:
                     for address in self.broker.config.namesrv_addr:
                         round_nursery.start_soon(self._register_one, address, request, failed)
-                done.set()
+                self._completed = self._started
+                self._progress.set()
+                self._progress = trio.Event()
                 if failed:
                     await trio.sleep(RETRY_S)
                     self._wanted.set()
