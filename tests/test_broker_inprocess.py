@@ -9,7 +9,7 @@ import trio
 from broker.store import message as codec
 from broker.store.consumequeue import ENTRY_SIZE
 from broker.store.message import MessageConst
-from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
 
 
@@ -187,17 +187,3 @@ async def test_send_back_retries_after_a_delay_then_dead_letters(nursery, tmp_pa
     assert dead.code == ResponseCode.SUCCESS
     await wait_for(lambda: b.store.max_offset("%DLQ%CG", 0) == 1)
 
-
-async def test_a_first_heartbeat_returns_once_the_retry_topic_is_routable(nursery, tmp_path):
-    g = await group(nursery, tmp_path, nodes=1)
-    master = g.master()
-    for n in range(5):  # each new group's retry topic is routed before the heartbeat answers
-        heartbeat = {"clientID": f"c{n}", "consumerDataSet": [{"groupName": f"G{n}"}]}
-        answer = await g.call(master, RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
-        assert answer.code == ResponseCode.SUCCESS
-        async with RemotingClient(g.namesrv_addr) as namesrv:
-            request = RemotingCommand(
-                code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": f"%RETRY%G{n}"}
-            )
-            route = await namesrv.invoke(request)
-        assert route.code == ResponseCode.SUCCESS, route.remark
