@@ -2,6 +2,11 @@
 
 A missing or malformed field is the client's error, answered with a response code
 and a remark naming the field (never an exception that ends the connection).
+
+The code is MESSAGE_ILLEGAL, where Java answers a header it cannot decode with
+SYSTEM_ERROR: here SYSTEM_ERROR is kept for "the outcome is unknown" (a send whose
+quorum acknowledgment timed out, a broker bug), so a client can tell a request that
+was refused from one that may have taken effect.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ V2_SEND_FIELDS = {
 class BadRequest(Exception):
     """A request the broker answers with `code` and the message as remark."""
 
-    def __init__(self, remark: str, code: int = ResponseCode.SYSTEM_ERROR) -> None:
+    def __init__(self, remark: str, code: int = ResponseCode.MESSAGE_ILLEGAL) -> None:
         super().__init__(remark)
         self.code = code
 

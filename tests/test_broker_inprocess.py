@@ -113,13 +113,13 @@ async def test_bad_requests_get_codes_and_remarks(nursery, tmp_path):
     await create_topic(g, "T", 2)
     master = g.master()
     no_topic = await g.call(master, RequestCode.SEND_MESSAGE_V2, {"a": "PG"}, b"x")
-    assert no_topic.code == ResponseCode.SYSTEM_ERROR and "<topic>" in no_topic.remark
+    assert no_topic.code == ResponseCode.MESSAGE_ILLEGAL and "<topic>" in no_topic.remark
     bad_queue = await g.send(master, "T", b"x", queue_id=7)
-    assert bad_queue.code == ResponseCode.SYSTEM_ERROR and "queueId[7]" in bad_queue.remark
+    assert bad_queue.code == ResponseCode.MESSAGE_ILLEGAL and "queueId[7]" in bad_queue.remark
     batch = await g.call(master, RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, b"\x00\x01")
     assert batch.code == ResponseCode.MESSAGE_ILLEGAL and "batch" in batch.remark
     not_a_number = await g.pull(master, "T", "zero", 0)
-    assert not_a_number.code == ResponseCode.SYSTEM_ERROR and "queueId" in not_a_number.remark
+    assert not_a_number.code == ResponseCode.MESSAGE_ILLEGAL and "queueId" in not_a_number.remark
     slave = g.slaves()[0]
     refused = await g.send(slave, "T", b"x")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
