@@ -152,7 +152,7 @@ async def _failover_trials(cluster: LocalCluster, trials: int) -> list[float]:
                 await done.wait()
                 nursery.cancel_scope.cancel()
         await cluster.restart(master)
-        await trio.sleep(1.0)
+        await cluster.wait_caught_up()
     return results
 
 

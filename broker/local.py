@@ -84,6 +84,9 @@ class LocalCluster:
                 "dLegerSelfId": node,
                 "mappedFileSizeCommitLog": str(LOCAL_SEGMENT_BYTES),
                 "mappedFileSizeForEntryIndex": str(32 << 20),
+                # the name server here expires a broker after 10 s of silence (not 120 s),
+                # so brokers re-register every 3 s (not 30 s)
+                "registerNameServerPeriod": "3000",
                 **self.extra_conf,
             }
             self.conf_path(node).write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
@@ -176,6 +179,28 @@ class LocalCluster:
             return await client.invoke(
                 RemotingCommand(code=code, ext_fields=ext or {}, body=body), 5.0
             )
+
+    async def member_state(self, node: str) -> dict:
+        """The member's runtime table (GET_BROKER_RUNTIME_INFO), DLedger fields included."""
+        response = await self.broker_call(node, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return json.loads(response.body)["table"]
+
+    async def wait_caught_up(self, timeout_s: float = 60.0) -> None:
+        """Until every running member has committed and dispatched the same log end.
+
+        A member restarted under load replays what it missed; killing the master
+        before it has caught up leaves a quorum whose new leader cannot commit
+        until it has."""
+        with trio.fail_after(timeout_s):
+            while True:
+                states = [await self.member_state(n) for n in self.ids if n in self.procs]
+                ends = {s["dLegerLedgerEndIndex"] for s in states}
+                committed = {s["dLegerCommittedIndex"] for s in states}
+                if len(ends) == 1 and committed == ends and all(
+                    s["dispatchBehindEntries"] == "0" for s in states
+                ):
+                    return
+                await trio.sleep(0.05)
 
     async def create_topic(self, topic: str, queues: int = 4) -> None:
         """Create `topic` on the master and wait until the name server routes it."""

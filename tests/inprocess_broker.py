@@ -22,7 +22,14 @@ from remoting import RemotingClient, RemotingCommand, RequestCode
 
 
 class InProcessGroup:
-    def __init__(self, nursery: trio.Nursery, base: Path, nodes: int = 3, **conf: str) -> None:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        base: Path,
+        nodes: int = 3,
+        namesrv: NamesrvConfig | None = None,
+        **conf: str,
+    ) -> None:
         self.nursery = nursery
         self.base = base
         self.ids = [f"n{i}" for i in range(nodes)]
@@ -32,12 +39,13 @@ class InProcessGroup:
         )
         self.listen = dict(zip(self.ids, ports[nodes:], strict=True))
         self.conf = conf
+        self.namesrv_config = namesrv or NamesrvConfig(listen_port=0, bind_address="127.0.0.1")
         self.brokers: dict[str, BrokerController] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self.namesrv_addr = ""
 
     async def start(self) -> InProcessGroup:
-        namesrv = NamesrvServer(NamesrvConfig(listen_port=0, bind_address="127.0.0.1"))
+        namesrv = NamesrvServer(self.namesrv_config)
         port = await self.nursery.start(namesrv.serve)
         self.namesrv = namesrv
         self.namesrv_addr = f"127.0.0.1:{port}"

@@ -9,6 +9,7 @@ import trio
 from broker.store import message as codec
 from broker.store.consumequeue import ENTRY_SIZE
 from broker.store.message import MessageConst
+from namesrv.config import NamesrvConfig
 from remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
 
@@ -187,3 +188,16 @@ async def test_send_back_retries_after_a_delay_then_dead_letters(nursery, tmp_pa
     assert dead.code == ResponseCode.SUCCESS
     await wait_for(lambda: b.store.max_offset("%DLQ%CG", 0) == 1)
 
+
+async def test_brokers_stay_registered_past_the_name_servers_expiry(nursery, tmp_path):
+    expiring = NamesrvConfig(
+        listen_port=0,
+        bind_address="127.0.0.1",
+        broker_channel_expired_time_ms=1000,
+        scan_not_active_broker_interval_ms=100,
+    )
+    g = await InProcessGroup(
+        nursery, tmp_path, nodes=1, namesrv=expiring, registerNameServerPeriod="300"
+    ).start()
+    await trio.sleep(2.5)  # two and a half expiry periods: only re-registration keeps it
+    assert "broker-t" in g.namesrv.routes.broker_addr_table
