@@ -84,12 +84,14 @@ async def _hold(client: RemotingClient, task_status=trio.TASK_STATUS_IGNORED) ->
 
 
 async def _consume(address: str, stop: trio.Event, results: dict) -> None:
-    """One long-polling puller per queue from offset 0 until `stop`; end-to-end latency."""
+    """One long-polling puller per queue from its end until `stop`; end-to-end latency."""
     delays: list[float] = []
     count = [0]
 
     async def puller(client: RemotingClient, queue_id: int) -> None:
-        offset = 0
+        ext = {"topic": TOPIC, "queueId": queue_id}
+        request = RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields=ext)
+        offset = int((await client.invoke(request, 10.0)).ext_fields["offset"])  # skip warm-up
         while not stop.is_set():
             ext = {
                 "consumerGroup": "BENCH_CG", "topic": TOPIC, "queueId": queue_id,
