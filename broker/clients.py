@@ -35,13 +35,10 @@ class ConsumerInfo:
 class ClientManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[str, ConsumerInfo]] = {}
-        self.producers: dict[str, dict[str, Connection]] = {}
 
     def heartbeat(self, data: dict, connection: Connection, now_ms: int) -> list[str]:
         """Record a heartbeat body; returns the consumer groups it names."""
         client_id = str(data.get("clientID", connection.remote_address))
-        for producer in data.get("producerDataSet") or []:
-            self.producers.setdefault(str(producer.get("groupName")), {})[client_id] = connection
         groups = []
         for consumer in data.get("consumerDataSet") or []:
             group = str(consumer.get("groupName"))
@@ -65,8 +62,6 @@ class ClientManager:
         for name, members in list(self.groups.items()):
             if (group is None or name == group) and members.pop(client_id, None) is not None:
                 self._notify(name)
-        for members in self.producers.values():
-            members.pop(client_id, None)
 
     def members(self, group: str) -> list[str]:
         return sorted(self.groups.get(group, {}))
@@ -78,9 +73,6 @@ class ClientManager:
                 del members[cid]
             if gone:
                 self._notify(name)
-        for members in self.producers.values():
-            for cid in [c for c, conn in members.items() if conn is connection]:
-                del members[cid]
 
     def expire(self, now_ms: int) -> None:
         for name, members in list(self.groups.items()):

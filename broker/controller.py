@@ -248,8 +248,7 @@ class BrokerController:
             end = self.dledger.store.end_index
             if replica.committed_index >= end and store.dispatched_index >= end:
                 break
-            await store.wait_dispatched(min(end, replica.committed_index))
-            await trio.sleep(0.002)
+            await store.wait_dispatch(0.05)
         store.commitlog.reset_offsets(store.queues.max_offsets())
         self.schedule.reset()
         self.is_master = True

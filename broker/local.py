@@ -196,8 +196,10 @@ class LocalCluster:
                 states = [await self.member_state(n) for n in self.ids if n in self.procs]
                 ends = {s["dLegerLedgerEndIndex"] for s in states}
                 committed = {s["dLegerCommittedIndex"] for s in states}
-                if len(ends) == 1 and committed == ends and all(
-                    s["dispatchBehindEntries"] == "0" for s in states
+                if (
+                    len(ends) == 1
+                    and committed == ends
+                    and all(s["dispatchBehindEntries"] == "0" for s in states)
                 ):
                     return
                 await trio.sleep(0.05)

@@ -52,7 +52,6 @@ class DispatchRequest:
     sysflag: int
     tags_code: int
     store_timestamp: int
-    properties: bytes
 
 
 def _layout(view, offset: int) -> tuple[int, int, int, int]:
@@ -95,7 +94,6 @@ def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest
         sysflag,
         _tags_code(properties),
         store_timestamp,
-        properties,
     )
 
 
@@ -140,9 +138,9 @@ class DLedgerCommitLog:
             queue_offset = self.next_offsets.get(key, 0)
             self.next_offsets[key] = queue_offset + 1
         self._assigned[body_pos] = queue_offset
-        record = bytearray(body)
+        record = bytearray(body)  # the entry codec concatenates it; no copy back to bytes
         _QUEUE_OFFSETS.pack_into(record, codec.QUEUE_OFFSET_POSITION, queue_offset, body_pos)
-        return bytes(record)
+        return record
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
         """Install the offset table of a new term (and forget unclaimed assignments)."""

@@ -101,19 +101,6 @@ class ConsumeQueue:
             del self._entries[keep * ENTRY_SIZE :]
             self._rewrite()
 
-    def drop_before(self, physical_offset: int) -> None:
-        """Forget entries whose messages retention deleted (below `physical_offset`)."""
-        drop = 0
-        while drop < len(self) and ENTRY.unpack_from(self._entries, drop * ENTRY_SIZE)[0] < (
-            physical_offset
-        ):
-            drop += 1
-        if drop:
-            del self._entries[: drop * ENTRY_SIZE]
-            self.min_offset += drop
-            self._reopen()
-            self._rewrite()
-
     def flush(self) -> None:
         """Write appended entries to the file (no fsync: the log can rebuild them)."""
         if not self._unwritten:

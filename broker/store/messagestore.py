@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from broker.store import message as codec
-from broker.store.commitlog import BODY_OFFSET, DispatchRequest, DLedgerCommitLog
+from broker.store.commitlog import DispatchRequest, DLedgerCommitLog
 from broker.store.consumequeue import ConsumeQueueTable
 from broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from dledger.server import DLedgerServer
@@ -41,11 +41,9 @@ class GetStatus:
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
     OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
 
 
 @attrs.define
@@ -87,7 +85,7 @@ class MessageStore:
         self._commit_moved = trio.Event()
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._meta_applied = trio.Event()
-        self.dispatch_listeners: list = []  # called with each DispatchRequest
+        self._dispatch_moved = trio.Event()
         self._recover()
         server.add_commit_handler(lambda _index: self._commit_moved.set())
 
@@ -175,6 +173,8 @@ class MessageStore:
                 self._dispatch(request)
                 touched.add((request.topic, request.queue_id))
         self.queues.flush()
+        self._dispatch_moved.set()
+        self._dispatch_moved = trio.Event()
         for key in touched:
             event = self._arrivals.pop(key, None)
             if event is not None:
@@ -202,19 +202,17 @@ class MessageStore:
             )
             self._meta_applied.set()
             self._meta_applied = trio.Event()
-        for listener in self.dispatch_listeners:
-            listener(request)
 
     async def wait_applied(self, meta_offset: int) -> None:
         """Until the metadata record at META_TOPIC offset `meta_offset` is applied here."""
         while self.metadata.applied_meta_offset <= meta_offset:
             await self._meta_applied.wait()
 
-    async def wait_dispatched(self, index: int) -> None:
-        """Until everything up to `index` is dispatched (a new master's last step)."""
-        while self.dispatched_index < index:
-            self._commit_moved.set()
-            await trio.sleep(0.005)
+    async def wait_dispatch(self, timeout_s: float) -> None:
+        """Until the next dispatch step (or `timeout_s`): a new master waiting for its
+        backlog to be dispatched rechecks its state after each."""
+        with trio.move_on_after(timeout_s):
+            await self._dispatch_moved.wait()
 
     # ------------------------------------------------------------------ reads
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -313,4 +311,4 @@ class MessageStore:
         return int(time.time() * 1000)
 
 
-__all__ = ["BODY_OFFSET", "GetResult", "GetStatus", "MessageStore", "parse_delay_levels"]
+__all__ = ["GetResult", "GetStatus", "MessageStore", "parse_delay_levels"]
