@@ -50,7 +50,8 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 # Keys DLedgerCommitLog derives from broker keys; every other DLedger int key passes through.
 _DERIVED_DLEDGER_KEYS = frozenset(
     {"group", "selfId", "peers", "storeBaseDir", "storeType", "flushDiskType",
-     "preferredLeaderIds", "mappedFileSizeForEntryData", "fileReservedHours"}
+     "preferredLeaderIds", "mappedFileSizeForEntryData", "fileReservedHours",
+     "recordSyncedLengths"}
 )  # fmt: skip
 _DLEDGER_FIELDS = attrs.fields_dict(DLedgerConfig)
 DLEDGER_PASSTHROUGH_KEYS = frozenset(
@@ -164,6 +165,7 @@ class BrokerConfig:
     max_message_size: int = 4 * 1024 * 1024
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
+    record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     dledger_overrides: dict[str, int] = attrs.Factory(dict)
 
     def _require_dledger(self) -> None:
@@ -190,6 +192,7 @@ class BrokerConfig:
             "flushDiskType": self.flush_disk_type,
             "mappedFileSizeForEntryData": self.mapped_file_size_commit_log,
             "fileReservedHours": self.file_reserved_time + 1,
+            "recordSyncedLengths": self.record_synced_lengths,
             **self.dledger_overrides,
         }
         if self.preferred_leader_id:
@@ -285,12 +288,13 @@ _KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "maxMessageSize": ("max_message_size", _int(1)),
     "messageDelayLevel": ("message_delay_level", _delay_levels),
     "fileReservedTime": ("file_reserved_time", _int(0)),
+    "recordSyncedLengths": ("record_synced_lengths", _bool),
 }
 
 # Keys that only matter with enableDLegerCommitLog=true.
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
-     "storePathDLedgerCommitLog", *DLEDGER_PASSTHROUGH_KEYS}
+     "storePathDLedgerCommitLog", "recordSyncedLengths", *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
 
 

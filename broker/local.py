@@ -51,10 +51,10 @@ class LocalCluster:
             node: f"127.0.0.1:{port}"
             for node, port in zip(self.ids, ports[1 : 1 + nodes], strict=True)
         }
-        self.dledger_peers = ";".join(
-            f"{node}-127.0.0.1:{port}"
+        self.peer_addrs = {
+            node: f"127.0.0.1:{port}"
             for node, port in zip(self.ids, ports[1 + nodes :], strict=True)
-        )
+        }
         self.extra_conf = dict(extra_conf or {})
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -64,6 +64,10 @@ class LocalCluster:
 
     def store_dir(self, node: str) -> Path:
         return self.base_dir / node
+
+    def dledger_peers(self, node: str) -> str:
+        """`node`'s dLegerPeers: how it reaches each member (a harness may put proxies here)."""
+        return ";".join(f"{peer}-{address}" for peer, address in self.peer_addrs.items())
 
     def _write_confs(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +84,7 @@ class LocalCluster:
                 "storePathRootDir": str(self.store_dir(node)),
                 "enableDLegerCommitLog": "true",
                 "dLegerGroup": self.broker_name,
-                "dLegerPeers": self.dledger_peers,
+                "dLegerPeers": self.dledger_peers(node),
                 "dLegerSelfId": node,
                 "mappedFileSizeCommitLog": str(LOCAL_SEGMENT_BYTES),
                 "mappedFileSizeForEntryIndex": str(32 << 20),

@@ -38,6 +38,8 @@ __all__ = [
     "PullStatus",
     "Subscription",
     "inflate",
+    "pull_request",
+    "pull_result",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,6 +125,63 @@ def _offset(response: RemotingCommand, broker: str) -> int:
     return int(response.ext_fields["offset"])
 
 
+def pull_request(
+    group: str,
+    mq: MessageQueue,
+    offset: int,
+    max_nums: int,
+    subscription: Subscription,
+    long_poll_s: float | None = None,
+    commit_offset: int | None = None,
+) -> RemotingCommand:
+    """A PULL_MESSAGE request (PullMessageRequestHeader), for any member of the group."""
+    sysflag = FLAG_SUBSCRIPTION
+    if commit_offset is not None:
+        sysflag |= FLAG_COMMIT_OFFSET
+    if long_poll_s:
+        sysflag |= FLAG_SUSPEND
+    return RemotingCommand(
+        RequestCode.PULL_MESSAGE,
+        ext_fields={
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": mq.queue_id,
+            "queueOffset": offset,
+            "maxMsgNums": max_nums,
+            "sysFlag": sysflag,
+            "commitOffset": commit_offset or 0,
+            "suspendTimeoutMillis": int((long_poll_s or 0) * 1000),
+            "subscription": subscription.expression,
+            "subVersion": subscription.version,
+            "expressionType": "TAG",
+        },
+    )
+
+
+def pull_result(
+    response: RemotingCommand, offset: int, subscription: Subscription, broker: str
+) -> PullResult:
+    """A pull reply as a PullResult (messages filtered by tag and inflated); raises
+    MQBrokerError for a code that is not a pull status."""
+    status = _PULL_STATUS.get(response.code)
+    if status is None:
+        raise MQBrokerError(response.code, response.remark, broker)
+    ext = response.ext_fields
+    messages = []
+    if status is PullStatus.FOUND:
+        for msg in decode_all(response.body):
+            if subscription.matches(msg):
+                inflate(msg)
+                messages.append(msg)
+    return PullResult(
+        status,
+        messages,
+        int(ext.get("nextBeginOffset", offset)),
+        int(ext.get("minOffset", 0)),
+        int(ext.get("maxOffset", 0)),
+    )
+
+
 class PullConsumer:
     """`async with PullConsumer(namesrv, "group") as c: await c.pull(mq, offset)`.
 
@@ -177,26 +236,8 @@ class PullConsumer:
         """
         if isinstance(subscription, str):
             subscription = Subscription(mq.topic, subscription, 0)
-        sysflag = FLAG_SUBSCRIPTION
-        if commit_offset is not None:
-            sysflag |= FLAG_COMMIT_OFFSET
-        if long_poll_s:
-            sysflag |= FLAG_SUSPEND
-        request = RemotingCommand(
-            RequestCode.PULL_MESSAGE,
-            ext_fields={
-                "consumerGroup": self.group,
-                "topic": mq.topic,
-                "queueId": mq.queue_id,
-                "queueOffset": offset,
-                "maxMsgNums": max_nums,
-                "sysFlag": sysflag,
-                "commitOffset": commit_offset or 0,
-                "suspendTimeoutMillis": int((long_poll_s or 0) * 1000),
-                "subscription": subscription.expression,
-                "subVersion": subscription.version,
-                "expressionType": "TAG",
-            },
+        request = pull_request(
+            self.group, mq, offset, max_nums, subscription, long_poll_s, commit_offset
         )
         if timeout_s is None:
             timeout_s = (
@@ -205,23 +246,7 @@ class PullConsumer:
         response = await self.instance.call_broker(
             mq.topic, mq.broker_name, request, timeout_s, replicas=True
         )
-        status = _PULL_STATUS.get(response.code)
-        if status is None:
-            raise MQBrokerError(response.code, response.remark, mq.broker_name)
-        ext = response.ext_fields
-        messages = []
-        if status is PullStatus.FOUND:
-            for msg in decode_all(response.body):
-                if subscription.matches(msg):
-                    inflate(msg)
-                    messages.append(msg)
-        return PullResult(
-            status,
-            messages,
-            int(ext.get("nextBeginOffset", offset)),
-            int(ext.get("minOffset", 0)),
-            int(ext.get("maxOffset", 0)),
-        )
+        return pull_result(response, offset, subscription, mq.broker_name)
 
     async def _read_offset(self, code: RequestCode, mq: MessageQueue, **extra) -> int:
         request = RemotingCommand(

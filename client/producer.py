@@ -43,7 +43,7 @@ from client.route import MessageQueue, TopicRouteData
 from remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from remoting.codes import RequestCode, ResponseCode
 
-__all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch"]
+__all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch", "send_request"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,28 @@ def encode_batch(items: Iterable[tuple[bytes, str]]) -> bytes:
     return b"".join(parts)
 
 
+def send_request(
+    code: int, group: str, mq: MessageQueue, body: bytes, properties: str, sysflag: int
+) -> RemotingCommand:
+    """A SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request for `mq` (one attempt's bytes)."""
+    header = {  # SendMessageRequestHeaderV2's one-letter names
+        "a": group,
+        "b": mq.topic,
+        "c": DEFAULT_TOPIC,
+        "d": DEFAULT_TOPIC_QUEUE_NUMS,
+        "e": mq.queue_id,
+        "f": sysflag,
+        "g": int(time.time() * 1000),
+        "h": 0,
+        "i": properties,
+        "j": 0,
+        "k": False,
+        "m": code == RequestCode.SEND_BATCH_MESSAGE,
+        "n": mq.broker_name,
+    }
+    return RemotingCommand(code, ext_fields=header, body=body)
+
+
 class Producer:
     """`async with Producer("127.0.0.1:9876") as p: result = await p.send("T", b"x")`."""
 
@@ -174,26 +196,6 @@ class Producer:
         props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = "true"
         return props
 
-    def _request(
-        self, code: int, mq: MessageQueue, body: bytes, properties: str, sysflag: int
-    ) -> RemotingCommand:
-        header = {  # SendMessageRequestHeaderV2's one-letter names
-            "a": self.group,
-            "b": mq.topic,
-            "c": DEFAULT_TOPIC,
-            "d": DEFAULT_TOPIC_QUEUE_NUMS,
-            "e": mq.queue_id,
-            "f": sysflag,
-            "g": int(time.time() * 1000),
-            "h": 0,
-            "i": properties,
-            "j": 0,
-            "k": False,
-            "m": code == RequestCode.SEND_BATCH_MESSAGE,
-            "n": mq.broker_name,
-        }
-        return RemotingCommand(code, ext_fields=header, body=body)
-
     async def send(
         self,
         topic: str,
@@ -217,7 +219,9 @@ class Producer:
         return await self._send(
             topic,
             queue,
-            lambda mq: self._request(RequestCode.SEND_MESSAGE_V2, mq, body, text, sysflag),
+            lambda mq: send_request(
+                RequestCode.SEND_MESSAGE_V2, self.group, mq, body, text, sysflag
+            ),
             uniq_key,
         )
 
@@ -239,7 +243,9 @@ class Producer:
         return await self._send(
             topic,
             None,
-            lambda mq: self._request(RequestCode.SEND_BATCH_MESSAGE, mq, body, header_props, 0),
+            lambda mq: send_request(
+                RequestCode.SEND_BATCH_MESSAGE, self.group, mq, body, header_props, 0
+            ),
             ",".join(uniq_keys),
         )
 

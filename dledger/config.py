@@ -78,6 +78,13 @@ class DLedgerConfig:
         default=32 * 5 * 1024 * 1024, metadata=_key("mappedFileSizeForEntryIndex")
     )
     file_reserved_hours: float = attrs.field(default=72, metadata=_key("fileReservedHours"))
+    # Not DLedger's: for fault-injection harnesses (jepsen/), which cannot ask a killed
+    # process what it had fsynced. See DLedgerServer._record_synced.
+    record_synced_lengths: bool = attrs.field(
+        default=False,
+        converter=lambda v: v.lower() == "true" if isinstance(v, str) else bool(v),
+        metadata=_key("recordSyncedLengths"),
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.self_id not in self.peers:

@@ -13,7 +13,9 @@ write, one push per follower and one fsync, not one of each per entry.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +34,7 @@ from dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 
 log = logging.getLogger(__name__)
 
+SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
 PAGE_CACHE_FLUSH_S = 0.010  # DLedger's flushFileInterval, for page-cache mode
 RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
@@ -326,6 +329,7 @@ class DLedgerServer:
             self._sync_wanted = trio.Event()
             plan = self.store.sync_plan()
             await _fsync(plan)
+            self._record_synced()
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
 
@@ -334,6 +338,23 @@ class DLedgerServer:
         while True:
             await trio.sleep(PAGE_CACHE_FLUSH_S)
             await _fsync(self.store.sync_plan())
+            self._record_synced()
+
+    def _record_synced(self) -> None:
+        """With recordSyncedLengths, write how much of each data file is fsynced.
+
+        A harness that kills this process and then wants a power cut's effect (lose
+        what was not fsynced) reads this file. It is written after the fsync and
+        before anything is acknowledged because of it, so it never claims less than
+        an acknowledgment relied on; it needs no fsync of its own, since a killed
+        process's page cache survives and the harness is the only "power cut".
+        """
+        if not self.config.record_synced_lengths or not isinstance(self.store, FileLogStore):
+            return
+        path = self.store.base_dir / SYNCED_LENGTHS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.store.synced_lengths_now()))
+        os.replace(tmp, path)
 
     def _durable_committed(self) -> int:
         return min(self.replica.committed_index, self.replica.persisted_index)

@@ -18,7 +18,6 @@ from broker.store.message import properties_to_string
 from client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
 from client.mqadmin import main
 from client.route import BrokerData
-from dledger.config import parse_peers
 from dledger.local import free_ports
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
@@ -263,7 +262,7 @@ def check_dledger_rows(completed, cluster, leader: str, unreachable: str | None 
         "#LedgerEndIndex",
         "#CommittedIndex",
     ]
-    peers = parse_peers(cluster.dledger_peers)
+    peers = cluster.peer_addrs
     assert [r[1] for r in rows] == sorted(peers)
     assert {r[0] for r in rows} == {cluster.broker_name}
     assert [r[1] for r in rows if r[4] == "LEADER"] == [leader]

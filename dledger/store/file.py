@@ -773,6 +773,11 @@ class FileLogStore(LogStore):
         work = _SyncWork(self, record, fds, dir_fds, (data, index, dirs))
         return SyncPlan(self.end_index, self.generation, work)
 
+    def synced_lengths_now(self) -> dict[str, int]:
+        """A copy of `synced_lengths`, safe while a plan completes on another thread."""
+        with self._lock:
+            return dict(self.synced_lengths)
+
     def _plan_completed(self, record: _PlanRecord) -> None:
         """Runs on the plan's thread; only locked bookkeeping, never the maps or tables."""
         with self._lock:
