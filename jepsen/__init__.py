@@ -1,0 +1,1 @@
+"""Fault injection against real raftmq broker groups: record a history, inject faults, check it."""
