@@ -77,6 +77,7 @@ class BrokerController:
         )
         self.is_master = False
         self.broker_id = config.slave_broker_id
+        self.role_term = 0  # the DLedger term of the current role; registrations carry it
         self.port = config.listen_port
         self.clients = ClientManager()
         self.meta = MetaWriter(self)
@@ -236,6 +237,7 @@ class BrokerController:
         )
         self.is_master = False
         self.master_since = None
+        self.role_term = term
         self.broker_id = self.config.slave_broker_id
         self.offsets.forget_pending()
         self.registration.register_soon()
@@ -253,6 +255,7 @@ class BrokerController:
         self.schedule.reset()
         self.is_master = True
         self.master_since = time.monotonic()
+        self.role_term = term
         self.broker_id = 0
         await self.registration.register_now()
         log.warning(

@@ -68,6 +68,8 @@ class Registration:
                 "haServerAddr": broker.address,
                 "compressed": "false",
                 "bodyCrc32": "0",
+                # not RocketMQ's: lets a name server ignore a deposed master's late claim
+                "dLegerTerm": str(broker.role_term),
             },
             body=json.dumps(body, separators=(",", ":")).encode(),
         )

@@ -138,6 +138,7 @@ class NamesrvProcessor:
         broker_id = _int_field(request, "brokerId")
         ha_server_addr = _field(request, "haServerAddr", required=False)
         timeout_ms = _int_field(request, "heartbeatTimeoutMillis", required=False)
+        term = _int_field(request, "dLegerTerm", required=False)
         if str(request.ext_fields.get("compressed", "false")).lower() == "true":
             raise BadRequest("compressed register body is not supported; send it uncompressed")
         crc = _int_field(request, "bodyCrc32", required=False) or 0
@@ -156,6 +157,7 @@ class NamesrvProcessor:
             filter_servers=filter_servers,
             channel=connection,
             timeout_ms=timeout_ms,
+            term=term,
         )
         ext = {}
         if result.master_addr is not None:

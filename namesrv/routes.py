@@ -71,6 +71,8 @@ class RouteInfoManager:
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
         self.filter_server_table: dict[str, list[str]] = {}
+        # brokerName -> the highest DLedger term a master of it registered with
+        self._master_terms: dict[str, int] = {}
         # topic -> {brokerName: writeQueueNums} for topics a master registered `order`.
         self._order_topics: dict[str, dict[str, int]] = {}
 
@@ -90,12 +92,25 @@ class RouteInfoManager:
         filter_servers: list[str] | None = None,
         channel: object = None,
         timeout_ms: int | None = None,
+        term: int | None = None,
     ) -> RegisterResult:
         """`RouteInfoManager.registerBroker`: record a heartbeat and, from a master whose
         topic configs changed (or that is new), the topics' queue data.
 
         `topic_config_wrapper` is the `topicConfigTable` (topic -> TopicConfig dict).
+
+        `term` (raftmq brokers send their DLedger term; Java brokers send none): a
+        claim to be master from a term older than one already seen is a deposed
+        master's late registration — one sent just before a pause ended, say — and
+        is ignored: otherwise it would displace the real master, and the deposed
+        master's next registration (as a slave, same address) would then remove the
+        master entry altogether until the real master's next periodic registration.
         """
+        if broker_id == MASTER_ID and term is not None:
+            if term < self._master_terms.get(broker_name, -1):
+                known = self.broker_addr_table.get(broker_name, {}).get("brokerAddrs", {})
+                return RegisterResult(known.get(MASTER_ID), None)
+            self._master_terms[broker_name] = term
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
 
         broker_data = self.broker_addr_table.get(broker_name)

@@ -65,6 +65,21 @@ def test_master_change_is_reflected_at_once():
     assert addrs == {"0": A1, "2": A0}
 
 
+def test_a_deposed_masters_late_claim_does_not_hide_the_new_master():
+    """Found by a jepsen run: a master paused past an election registered as master once
+    more on waking (its periodic registration was due), then as a slave; the second
+    removed the master entry, and clients saw no master until the next period."""
+    routes = RouteInfoManager()
+    routes.register_broker(CLUSTER, A0, "broker-a", 0, None, TOPICS, V1, 0, term=2)
+    routes.register_broker(CLUSTER, A1, "broker-a", 2, None, TOPICS, V1, 0, term=2)
+    routes.register_broker(CLUSTER, A1, "broker-a", 0, None, TOPICS, V1, 10, term=3)
+    result = routes.register_broker(CLUSTER, A0, "broker-a", 0, None, TOPICS, V1, 20, term=2)
+    assert result.master_addr == A1
+    routes.register_broker(CLUSTER, A0, "broker-a", 1, None, TOPICS, V1, 21, term=3)
+    addrs = routes.pickup_topic_route_data("T")["brokerDatas"][0]["brokerAddrs"]
+    assert addrs == {"0": A1, "1": A0}
+
+
 def test_new_master_topics_update_queue_data():
     routes = group()
     changed = {"T": {**TOPICS["T"], "writeQueueNums": 8, "readQueueNums": 8}}
