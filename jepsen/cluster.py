@@ -1,0 +1,140 @@
+"""The broker group under test: LocalCluster's processes, with every DLedger peer link
+running through a proxy the nemesis controls, and the process faults it needs.
+
+Node `a` dials node `b` at `net.address(a, b)`, a proxy that forwards to `b`'s real
+port, so blocking the proxy of (a, b) cuts exactly the connections `a` opens to `b`.
+Client links (producers and consumers to brokers) are direct: a broker advertises
+its own port to the name server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from broker.local import LocalCluster
+from jepsen.proxy import ProxyNet
+from remoting import RemotingClient, RemotingCommand, RequestCode
+
+EXIT_DISK = 4  # mqbroker's exit status for a store it refuses to open (broker.cli)
+MEMBER_STATE_TIMEOUT_S = 0.5
+
+
+class RefusedToStart(Exception):
+    """A broker exited at start; `disk` when it refused its store (a clean refusal)."""
+
+    def __init__(self, node: str, status: int | None, log_tail: str) -> None:
+        super().__init__(f"{node} exited at start with status {status}: {log_tail[-300:]}")
+        self.node = node
+        self.disk = status == EXIT_DISK
+
+
+class JepsenCluster(LocalCluster):
+    def __init__(self, base_dir: Path, nodes: int, extra_conf: dict[str, str]) -> None:
+        super().__init__(
+            base_dir, nodes=nodes, extra_conf={"recordSyncedLengths": "true", **extra_conf}
+        )
+        self.net: ProxyNet | None = None
+        self.paused: set[str] = set()
+
+    def peer_links(self) -> dict[tuple[str, str], str]:
+        """Every directed peer link and the real address it leads to."""
+        return {(a, b): self.peer_addrs[b] for a in self.ids for b in self.ids if a != b}
+
+    def dledger_peers(self, node: str) -> str:
+        assert self.net is not None, "attach a ProxyNet before starting"
+        return ";".join(
+            f"{peer}-{address if peer == node else self.net.address(node, peer)}"
+            for peer, address in self.peer_addrs.items()
+        )
+
+    def log_dir(self, node: str) -> Path:
+        return self.store_dir(node) / f"dledger-{node}"
+
+    # ------------------------------------------------------------------ processes
+    def running(self, node: str) -> bool:
+        proc = self.procs.get(node)
+        return proc is not None and proc.poll() is None
+
+    def pause(self, node: str) -> None:
+        if self.running(node):
+            os.kill(self.pid(node), signal.SIGSTOP)
+            self.paused.add(node)
+
+    def resume(self, node: str) -> None:
+        if node in self.paused:
+            self.paused.discard(node)
+            if self.running(node):
+                os.kill(self.pid(node), signal.SIGCONT)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        self.resume(name)  # a stopped process would not act on SIGTERM
+        super().kill(name, sig)
+
+    async def start(self, node: str) -> None:
+        """Restart `node`; RefusedToStart if it exits before it has booted."""
+        try:
+            await self.restart(node)
+        except RuntimeError:
+            proc = self.procs.pop(node, None)
+            status = None if proc is None else proc.wait()
+            log = (self.base_dir / f"{node}.log").read_text(errors="replace")
+            raise RefusedToStart(node, status, log) from None
+
+    def start_failing_fsync(self, node: str, after: int) -> None:
+        """Start `node` under strace so that its `after`-th and later fdatasync/fsync
+        calls fail with EIO; the replica must stop rather than ack what it lost."""
+        self.kill(node)
+        log = open(self.base_dir / f"{node}.log", "ab")  # noqa: SIM115 - owned by the process
+        inject = f"inject=fdatasync,fsync:error=EIO:when={after}+"
+        strace = ["strace", "-f", "-qq", "-o", os.devnull, "-e", inject]
+        broker = [sys.executable, "-m", "broker.cli", "-c", str(self.conf_path(node))]
+        self.procs[node] = subprocess.Popen(strace + broker, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def exit_status(self, node: str) -> int | None:
+        proc = self.procs.get(node)
+        return None if proc is None else proc.poll()
+
+    @staticmethod
+    def strace_available() -> bool:
+        return shutil.which("strace") is not None
+
+    # ------------------------------------------------------------------ asking
+    async def member_states(self) -> dict[str, dict]:
+        """Runtime tables of the members that answer within a short timeout."""
+        states: dict[str, dict] = {}
+
+        async def ask(node: str) -> None:
+            with trio.move_on_after(MEMBER_STATE_TIMEOUT_S):
+                try:
+                    async with RemotingClient(self.broker_addrs[node]) as client:
+                        response = await client.invoke(
+                            RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0
+                        )
+                    states[node] = json.loads(response.body)["table"]
+                except (OSError, ValueError, KeyError):
+                    pass
+
+        async with trio.open_nursery() as nursery:
+            for node in self.ids:
+                if self.running(node) and node not in self.paused:
+                    nursery.start_soon(ask, node)
+        return states
+
+    async def leader(self) -> str | None:
+        """The member that says it leads, in the highest term any member reports."""
+        states = await self.member_states()
+        leaders = [
+            (int(s.get("dLegerTerm", -1)), node)
+            for node, s in states.items()
+            if s.get("dLegerRole") == "LEADER"
+        ]
+        return max(leaders)[1] if leaders else None

@@ -1,0 +1,127 @@
+"""Disk faults, applied to a stopped broker's DLedger files between a kill and a restart.
+
+There is no LazyFS or netem here, so a power cut is simulated after the fact: a
+replica started with `recordSyncedLengths=true` keeps `synced.json` (how much of each
+data file its last completed fsync covered), and `lose_unsynced` cuts every data file
+back to that length once the process is dead. SIGKILL alone loses nothing that was
+written — the page cache survives it — so without this step a "crash" never tests
+fsync at all.
+
+Only the data segments are cut. The index segments are a cache the store rebuilds
+and checks against the data at recovery, so leaving them intact is the harder case
+(an index that names entries the data no longer holds). The broker's own files
+(ConsumeQueues, the metadata snapshot) are derived from the log and rebuilt past the
+recovered end; they are not cut.
+
+`corrupt` damages data that *was* synced — a bad sector, a truncated file — in the
+newest segment, which recovery checks entry by entry: the replica must either cut the
+damage and fetch the entries again from the leader, or refuse to start, naming the
+file. `wipe_log` is the operator's answer to such a refusal: throw the log away but
+keep the term and vote, so the replica cannot vote twice in one term.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+from dledger.server import SYNCED_LENGTHS_FILE
+
+CHUNK = 1 << 20
+
+
+def dledger_dir(store_root: Path, node: str) -> Path:
+    """Where a broker with storePathRootDir=`store_root` keeps replica `node`'s log."""
+    return Path(store_root) / f"dledger-{node}"
+
+
+def _data_files(log_dir: Path) -> list[Path]:
+    data = log_dir / "data"
+    return sorted(data.iterdir()) if data.is_dir() else []
+
+
+def _written_end(path: Path) -> int:
+    """The end of the last non-zero byte: segments are preallocated full of zeros."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        end = size
+        while end > 0:
+            start = max(0, end - CHUNK)
+            f.seek(start)
+            chunk = f.read(end - start).rstrip(b"\0")
+            if chunk:
+                return start + len(chunk)
+            end = start
+    return 0
+
+
+def _zero(path: Path, start: int, end: int) -> None:
+    with open(path, "r+b") as f:
+        pos = start
+        while pos < end:
+            n = min(CHUNK, end - pos)
+            f.seek(pos)
+            if f.read(n).count(0) != n:
+                f.seek(pos)
+                f.write(bytes(n))
+            pos += n
+
+
+def lose_unsynced(log_dir: Path, rng: random.Random, torn: bool) -> dict[str, dict]:
+    """Cut each data file back to what its last fsync covered; with `torn`, keep a
+    random prefix of the unsynced bytes (a write-back that got part of the way).
+
+    Returns per file {synced, written, kept}. A replica that never recorded anything
+    (killed before its first fsync) is left alone: recovery fsynced what it found."""
+    record = log_dir / SYNCED_LENGTHS_FILE
+    if not record.exists():
+        return {}
+    synced = json.loads(record.read_text())
+    report = {}
+    for path in _data_files(log_dir):
+        durable = synced.get(str(path), 0)
+        written = _written_end(path)
+        if written <= durable:
+            continue
+        kept = rng.randrange(written - durable + 1) if torn else 0
+        _zero(path, durable + kept, written)
+        report[path.name] = {"synced": durable, "written": written, "kept": kept}
+    return report
+
+
+def corrupt(log_dir: Path, rng: random.Random, mode: str) -> dict:
+    """Damage the newest data segment's written tail.
+
+    `truncate` zeroes its last 1..4096 written bytes (a lost, synced tail);
+    `bitflip` flips 1..8 bits among its last 64 KiB of written data."""
+    files = [p for p in _data_files(log_dir) if _written_end(p) > 0]
+    if not files:
+        return {"mode": mode, "file": None}
+    path = files[-1]
+    written = _written_end(path)
+    if mode == "truncate":
+        cut = min(written, rng.randint(1, 4096))
+        _zero(path, written - cut, written)
+        return {"mode": mode, "file": path.name, "bytes": cut, "at": written - cut}
+    if mode != "bitflip":
+        raise ValueError(f"unknown corruption {mode!r}")
+    low = max(0, written - (64 << 10))
+    flips = sorted(rng.randrange(low, written) for _ in range(rng.randint(1, 8)))
+    with open(path, "r+b") as f:
+        for pos in flips:
+            f.seek(pos)
+            byte = f.read(1)[0]
+            f.seek(pos)
+            f.write(bytes([byte ^ (1 << rng.randrange(8))]))
+    return {"mode": mode, "file": path.name, "at": flips}
+
+
+def wipe_log(log_dir: Path) -> None:
+    """Drop the log (data, index, checkpoint, begin) but keep `currterm`: a replica
+    rebuilt from its peers must still remember whom it voted for in its term."""
+    for name in ("data", "index"):
+        shutil.rmtree(log_dir / name, ignore_errors=True)
+    for name in ("checkpoint", "begin", SYNCED_LENGTHS_FILE):
+        (log_dir / name).unlink(missing_ok=True)

@@ -1,0 +1,301 @@
+"""Fault schedules (data, from a seed) and the nemesis that plays them on a cluster.
+
+A schedule is a list of `Step`s drawn from one `random.Random(seed)`, so the same
+seed gives the same faults at the same times against the same kinds of target. Who
+the "leader" is gets decided at run time, and is recorded with each fault.
+
+Faults never overlap: each step starts, lasts its duration, is healed, and the group
+gets a quiet gap before the next, so the history's unavailability windows can be
+attributed to one fault. Composition comes from the kinds themselves (a coordinated
+power cut is a kill of all nodes plus lost unsynced writes; a zombie leader is a
+pause longer than the election timeout).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+
+import attrs
+import trio
+
+from jepsen import disk, partitions
+from jepsen.cluster import JepsenCluster, RefusedToStart
+from jepsen.history import Recorder
+
+# kind -> (targets, variants, duration range in seconds)
+KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] = {
+    "kill": (("leader", "one", "minority", "majority", "all"), ("sigkill",), (1.0, 5.0)),
+    "pause": (("leader", "one", "minority"), ("sigstop",), (1.0, 5.0)),
+    "partition": (
+        ("isolate-leader", "isolate-one", "halves", "ring", "bridge", "one-way-leader"),
+        ("blackhole",),
+        (2.0, 7.0),
+    ),
+    "disk": (
+        ("leader", "one", "minority", "all"),
+        ("lose-unsynced", "torn-tail", "truncate", "bitflip", "fsync-eio"),
+        (1.0, 4.0),
+    ),
+    "net": (("all",), ("latency", "reset", "cut-mid-frame"), (2.0, 5.0)),
+    "restart": (("rolling",), ("sigterm", "sigkill"), (0.5, 1.5)),
+}
+# Damage to synced data (or fsync failing) is survivable on a minority only.
+MINORITY_ONLY = {"truncate", "bitflip", "fsync-eio"}
+QUIET_S = (2.0, 4.0)
+
+
+@attrs.frozen
+class Step:
+    at_s: float  # after the workload starts
+    kind: str
+    target: str
+    variant: str
+    duration_s: float
+    seed: int  # for the choices made while playing it (which node, how many bytes)
+
+
+def targets_for(kind: str, nodes: int) -> tuple[str, ...]:
+    targets = KINDS[kind][0]
+    if nodes < 5:  # a ring of 3 is full connectivity
+        targets = tuple(t for t in targets if t != "ring")
+    return targets
+
+
+def plan(seed: int, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
+    """The schedule for `seed`: faults separated by quiet gaps until `time_limit_s`."""
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS)}")
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    t = rng.uniform(*QUIET_S)
+    while True:
+        kind = rng.choice(kinds)
+        _, variants, (low, high) = KINDS[kind]
+        variant = rng.choice(variants)
+        target = rng.choice(targets_for(kind, nodes))
+        if variant in MINORITY_ONLY:
+            target = rng.choice(("leader", "one"))
+        duration = round(rng.uniform(low, high), 2)
+        if t + duration > time_limit_s:
+            return steps
+        steps.append(Step(round(t, 2), kind, target, variant, duration, rng.randrange(1 << 32)))
+        t += duration + rng.uniform(*QUIET_S)
+
+
+class Nemesis:
+    """Plays steps against `cluster` and records each fault's start and stop."""
+
+    def __init__(self, cluster: JepsenCluster, history: Recorder) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.nodes = list(cluster.ids)
+        self.quorum = len(self.nodes) // 2 + 1
+        self.injected: list[dict] = []  # what each step actually did, for the report
+        self.active: str | None = None  # for the progress line
+        self._ids = 0
+
+    async def run(self, steps: list[Step], started_at: float) -> None:
+        for step in steps:
+            await trio.sleep_until(started_at + step.at_s)
+            await self.play(step)
+
+    async def play(self, step: Step) -> None:
+        rng = random.Random(step.seed)
+        self._ids += 1
+        fault_id = self._ids
+        handler = getattr(self, "_" + step.kind.replace("-", "_"))
+        self.active = f"{step.kind}:{step.variant} {step.target}"
+        try:
+            await handler(step, rng, fault_id)
+        finally:
+            self.active = None
+
+    # ------------------------------------------------------------------ recording
+    def _start(self, fault_id, step, targets, detail, majority_ok) -> None:
+        self.history.fault(step.kind, "start", targets, detail, majority_ok, fault_id)
+        self.injected.append(
+            {"id": fault_id, "kind": step.kind, "variant": step.variant, "targets": targets,
+             "detail": detail, "majority_ok": majority_ok}
+        )  # fmt: skip
+
+    def _stop(self, fault_id, step, targets, detail="healed") -> None:
+        self.history.fault(step.kind, "stop", targets, detail, True, fault_id)
+
+    # ------------------------------------------------------------------ targets
+    async def _leader_or_any(self, rng: random.Random) -> str:
+        return await self.cluster.leader() or rng.choice(self.nodes)
+
+    async def _nodes(self, target: str, rng: random.Random) -> list[str]:
+        n = len(self.nodes)
+        if target == "leader":
+            return [await self._leader_or_any(rng)]
+        if target == "one":
+            return [rng.choice(self.nodes)]
+        if target == "minority":
+            return sorted(rng.sample(self.nodes, (n - 1) // 2))
+        if target == "majority":
+            return sorted(rng.sample(self.nodes, self.quorum))
+        return list(self.nodes)
+
+    # ------------------------------------------------------------------ process faults
+    async def _kill(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        targets = await self._nodes(step.target, rng)
+        majority_ok = len(self.nodes) - len(targets) >= self.quorum
+        self._start(fault_id, step, targets, f"SIGKILL {step.target}", majority_ok)
+        for node in targets:
+            self.cluster.kill(node)
+        await trio.sleep(step.duration_s)
+        detail = await self.restart_all(targets)
+        self._stop(fault_id, step, targets, detail)
+
+    async def _pause(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        targets = await self._nodes(step.target, rng)
+        majority_ok = len(self.nodes) - len(targets) >= self.quorum
+        self._start(fault_id, step, targets, f"SIGSTOP {step.target}", majority_ok)
+        for node in targets:
+            self.cluster.pause(node)
+        await trio.sleep(step.duration_s)
+        for node in targets:
+            self.cluster.resume(node)
+        self._stop(fault_id, step, targets, "SIGCONT")
+
+    async def _restart(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """Rolling restart: one node at a time, waiting for a master in between."""
+        sig = signal.SIGTERM if step.variant == "sigterm" else signal.SIGKILL
+        order = list(self.nodes)
+        rng.shuffle(order)
+        self._start(fault_id, step, order, f"rolling {step.variant}", True)
+        details = []
+        for node in order:
+            self.cluster.kill(node, sig)
+            await trio.sleep(step.duration_s)
+            details.append(await self.restart_all([node]))
+            with trio.move_on_after(10):
+                await self.cluster.wait_master()
+        self._stop(fault_id, step, order, "; ".join(details))
+
+    async def restart_all(self, nodes: list[str]) -> str:
+        """Start each node; one that refuses its store is rebuilt from its peers (its log
+        wiped, its term and vote kept) — what an operator does with a damaged disk."""
+        notes = []
+        for node in nodes:
+            if self.cluster.running(node):
+                continue
+            try:
+                await self.cluster.start(node)
+                notes.append(f"{node} restarted")
+            except RefusedToStart as exc:
+                if not exc.disk:
+                    raise
+                disk.wipe_log(self.cluster.log_dir(node))
+                await self.cluster.start(node)
+                notes.append(f"{node} refused its store (clean), rebuilt from peers")
+        return "; ".join(notes) or "nothing to restart"
+
+    # ------------------------------------------------------------------ disk faults
+    async def _disk(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        targets = await self._nodes(step.target, rng)
+        if step.variant == "fsync-eio":
+            await self._fsync_eio(step, rng, fault_id, targets[0])
+            return
+        majority_ok = len(self.nodes) - len(targets) >= self.quorum
+        self._start(fault_id, step, targets, f"{step.variant} {step.target}", majority_ok)
+        reports = {}
+        for node in targets:
+            self.cluster.kill(node)
+        for node in targets:
+            log_dir = self.cluster.log_dir(node)
+            if step.variant in ("truncate", "bitflip"):
+                reports[node] = disk.corrupt(log_dir, rng, step.variant)
+            else:
+                lost = disk.lose_unsynced(log_dir, rng, torn=step.variant == "torn-tail")
+                reports[node] = {
+                    "files": len(lost),
+                    "bytes_lost": sum(
+                        f["written"] - f["synced"] - f["kept"] for f in lost.values()
+                    ),
+                }
+        await trio.sleep(step.duration_s)
+        detail = await self.restart_all(targets)
+        self.injected[-1]["disk"] = reports
+        self._stop(fault_id, step, targets, detail)
+
+    async def _fsync_eio(self, step: Step, rng: random.Random, fault_id: int, node: str) -> None:
+        if not self.cluster.strace_available():
+            self._start(fault_id, step, [node], "skipped: strace not installed", True)
+            self._stop(fault_id, step, [node], "skipped")
+            return
+        after = rng.randint(5, 200)
+        self._start(fault_id, step, [node], f"fsync EIO from call {after}", True)
+        self.cluster.start_failing_fsync(node, after)
+        await trio.sleep(step.duration_s)
+        status = self.cluster.exit_status(node)
+        self.cluster.kill(node)
+        outcome = "still running" if status is None else f"exited with status {status}"
+        self.injected[-1]["exit_status"] = status
+        detail = await self.restart_all([node])
+        self._stop(fault_id, step, [node], f"{outcome}; {detail}")
+
+    # ------------------------------------------------------------------ network faults
+    async def _partition(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        net = self.cluster.net
+        assert net is not None
+        if step.target == "one-way-leader":
+            leader = await self._leader_or_any(rng)
+            others = [n for n in self.nodes if n != leader]
+            self._start(fault_id, step, [leader], f"{leader} cannot reach {others}", True)
+            for other in others:
+                net.one_way(leader, other)
+            targets = [leader]
+        else:
+            grudge = await self._grudge(step.target, rng)
+            targets = sorted(n for n, dropped in grudge.items() if dropped)
+            majority_ok = partitions.majority_connected(self.nodes, grudge)
+            self._start(fault_id, step, targets, partitions.describe(grudge), majority_ok)
+            net.apply(grudge)
+        await trio.sleep(step.duration_s)
+        net.heal()
+        self._stop(fault_id, step, targets)
+
+    async def _grudge(self, target: str, rng: random.Random) -> dict[str, set[str]]:
+        if target == "isolate-leader":
+            return partitions.isolate(self.nodes, await self._leader_or_any(rng))
+        if target == "isolate-one":
+            return partitions.isolate(self.nodes, rng.choice(self.nodes))
+        if target == "halves":
+            return partitions.halves(self.nodes, rng)
+        if target == "ring":
+            return partitions.majorities_ring(self.nodes, rng)
+        return partitions.bridge(self.nodes, rng)
+
+    async def _net(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        net = self.cluster.net
+        assert net is not None
+        links = list(self.cluster.peer_links())
+        if step.variant == "latency":
+            ms = rng.choice((20, 50, 100))
+            self._start(fault_id, step, self.nodes, f"latency {ms}±{ms // 2} ms", True)
+            net.set_latency(ms, ms // 2)
+        elif step.variant == "reset":
+            self._start(fault_id, step, self.nodes, "reset every peer connection", False)
+            net.reset(links)
+        else:
+            node = rng.choice(self.nodes)
+            cut = [link for link in links if link[0] == node]
+            nbytes = rng.randint(1, 4096)
+            self._start(fault_id, step, [node], f"cut {node}'s links after {nbytes} B", True)
+            net.cut_after(cut, nbytes)
+        await trio.sleep(step.duration_s)
+        net.heal()
+        self._stop(fault_id, step, self.nodes)
+
+    # ------------------------------------------------------------------ healing
+    async def heal_all(self) -> str:
+        """Undo everything: links healed, paused nodes resumed, dead nodes started."""
+        if self.cluster.net is not None:
+            self.cluster.net.heal()
+        for node in self.nodes:
+            self.cluster.resume(node)
+        return await self.restart_all(self.nodes)

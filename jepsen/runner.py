@@ -1,0 +1,204 @@
+"""One run: start a group behind proxies, record a workload while the nemesis plays a
+schedule, heal, wait for recovery, read every replica, check, and write the run directory.
+
+The run's shape is Jepsen's: warm-up, faults, heal everything, a bounded wait for the
+group to recover (a master, every member caught up), a drain in which the consumers
+read to the end of every queue, then a read of each queue from the master (`final`)
+and from every member directly (`replicas`). The checkers judge the history against
+those logs; the exit status is 0 only if every safety check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import attrs
+import trio
+
+from client.route import MessageQueue
+from jepsen.checker import check
+from jepsen.cluster import JepsenCluster
+from jepsen.history import Recorder
+from jepsen.nemesis import Nemesis, Step, plan
+from jepsen.proxy import ProxyNet
+from jepsen.report import format_summary, write_report
+from jepsen.workload import QUEUES, TOPIC, Workload, read_queue
+
+RECOVERY_TIMEOUT_S = 60.0
+DRAIN_TIMEOUT_S = 60.0
+PROGRESS_EVERY_S = 2.0
+
+
+@attrs.frozen
+class RunConfig:
+    run_dir: Path
+    seed: int
+    nodes: int = 3
+    faults: tuple[str, ...] = ("kill", "pause", "partition", "disk")
+    time_limit_s: float = 60.0
+    rate: float = 1000.0
+    page_cache: bool = False  # flushDiskType=ASYNC_FLUSH: the negative control
+    steps: tuple[Step, ...] | None = None  # an explicit schedule instead of plan(seed)
+    progress: bool = True
+
+    def schedule(self) -> list[Step]:
+        if self.steps is not None:
+            return list(self.steps)
+        return plan(self.seed, list(self.faults), self.time_limit_s, self.nodes)
+
+    def command(self) -> str:
+        parts = [
+            "python -m jepsen run",
+            f"--nodes {self.nodes}",
+            "--workload queue",
+            f"--faults {','.join(self.faults)}",
+            f"--time-limit {self.time_limit_s:g}",
+            f"--seed {self.seed}",
+            f"--rate {self.rate:g}",
+        ]
+        if self.page_cache:
+            parts.append("--unsafe-page-cache")
+        if self.steps is not None:
+            parts.append(f"--schedule {self.run_dir / 'schedule.json'}")
+        return " ".join(parts)
+
+
+async def run(config: RunConfig) -> dict:
+    """Run, check and report; returns the checker results (with a `run` section)."""
+    run_dir = config.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    steps = config.schedule()
+    (run_dir / "schedule.json").write_text(json.dumps([attrs.asdict(s) for s in steps], indent=1))
+    rng = random.Random(config.seed)
+    extra = {"flushDiskType": "ASYNC_FLUSH" if config.page_cache else "SYNC_FLUSH"}
+    shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
+    cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
+    outcome: dict = {}
+    with Recorder(run_dir / "history.jsonl") as history:
+        async with ProxyNet(cluster.peer_links(), rng) as net:
+            cluster.net = net
+            async with cluster:
+                await cluster.create_topic(TOPIC, QUEUES)
+                nemesis = Nemesis(cluster, history)
+                workload = Workload(
+                    cluster.namesrv_addr,
+                    cluster.broker_name,
+                    {address: node for node, address in cluster.broker_addrs.items()},
+                    history,
+                    random.Random(rng.randrange(1 << 32)),
+                    rate=config.rate,
+                )
+                await _play(config, cluster, nemesis, workload, steps, outcome)
+                final, replicas = await _read_logs(cluster, outcome.get("master"))
+        results = check(history.ops, final, replicas)
+        results["run"] = {**outcome, "faults": nemesis.injected}
+        (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
+        (run_dir / "replicas.json").write_text(
+            json.dumps({n: {str(q): v for q, v in r.items()} for n, r in replicas.items()})
+        )
+        meta = _meta(config, len(steps))
+        write_report(run_dir, history.ops, results, meta)
+    return results
+
+
+async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
+    produced = trio.Event()
+
+    async def produce() -> None:
+        await workload.produce()
+        produced.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        nursery.start_soon(workload.consume)
+        if config.progress:
+            nursery.start_soon(_progress, workload.history, nemesis, config.time_limit_s)
+        started = trio.current_time()
+        await nemesis.run(steps, started)
+        await trio.sleep_until(started + config.time_limit_s)
+        outcome["healed"] = await nemesis.heal_all()
+        workload.producing = False
+        await produced.wait()
+        healed_at = trio.current_time()
+        with trio.move_on_after(RECOVERY_TIMEOUT_S) as recovery:
+            outcome["master"] = await cluster.wait_master(RECOVERY_TIMEOUT_S)
+            await cluster.wait_caught_up(RECOVERY_TIMEOUT_S)
+        outcome["recovered"] = not recovery.cancelled_caught
+        outcome["recovery_s"] = round(trio.current_time() - healed_at, 3)
+        master = outcome.get("master")
+        if master is not None:
+            ends = {}
+            for queue_id in range(QUEUES):
+                log = await read_queue(cluster.broker_addrs[master], workload.queue(queue_id))
+                ends[queue_id] = log[-1][0] + 1 if log else 0
+            workload.drain_to = ends
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
+                await workload.drained.wait()
+        outcome["drained"] = workload.drained.is_set()
+        outcome["consumer_positions"] = dict(workload.positions)
+        nursery.cancel_scope.cancel()
+
+
+async def _read_logs(cluster: JepsenCluster, master: str | None):
+    """Each queue as the master serves it, and as every member serves it."""
+    replicas: dict[str, dict[int, list]] = {}
+    for node in cluster.ids:
+        if not cluster.running(node):
+            continue
+        address = cluster.broker_addrs[node]
+        replicas[node] = {
+            q: await read_queue(address, MessageQueue(TOPIC, cluster.broker_name, q))
+            for q in range(QUEUES)
+        }
+    final = replicas.get(master, {}) if master is not None else {}
+    return final, replicas
+
+
+async def _progress(history: Recorder, nemesis: Nemesis, time_limit_s: float) -> None:
+    """One status line every couple of seconds, on stderr."""
+    counts = {"ok": 0, "fail": 0, "info": 0}
+    polled = 0
+    seen = 0
+    started = trio.current_time()
+    while True:
+        await trio.sleep(PROGRESS_EVERY_S)
+        ops = history.ops
+        for op in ops[seen:]:
+            if op["f"] == "send" and op["type"] in counts:
+                counts[op["type"]] += 1
+            elif op["f"] == "poll" and op["type"] == "ok":
+                polled += len(op["value"])
+        seen = len(ops)
+        elapsed = trio.current_time() - started
+        phase = f"{elapsed:5.1f}/{time_limit_s:g}s" if elapsed <= time_limit_s else "recovering"
+        print(
+            f"[jepsen] {phase} sends ok={counts['ok']} fail={counts['fail']} "
+            f"info={counts['info']} polled={polled} fault={nemesis.active or '-'}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _meta(config: RunConfig, steps: int) -> dict:
+    return {
+        "command": config.command(),
+        "seed": config.seed,
+        "nodes": config.nodes,
+        "faults": ",".join(config.faults),
+        "time_limit_s": config.time_limit_s,
+        "flush": "ASYNC_FLUSH (page cache)" if config.page_cache else "SYNC_FLUSH",
+        "scheduled_faults": steps,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {platform.python_implementation()} "
+        f"{platform.python_version()}",
+    }
+
+
+def summary(results: dict, config: RunConfig) -> str:
+    return format_summary(results, _meta(config, len(config.schedule())))

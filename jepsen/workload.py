@@ -1,0 +1,267 @@
+"""The queue workload: producers and consumers that record every operation.
+
+Producers send unique values ("<process>-<seq>") to random queues of one topic, one
+request per operation and no retries, so a value is stored at most once unless the
+broker itself duplicates it. Outcomes are mapped conservatively (chaos.md §5.2): `ok`
+only on SEND_OK; `fail` only when the message provably was not appended (no route or
+master, the connection could not be opened, or the broker refused it before
+appending); everything else — a timeout, a lost connection, SYSTEM_ERROR, the
+"stored but late" statuses — is `info`.
+
+Consumers pull their queues through our PullConsumer (master first, then replicas),
+commit their offsets every few hundred milliseconds, and after any failed pull go
+back to the group's committed offset, as a restarted consumer would: that is what
+re-delivers messages, and what shows whether committed offsets survive failover.
+"""
+
+from __future__ import annotations
+
+import random
+
+import trio
+
+from broker.store.message import MessageConst, properties_to_string
+from client.consumer import PullConsumer, PullStatus, Subscription, pull_request, pull_result
+from client.errors import MQClientError
+from client.instance import ClientInstance
+from client.producer import send_request
+from client.route import MessageQueue
+from jepsen.history import Recorder
+from remoting import RemotingClient, RemotingError
+from remoting.codes import RequestCode, ResponseCode
+
+TOPIC = "jepsen"
+GROUP = "jepsen-consumers"
+PRODUCER_GROUP = "jepsen-producers"
+QUEUES = 4
+SEND_TIMEOUT_S = 2.0
+CONNECT_TIMEOUT_S = 1.0
+COMMIT_EVERY_S = 0.3
+PULL_BATCH = 32
+WAIT_PROPERTIES = properties_to_string({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true"})
+# What a request to a broker can raise: remoting's connect and timeout errors are
+# OSErrors; RemotingError is a malformed frame; MQClientError the client's own.
+REQUEST_ERRORS = (OSError, RemotingError, MQClientError)
+# Stored, but the broker could not confirm the flush or the replica copy in time.
+MAYBE_STORED = frozenset(
+    (
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    )
+)
+
+
+class Processes:
+    """Process ids: each actor gets a fresh one whenever its op ended `info`."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def new(self) -> int:
+        self._next += 1
+        return self._next
+
+
+class Workload:
+    def __init__(
+        self,
+        namesrv_addr: str,
+        broker_name: str,
+        node_of: dict[str, str],
+        history: Recorder,
+        rng: random.Random,
+        producers: int = 6,
+        consumers: int = 2,
+        rate: float = 1000.0,
+    ) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.broker_name = broker_name
+        self.node_of = node_of  # broker address -> node id
+        self.history = history
+        self.rng = rng
+        self.producers = producers
+        self.consumers = consumers
+        self.rate = rate
+        self.processes = Processes()
+        self.producing = True
+        self.drain_to: dict[int, int] | None = None  # queue -> offset the consumers must reach
+        self.positions: dict[int, int] = {}  # queue -> the consumer's next offset
+        self.drained = trio.Event()
+
+    def queue(self, queue_id: int) -> MessageQueue:
+        return MessageQueue(TOPIC, self.broker_name, queue_id)
+
+    # ------------------------------------------------------------------ producers
+    async def produce(self) -> None:
+        client = ClientInstance(self.namesrv_addr, rpc_timeout_s=SEND_TIMEOUT_S)
+        async with client, trio.open_nursery() as nursery:
+            for _ in range(self.producers):
+                nursery.start_soon(self._producer, client)
+
+    async def _producer(self, client: ClientInstance) -> None:
+        process = self.processes.new()
+        seq = 0
+        interval = self.producers / self.rate if self.rate > 0 else 0.0
+        while self.producing:
+            started = trio.current_time()
+            queue_id = self.rng.randrange(QUEUES)
+            value = f"{process}-{seq}"
+            seq += 1
+            self.history.invoke(process, "send", value=value, key=queue_id)
+            outcome, fields = await self._send(client, value, queue_id)
+            self.history.complete(outcome, process, "send", value=value, key=queue_id, **fields)
+            if outcome == "info":
+                process, seq = self.processes.new(), 0
+            pause = interval - (trio.current_time() - started)
+            if outcome != "ok":
+                pause = max(pause, 0.05)
+            if pause > 0:
+                await trio.sleep(pause)
+
+    async def _connect(self, client: ClientInstance):
+        """(connection, master address, None) or (None, None, why): nothing sent yet."""
+        with trio.move_on_after(CONNECT_TIMEOUT_S):
+            try:
+                master = (await client.routes.get(TOPIC)).master(self.broker_name)
+                if master is None:
+                    return None, None, "no master in the route"
+                return await client.pool.get(master), master, None
+            except REQUEST_ERRORS as exc:
+                return None, None, str(exc)
+        return None, None, "no connection within the connect timeout"
+
+    async def _send(self, client: ClientInstance, value: str, queue_id: int):
+        connection, master, why = await self._connect(client)
+        if connection is None:
+            client.routes.invalidate(TOPIC)
+            return "fail", {"error": why}
+        request = send_request(
+            RequestCode.SEND_MESSAGE_V2,
+            PRODUCER_GROUP,
+            self.queue(queue_id),
+            value.encode(),
+            WAIT_PROPERTIES,
+            0,
+        )
+        node = self.node_of.get(master, master)
+        try:
+            response = await connection.invoke(request, SEND_TIMEOUT_S)
+        except REQUEST_ERRORS as exc:
+            client.routes.invalidate(TOPIC)
+            return "info", {"error": f"{type(exc).__name__}: {exc}", "node": node}
+        if response.code == ResponseCode.SUCCESS:
+            ext = response.ext_fields
+            return "ok", {
+                "offset": int(ext["queueOffset"]),
+                "node": node,
+                "msg_id": ext.get("msgId", ""),
+            }
+        error = f"code {response.code}: {response.remark}"
+        if response.code in MAYBE_STORED:
+            return "info", {"error": error, "node": node}
+        client.routes.invalidate(TOPIC)
+        return "fail", {"error": error, "node": node}
+
+    # ------------------------------------------------------------------ consumers
+    async def consume(self) -> None:
+        consumer = PullConsumer(self.namesrv_addr, GROUP, rpc_timeout_s=2.0)
+        async with consumer, trio.open_nursery() as nursery:
+            for queue_id in range(QUEUES):
+                nursery.start_soon(self._consumer, consumer, queue_id)
+        self.drained.set()
+
+    def _caught_up(self, queue_id: int, offset: int) -> bool:
+        return self.drain_to is not None and offset >= self.drain_to.get(queue_id, 0)
+
+    async def _consumer(self, consumer: PullConsumer, queue_id: int) -> None:
+        mq = self.queue(queue_id)
+        process = self.processes.new()
+        offset = None
+        committed_at = trio.current_time()
+        while True:
+            if offset is None:
+                process, offset = await self._fetch_offset(consumer, process, queue_id)
+                continue
+            self.positions[queue_id] = offset
+            if self._caught_up(queue_id, offset):
+                process, _ = await self._commit(consumer, process, queue_id, offset)
+                return
+            self.history.invoke(process, "poll", key=queue_id, offset=offset, group=GROUP)
+            try:
+                result = await consumer.pull(
+                    mq, offset, PULL_BATCH, long_poll_s=0.5, timeout_s=SEND_TIMEOUT_S
+                )
+            except REQUEST_ERRORS as exc:
+                # A read changes nothing, so a failed one is `fail`, never `info`.
+                self.history.complete(
+                    "fail", process, "poll", key=queue_id, group=GROUP, error=str(exc)
+                )
+                offset = None  # start again from the committed offset, as a new consumer would
+                await trio.sleep(0.1)
+                continue
+            values = [[m.queue_offset, m.body.decode(errors="replace")] for m in result.messages]
+            next_offset = result.next_begin_offset
+            if result.status is PullStatus.OFFSET_ILLEGAL:
+                next_offset = max(offset, result.min_offset)
+            self.history.complete(
+                "ok",
+                process,
+                "poll",
+                key=queue_id,
+                group=GROUP,
+                offset=offset,
+                value=values,
+                next_offset=next_offset,
+            )
+            offset = next_offset
+            if trio.current_time() - committed_at >= COMMIT_EVERY_S:
+                committed_at = trio.current_time()
+                process, _ = await self._commit(consumer, process, queue_id, offset)
+
+    async def _fetch_offset(self, consumer: PullConsumer, process: int, queue_id: int):
+        self.history.invoke(process, "fetch_offset", group=GROUP, key=queue_id)
+        try:
+            committed = await consumer.query_offset(self.queue(queue_id))
+        except REQUEST_ERRORS as exc:
+            self.history.complete(
+                "fail", process, "fetch_offset", group=GROUP, key=queue_id, error=str(exc)
+            )
+            await trio.sleep(0.1)
+            return process, None
+        offset = -1 if committed is None else committed
+        self.history.complete(
+            "ok", process, "fetch_offset", group=GROUP, key=queue_id, offset=offset
+        )
+        return process, max(offset, 0)
+
+    async def _commit(self, consumer: PullConsumer, process: int, queue_id: int, offset: int):
+        self.history.invoke(process, "commit", group=GROUP, key=queue_id, offset=offset)
+        try:
+            await consumer.update_offset(self.queue(queue_id), offset)
+        except REQUEST_ERRORS as exc:
+            self.history.complete(
+                "info", process, "commit", group=GROUP, key=queue_id, error=str(exc)
+            )
+            return self.processes.new(), False
+        self.history.complete("ok", process, "commit", group=GROUP, key=queue_id, offset=offset)
+        return process, True
+
+
+async def read_queue(address: str, mq: MessageQueue) -> list[tuple[int, str]]:
+    """Every committed message of `mq` that the member at `address` serves, in order."""
+    found: list[tuple[int, str]] = []
+    subscription = Subscription(mq.topic, "*", 0)
+    offset = 0
+    async with RemotingClient(address) as client:
+        while True:
+            request = pull_request("jepsen-reader", mq, offset, PULL_BATCH, subscription)
+            result = pull_result(await client.invoke(request, 5.0), offset, subscription, address)
+            if result.status is PullStatus.OFFSET_ILLEGAL and result.min_offset > offset:
+                offset = result.min_offset
+                continue
+            if result.status is not PullStatus.FOUND:
+                return found
+            found.extend((m.queue_offset, m.body.decode(errors="replace")) for m in result.messages)
+            offset = result.next_begin_offset
