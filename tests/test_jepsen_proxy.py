@@ -1,0 +1,377 @@
+"""The fault proxy over real sockets: an echo server behind it, a client in front.
+
+Every wait is bounded: "nothing arrives" is a read under a short `move_on_after`,
+and each test runs under `fail_after`, so a regression fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import socket
+import struct
+
+import pytest
+import trio
+
+from jepsen.proxy import LinkProxy, ProxyNet
+
+QUIET_S = 0.15  # how long "nothing arrives" is watched for
+LIMIT_S = 5
+
+
+class Echo:
+    """An echo server that records, per connection, every byte it received."""
+
+    def __init__(self) -> None:
+        self.received: list[bytearray] = []
+        self.closed: list[trio.Event] = []
+        self.address = ""
+
+    async def closed_nth(self, i: int) -> bytes:
+        """Wait for connection i (from 0) to arrive and end; return what it received."""
+        while len(self.closed) <= i:
+            await trio.sleep(0.005)
+        await self.closed[i].wait()
+        return bytes(self.received[i])
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        data, closed = bytearray(), trio.Event()
+        self.received.append(data)
+        self.closed.append(closed)
+        try:
+            async for chunk in stream:
+                data += chunk
+                await stream.send_all(chunk)
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            closed.set()
+
+
+async def start_echo(nursery: trio.Nursery) -> Echo:
+    echo = Echo()
+    serve = functools.partial(trio.serve_tcp, echo.handle, 0, host="127.0.0.1")
+    [listener] = await nursery.start(serve)
+    echo.address = f"127.0.0.1:{listener.socket.getsockname()[1]}"
+    return echo
+
+
+async def start_proxy(nursery: trio.Nursery, upstream: str, seed: int = 1) -> LinkProxy:
+    proxy = LinkProxy(upstream, random.Random(seed))
+    await nursery.start(proxy.serve)
+    return proxy
+
+
+async def dial(address: str) -> trio.SocketStream:
+    host, port = address.rsplit(":", 1)
+    return await trio.open_tcp_stream(host, int(port))
+
+
+async def receive_exactly(stream: trio.SocketStream, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = await stream.receive_some(n - len(data))
+        assert chunk, f"stream ended after {len(data)} of {n} bytes"
+        data += chunk
+    return bytes(data)
+
+
+async def roundtrip(stream: trio.SocketStream, payload: bytes) -> bytes:
+    await stream.send_all(payload)
+    return await receive_exactly(stream, len(payload))
+
+
+async def quiet(stream: trio.SocketStream) -> bool:
+    """True if nothing (not even an end of stream) arrives within QUIET_S."""
+    with trio.move_on_after(QUIET_S):
+        await stream.receive_some(1)
+        return False
+    return True
+
+
+async def ended(stream: trio.SocketStream) -> bool:
+    """True if the stream ends (EOF or reset) before any byte arrives."""
+    try:
+        return await stream.receive_some(1) == b""
+    except trio.BrokenResourceError:
+        return True
+
+
+async def refused(address: str) -> bool:
+    """True if a connection is reset, whether before or after connect() returns."""
+    try:
+        stream = await dial(address)
+    except OSError:
+        return True
+    return await ended(stream)
+
+
+@pytest.fixture
+async def echo(nursery):
+    return await start_echo(nursery)
+
+
+@pytest.fixture
+async def proxy(nursery, echo):
+    return await start_proxy(nursery, echo.address)
+
+
+async def test_pass_forwards_both_ways_with_backpressure(proxy, echo):
+    with trio.fail_after(LIMIT_S):
+        assert proxy.address == f"127.0.0.1:{proxy.port}"
+        assert proxy.mode == "pass"
+        client = await dial(proxy.address)
+        assert await roundtrip(client, b"hello") == b"hello"
+        # Far more than the proxy holds in flight: only flows if every hop awaits send_all.
+        big = random.Random(0).randbytes(4 * 1024 * 1024)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.send_all, big)
+            assert await receive_exactly(client, len(big)) == big
+        assert bytes(echo.received[0]) == b"hello" + big
+        # A client's end of stream reaches the server, whose close comes back.
+        await client.send_eof()
+        assert await client.receive_some(1) == b""
+        await echo.closed_nth(0)
+
+
+async def test_blackhole_stalls_existing_and_new_connections_until_heal(proxy, echo):
+    with trio.fail_after(LIMIT_S):
+        old = await dial(proxy.address)
+        assert await roundtrip(old, b"before") == b"before"
+        proxy.blackhole()
+        assert proxy.mode == "blackhole"
+        await old.send_all(b"during")
+        assert await quiet(old)
+        new = await dial(proxy.address)  # the kernel completes it; nothing flows
+        await new.send_all(b"new")
+        assert await quiet(new)
+        assert [bytes(r) for r in echo.received] == [b"before"]  # upstream saw nothing
+
+        proxy.heal()
+        # Bytes sent into the partition were held, not dropped: no hole in the stream.
+        assert await receive_exactly(old, 6) == b"during"
+        assert await receive_exactly(new, 3) == b"new"
+        assert await roundtrip(old, b"after") == b"after"
+        assert await roundtrip(new, b"again") == b"again"
+
+
+async def test_blackhole_holds_a_reply_already_in_flight(proxy, echo):
+    with trio.fail_after(LIMIT_S):
+        client = await dial(proxy.address)
+        proxy.latency(100)  # so the echo's reply is still inside the proxy when...
+        await client.send_all(b"ping")
+        while not echo.received or not echo.received[0]:
+            await trio.sleep(0.005)
+        proxy.blackhole()  # ...the partition starts: the upstream-to-client direction stalls
+        assert await quiet(client)
+        proxy.heal()
+        assert await receive_exactly(client, 4) == b"ping"
+
+
+async def test_reset_closes_live_connections_and_refuses_new_ones(proxy, echo):
+    with trio.fail_after(LIMIT_S):
+        live = await dial(proxy.address)
+        assert await roundtrip(live, b"x") == b"x"
+        proxy.reset()
+        assert proxy.mode == "refuse"
+        assert await ended(live)
+        await echo.closed_nth(0)  # the upstream side was closed too
+
+        assert await refused(proxy.address)
+        assert len(echo.received) == 1  # never dialed upstream
+
+        proxy.heal()
+        fresh = await dial(proxy.address)
+        assert await roundtrip(fresh, b"y") == b"y"
+
+
+async def test_latency_delays_each_direction_and_keeps_order(proxy):
+    with trio.fail_after(LIMIT_S):
+        client = await dial(proxy.address)
+        proxy.latency(50)
+        start = trio.current_time()
+        assert await roundtrip(client, b"slow") == b"slow"
+        assert trio.current_time() - start >= 2 * 0.050  # once out, once back
+
+        proxy.latency(5, jitter_ms=40)
+        parts = [bytes([i]) * 10 for i in range(20)]
+        for part in parts:
+            await client.send_all(part)
+            await trio.sleep(0.002)  # separate chunks, each with its own jittered delay
+        assert await receive_exactly(client, 200) == b"".join(parts)
+
+        proxy.heal()
+        start = trio.current_time()
+        assert await roundtrip(client, b"fast") == b"fast"
+        assert trio.current_time() - start < 2 * 0.050  # less than the latency would cost
+
+
+async def test_jitter_draws_from_the_given_rng():
+    first = LinkProxy("127.0.0.1:1", random.Random(7))
+    second = LinkProxy("127.0.0.1:1", random.Random(7))
+    for proxy in (first, second):
+        proxy.latency(10, jitter_ms=20)
+    delays = [first._delay() for _ in range(5)]
+    assert delays == [second._delay() for _ in range(5)]
+    assert all(0.010 <= d <= 0.030 for d in delays)
+    assert len(set(delays)) > 1
+
+
+async def test_cut_after_forwards_exactly_n_bytes_over_the_link(proxy, echo):
+    with trio.fail_after(LIMIT_S):
+        first = await dial(proxy.address)
+        proxy.cut_after(10)
+        assert proxy.mode == "cut"
+        assert await roundtrip(first, b"1234") == b"1234"  # 4 of the 10
+        second = await dial(proxy.address)
+        await second.send_all(b"abcdefghijklmnopqrst")
+        assert await echo.closed_nth(1) == b"abcdef"  # the remaining 6, then cut
+        got = bytearray()
+        try:
+            while chunk := await second.receive_some():
+                got += chunk
+        except trio.BrokenResourceError:
+            pass
+        assert b"abcdef".startswith(got)  # what the echo got back out before the cut, if any
+
+        # The budget is spent: back to pass for the old connection and new ones.
+        assert proxy.mode == "pass"
+        assert await roundtrip(first, b"still") == b"still"
+        third = await dial(proxy.address)
+        assert await roundtrip(third, b"z" * 100) == b"z" * 100
+
+
+async def test_a_peer_vanishing_mid_transfer_leaves_the_proxy_serving(proxy, echo):
+    with trio.fail_after(LIMIT_S):
+        client = await dial(proxy.address)
+        big = b"q" * (2 * 1024 * 1024)
+        with trio.move_on_after(0.05):
+            await client.send_all(big)  # the echo's replies go unread: backpressure stalls it
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.socket.close()  # RST, mid-transfer
+        await echo.closed_nth(0)  # passed on to the upstream
+        other = await dial(proxy.address)
+        assert await roundtrip(other, b"fine") == b"fine"
+
+
+async def test_upstream_down_resets_the_client(nursery):
+    with trio.fail_after(LIMIT_S):
+        with trio.socket.socket() as placeholder:  # a port nothing listens on
+            await placeholder.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{placeholder.getsockname()[1]}"
+        proxy = await start_proxy(nursery, dead)
+        client = await dial(proxy.address)
+        assert await ended(client)
+
+
+async def test_bad_arguments():
+    with pytest.raises(ValueError):
+        LinkProxy("nowhere", random.Random(0))
+    proxy = LinkProxy("127.0.0.1:1", random.Random(0))
+    with pytest.raises(RuntimeError):
+        _ = proxy.address
+    with pytest.raises(ValueError):
+        proxy.latency(-1)
+    with pytest.raises(ValueError):
+        proxy.cut_after(-1)
+
+
+# -- ProxyNet ---------------------------------------------------------------------
+
+NODES = ["a", "b", "c"]
+
+
+@pytest.fixture
+async def servers(nursery):
+    return {node: await start_echo(nursery) for node in NODES}
+
+
+def all_links(servers) -> dict[tuple[str, str], str]:
+    return {(s, d): servers[d].address for s in NODES for d in NODES if s != d}
+
+
+async def link_works(net: ProxyNet, src: str, dst: str) -> bool:
+    """Open a fresh connection src -> dst and see whether a byte comes back in time."""
+    try:
+        stream = await dial(net.address(src, dst))
+    except OSError:
+        return False  # reset before connect() returned
+    async with stream:
+        try:
+            await stream.send_all(b"?")
+            with trio.move_on_after(QUIET_S):
+                return await stream.receive_some(1) == b"?"
+        except trio.BrokenResourceError:
+            pass
+        return False
+
+
+async def working_links(net: ProxyNet) -> set[tuple[str, str]]:
+    result = set()
+
+    async def probe(src, dst):
+        if await link_works(net, src, dst):
+            result.add((src, dst))
+
+    async with trio.open_nursery() as nursery:
+        for src in NODES:
+            for dst in NODES:
+                if src != dst:
+                    nursery.start_soon(probe, src, dst)
+    return result
+
+
+EVERY_LINK = {(s, d) for s in NODES for d in NODES if s != d}
+
+
+async def test_proxynet_addresses_one_way_grudge_and_heal(servers):
+    with trio.fail_after(LIMIT_S):
+        async with ProxyNet(all_links(servers), random.Random(3)) as net:
+            addresses = {net.address(s, d) for s, d in EVERY_LINK}
+            assert len(addresses) == len(EVERY_LINK)
+            assert await working_links(net) == EVERY_LINK
+
+            net.one_way("a", "b")
+            assert await working_links(net) == EVERY_LINK - {("a", "b")}
+
+            # a drops b's traffic: TCP between them dies both ways; apply clears the one-way.
+            net.apply({"a": {"b"}})
+            assert net.grudge == {"a": {"b"}}
+            assert await working_links(net) == EVERY_LINK - {("a", "b"), ("b", "a")}
+
+            net.heal()
+            assert net.grudge == {}
+            assert await working_links(net) == EVERY_LINK
+        addr = next(iter(addresses))
+        with pytest.raises(OSError):
+            await dial(addr)  # closed with the ProxyNet
+
+
+async def test_proxynet_reset_cut_and_latency_on_chosen_links(servers):
+    with trio.fail_after(LIMIT_S):
+        async with ProxyNet(all_links(servers), random.Random(3)) as net:
+            net.reset([("a", "c")])
+            assert await working_links(net) == EVERY_LINK - {("a", "c")}
+            net.heal()
+
+            net.cut_after([("b", "c")], 0)
+            assert not await link_works(net, "b", "c")  # cut before the first byte
+            assert await link_works(net, "b", "c")  # then back to pass
+
+            net.set_latency(60, links=[("c", "a")])
+            start = trio.current_time()
+            assert await link_works(net, "a", "c")
+            assert trio.current_time() - start < 0.120  # the other direction is not slowed
+            start = trio.current_time()
+            stream = await dial(net.address("c", "a"))
+            assert await roundtrip(stream, b"!") == b"!"
+            assert trio.current_time() - start >= 0.120
+
+
+async def test_proxynet_rejects_unknown_nodes_and_passes_body_errors_through(servers):
+    with pytest.raises(KeyError):
+        async with ProxyNet(all_links(servers), random.Random(3)) as net:
+            with pytest.raises(ValueError):
+                net.apply({"a": {"zz"}})
+            raise KeyError("from the body")  # not wrapped in an ExceptionGroup
