@@ -14,7 +14,7 @@ bootstrap() {
     fi
     if [ ! -f "$stamp" ]; then
         "$venv/bin/python" -m pip install --quiet --upgrade pip
-        "$venv/bin/python" -m pip install --quiet -e ".[dev,bench]"
+        "$venv/bin/python" -m pip install --quiet -e ".[dev,bench,spark]"
         rm -f "$venv"/.installed-*
         touch "$stamp"
     fi

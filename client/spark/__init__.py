@@ -1,0 +1,19 @@
+"""A PySpark (4.3) data source reading RocketMQ topics from raftmq or any RocketMQ 4.x
+broker: `spark.readStream.format("rocketmq")` and `spark.read.format("rocketmq")`.
+
+Needs the `spark` extra (`pip install raftmq[spark]`: pyspark and pyarrow) and, for
+the executors, `PYSPARK_PYTHON` pointing at a Python that has raftmq installed.
+Installing raftmq registers the source by itself (pyspark imports every top-level
+`pyspark_*` module and registers its `DefaultSource`: ours is `pyspark_rocketmq`);
+`spark.dataSource.register(RocketMQSource)` does the same by hand.
+
+Modules: `options` (the options, checked), `offsets` (offset planning, pure),
+`session` (broker calls from Spark's threads), `reading` (an executor's range read),
+`rows` (the columns, as Arrow), `source` (the DataSource and its readers).
+"""
+
+from client.spark.offsets import DataLossError
+from client.spark.rows import SCHEMA
+from client.spark.source import RocketMQSource
+
+__all__ = ["SCHEMA", "DataLossError", "RocketMQSource"]
