@@ -182,19 +182,25 @@ def rate_limit(backlog: Mapping[str, int], max_rows: int) -> dict[str, int]:
     """How many of each queue's `backlog` messages fit in `max_rows`.
 
     Shares are proportional to the backlogs, as the Kafka source splits
-    maxOffsetsPerTrigger, but the total never exceeds `max_rows`: the rows left after
-    rounding down go first to queues that got none (so a small queue is not starved
-    behind a large one), then by the largest remainder.
+    maxOffsetsPerTrigger, but the total is exactly `max_rows` (Kafka's rounding up may
+    pass it) and, when the budget allows, every queue with a backlog gets at least one
+    message, so a small queue is not starved behind a large one. Rows left after
+    rounding down go by the largest remainder, ties in queue order.
     """
     total = sum(backlog.values())
     if total <= max_rows:
         return dict(backlog)
-    take = {k: max_rows * n // total for k, n in backlog.items()}
-    remainder = {k: max_rows * n % total for k, n in backlog.items()}
+    waiting = [k for k, n in backlog.items() if n > 0]
+    floor = 1 if max_rows >= len(waiting) else 0
+    take = {k: min(n, floor) for k, n in backlog.items()}
+    rest = {k: n - take[k] for k, n in backlog.items()}
+    budget, rest_total = max_rows - sum(take.values()), sum(rest.values())
+    remainder = {}
+    for k, n in rest.items():
+        share, remainder[k] = divmod(budget * n, rest_total)
+        take[k] += share
     left = max_rows - sum(take.values())
-    waiting = [k for k in backlog if take[k] < backlog[k]]
-    waiting.sort(key=lambda k: (take[k] > 0, -remainder[k], split_key(k)))
-    for k in waiting[:left]:
+    for k in sorted(rest, key=lambda k: (-remainder[k], split_key(k)))[:left]:
         take[k] += 1
     return take
 

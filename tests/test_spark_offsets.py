@@ -1,0 +1,391 @@
+"""The Spark source's planning without Spark or brokers: offsets per queue as JSON text,
+where a query starts, how each micro-batch's end is chosen while routes change,
+replicas lag and retention deletes, and how an executor reads one range exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.store.message import MessageExt
+from client.consumer import PullResult, PullStatus
+from client.spark import offsets as plan
+from client.spark.offsets import Bounds, DataLossError, QueueRange
+from client.spark.options import SourceOptions
+from client.spark.reading import StalledError, read_range
+from remoting import RemotingConnectError
+
+A0, A1, A2, B0 = "RaftNode00:0", "RaftNode00:1", "RaftNode00:2", "RaftNode01:0"
+
+
+# ---------------------------------------------------------------- offsets as text
+
+
+def test_offsets_print_the_same_whatever_order_they_were_built_in():
+    one = plan.ordered({"b:10": 1, "a:2": 3, "b:9": 4, "a:10": 5})
+    two = plan.ordered({"a:10": 5, "b:9": 4, "a:2": 3, "b:10": 1})
+    assert json.dumps(one) == json.dumps(two)
+    assert list(one) == ["a:2", "a:10", "b:9", "b:10"]  # queue ids in numeric order
+
+
+def test_queue_keys_keep_colons_in_broker_names():
+    assert plan.split_key("host:port-group:3") == ("host:port-group", 3)
+    for bad in ("RaftNode00", ":1", "RaftNode00:x", "RaftNode00:-1"):
+        with pytest.raises(ValueError):
+            plan.split_key(bad)
+
+
+# ---------------------------------------------------------------- where a query starts
+
+BOUNDS = {A0: Bounds(0, 10), A1: Bounds(5, 7), B0: Bounds(0, 0)}
+
+
+def test_earliest_latest_and_explicit_starts():
+    assert plan.initial_offsets("earliest", BOUNDS, fail_on_data_loss=True).offsets == {
+        A0: 0,
+        A1: 5,
+        B0: 0,
+    }
+    assert plan.initial_offsets("latest", BOUNDS, fail_on_data_loss=True).offsets == {
+        A0: 10,
+        A1: 7,
+        B0: 0,
+    }
+    explicit = plan.initial_offsets({A0: 4, A1: -1}, BOUNDS, fail_on_data_loss=True)
+    assert explicit.offsets == {A0: 4, A1: 7, B0: 0}  # B0 not named: earliest
+
+
+def test_explicit_start_errors_name_the_queue():
+    with pytest.raises(ValueError, match="RaftNode09:0"):
+        plan.initial_offsets({"RaftNode09:0": 1}, BOUNDS, fail_on_data_loss=True)
+    with pytest.raises(ValueError, match="past its end 10"):
+        plan.initial_offsets({A0: 11}, BOUNDS, fail_on_data_loss=True)
+
+
+def test_explicit_start_below_retention_is_data_loss():
+    with pytest.raises(DataLossError, match=r"RaftNode00:1: offsets 2\.\.4 were deleted"):
+        plan.initial_offsets({A1: 2}, BOUNDS, fail_on_data_loss=True)
+    lenient = plan.initial_offsets({A1: 2}, BOUNDS, fail_on_data_loss=False)
+    assert lenient.offsets[A1] == 5 and lenient.losses
+
+
+def test_batch_end_offsets():
+    assert plan.ending_offsets("latest", BOUNDS) == {A0: 10, A1: 7, B0: 0}
+    assert plan.ending_offsets({A0: 3, A1: -2}, BOUNDS) == {A0: 3, A1: 5, B0: 0}
+    with pytest.raises(ValueError, match="past its end"):
+        plan.ending_offsets({A0: 30}, BOUNDS)
+
+
+# ---------------------------------------------------------------- micro-batch ends
+
+
+def test_next_batch_reads_everything_committed():
+    result = plan.next_offsets(
+        {A0: 2, A1: 5}, {A0: Bounds(0, 9), A1: Bounds(0, 5)}, fail_on_data_loss=True
+    )
+    assert result.offsets == {A0: 9, A1: 5}
+    assert plan.ranges({A0: 2, A1: 5}, result.offsets) == [QueueRange("RaftNode00", 0, 2, 9)]
+
+
+def test_new_queues_are_introduced_first_and_read_from_the_next_batch():
+    start = {A0: 3}
+    grown = {A0: Bounds(0, 3), A1: Bounds(0, 4), B0: Bounds(0, 2)}  # expansion + a new group
+    first = plan.next_offsets(start, grown, fail_on_data_loss=True)
+    assert first.offsets == {A0: 3, A1: 0, B0: 0}
+    assert plan.ranges(start, first.offsets) == []  # introduced, nothing read yet
+    assert json.dumps(first.offsets) != json.dumps(start)  # so Spark records the batch
+    second = plan.next_offsets(first.offsets, grown, fail_on_data_loss=True)
+    assert plan.ranges(first.offsets, second.offsets) == [
+        QueueRange("RaftNode00", 1, 0, 4),
+        QueueRange("RaftNode01", 0, 0, 2),
+    ]
+
+
+def test_a_new_queue_whose_first_messages_are_gone_is_data_loss():
+    with pytest.raises(DataLossError, match=r"new queue RaftNode00:1: offsets 0\.\.5"):
+        plan.next_offsets({A0: 0}, {A0: Bounds(0, 0), A1: Bounds(6, 9)}, fail_on_data_loss=True)
+    lenient = plan.next_offsets(
+        {A0: 0}, {A0: Bounds(0, 0), A1: Bounds(6, 9)}, fail_on_data_loss=False
+    )
+    assert lenient.offsets == {A0: 0, A1: 6}
+
+
+def test_a_queue_missing_from_the_answers_keeps_its_offset():
+    # its group is unreachable, or the route dropped it for a moment: no progress, no reset
+    result = plan.next_offsets({A0: 4, B0: 7}, {A0: Bounds(0, 6)}, fail_on_data_loss=True)
+    assert result.offsets == {A0: 6, B0: 7}
+    assert any("RaftNode01:0" in note for note in result.notes)
+    assert not result.losses
+
+
+def test_offsets_never_go_backwards():
+    start = {A0: 50, A1: 10}
+    lagging = {A0: Bounds(0, 45), A1: Bounds(0, 12)}
+    assert plan.regressed(start, lagging) == [A0]
+    with pytest.raises(DataLossError, match="now ends at 45, below offset 50"):
+        plan.next_offsets(start, lagging, fail_on_data_loss=True)
+    lenient = plan.next_offsets(start, lagging, fail_on_data_loss=False)
+    assert lenient.offsets == {A0: 50, A1: 12}  # kept, never re-read
+    assert lenient.losses
+
+
+def test_retention_past_the_start_is_data_loss_or_skipped():
+    start = {A0: 3}
+    with pytest.raises(DataLossError, match=r"offsets 3\.\.7 were deleted"):
+        plan.next_offsets(start, {A0: Bounds(8, 20)}, fail_on_data_loss=True)
+    lenient = plan.next_offsets(start, {A0: Bounds(8, 20)}, fail_on_data_loss=False, max_rows=5)
+    assert lenient.offsets == {A0: 13}  # the 5 rows counted from where the store starts
+    # with nothing new to read, the query still moves past what was deleted
+    assert plan.next_offsets(start, {A0: Bounds(8, 8)}, fail_on_data_loss=False).offsets == {A0: 8}
+
+
+def test_max_rows_splits_the_budget_by_backlog():
+    start = {A0: 0, A1: 0, A2: 0}
+    bounds = {A0: Bounds(0, 1000), A1: Bounds(0, 100), A2: Bounds(0, 1)}
+    result = plan.next_offsets(start, bounds, fail_on_data_loss=True, max_rows=100)
+    assert result.offsets[A2] == 1  # a small queue is not starved
+    assert sum(result.offsets.values()) == 100
+    assert result.offsets[A0] > 8 * result.offsets[A1]
+
+
+@given(
+    st.dictionaries(st.integers(0, 15).map(lambda q: f"b:{q}"), st.integers(0, 10_000), min_size=1),
+    st.integers(1, 5_000),
+)
+def test_rate_limit_never_exceeds_the_budget_nor_a_backlog(backlog, max_rows):
+    taken = plan.rate_limit(backlog, max_rows)
+    assert all(0 <= taken[k] <= backlog[k] for k in backlog)
+    assert sum(taken.values()) == min(max_rows, sum(backlog.values()))
+    waiting = [k for k, n in backlog.items() if n]
+    if max_rows >= len(waiting):
+        assert all(taken[k] >= 1 for k in waiting)
+
+
+def test_available_now_stops_at_its_target():
+    target = {A0: 10, A1: 4}
+    start = {A0: 2, A1: 4}
+    bounds = {A0: Bounds(0, 30), A1: Bounds(0, 9), B0: Bounds(0, 5)}  # B0 appeared after
+    first = plan.next_offsets(start, bounds, fail_on_data_loss=True, max_rows=5, target=target)
+    assert first.offsets == {A0: 7, A1: 4}
+    last = plan.next_offsets(first.offsets, bounds, fail_on_data_loss=True, target=target)
+    assert last.offsets == {A0: 10, A1: 4}
+    done = plan.next_offsets(last.offsets, bounds, fail_on_data_loss=True, target=target)
+    assert json.dumps(done.offsets) == json.dumps(last.offsets)  # the query ends here
+
+
+# ---------------------------------------------------------------- the driver's stream reader
+
+
+class Answers:
+    """The driver's broker session: bounds answered in turn (the last one repeats)."""
+
+    def __init__(self, *answers: dict) -> None:
+        self.answers = list(answers)
+        self.forgotten = 0
+
+    def bounds(self, topic):
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+    def forget_route(self, topic):
+        self.forgotten += 1
+
+
+def stream_reader(monkeypatch, session, **options):
+    from client.spark import source
+
+    monkeypatch.setattr(source, "session_for", lambda *args: session)
+    return source.RocketMQStreamReader(SourceOptions.parse({**BASE, **options}, streaming=True))
+
+
+def test_the_driver_asks_again_while_a_lagging_member_answers(monkeypatch):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    lagging, caught_up = (
+        {A0: Bounds(0, 40), A1: Bounds(0, 9)},
+        {A0: Bounds(0, 90), A1: Bounds(0, 9)},
+    )
+    session = Answers(lagging, lagging, caught_up)
+    reader = stream_reader(monkeypatch, session)
+    assert reader.latestOffset({A1: 0, A0: 50}, ReadAllAvailable()) == {A0: 90, A1: 9}
+    assert session.forgotten == 2  # each retry with a fresh route
+    assert reader.reportLatestOffset() == {A0: 90, A1: 9}
+
+    stuck = stream_reader(monkeypatch, Answers(lagging), **{"fetchOffset.timeoutMs": "1"})
+    with pytest.raises(DataLossError, match="below offset 50"):
+        stuck.latestOffset({A0: 50, A1: 0}, ReadAllAvailable())
+
+
+def test_the_stream_reader_pickles_and_plans_with_spark_limits(monkeypatch):
+    import pickle
+
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    session = Answers(
+        {A0: Bounds(0, 10), A1: Bounds(0, 30)}, {A0: Bounds(0, 99), A1: Bounds(0, 99)}
+    )
+    reader = stream_reader(monkeypatch, session, maxMessagesPerTrigger="8")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(8)
+    reader.prepareForTriggerAvailableNow()  # snapshot: A0 up to 10, A1 up to 30
+    end = reader.latestOffset({A0: 0, A1: 0}, ReadMaxRows(8))
+    assert end == {A0: 2, A1: 6}
+    [first, second] = reader.partitions({A0: 0, A1: 0}, end)
+    assert (first.queue, second.queue) == (
+        QueueRange("RaftNode00", 0, 0, 2),
+        QueueRange("RaftNode00", 1, 0, 6),
+    )
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone.target == {A0: 10, A1: 30}
+    assert clone.latestOffset({A0: 10, A1: 30}, ReadMaxRows(8)) == {A0: 10, A1: 30}
+
+
+# ---------------------------------------------------------------- one range, on an executor
+
+
+def message(offset: int) -> MessageExt:
+    return MessageExt("T", b"%d" % offset, queue_offset=offset)
+
+
+class Member:
+    """A queue as one member holds it: offsets [low, high), answers as the broker does."""
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low, self.high = low, high
+
+    def pull(self, offset: int, count: int) -> PullResult:
+        if offset < self.low or offset > self.high:
+            return PullResult(PullStatus.OFFSET_ILLEGAL, [], self.low, self.low, self.high)
+        if offset == self.high:
+            return PullResult(PullStatus.NO_NEW_MSG, [], offset, self.low, self.high)
+        # a broker may answer more than asked (up to its own cap): the reader must cut
+        found = [message(o) for o in range(offset, min(offset + count + 3, self.high))]
+        return PullResult(PullStatus.FOUND, found, found[-1].queue_offset + 1, self.low, self.high)
+
+
+class Cluster:
+    """What the session would reach: a script of members (or errors) answering in turn."""
+
+    def __init__(self, *answers) -> None:
+        self.answers = list(answers)
+        self.forgotten = 0
+        self.pulls: list[int] = []
+
+    def pull(self, topic, broker_name, queue_id, offset, count):
+        self.pulls.append(offset)
+        answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer.pull(offset, count)
+
+    def forget_route(self, topic):
+        self.forgotten += 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def read(cluster, queue, *, fail=True, timeout_s=30.0):
+    clock = Clock()
+    chunks = read_range(
+        cluster,
+        "T",
+        queue,
+        fail_on_data_loss=fail,
+        timeout_s=timeout_s,
+        sleep=clock.sleep,
+        clock=lambda: clock.now,
+    )
+    return [m.queue_offset for chunk in chunks for m in chunk]
+
+
+def test_a_range_is_read_exactly_even_when_pulls_overshoot():
+    queue = QueueRange("RaftNode00", 0, 5, 75)
+    assert read(Cluster(Member(0, 200)), queue) == list(range(5, 75))
+
+
+def test_the_read_resumes_on_the_new_master_after_a_leader_change():
+    master, lagging, new_master = Member(0, 100), Member(0, 30), Member(0, 100)
+    dead = RemotingConnectError("connection refused")
+    cluster = Cluster(master, dead, lagging, lagging, new_master)
+    assert read(cluster, QueueRange("RaftNode00", 0, 0, 100)) == list(range(100))
+    assert cluster.forgotten == 3  # each failed step asked the name server again
+    assert cluster.pulls.count(35) == 4  # where the master died, until a member had it
+
+
+def test_a_range_that_makes_no_progress_fails_after_the_timeout():
+    cluster = Cluster(Member(0, 10))  # planned up to 20: no member ever gets there
+    with pytest.raises(StalledError, match=r"offset 10 of the range \[0, 20\) for 5 s"):
+        read(cluster, QueueRange("RaftNode00", 0, 0, 20), timeout_s=5)
+
+
+def test_retention_inside_a_range_is_data_loss_or_skipped():
+    trimmed = Member(30, 100)
+    queue = QueueRange("RaftNode00", 0, 10, 50)
+    with pytest.raises(DataLossError, match=r"offsets 10\.\.29"):
+        read(Cluster(trimmed), queue)
+    assert read(Cluster(trimmed), queue, fail=False) == list(range(30, 50))
+    assert read(Cluster(Member(60, 100)), queue, fail=False) == []
+
+
+def test_a_gap_between_pulled_messages_is_data_loss():
+    class Gappy(Member):
+        def pull(self, offset, count):
+            found = [message(o) for o in range(offset, offset + 4) if o != 12]
+            return PullResult(PullStatus.FOUND, found, offset + 4, 0, 100)
+
+    with pytest.raises(DataLossError, match=r"offsets 12\.\.12"):
+        read(Cluster(Gappy(0, 100)), QueueRange("RaftNode00", 0, 10, 20))
+    assert 12 not in read(Cluster(Gappy(0, 100)), QueueRange("RaftNode00", 0, 10, 20), fail=False)
+
+
+# ---------------------------------------------------------------- options
+
+
+def test_options_defaults_and_names_in_any_case():
+    stream = SourceOptions.parse({"namesrvaddr": "h:1", "TOPIC": "T"}, streaming=True)
+    assert (stream.starting, stream.fail_on_data_loss, stream.max_messages_per_trigger) == (
+        "latest",
+        True,
+        None,
+    )
+    batch = SourceOptions.parse(
+        {
+            "nameSrvAddr": "h:1",
+            "topic": "T",
+            "endingOffsets": '{"RaftNode00:0": 3}',
+            "maxMessagesPerTrigger": "100",
+            "failOnDataLoss": "False",
+        },
+        streaming=False,
+    )
+    assert batch.starting == "earliest" and batch.ending == {A0: 3}
+    assert (batch.max_messages_per_trigger, batch.fail_on_data_loss) == (100, False)
+
+
+BASE = {"nameSrvAddr": "h:1", "topic": "T"}
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"topic": "T"}, "nameSrvAddr is required"),
+        ({"nameSrvAddr": "h:1"}, "topic is required"),
+        ({**BASE, "startingOffsets": "{nope"}, "startingOffsets"),
+        ({**BASE, "startingOffsets": '{"RaftNode00": 1}'}, "not a queue key"),
+        ({**BASE, "startingOffsets": '{"RaftNode00:0": -3}'}, ">= -2"),
+        ({**BASE, "startingOffsets": "timestamp"}, "startingTimestamp"),
+        ({**BASE, "maxMessagesPerTrigger": "0"}, "must be positive"),
+        ({**BASE, "failOnDataLoss": "yes"}, "failOnDataLoss"),
+        ({**BASE, "endingOffsets": "latest"}, "batch reads"),
+    ],
+)
+def test_bad_options_fail_with_the_option_named(options, match):
+    with pytest.raises(ValueError, match=match):
+        SourceOptions.parse(options, streaming=True)
