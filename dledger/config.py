@@ -77,6 +77,8 @@ class DLedgerConfig:
     mapped_file_size_for_entry_index: int = attrs.field(
         default=32 * 5 * 1024 * 1024, metadata=_key("mappedFileSizeForEntryIndex")
     )
+    # page-cache mode (ASYNC_FLUSH) fsyncs this often; acks do not wait for it
+    flush_file_interval_ms: int = attrs.field(default=10, metadata=_key("flushFileInterval"))
     file_reserved_hours: float = attrs.field(default=72, metadata=_key("fileReservedHours"))
     # Not DLedger's: for fault-injection harnesses (jepsen/), which cannot ask a killed
     # process what it had fsynced. See DLedgerServer._record_synced.

@@ -35,7 +35,6 @@ from dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 log = logging.getLogger(__name__)
 
 SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
-PAGE_CACHE_FLUSH_S = 0.010  # DLedger's flushFileInterval, for page-cache mode
 RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
 
@@ -334,9 +333,9 @@ class DLedgerServer:
             self._process()
 
     async def _flush_loop(self) -> None:
-        """Page-cache mode: acks went out already; flush on DLedger's 10 ms cadence."""
+        """Page-cache mode: acks went out already; flush every flushFileInterval."""
         while True:
-            await trio.sleep(PAGE_CACHE_FLUSH_S)
+            await trio.sleep(self.config.flush_file_interval_ms / 1000)
             await _fsync(self.store.sync_plan())
             self._record_synced()
 

@@ -144,8 +144,7 @@ class Nemesis:
         targets = await self._nodes(step.target, rng)
         majority_ok = len(self.nodes) - len(targets) >= self.quorum
         self._start(fault_id, step, targets, f"SIGKILL {step.target}", majority_ok)
-        for node in targets:
-            self.cluster.kill(node)
+        self.cluster.crash(targets)
         await trio.sleep(step.duration_s)
         detail = await self.restart_all(targets)
         self._stop(fault_id, step, targets, detail)
@@ -203,8 +202,7 @@ class Nemesis:
         majority_ok = len(self.nodes) - len(targets) >= self.quorum
         self._start(fault_id, step, targets, f"{step.variant} {step.target}", majority_ok)
         reports = {}
-        for node in targets:
-            self.cluster.kill(node)
+        self.cluster.crash(targets)
         for node in targets:
             log_dir = self.cluster.log_dir(node)
             if step.variant in ("truncate", "bitflip"):

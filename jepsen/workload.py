@@ -38,6 +38,7 @@ SEND_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 1.0
 COMMIT_EVERY_S = 0.3
 PULL_BATCH = 32
+READ_RETRY_S = 15.0
 WAIT_PROPERTIES = properties_to_string({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true"})
 # What a request to a broker can raise: remoting's connect and timeout errors are
 # OSErrors; RemotingError is a malformed frame; MQClientError the client's own.
@@ -250,18 +251,33 @@ class Workload:
 
 
 async def read_queue(address: str, mq: MessageQueue) -> list[tuple[int, str]]:
-    """Every committed message of `mq` that the member at `address` serves, in order."""
+    """Every committed message of `mq` that the member at `address` serves, in order.
+
+    A member just restarted may refuse a pull for a moment (still recovering, or
+    its connection just reset): each request is retried for up to READ_RETRY_S."""
     found: list[tuple[int, str]] = []
     subscription = Subscription(mq.topic, "*", 0)
     offset = 0
-    async with RemotingClient(address) as client:
-        while True:
-            request = pull_request("jepsen-reader", mq, offset, PULL_BATCH, subscription)
-            result = pull_result(await client.invoke(request, 5.0), offset, subscription, address)
-            if result.status is PullStatus.OFFSET_ILLEGAL and result.min_offset > offset:
-                offset = result.min_offset
-                continue
-            if result.status is not PullStatus.FOUND:
-                return found
-            found.extend((m.queue_offset, m.body.decode(errors="replace")) for m in result.messages)
-            offset = result.next_begin_offset
+    while True:
+        request = pull_request("jepsen-reader", mq, offset, PULL_BATCH, subscription)
+        result = await _pull_retrying(address, request, offset, subscription)
+        if result.status is PullStatus.OFFSET_ILLEGAL and result.min_offset > offset:
+            offset = result.min_offset
+            continue
+        if result.status is not PullStatus.FOUND:
+            return found
+        found.extend((m.queue_offset, m.body.decode(errors="replace")) for m in result.messages)
+        offset = result.next_begin_offset
+
+
+async def _pull_retrying(address, request, offset, subscription):
+    deadline = trio.current_time() + READ_RETRY_S
+    while True:
+        try:
+            async with RemotingClient(address) as client:
+                response = await client.invoke(request, 5.0)
+            return pull_result(response, offset, subscription, address)
+        except REQUEST_ERRORS:
+            if trio.current_time() >= deadline:
+                raise
+            await trio.sleep(0.2)

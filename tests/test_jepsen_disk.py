@@ -1,0 +1,89 @@
+"""The disk faults against a real FileLogStore: lose what was not fsynced, keep a torn
+tail, damage synced data. Recovery must give back exactly the synced prefix, or more
+when a tail survived, or refuse to start when damage reaches what it was told is
+committed — never a log that silently misses a committed entry."""
+
+import json
+import random
+
+import pytest
+
+from dledger.codes import EntryType
+from dledger.server import SYNCED_LENGTHS_FILE
+from dledger.store.file import FileLogStore, StoreCorruption
+from jepsen import disk
+
+SEGMENT = 1 << 20
+INDEX_SEGMENT = 32 * 1024
+
+
+def _write(base, synced: int, unsynced: int) -> None:
+    """`synced` entries fsynced (and recorded, as a replica with recordSyncedLengths
+    does), then `unsynced` more written to the page cache only."""
+    store = FileLogStore(base, SEGMENT, INDEX_SEGMENT)
+    for n in range(synced):
+        store.append_leader(1, [(EntryType.NORMAL, f"synced-{n}".encode() * 8)])
+    store.sync_plan().run()
+    (base / SYNCED_LENGTHS_FILE).write_text(json.dumps(store.synced_lengths_now()))
+    for n in range(unsynced):
+        store.append_leader(1, [(EntryType.NORMAL, f"unsynced-{n}".encode() * 8)])
+    store.close()
+
+
+def _reopen(base, committed_index: int = -1) -> FileLogStore:
+    return FileLogStore(base, SEGMENT, INDEX_SEGMENT, committed_index=committed_index)
+
+
+def test_losing_unsynced_writes_leaves_exactly_the_synced_prefix(tmp_path):
+    _write(tmp_path, synced=20, unsynced=15)
+    assert _reopen(tmp_path).end_index == 34  # SIGKILL alone loses nothing
+    report = disk.lose_unsynced(tmp_path, random.Random(1), torn=False)
+    assert [r["kept"] for r in report.values()] == [0]
+    store = _reopen(tmp_path)
+    assert store.end_index == 19
+    assert store.get(19).body.startswith(b"synced-19")
+
+
+def test_a_torn_tail_keeps_a_prefix_of_the_unsynced_entries(tmp_path):
+    _write(tmp_path, synced=20, unsynced=15)
+    report = disk.lose_unsynced(tmp_path, random.Random(7), torn=True)
+    (kept,) = [r["kept"] for r in report.values()]
+    assert kept > 0
+    store = _reopen(tmp_path)
+    assert 19 <= store.end_index <= 34
+    for index in range(20, store.end_index + 1):  # whatever survived is whole
+        assert store.get(index).body.startswith(f"unsynced-{index - 20}".encode())
+
+
+def test_no_record_means_nothing_is_cut(tmp_path):
+    _write(tmp_path, synced=5, unsynced=5)
+    (tmp_path / SYNCED_LENGTHS_FILE).unlink()
+    assert disk.lose_unsynced(tmp_path, random.Random(1), torn=False) == {}
+    assert _reopen(tmp_path).end_index == 9
+
+
+@pytest.mark.parametrize("mode", ["truncate", "bitflip"])
+def test_damage_to_committed_entries_is_a_clean_refusal(tmp_path, mode):
+    _write(tmp_path, synced=40, unsynced=0)
+    disk.corrupt(tmp_path, random.Random(3), mode)
+    with pytest.raises(StoreCorruption) as refused:
+        _reopen(tmp_path, committed_index=39)
+    assert "data" in str(refused.value)
+
+
+@pytest.mark.parametrize("mode", ["truncate", "bitflip"])
+def test_damage_past_the_committed_hint_is_cut(tmp_path, mode):
+    _write(tmp_path, synced=40, unsynced=0)
+    disk.corrupt(tmp_path, random.Random(3), mode)
+    store = _reopen(tmp_path, committed_index=-1)
+    assert store.end_index < 39
+    for index in range(store.end_index + 1):
+        assert store.get(index).body.startswith(f"synced-{index}".encode())
+
+
+def test_wiping_the_log_keeps_term_and_vote(tmp_path):
+    _write(tmp_path, synced=3, unsynced=0)
+    (tmp_path / "currterm").write_text("currTerm=4\nvoteLeader=n1\n")
+    disk.wipe_log(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["currterm"]
+    assert _reopen(tmp_path).end_index == -1
