@@ -247,11 +247,10 @@ class BrokerController:
         while True:
             if replica.role is not Role.LEADER or replica.term != term:
                 return  # lost it meanwhile; the next event decides
-            end = self.dledger.store.end_index
-            if replica.committed_index >= end and store.dispatched_index >= end:
+            if store.caught_up():
                 break
             await store.wait_dispatch(0.05)
-        store.commitlog.reset_offsets(store.queues.max_offsets())
+        store.take_over_offsets()
         self.schedule.reset()
         self.is_master = True
         self.master_since = time.monotonic()

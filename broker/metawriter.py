@@ -24,6 +24,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def meta_message(op: str, now_ms: int, host: tuple[str, int], **fields) -> bytes:
+    """The CommitLog record of one metadata change, written by the master at `host`."""
+    msg = MessageExt(
+        topic=META_TOPIC,
+        body=encode_record(op, **fields),
+        store_timestamp=now_ms,
+        born_timestamp=now_ms,
+        born_host=host,
+        store_host=host,
+    )
+    return codec.encode(msg)
+
+
 class MetaWriter:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -31,15 +44,8 @@ class MetaWriter:
     async def write(self, op: str, **fields) -> None:
         """Append a metadata record; raises dledger's DLedgerError when not committed."""
         broker = self.broker
-        msg = MessageExt(
-            topic=META_TOPIC,
-            body=encode_record(op, **fields),
-            store_timestamp=broker.store.now_ms(),
-            born_timestamp=broker.store.now_ms(),
-            born_host=broker.store_host,
-            store_host=broker.store_host,
-        )
-        [(_phys, meta_offset)] = await broker.store.commitlog.put([codec.encode(msg)])
+        record = meta_message(op, broker.store.now_ms(), broker.store_host, **fields)
+        [(_phys, meta_offset)] = await broker.store.commitlog.put([record])
         await broker.store.wait_applied(meta_offset)
 
 

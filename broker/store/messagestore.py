@@ -111,10 +111,12 @@ class MessageStore:
         elif physical_end < 0:
             self.dispatched_index = store.begin_index - 1
         else:
-            self.dispatched_index = self._first_index_at(physical_end) - 1
+            self.dispatched_index = self.first_index_at(physical_end) - 1
         log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
 
-    def _first_index_at(self, position: int) -> int:
+    def first_index_at(self, position: int) -> int:
+        """The first entry placed at or after byte `position` of the log (the entry of
+        a message at physical offset P is the one at P - 48)."""
         store = self.server.store
         low, high = store.begin_index, store.end_index + 1
         while low < high:
@@ -137,6 +139,16 @@ class MessageStore:
     def dispatch_target(self) -> int:
         """The last index that may be dispatched: committed and present here."""
         return min(self.server.replica.committed_index, self.server.store.end_index)
+
+    def caught_up(self) -> bool:
+        """Every entry this replica holds is committed and dispatched. For a new leader
+        (its NOOP among them) the ConsumeQueues are then final: it may become master."""
+        end = self.server.store.end_index
+        return self.server.replica.committed_index >= end and self.dispatched_index >= end
+
+    def take_over_offsets(self) -> None:
+        """A new master's queue offset table, rebuilt from its ConsumeQueues."""
+        self.commitlog.reset_offsets(self.queues.max_offsets())
 
     def dispatch_behind(self) -> int:
         return self.dispatch_target - self.dispatched_index

@@ -88,7 +88,11 @@ class SimCluster:
         self.checker = Checker(self)
         self.nodes: dict[str, SimNode] = {}
         self._handles = 0
-        self.appends: dict[int, bytes] = {}  # handle -> body
+        self.appends: dict[int, bytes] = {}  # handle -> body as placed in the log
+        # Models layered on the group (a broker per replica): `after_event(node)` once a
+        # live node has handled an event, `completed(node_id, handle, code, positions)`
+        # for every client append's outcome.
+        self.observers: list = []
         for node_id in self.ids:
             self.nodes[node_id] = self._boot(node_id, MemoryLogStore(segment_size), (0, None))
 
@@ -189,8 +193,10 @@ class SimCluster:
         body = body if body is not None else f"v{handle}".encode()
         self.appends[handle] = body
         code = node.replica.append(handle, [body], self.now)
-        if code is not Code.SUCCESS:
-            self.checker.completed(node.id, handle, code, None)
+        if code is Code.SUCCESS:  # the store's append hook may have rewritten the body
+            self.appends[handle] = node.store.get(node.store.end_index).body
+        else:
+            self._completed(node.id, handle, code, None)
         self._drain(node)
         return handle
 
@@ -224,6 +230,8 @@ class SimCluster:
                 continue
             self._dispatch(node, kind, payload[1])
             self.checker.check(node)
+            for observer in self.observers:
+                observer.after_event(node)
         self.now = max(self.now, until_ms)
 
     def _dispatch(self, node: SimNode, kind: str, data) -> None:
@@ -266,10 +274,13 @@ class SimCluster:
         if out.committed_index is not None:
             self.checker.committed(node.id, out.committed_index)
         for completion in out.completions:
-            self.checker.completed(
-                node.id, completion.handle, completion.code, completion.positions
-            )
+            self._completed(node.id, completion.handle, completion.code, completion.positions)
         self._schedule_tick(node)
+
+    def _completed(self, node_id: str, handle: int, code: Code, positions) -> None:
+        self.checker.completed(node_id, handle, code, positions)
+        for observer in self.observers:
+            observer.completed(node_id, handle, code, positions)
 
     def _start_sync(self, node: SimNode, delay: float | None = None) -> None:
         node.syncing = True

@@ -1,9 +1,10 @@
 """Fault schedules as data, and the runner that plays one against a simulated group.
 
-A schedule is a list of timed faults; the runner keeps a client appending to
-whichever replica leads, plays the faults, then heals everything and checks that
-the group converges with every acknowledged append intact. A failing schedule is
-printed in full, so it can be replayed as a regression case.
+A schedule is a list of timed faults; the runner keeps a workload going (by default
+a client appending to whichever replica leads), plays the faults, then heals
+everything and checks that the group converges with every acknowledged append
+intact. A failing schedule is printed in full, so it can be replayed as a
+regression case.
 """
 
 from __future__ import annotations
@@ -35,9 +36,37 @@ class Schedule:
     heal_ms: float = 4000.0
 
 
-def run(schedule: Schedule, rng: random.Random, variant: Variant | None = None) -> SimCluster:
-    """Play `schedule`; raises InvariantViolation on any safety or liveness failure."""
+class Appends:
+    """The default workload: raw appends to whichever replica leads.
+
+    A workload is built on the cluster and offers `step()` (one client action per
+    `append_every_ms`), `probe(node_id)` (one request after healing; returns a
+    callable telling whether it was acknowledged) and `check_final()` (its own
+    checks once the group has converged), so a model layered on the log (a broker)
+    reuses this runner.
+    """
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self.cluster = cluster
+
+    def step(self) -> None:
+        self.cluster.client_append()
+
+    def probe(self, node_id: str):
+        handle = self.cluster.client_append(node_id)
+        return lambda: self.cluster.checker.outcomes.get(handle) is Code.SUCCESS
+
+    def check_final(self) -> None:
+        """Nothing beyond the Raft checker's own final checks."""
+
+
+def run(
+    schedule: Schedule, rng: random.Random, variant: Variant | None = None, workload=Appends
+) -> SimCluster:
+    """Play `schedule` with `workload(cluster)`; raises InvariantViolation on any safety or
+    liveness failure."""
     cluster = SimCluster(schedule.size, rng, schedule.conditions, variant)
+    client = workload(cluster)
     ids = cluster.ids
     faults = sorted(schedule.faults, key=lambda f: f.at_ms)
     step_ms = schedule.append_every_ms
@@ -45,10 +74,10 @@ def run(schedule: Schedule, rng: random.Random, variant: Variant | None = None) 
     while t < schedule.duration_ms:
         while faults and faults[0].at_ms <= t:
             _apply(cluster, faults.pop(0), ids)
-        cluster.client_append()
+        client.step()
         t += step_ms
         cluster.run_until(t)
-    _converge(cluster, schedule.heal_ms)
+    _converge(cluster, schedule.heal_ms, client)
     return cluster
 
 
@@ -74,7 +103,7 @@ def _apply(cluster: SimCluster, fault: Fault, ids: list[str]) -> None:
         cluster.heal()
 
 
-def _converge(cluster: SimCluster, heal_ms: float) -> None:
+def _converge(cluster: SimCluster, heal_ms: float, client) -> None:
     """Heal every fault, then demand progress: a leader, a new committed append, equal logs."""
     cluster.heal()
     cluster.conditions = NetworkConditions()
@@ -85,12 +114,10 @@ def _converge(cluster: SimCluster, heal_ms: float) -> None:
     leader = cluster.leader()
     if leader is None:
         raise InvariantViolation(f"no leader {heal_ms:.0f} ms after healing")
-    handle = cluster.client_append(leader.id)
+    acknowledged = client.probe(leader.id)
     cluster.run_until(cluster.now + heal_ms / 2)
-    if cluster.checker.outcomes.get(handle) is not Code.SUCCESS:
-        raise InvariantViolation(
-            f"an append after healing did not commit: {cluster.checker.outcomes.get(handle)}"
-        )
+    if not acknowledged():
+        raise InvariantViolation(f"a request to leader {leader.id} after healing did not commit")
     target = leader.replica.committed_index
     for node in cluster.nodes.values():
         if node.replica.committed_index < target:
@@ -98,3 +125,4 @@ def _converge(cluster: SimCluster, heal_ms: float) -> None:
                 f"{node.id} did not catch up: committed {node.replica.committed_index} < {target}"
             )
     cluster.checker.check_final()
+    client.check_final()
