@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = trio.run(run, config)
     print(summary(results, config))
+    for error in results["run"].get("errors", []):
+        print(f"nemesis: {error}")
     print(f"run directory: {run_dir}")
     return 0 if results["valid"] else 1
 

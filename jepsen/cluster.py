@@ -43,6 +43,7 @@ class JepsenCluster(LocalCluster):
         )
         self.net: ProxyNet | None = None
         self.paused: set[str] = set()
+        self.traced: set[str] = set()  # run under strace: signal the whole process group
 
     def peer_links(self) -> dict[tuple[str, str], str]:
         """Every directed peer link and the real address it leads to."""
@@ -76,6 +77,11 @@ class JepsenCluster(LocalCluster):
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.resume(name)  # a stopped process would not act on SIGTERM
+        if name in self.traced:
+            # killing strace alone would leave the broker running, detached
+            self.traced.discard(name)
+            if self.running(name):
+                os.killpg(self.pid(name), signal.SIGKILL)
         super().kill(name, sig)
 
     def crash(self, nodes: list[str]) -> None:
@@ -83,7 +89,8 @@ class JepsenCluster(LocalCluster):
         would give the others a flush interval to save what a power cut loses."""
         for node in nodes:
             if self.running(node):
-                os.kill(self.pid(node), signal.SIGKILL)
+                kill = os.killpg if node in self.traced else os.kill
+                kill(self.pid(node), signal.SIGKILL)
         for node in nodes:
             self.paused.discard(node)
             self.kill(node)

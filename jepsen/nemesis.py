@@ -93,6 +93,7 @@ class Nemesis:
         self.nodes = list(cluster.ids)
         self.quorum = len(self.nodes) // 2 + 1
         self.injected: list[dict] = []  # what each step actually did, for the report
+        self.errors: list[str] = []  # steps that could not be carried out (e.g. a failed restart)
         self.active: str | None = None  # for the progress line
         self._ids = 0
 
@@ -177,20 +178,26 @@ class Nemesis:
 
     async def restart_all(self, nodes: list[str]) -> str:
         """Start each node; one that refuses its store is rebuilt from its peers (its log
-        wiped, its term and vote kept) — what an operator does with a damaged disk."""
+        wiped, its term and vote kept) — what an operator does with a damaged disk. A
+        node that fails to start otherwise is a finding: recorded in `errors`, left
+        down (heal_all tries again at the end), and the run goes on."""
         notes = []
         for node in nodes:
             if self.cluster.running(node):
                 continue
             try:
-                await self.cluster.start(node)
-                notes.append(f"{node} restarted")
+                try:
+                    await self.cluster.start(node)
+                    notes.append(f"{node} restarted")
+                except RefusedToStart as exc:
+                    if not exc.disk:
+                        raise
+                    disk.wipe_log(self.cluster.log_dir(node))
+                    await self.cluster.start(node)
+                    notes.append(f"{node} refused its store (clean), rebuilt from peers")
             except RefusedToStart as exc:
-                if not exc.disk:
-                    raise
-                disk.wipe_log(self.cluster.log_dir(node))
-                await self.cluster.start(node)
-                notes.append(f"{node} refused its store (clean), rebuilt from peers")
+                self.errors.append(str(exc))
+                notes.append(f"{node} failed to start")
         return "; ".join(notes) or "nothing to restart"
 
     # ------------------------------------------------------------------ disk faults

@@ -103,7 +103,7 @@ async def run(config: RunConfig) -> dict:
                 await _play(config, cluster, nemesis, workload, steps, outcome)
                 final, replicas = await _read_logs(cluster, outcome.get("master"))
         results = check(history.ops, final, replicas)
-        results["run"] = {**outcome, "faults": nemesis.injected}
+        results["run"] = {**outcome, "faults": nemesis.injected, "errors": nemesis.errors}
         (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
         (run_dir / "replicas.json").write_text(
             json.dumps({n: {str(q): v for q, v in r.items()} for n, r in replicas.items()})
