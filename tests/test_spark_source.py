@@ -1,0 +1,335 @@
+"""The "rocketmq" data source in real Spark (local[2]) against a real name server and a
+3-member DLedger broker group, the way a user runs it: batch reads, streams into a
+parquet sink with a checkpoint, a master killed twice under a running query, and a
+query stopped and restarted from its checkpoint across a leader change.
+
+One SparkSession and one LocalCluster serve the module (starting them is most of the
+time); the tests that kill masters run last. Spark calls block, so the trio tests make
+them from a thread while producers and kills run in the loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from collections import defaultdict
+
+import pytest
+import trio
+
+from broker.local import LocalCluster
+from client import Message, MessageQueue, Producer, PullConsumer, SendError
+from client.spark import RocketMQSource
+
+pytestmark = pytest.mark.processes
+
+pyspark_sql = pytest.importorskip("pyspark.sql")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    local = LocalCluster(tmp_path_factory.mktemp("spark-cluster"))
+    trio.run(local.__aenter__)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's raftmq and pyarrow
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2]")
+        .appName("raftmq-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(RocketMQSource)
+    try:
+        yield session
+    finally:
+        session.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def source(spark, cluster: LocalCluster, topic: str, *, stream: bool, **options):
+    reader = (spark.readStream if stream else spark.read).format("rocketmq")
+    reader = reader.option("nameSrvAddr", cluster.namesrv_addr).option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def start_stream(spark, cluster, topic, tmp_path, trigger: dict, **options):
+    df = source(spark, cluster, topic, stream=True, startingOffsets="earliest", **options)
+    return (
+        df.writeStream.format("parquet")
+        .option("path", str(tmp_path / "sink"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(**trigger)
+        .start()
+    )
+
+
+async def in_thread(fn, *args):
+    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
+async def send_numbered(cluster, topic: str, count: int, start: int = 0) -> dict[str, bytes]:
+    """msgId -> body of `count` acknowledged sends, spread over the queues."""
+    acked = {}
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(start, start + count):
+            result = await producer.send(topic, b"m-%d" % i)
+            acked[result.msg_id] = b"m-%d" % i
+    return acked
+
+
+async def caught_up_with_master(cluster: LocalCluster, node: str) -> None:
+    """Until `node` holds the log the master held when asked (under a load that never
+    pauses, the members' ends are never all equal at once)."""
+    master = await cluster.wait_master()
+    goal = int((await cluster.member_state(master))["dLegerLedgerEndIndex"])
+    with trio.fail_after(60):
+        while int((await cluster.member_state(node))["dLegerLedgerEndIndex"]) < goal:
+            await trio.sleep(0.05)
+
+
+async def queue_ends(cluster, topic: str) -> dict[tuple[str, int], int]:
+    async with PullConsumer(cluster.namesrv_addr, "spark-test-reader") as consumer:
+        return {
+            (mq.broker_name, mq.queue_id): await consumer.max_offset(mq)
+            for mq in await consumer.fetch_queues(topic)
+        }
+
+
+def sink_rows(spark, tmp_path) -> list:
+    """What the file sink committed (its metadata log decides), with each row's file and
+    position in it, so the order the source emitted can be checked."""
+    df = spark.read.parquet(str(tmp_path / "sink"))
+    return df.select("*", "_metadata.file_path", "_metadata.row_index").collect()
+
+
+def check_exactly_once(rows, acked: dict[str, bytes], ends: dict, maybe: set[bytes] = frozenset()):
+    """Every message of every queue exactly once (offsets 0 to the queue's end, each
+    once), the acknowledged ones among them and nothing else but sends of unknown
+    outcome; within each file, each queue's rows in offset order."""
+    got = {r.msgId: r.body for r in rows}
+    assert sorted(set(acked) - set(got)) == []
+    assert all(got[k] == body for k, body in acked.items())
+    assert {got[k] for k in set(got) - set(acked)} <= set(maybe)
+    offsets = defaultdict(list)
+    for r in rows:
+        offsets[(r.brokerName, r.queueId)].append(r.queueOffset)
+    assert {q: sorted(o) for q, o in offsets.items()} == {
+        q: list(range(end)) for q, end in ends.items() if end
+    }
+    files = defaultdict(list)
+    for r in rows:
+        files[r.file_path].append((r.row_index, r.brokerName, r.queueId, r.queueOffset))
+    for in_file in files.values():
+        in_file.sort()
+        for (_, b1, q1, o1), (_, b2, q2, o2) in itertools.pairwise(in_file):
+            assert (b1, q1) != (b2, q2) or o2 == o1 + 1
+
+
+# ---------------------------------------------------------------- batch
+
+
+async def test_batch_read_of_a_topic_and_of_an_offset_range(cluster, spark):
+    topic = "SparkBatch"
+    await cluster.create_topic(topic, 4)
+    sent = []
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(40):
+            message = Message(
+                b"o-%d" % i, tags="paid", keys=[f"order-{i}"], properties={"n": str(i)}
+            )
+            sent.append((i, await producer.send_batch(topic, [message])))
+    rows = await in_thread(source(spark, cluster, topic, stream=False).collect)
+    by_id = {r.msgId: r for r in rows}
+    assert len(rows) == len(by_id) == 40
+    for i, result in sent:
+        row = by_id[result.msg_id]
+        assert (row.topic, row.brokerName, row.queueId, row.queueOffset) == (
+            topic,
+            result.message_queue.broker_name,
+            result.message_queue.queue_id,
+            result.queue_offset,
+        )
+        assert (row.body, row.tags, row.keys, row.properties["n"]) == (
+            b"o-%d" % i,
+            "paid",
+            f"order-{i}",
+            str(i),
+        )
+        assert row.bornTimestamp <= row.storeTimestamp
+
+    broker = sent[0][1].message_queue.broker_name
+    ranged = source(
+        spark,
+        cluster,
+        topic,
+        stream=False,
+        startingOffsets=json.dumps({f"{broker}:0": 3, f"{broker}:1": -1}),
+        endingOffsets=json.dumps({f"{broker}:0": 7, f"{broker}:2": 4}),
+    )
+    got = sorted((r.queueId, r.queueOffset) for r in await in_thread(ranged.collect))
+    assert got == [(0, o) for o in range(3, 7)] + [(2, o) for o in range(4)] + [
+        (3, o) for o in range(10)
+    ]
+
+    unknown = source(spark, cluster, topic, stream=False, startingOffsets='{"Nowhere:0": 1}')
+    with pytest.raises(Exception, match="Nowhere:0"):
+        await in_thread(unknown.collect)
+
+
+# ---------------------------------------------------------------- streams
+
+
+async def test_stream_to_parquet_with_read_limits_new_queues_and_triggers(cluster, spark, tmp_path):
+    topic = "SparkStream"
+    await cluster.create_topic(topic, 2)
+    acked = await send_numbered(cluster, topic, 300)
+
+    query = await in_thread(
+        lambda: start_stream(
+            spark, cluster, topic, tmp_path, {"availableNow": True}, maxMessagesPerTrigger="100"
+        )
+    )
+    await in_thread(query.awaitTermination)
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 300 and max(sizes) <= 100 and len(sizes) >= 3
+
+    await cluster.create_topic(topic, 4)  # topic expansion: two new queues
+    acked |= await send_numbered(cluster, topic, 200, start=300)
+    query = await in_thread(
+        lambda: start_stream(spark, cluster, topic, tmp_path, {"availableNow": True})
+    )
+    await in_thread(query.awaitTermination)
+
+    acked |= await send_numbered(cluster, topic, 40, start=500)
+    query = await in_thread(lambda: start_stream(spark, cluster, topic, tmp_path, {"once": True}))
+    await in_thread(query.awaitTermination)
+    ends = await queue_ends(cluster, topic)
+    assert len(ends) == 4 and all(ends.values())
+    check_exactly_once(await in_thread(sink_rows, spark, tmp_path), acked, ends)
+
+
+# ---------------------------------------------------------------- failover
+
+
+async def test_drill_two_master_kills_under_a_running_query(cluster, spark, tmp_path):
+    """What a user runs: producers write, a query streams to parquet with a checkpoint,
+    the master is killed, later the next one; after the producers stop and the query
+    drains, the sink holds every acknowledged message once, in queue order."""
+    topic, group = "SparkDrill", "spark-drill"
+    await cluster.create_topic(topic, 4)
+    query = await in_thread(
+        lambda: start_stream(
+            spark,
+            cluster,
+            topic,
+            tmp_path,
+            {"processingTime": "300 milliseconds"},
+            maxMessagesPerTrigger="400",
+            consumerGroup=group,
+        )
+    )
+    acked: dict[str, bytes] = {}
+    unknown: set[bytes] = set()
+
+    stop = trio.Event()  # not a cancellation: a send cut short may still be stored
+
+    async def sender(worker: int, producer: Producer) -> None:
+        for seq in itertools.count():
+            if stop.is_set():
+                return
+            body = b"%d-%d" % (worker, seq)
+            try:
+                result = await producer.send(topic, body)
+            except SendError as exc:
+                assert exc.indeterminate, exc  # a refusal would mean no master came back
+                unknown.add(body)
+                continue
+            acked[result.msg_id] = body
+            await trio.sleep(0.005)  # leave the cores to the brokers and Spark too
+
+    async def until_acked(more: int) -> None:
+        goal = len(acked) + more
+        while len(acked) < goal:
+            await trio.sleep(0.02)
+
+    try:
+        with trio.fail_after(120):
+            async with (
+                Producer(cluster.namesrv_addr, send_timeout_s=10) as producer,
+                trio.open_nursery() as senders,
+            ):
+                for worker in range(4):
+                    senders.start_soon(sender, worker, producer)
+                await until_acked(400)
+                first = await cluster.wait_master()
+                cluster.kill(first)
+                second = await cluster.wait_master(not_node=first)
+                await until_acked(400)
+                await cluster.restart(first)  # a quorum is needed for the next kill
+                await caught_up_with_master(cluster, first)
+                cluster.kill(second)
+                await cluster.wait_master(not_node=second)
+                await until_acked(400)
+                stop.set()
+            await in_thread(query.processAllAvailable)
+            await cluster.restart(second)
+    finally:
+        await in_thread(query.stop)
+    assert query.exception() is None
+    ends = await queue_ends(cluster, topic)
+    rows = await in_thread(sink_rows, spark, tmp_path)
+    check_exactly_once(rows, acked, ends, unknown)
+    # Each producer sends one message at a time, so in every queue its numbers only grow
+    # (a retried send that had been stored may repeat one).
+    last: dict[tuple, int] = {}
+    for r in sorted(rows, key=lambda r: (r.queueId, r.queueOffset)):
+        worker, seq = r.body.split(b"-")
+        assert int(seq) >= last.get((r.queueId, worker), -1)
+        last[(r.queueId, worker)] = int(seq)
+    async with PullConsumer(cluster.namesrv_addr, group) as monitor:
+        committed = {q: await monitor.query_offset(MessageQueue(topic, *q)) for q in ends}
+    assert any(committed.values())  # the group's offsets, for monitoring, trail the query
+    assert all(c is None or c <= ends[q] for q, c in committed.items())
+
+
+async def test_restart_from_the_checkpoint_across_a_leader_change(cluster, spark, tmp_path):
+    topic = "SparkRestart"
+    await cluster.create_topic(topic, 4)
+    acked = await send_numbered(cluster, topic, 200)
+    query = await in_thread(
+        lambda: start_stream(spark, cluster, topic, tmp_path, {"availableNow": True})
+    )
+    await in_thread(query.awaitTermination)
+    assert len(await in_thread(sink_rows, spark, tmp_path)) == 200
+
+    old = await cluster.wait_master()
+    cluster.kill(old)
+    await cluster.wait_master(not_node=old)
+    acked |= await send_numbered(cluster, topic, 200, start=200)
+    query = await in_thread(
+        lambda: start_stream(spark, cluster, topic, tmp_path, {"availableNow": True})
+    )
+    await in_thread(query.awaitTermination)
+    await cluster.restart(old)
+    ends = await queue_ends(cluster, topic)
+    check_exactly_once(await in_thread(sink_rows, spark, tmp_path), acked, ends)
