@@ -19,6 +19,7 @@ import signal
 import attrs
 import trio
 
+from dledger.client import ClientError, DLedgerClient
 from jepsen import disk, partitions
 from jepsen.cluster import JepsenCluster, RefusedToStart
 from jepsen.history import Recorder
@@ -39,6 +40,7 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] =
     ),
     "net": (("all",), ("latency", "reset", "cut-mid-frame"), (2.0, 5.0)),
     "restart": (("rolling",), ("sigterm", "sigkill"), (0.5, 1.5)),
+    "transfer": (("leader", "transferee"), ("kill-during-transfer",), (1.0, 3.0)),
 }
 # Damage to synced data (or fsync failing) is survivable on a minority only.
 MINORITY_ONLY = {"truncate", "bitflip", "fsync-eio"}
@@ -199,6 +201,38 @@ class Nemesis:
                 self.errors.append(str(exc))
                 notes.append(f"{node} failed to start")
         return "; ".join(notes) or "nothing to restart"
+
+    async def _transfer(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """Ask the leader to hand leadership to a random follower (DLedger's
+        LEADERSHIP_TRANSFER) and SIGKILL the leader or the transferee a few
+        milliseconds later, while the hand-over is under way."""
+        leader = await self._leader_or_any(rng)
+        transferee = rng.choice([n for n in self.nodes if n != leader])
+        victim = leader if step.target == "leader" else transferee
+        delay_s = rng.uniform(0.0, 0.05)
+        detail = f"{leader} -> {transferee}, SIGKILL {victim} after {delay_s * 1000:.0f} ms"
+        self._start(fault_id, step, [victim], detail, True)
+        outcome = ["transfer not answered"]
+
+        async def transfer() -> None:
+            client = DLedgerClient(
+                self.cluster.broker_name, {leader: self.cluster.peer_addrs[leader]}, 2.0
+            )
+            with trio.move_on_after(3.0):
+                try:
+                    async with client:
+                        await client.leadership_transfer(leader, transferee)
+                    outcome[0] = "transfer done"
+                except (ClientError, OSError) as exc:  # RpcUnavailable/RpcTimeout are OSErrors
+                    outcome[0] = f"transfer failed: {exc}"
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(transfer)
+            await trio.sleep(delay_s)
+            self.cluster.crash([victim])
+        await trio.sleep(step.duration_s)
+        restarted = await self.restart_all([victim])
+        self._stop(fault_id, step, [victim], f"{outcome[0]}; {restarted}")
 
     # ------------------------------------------------------------------ disk faults
     async def _disk(self, step: Step, rng: random.Random, fault_id: int) -> None:
