@@ -1,8 +1,9 @@
-"""`python -m bench dledger|broker [--duration S] [--json PATH]`: raftmq beside its peers.
+"""`python -m bench dledger|broker|spark [--duration S] [--json PATH]`: raftmq beside its peers.
 
 `dledger` measures the replicated log against PySyncObj; `broker` measures the
 broker group end to end (produce -> ack, produce -> consume, failover) against
-NATS JetStream R3 with `sync_interval: always`.
+NATS JetStream R3 with `sync_interval: always`; `spark` measures the rows/s a
+local[2] streaming query reads through the Spark source beside our own PullConsumer.
 
 Prints a table (and writes the rows as JSON with --json). Each system is measured
 in the same run on the same machine, so the ratios mean something; absolute figures
@@ -46,6 +47,16 @@ BROKER_COLUMNS = [
     ("e2e_p99_ms", "e2e p99 ms"),
     ("failover_ms", "failover ms"),
     ("peak_rss_mib", "RSS MiB/node"),
+]
+
+
+SPARK_COLUMNS = [
+    ("system", "reader"),
+    ("messages", "messages"),
+    ("size", "size B"),
+    ("seconds", "seconds"),
+    ("rows_per_s", "rows/s"),
+    ("batches", "micro-batches"),
 ]
 
 
@@ -120,6 +131,12 @@ def run_broker(args) -> list[dict]:
     return rows
 
 
+def run_spark(args) -> list[dict]:
+    from bench import spark_bench
+
+    return spark_bench.measure(args.messages, args.size, args.queues, args.per_trigger)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -134,9 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     br.add_argument("--failover-trials", type=int, default=5)
     br.add_argument("--no-peer", action="store_true", help="skip NATS (not installed here)")
     br.add_argument("--json", type=Path)
+    sp = sub.add_parser("spark", help="Spark source (local[2] stream) vs our PullConsumer")
+    sp.add_argument("--messages", type=int, default=200_000, help="messages in the topic")
+    sp.add_argument("--size", type=int, default=256, help="message body bytes")
+    sp.add_argument("--queues", type=int, default=4)
+    sp.add_argument("--per-trigger", type=int, default=20_000, help="maxMessagesPerTrigger")
+    sp.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if args.what == "broker":
         rows, columns, size_key = run_broker(args), BROKER_COLUMNS, "size"
+    elif args.what == "spark":
+        rows, columns, size_key = run_spark(args), SPARK_COLUMNS, "size"
     else:
         rows, columns, size_key = run_dledger(args), COLUMNS, "payload"
     print(f"\n{machine()}\n")

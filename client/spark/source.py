@@ -56,6 +56,9 @@ __all__ = ["RocketMQSource"]
 
 log = logging.getLogger(__name__)
 
+# Pulls bring 32 messages; Spark pays per Arrow batch it receives, so they are joined.
+ROWS_PER_BATCH = 2048
+
 
 class RocketMQSource(DataSource):
     """`spark.readStream.format("rocketmq").option("nameSrvAddr", ...).option("topic", ...)`."""
@@ -94,6 +97,7 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
         return
     session = session_for(options.namesrv_addr, options.group)
     queue = partition.queue
+    pending: list = []
     for chunk in read_range(
         session,
         options.topic,
@@ -101,7 +105,12 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
         fail_on_data_loss=options.fail_on_data_loss,
         timeout_s=options.pull_timeout_s,
     ):
-        yield to_batch(queue.broker_name, chunk)
+        pending += chunk
+        if len(pending) >= ROWS_PER_BATCH:
+            yield to_batch(queue.broker_name, pending)
+            pending = []
+    if pending:
+        yield to_batch(queue.broker_name, pending)
 
 
 def _report(plan: Plan) -> Plan:
