@@ -99,9 +99,13 @@ class Nemesis:
         self.active: str | None = None  # for the progress line
         self._ids = 0
 
-    async def run(self, steps: list[Step], started_at: float) -> None:
+    async def run(self, steps: list[Step], started_at: float, time_limit_s: float) -> None:
+        """Play the steps at their times; a step whose time has come after the time
+        limit (slow restarts delay the rest) is not started."""
         for step in steps:
             await trio.sleep_until(started_at + step.at_s)
+            if trio.current_time() - started_at >= time_limit_s:
+                return
             await self.play(step)
 
     async def play(self, step: Step) -> None:

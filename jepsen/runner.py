@@ -126,7 +126,7 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         if config.progress:
             nursery.start_soon(_progress, workload.history, nemesis, config.time_limit_s)
         started = trio.current_time()
-        await nemesis.run(steps, started)
+        await nemesis.run(steps, started, config.time_limit_s)
         await trio.sleep_until(started + config.time_limit_s)
         outcome["healed"] = await nemesis.heal_all()
         workload.producing = False
