@@ -147,7 +147,9 @@ def measure(messages: int, size: int, queues: int, per_trigger: int) -> list[dic
             spark = _spark_session()
             try:
                 # the first job starts the Python workers and compiles Spark's code paths
-                _spark_batch(spark, namesrv, {f"{cluster.broker_name}:0": 10})
+                _spark_batch(
+                    spark, namesrv, {f"{cluster.broker_name}:{q}": 10 for q in range(queues)}
+                )
                 rows.append(row("Spark local[2] batch count()", *_spark_batch(spark, namesrv)))
                 for limit in (None, per_trigger):
                     count, seconds, batches = _spark_stream(

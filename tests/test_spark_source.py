@@ -10,11 +10,13 @@ them from a thread while producers and kills run in the loop.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import trio
@@ -49,6 +51,8 @@ def spark():
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # a test JVM lives a minute: the client compiler and serial GC halve its start
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -226,6 +230,43 @@ async def test_stream_to_parquet_with_read_limits_new_queues_and_triggers(cluste
     ends = await queue_ends(cluster, topic)
     assert len(ends) == 4 and all(ends.values())
     check_exactly_once(await in_thread(sink_rows, spark, tmp_path), acked, ends)
+
+
+async def test_the_orders_per_minute_example(cluster, spark, tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "orders_per_minute", Path(__file__).parents[1] / "examples" / "orders_per_minute.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    await cluster.create_topic("Orders", 4)
+    minute = 60_000 * 29_000_000  # some whole minute, in epoch ms
+    expected = {}
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(60):
+            at, status = minute + (i % 3) * 60_000 + i * 7, "refunded" if i % 5 == 0 else "paid"
+            order = {"id": f"o-{i}", "amount": 1.25, "ts": at}
+            await producer.send("Orders", json.dumps(order).encode(), tags=status)
+            key = ((at - at % 60_000) // 1000, status)
+            expected[key] = expected.get(key, 0) + 1
+
+    def run() -> list:
+        query = (
+            example.per_minute(example.orders_stream(spark, cluster.namesrv_addr, "Orders"))
+            .writeStream.outputMode("complete")
+            .format("memory")
+            .queryName("orders_per_minute")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return spark.sql(
+            "SELECT unix_seconds(minute) AS at, status, orders, revenue FROM orders_per_minute"
+        ).collect()
+
+    rows = await in_thread(run)
+    assert {(r.at, r.status): r.orders for r in rows} == expected
+    assert all(r.revenue == r.orders * 1.25 for r in rows)
 
 
 # ---------------------------------------------------------------- failover
