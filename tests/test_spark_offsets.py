@@ -306,8 +306,8 @@ def read(cluster, queue, *, fail=True, timeout_s=30.0):
 
 
 def test_a_range_is_read_exactly_even_when_pulls_overshoot():
-    queue = QueueRange("RaftNode00", 0, 5, 75)
-    assert read(Cluster(Member(0, 200)), queue) == list(range(5, 75))
+    queue = QueueRange("RaftNode00", 0, 5, 70)  # the second pull brings 40..72
+    assert read(Cluster(Member(0, 200)), queue) == list(range(5, 70))
 
 
 def test_the_read_resumes_on_the_new_master_after_a_leader_change():

@@ -195,6 +195,21 @@ async def test_batch_read_of_a_topic_and_of_an_offset_range(cluster, spark):
         (3, o) for o in range(10)
     ]
 
+    stored = {
+        (r.queueId, r.queueOffset): r.stored
+        for r in await in_thread(
+            source(spark, cluster, topic, stream=False)
+            .selectExpr("queueId", "queueOffset", "unix_millis(storeTimestamp) AS stored")
+            .collect
+        )
+    }
+    since = sorted(stored.values())[len(stored) // 2]
+    from_time = source(
+        spark, cluster, topic, stream=False, startingOffsets="timestamp", startingTimestamp=since
+    )
+    got = {(r.queueId, r.queueOffset) for r in await in_thread(from_time.collect)}
+    assert got == {q for q, at in stored.items() if at >= since}
+
     unknown = source(spark, cluster, topic, stream=False, startingOffsets='{"Nowhere:0": 1}')
     with pytest.raises(Exception, match="Nowhere:0"):
         await in_thread(unknown.collect)
