@@ -4,17 +4,19 @@ Prints "The broker[<name>, <address>] boot success. serializeType=JSON and name
 server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
 `listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
 (SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key),
-3 when a port cannot be bound, 4 when the store refuses to start (damaged data,
-naming the file and offset) or a disk write fails.
+3 when a port cannot be bound or another process holds the store's lock, 4 when the
+store refuses to start (damaged data, naming the file and offset) or a disk write fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 import trio
 
@@ -26,7 +28,26 @@ from dledger.store.file import StoreCorruption
 EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK = 0, 2, 3, 4
 
 
+class StoreInUse(OSError):
+    """Another process has this store open."""
+
+
+def _lock_store(config: BrokerConfig) -> int:
+    """Hold `<storePathRootDir>/lock` for the life of the process (RocketMQ's store
+    lock): two brokers on one store would truncate and rewrite each other's files."""
+    root = Path(config.store_path_root_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreInUse(f"store {root} is in use by another process (lock held)") from None
+    return fd
+
+
 async def _run(config: BrokerConfig) -> None:
+    _lock_store(config)  # released when the process exits
     broker = BrokerController(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
@@ -86,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     except* (StoreCorruption, DiskFailure) as group:
         print(f"mqbroker: {_first(group)}", file=sys.stderr)
         status = EXIT_DISK
+    except* StoreInUse as group:
+        print(f"mqbroker: {_first(group)}", file=sys.stderr)
+        status = EXIT_BIND
     except* OSError as group:
         print(f"mqbroker: cannot listen: {_first(group)}", file=sys.stderr)
         status = EXIT_BIND

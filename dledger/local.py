@@ -8,6 +8,7 @@ it, and stop everything on the way out — even when the caller fails.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,18 +20,36 @@ import trio
 from dledger.client import DLedgerClient
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the OS just handed out (bound and released), for processes to listen on."""
-    socks = []
+def _ephemeral_range() -> range:
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low, high = map(int, text.split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+def free_ports(count: int) -> list[int]:
+    """Free ports outside the kernel's ephemeral range, for processes to listen on.
+
+    A port from the ephemeral range can be handed to some outgoing connection while
+    its process is down (killed by a test, say), and the restart then fails with
+    "address already in use"; ports below the range are never given out that way.
+    """
+    ephemeral = _ephemeral_range()
+    candidates = [p for p in range(10000, 32768) if p not in ephemeral]
+    random.shuffle(candidates)
+    ports: list[int] = []
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise OSError(f"no {count} free ports outside the ephemeral range")
 
 
 def stop_process(proc: subprocess.Popen | None, sig: int) -> None:

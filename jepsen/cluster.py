@@ -113,7 +113,10 @@ class JepsenCluster(LocalCluster):
         inject = f"inject=fdatasync,fsync:error=EIO:when={after}+"
         strace = ["strace", "-f", "-qq", "-o", os.devnull, "-e", inject]
         broker = [sys.executable, "-m", "broker.cli", "-c", str(self.conf_path(node))]
-        self.procs[node] = subprocess.Popen(strace + broker, stdout=log, stderr=subprocess.STDOUT)
+        self.procs[node] = subprocess.Popen(
+            strace + broker, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.traced.add(node)
         log.close()
 
     def exit_status(self, node: str) -> int | None:

@@ -1,8 +1,14 @@
-"""Real processes: a name server and 3 brokers, a master killed with SIGKILL under load."""
+"""Real processes: a name server and 3 brokers, a master killed with SIGKILL under load;
+a second broker process on a store that is in use."""
 
 from __future__ import annotations
 
+import sys
+
+import trio
+
 from broker.drill import run_drill
+from broker.local import LocalCluster
 
 
 async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
@@ -15,3 +21,18 @@ async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
     # consumer offsets were committed through the log and survive the failover
     assert tally.committed_offsets == tally.max_offsets
     assert len(tally.acked) <= sum(tally.max_offsets.values()) <= tally.sent
+
+
+async def test_a_second_broker_on_the_same_store_refuses_to_start(tmp_path):
+    """RocketMQ's store lock: a second process on one store (an operator's slip, or a
+    harness that lost track of a process) would truncate and rewrite the first one's
+    files under it. It must stop at once with a clear message instead."""
+    async with LocalCluster(tmp_path, nodes=1) as cluster:
+        second = await trio.run_process(
+            [sys.executable, "-m", "broker.cli", "-c", str(cluster.conf_path("n0"))],
+            capture_stderr=True,
+            check=False,
+        )
+        assert second.returncode == 3
+        assert b"in use by another process" in second.stderr
+        assert cluster.procs["n0"].poll() is None  # the first one is untouched
