@@ -272,7 +272,7 @@ class Cluster:
         self.forgotten = 0
         self.pulls: list[int] = []
 
-    def pull(self, topic, broker_name, queue_id, offset, count):
+    def pull(self, topic, broker_name, queue_id, offset, count, until):
         self.pulls.append(offset)
         answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
         if isinstance(answer, Exception):

@@ -37,7 +37,7 @@ PULL_BATCH = 32  # a broker answers at most 32 messages per pull (maxTransferCou
 
 class Puller(Protocol):
     def pull(
-        self, topic: str, broker_name: str, queue_id: int, offset: int, count: int
+        self, topic: str, broker_name: str, queue_id: int, offset: int, count: int, until: int
     ) -> PullResult: ...
 
     def forget_route(self, topic: str) -> None: ...
@@ -69,6 +69,7 @@ def read_range(
                 queue.queue_id,
                 offset,
                 min(PULL_BATCH, queue.end - offset),
+                queue.end,
             )
         except BROKER_ERRORS as exc:
             why = f"pull failed: {exc}"

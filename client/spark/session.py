@@ -17,10 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 
+import outcome
 import trio
 
 from client.blocking import _Blocking, _blocking
-from client.consumer import PullConsumer, PullResult
+from client.consumer import PullConsumer, PullResult, PullStatus
 from client.errors import MQClientError, RouteNotFoundError
 from client.route import MessageQueue
 from client.spark.offsets import Bounds, queue_key, split_key
@@ -34,11 +35,32 @@ log = logging.getLogger(__name__)
 BROKER_ERRORS = (MQClientError, RemotingError, RemotingConnectError, RemotingTimeoutError)
 
 
+class _Ahead:
+    """A pull sent before it was asked for, and its outcome once it comes."""
+
+    def __init__(
+        self, consumer: PullConsumer, mq: MessageQueue, request: tuple[int, int], nursery
+    ) -> None:
+        self.request = request
+        self._done = trio.Event()
+        self._outcome: outcome.Outcome | None = None
+        nursery.start_soon(self._run, consumer, mq)
+
+    async def _run(self, consumer: PullConsumer, mq: MessageQueue) -> None:
+        self._outcome = await outcome.acapture(consumer.pull, mq, *self.request)
+        self._done.set()
+
+    async def result(self) -> PullResult:
+        await self._done.wait()
+        return self._outcome.unwrap()
+
+
 class BrokerSession:
     """`async with BrokerSession(namesrv, group):` the calls the source makes."""
 
     def __init__(self, namesrv_addr: str, group: str, rpc_timeout_s: float = 3.0) -> None:
         self.consumer = PullConsumer(namesrv_addr, group, rpc_timeout_s=rpc_timeout_s)
+        self._ahead: dict[MessageQueue, _Ahead] = {}  # at most one per queue
 
     async def __aenter__(self) -> BrokerSession:
         await self.consumer.__aenter__()
@@ -97,10 +119,32 @@ class BrokerSession:
         return found
 
     async def pull(
-        self, topic: str, broker_name: str, queue_id: int, offset: int, count: int
+        self,
+        topic: str,
+        broker_name: str,
+        queue_id: int,
+        offset: int,
+        count: int,
+        until: int | None = None,
     ) -> PullResult:
-        """Up to `count` messages from `offset`, no long poll, no offset commit riding along."""
-        return await self.consumer.pull(MessageQueue(topic, broker_name, queue_id), offset, count)
+        """Up to `count` messages from `offset`, no long poll, no offset commit riding along.
+
+        With `until` (the end of the range being read), the next pull of the range is sent
+        before this one's answer is handed back, so it travels while the caller (Spark's
+        thread) converts and ships this one; the next call for that offset takes it.
+        """
+        mq = MessageQueue(topic, broker_name, queue_id)
+        ahead = self._ahead.pop(mq, None)
+        if ahead is not None and ahead.request == (offset, count):
+            result = await ahead.result()
+        else:
+            result = await self.consumer.pull(mq, offset, count)
+        if until is not None and result.status is PullStatus.FOUND and result.messages:
+            following = result.messages[-1].queue_offset + 1
+            if following < until:
+                request = (following, min(count, until - following))
+                self._ahead[mq] = _Ahead(self.consumer, mq, request, self.consumer.instance.nursery)
+        return result
 
     async def forget_route(self, topic: str) -> None:
         """Ask the name server again on the next call: the master may have moved."""
