@@ -1,6 +1,7 @@
 """The Spark source's planning without Spark or brokers: offsets per queue as JSON text,
 where a query starts, how each micro-batch's end is chosen while routes change,
-replicas lag and retention deletes, and how an executor reads one range exactly."""
+replicas lag and retention deletes, and how an executor reads one range exactly.
+Only the stream reader's own tests import pyspark (no session)."""
 
 from __future__ import annotations
 
@@ -194,6 +195,7 @@ class Answers:
 
 
 def stream_reader(monkeypatch, session, **options):
+    pytest.importorskip("pyspark")
     from client.spark import source
 
     monkeypatch.setattr(source, "session_for", lambda *args: session)
@@ -201,7 +203,7 @@ def stream_reader(monkeypatch, session, **options):
 
 
 def test_the_driver_asks_again_while_a_lagging_member_answers(monkeypatch):
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    limits = pytest.importorskip("pyspark.sql.streaming.datasource")
 
     lagging, caught_up = (
         {A0: Bounds(0, 40), A1: Bounds(0, 9)},
@@ -209,27 +211,27 @@ def test_the_driver_asks_again_while_a_lagging_member_answers(monkeypatch):
     )
     session = Answers(lagging, lagging, caught_up)
     reader = stream_reader(monkeypatch, session)
-    assert reader.latestOffset({A1: 0, A0: 50}, ReadAllAvailable()) == {A0: 90, A1: 9}
+    assert reader.latestOffset({A1: 0, A0: 50}, limits.ReadAllAvailable()) == {A0: 90, A1: 9}
     assert session.forgotten == 2  # each retry with a fresh route
     assert reader.reportLatestOffset() == {A0: 90, A1: 9}
 
     stuck = stream_reader(monkeypatch, Answers(lagging), **{"fetchOffset.timeoutMs": "1"})
     with pytest.raises(DataLossError, match="below offset 50"):
-        stuck.latestOffset({A0: 50, A1: 0}, ReadAllAvailable())
+        stuck.latestOffset({A0: 50, A1: 0}, limits.ReadAllAvailable())
 
 
 def test_the_stream_reader_pickles_and_plans_with_spark_limits(monkeypatch):
     import pickle
 
-    from pyspark.sql.streaming.datasource import ReadMaxRows
+    limits = pytest.importorskip("pyspark.sql.streaming.datasource")
 
     session = Answers(
         {A0: Bounds(0, 10), A1: Bounds(0, 30)}, {A0: Bounds(0, 99), A1: Bounds(0, 99)}
     )
     reader = stream_reader(monkeypatch, session, maxMessagesPerTrigger="8")
-    assert reader.getDefaultReadLimit() == ReadMaxRows(8)
+    assert reader.getDefaultReadLimit() == limits.ReadMaxRows(8)
     reader.prepareForTriggerAvailableNow()  # snapshot: A0 up to 10, A1 up to 30
-    end = reader.latestOffset({A0: 0, A1: 0}, ReadMaxRows(8))
+    end = reader.latestOffset({A0: 0, A1: 0}, limits.ReadMaxRows(8))
     assert end == {A0: 2, A1: 6}
     [first, second] = reader.partitions({A0: 0, A1: 0}, end)
     assert (first.queue, second.queue) == (
@@ -238,7 +240,7 @@ def test_the_stream_reader_pickles_and_plans_with_spark_limits(monkeypatch):
     )
     clone = pickle.loads(pickle.dumps(reader))
     assert clone.target == {A0: 10, A1: 30}
-    assert clone.latestOffset({A0: 10, A1: 30}, ReadMaxRows(8)) == {A0: 10, A1: 30}
+    assert clone.latestOffset({A0: 10, A1: 30}, limits.ReadMaxRows(8)) == {A0: 10, A1: 30}
 
 
 # ---------------------------------------------------------------- one range, on an executor

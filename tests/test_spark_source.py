@@ -10,10 +10,12 @@ them from a thread while producers and kills run in the loop.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import itertools
 import json
 import os
+import pkgutil
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -147,6 +149,21 @@ def check_exactly_once(rows, acked: dict[str, bytes], ends: dict, maybe: set[byt
         in_file.sort()
         for (_, b1, q1, o1), (_, b2, q2, o2) in itertools.pairwise(in_file):
             assert (b1, q1) != (b2, q2) or o2 == o1 + 1
+
+
+def test_pyspark_finds_the_source_by_its_module_name():
+    """pyspark's lookup: every top-level `pyspark_*` module's DefaultSource, by its name."""
+    from pyspark.sql.datasource import DataSource
+
+    root = Path(__file__).parents[1]
+    found = {
+        info.name: importlib.import_module(info.name).DefaultSource
+        for info in pkgutil.iter_modules([str(root)])
+        if info.name.startswith("pyspark_")
+    }
+    assert {name: ds.name() for name, ds in found.items()} == {"pyspark_rocketmq": "rocketmq"}
+    assert issubclass(found["pyspark_rocketmq"], DataSource)
+    assert found["pyspark_rocketmq"] is RocketMQSource
 
 
 # ---------------------------------------------------------------- batch

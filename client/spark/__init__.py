@@ -13,7 +13,19 @@ Modules: `options` (the options, checked), `offsets` (offset planning, pure),
 """
 
 from client.spark.offsets import DataLossError
-from client.spark.rows import SCHEMA
-from client.spark.source import RocketMQSource
 
 __all__ = ["SCHEMA", "DataLossError", "RocketMQSource"]
+
+
+def __getattr__(name: str):
+    """pyspark and pyarrow are imported on first use of what needs them, so the planning
+    modules import (and test) without the spark extra."""
+    if name == "RocketMQSource":
+        from client.spark.source import RocketMQSource
+
+        return RocketMQSource
+    if name == "SCHEMA":
+        from client.spark.rows import SCHEMA
+
+        return SCHEMA
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
