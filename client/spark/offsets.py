@@ -35,6 +35,7 @@ __all__ = [
     "DataLossError",
     "Plan",
     "QueueRange",
+    "ending_offsets",
     "initial_offsets",
     "next_offsets",
     "ordered",
