@@ -167,31 +167,6 @@ async def test_consume_queues_are_rebuilt_from_the_log_after_a_restart(nursery, 
     assert [m.queue_offset for m in codec.decode_all(response.body)] == list(range(5))
 
 
-async def test_a_queue_that_lost_its_tail_alone_is_refilled(nursery, tmp_path):
-    """ConsumeQueue files are fsynced only with each dispatch checkpoint. A power cut
-    can take the tail of one queue's file and not another's; recovery used to resume
-    dispatch after the highest position any queue held, so the short queue stayed
-    short and a new master would have handed its offsets out again."""
-    g = await group(nursery, tmp_path, nodes=1)
-    await create_topic(g, "T", 2)
-    b = g.master()
-    for i in range(4):
-        for queue_id in (0, 1):
-            await g.send(b, "T", b"q%d-%d" % (queue_id, i), queue_id=queue_id)
-    g.crash("n0")
-    queue_file = next((tmp_path / "n0" / "consumequeue" / "T" / "0").iterdir())
-    queue_file.write_bytes(queue_file.read_bytes()[:ENTRY_SIZE])  # queue 0 keeps one entry
-    await g.start_member("n0")
-    b = await g.wait_master()
-    await wait_for(lambda: b.store.max_offset("T", 0) == 4)
-    for queue_id in (0, 1):
-        response = await g.pull(b, "T", queue_id, 0)
-        bodies = [m.body for m in codec.decode_all(response.body)]
-        assert bodies == [b"q%d-%d" % (queue_id, i) for i in range(4)]
-    sent = await g.send(b, "T", b"next", queue_id=0)
-    assert sent.ext_fields["queueOffset"] == "4"
-
-
 async def test_send_back_retries_after_a_delay_then_dead_letters(nursery, tmp_path):
     g = await group(nursery, tmp_path, nodes=1, messageDelayLevel=" ".join(["1s"] * 18))
     await create_topic(g, "T", 1)

@@ -6,12 +6,10 @@ Entries are only ever added for committed messages (the dispatcher stops at the
 commit index), so a queue never shows data a failover could take back.
 
 Each queue is one file, `consumequeue/<topic>/<queueId>/<20-digit first byte>`
-(RocketMQ's naming: the file's first entry's queue offset x 20), written at every
-dispatch and fsynced only now and then (`sync`): it is derived data. What a power
-cut may have lost is found through the dispatch checkpoint the message store writes
-after each `sync` — each queue's durable max offset and the log position dispatch had
-reached — so recovery cuts every queue back to its checkpointed length and
-re-dispatches from that position. Entries are mirrored in memory (20 bytes each),
+(RocketMQ's naming: the file's first entry's queue offset x 20), written without
+fsync: it is derived data. At start the broker loads the files, drops entries that
+point past the end of the recovered log, and re-dispatches the log from the highest
+physical offset the queues hold. Entries are mirrored in memory (20 bytes each),
 which keeps pulls free of file reads.
 """
 
@@ -19,10 +17,8 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-
-from dledger.store.meta import fsync_dir
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20, ConsumeQueue.CQ_STORE_UNIT_SIZE
@@ -38,7 +34,6 @@ class ConsumeQueue:
         self._file: Path | None = None
         self._fd: int | None = None
         self._unwritten = 0  # bytes at the end of _entries not yet written to the file
-        self._new_file = False  # created since the last sync: its directory entry too
         self._load()
 
     def _load(self) -> None:
@@ -95,13 +90,6 @@ class ConsumeQueue:
         self._entries += ENTRY.pack(physical_offset, size, tags_code)
         self._unwritten += ENTRY_SIZE
 
-    def truncate_offset(self, max_offset: int) -> None:
-        """Drop entries at queue offset `max_offset` and beyond."""
-        keep = max(0, min(len(self), max_offset - self.min_offset))
-        if keep < len(self):
-            del self._entries[keep * ENTRY_SIZE :]
-            self._rewrite()
-
     def truncate_physical(self, physical_end: int) -> None:
         """Drop entries for messages that end beyond `physical_end`."""
         keep = len(self)
@@ -130,15 +118,6 @@ class ConsumeQueue:
             self._file.unlink()
         self._file = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._new_file = True
-
-    def sync_work(self) -> tuple[int | None, list[Path]]:
-        """A dup of the file descriptor to fsync and the directories whose entries must
-        be fsynced too; taken on the event loop, carried out in a worker thread."""
-        self.flush()
-        dirs = [self.directory, self.directory.parent] if self._new_file else []
-        self._new_file = False
-        return (None if self._fd is None else os.dup(self._fd)), dirs
 
     def _rewrite(self) -> None:
         if self._fd is None:
@@ -186,36 +165,6 @@ class ConsumeQueueTable:
     def flush(self) -> None:
         for queue in self.queues.values():
             queue.flush()
-
-    def sync_plan(self) -> tuple[dict[str, int], Callable[[], None]]:
-        """Each queue's max offset now, and a blocking function that makes at least
-        that much of every queue durable (run it in a worker thread)."""
-        offsets = {
-            f"{topic}/{queue_id}": q.max_offset for (topic, queue_id), q in self.queues.items()
-        }
-        work = [q.sync_work() for q in self.queues.values()]
-
-        def run() -> None:
-            dirs: set[Path] = set()
-            try:
-                for fd, queue_dirs in work:
-                    if fd is not None:
-                        os.fsync(fd)
-                    dirs.update(queue_dirs)
-                for directory in sorted(dirs) + ([self.root] if dirs else []):
-                    fsync_dir(directory)
-            finally:
-                for fd, _dirs in work:
-                    if fd is not None:
-                        os.close(fd)
-
-        return offsets, run
-
-    def truncate_to(self, offsets: dict[str, int]) -> None:
-        """Cut every queue back to the max offset `offsets` records for it (a queue it
-        does not name was created after the record was taken: cut to empty)."""
-        for (topic, queue_id), queue in self.queues.items():
-            queue.truncate_offset(offsets.get(f"{topic}/{queue_id}", 0))
 
     def close(self) -> None:
         for queue in self.queues.values():

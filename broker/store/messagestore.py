@@ -10,7 +10,6 @@ queue (long polling).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -23,13 +22,11 @@ from broker.store.commitlog import DispatchRequest, DLedgerCommitLog
 from broker.store.consumequeue import ConsumeQueueTable
 from broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from dledger.server import DLedgerServer
-from dledger.store.meta import atomic_write
 
 log = logging.getLogger(__name__)
 
 DISPATCH_CHUNK = 2048  # entries per dispatch step before yielding to other tasks
 SNAPSHOT_INTERVAL_S = 5.0
-DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # where ConsumeQueues are durable to; see _recover
 MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 _SKIPPED_TRANSACTIONS = (
@@ -85,7 +82,6 @@ class MessageStore:
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
         self._snapshot_path = root / "config" / "metadata.json"
-        self._checkpoint_path = root / DISPATCH_CHECKPOINT
         self._commit_moved = trio.Event()
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._meta_applied = trio.Event()
@@ -95,18 +91,12 @@ class MessageStore:
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
-        """Cut the ConsumeQueues back to what the dispatch checkpoint vouches for (and to
-        the recovered log), replay metadata, and resume dispatch where the checkpoint
-        was taken. Without a checkpoint every queue is rebuilt from the log."""
+        """Trust the ConsumeQueue files up to the recovered log, replay metadata, and
+        pick the entry to dispatch next."""
         store = self.server.store
-        position, durable = self._load_checkpoint()
-        self.queues.truncate_to(durable)
         log_end = store.end_pos
-        for key, queue in self.queues.queues.items():
+        for queue in self.queues.queues.values():
             queue.truncate_physical(log_end)
-            if queue.max_offset < durable.get(f"{key[0]}/{key[1]}", 0):
-                # shorter than the checkpoint vouched for (a damaged file): refill it
-                position = min(position, max(queue.last_physical_end(), 0))
         self.metadata.load(self._snapshot_path)
         meta = self.queues.find(META_TOPIC, 0)
         if meta is not None:
@@ -115,39 +105,14 @@ class MessageStore:
             ):
                 phys, size, _tags = meta.get(offset)
                 self._apply_meta(self.commitlog.read(phys, size), offset)
+        physical_end = self.queues.physical_end()
         if store.empty:
             self.dispatched_index = store.end_index
+        elif physical_end < 0:
+            self.dispatched_index = store.begin_index - 1
         else:
-            self.dispatched_index = self.first_index_at(min(position, log_end)) - 1
+            self.dispatched_index = self.first_index_at(physical_end) - 1
         log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
-
-    def _load_checkpoint(self) -> tuple[int, dict[str, int]]:
-        try:
-            data = json.loads(self._checkpoint_path.read_text())
-            return int(data["position"]), {k: int(v) for k, v in data["queues"].items()}
-        except FileNotFoundError:
-            return 0, {}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning(
-                "%s unreadable (%s): rebuilding every ConsumeQueue", self._checkpoint_path, exc
-            )
-            return 0, {}
-
-    def _checkpoint_work(self):
-        """What a dispatch checkpoint records, captured now (every entry before
-        `position` is dispatched into queues no longer than `offsets`), and the
-        blocking work that makes the queues durable and then writes the record."""
-        store = self.server.store
-        first = self.dispatched_index + 1
-        position = store.pos_at(first) if first <= store.end_index else store.end_pos
-        offsets, sync_queues = self.queues.sync_plan()
-        record = json.dumps({"position": position, "queues": offsets}).encode()
-
-        def run() -> None:
-            sync_queues()
-            atomic_write(self._checkpoint_path, record)
-
-        return run
 
     def first_index_at(self, position: int) -> int:
         """The first entry placed at or after byte `position` of the log (the entry of
@@ -201,11 +166,9 @@ class MessageStore:
                 self.dispatch_some(DISPATCH_CHUNK)
                 if trio.current_time() >= next_snapshot:
                     self.metadata.save(self._snapshot_path)
-                    await trio.to_thread.run_sync(self._checkpoint_work())
                     next_snapshot = trio.current_time() + SNAPSHOT_INTERVAL_S
                 await trio.sleep(0)
         finally:
-            self._checkpoint_work()()
             self.queues.close()
             self.metadata.save(self._snapshot_path)
 
