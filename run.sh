@@ -37,7 +37,7 @@ case "$cmd" in
         exec "$venv/bin/python" -m bench "$@"
         ;;
     *)
-        echo "usage: ./run.sh demo | test [pytest args] | bench dledger|broker [--duration S] [--json PATH]" >&2
+        echo "usage: ./run.sh demo | test [pytest args] | bench dledger|broker|spark [--duration S] [--json PATH]" >&2
         exit 2
         ;;
 esac
