@@ -101,8 +101,16 @@ async def run(config: RunConfig) -> dict:
                     rate=config.rate,
                 )
                 await _play(config, cluster, nemesis, workload, steps, outcome)
-                final, replicas = await _read_logs(cluster, outcome.get("master"))
+                final, replicas = await _read_logs(cluster, outcome)
         results = check(history.ops, final, replicas)
+        unreadable = outcome.get("read_errors", [])
+        results["unreadable_replies"] = {
+            "valid": not unreadable,
+            "fatal": True,  # a member served bytes that are not a message
+            "count": len(unreadable),
+            "examples": unreadable[:10],
+        }
+        results["valid"] = results["valid"] and not unreadable
         results["run"] = {**outcome, "faults": nemesis.injected, "errors": nemesis.errors}
         (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
         (run_dir / "replicas.json").write_text(
@@ -141,7 +149,11 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         if master is not None:
             ends = {}
             for queue_id in range(QUEUES):
-                log = await read_queue(cluster.broker_addrs[master], workload.queue(queue_id))
+                log = await read_queue(
+                    cluster.broker_addrs[master],
+                    workload.queue(queue_id),
+                    outcome.setdefault("read_errors", []),
+                )
                 ends[queue_id] = log[-1][0] + 1 if log else 0
             workload.drain_to = ends
             with trio.move_on_after(DRAIN_TIMEOUT_S):
@@ -151,15 +163,18 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def _read_logs(cluster: JepsenCluster, master: str | None):
-    """Each queue as the master serves it, and as every member serves it."""
+async def _read_logs(cluster: JepsenCluster, outcome: dict):
+    """Each queue as the master serves it, and as every member serves it; replies
+    that do not decode are listed in outcome["read_errors"]."""
+    master = outcome.get("master")
+    errors = outcome.setdefault("read_errors", [])
     replicas: dict[str, dict[int, list]] = {}
     for node in cluster.ids:
         if not cluster.running(node):
             continue
         address = cluster.broker_addrs[node]
         replicas[node] = {
-            q: await read_queue(address, MessageQueue(TOPIC, cluster.broker_name, q))
+            q: await read_queue(address, MessageQueue(TOPIC, cluster.broker_name, q), errors)
             for q in range(QUEUES)
         }
     final = replicas.get(master, {}) if master is not None else {}

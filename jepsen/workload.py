@@ -20,7 +20,7 @@ import random
 
 import trio
 
-from broker.store.message import MessageConst, properties_to_string
+from broker.store.message import MessageConst, MessageFormatError, properties_to_string
 from client.consumer import PullConsumer, PullStatus, Subscription, pull_request, pull_result
 from client.errors import MQClientError
 from client.instance import ClientInstance
@@ -41,8 +41,10 @@ PULL_BATCH = 32
 READ_RETRY_S = 15.0
 WAIT_PROPERTIES = properties_to_string({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true"})
 # What a request to a broker can raise: remoting's connect and timeout errors are
-# OSErrors; RemotingError is a malformed frame; MQClientError the client's own.
-REQUEST_ERRORS = (OSError, RemotingError, MQClientError)
+# OSErrors; RemotingError is a malformed frame; MQClientError the client's own;
+# MessageFormatError a reply holding bytes that are not a message (a replica whose
+# ConsumeQueue points at a rewritten log, as the unsafe page-cache mode can leave).
+REQUEST_ERRORS = (OSError, RemotingError, MQClientError, MessageFormatError)
 # Stored, but the broker could not confirm the flush or the replica copy in time.
 MAYBE_STORED = frozenset(
     (
@@ -250,17 +252,25 @@ class Workload:
         return process, True
 
 
-async def read_queue(address: str, mq: MessageQueue) -> list[tuple[int, str]]:
+async def read_queue(
+    address: str, mq: MessageQueue, errors: list[str] | None = None
+) -> list[tuple[int, str]]:
     """Every committed message of `mq` that the member at `address` serves, in order.
 
     A member just restarted may refuse a pull for a moment (still recovering, or
-    its connection just reset): each request is retried for up to READ_RETRY_S."""
+    its connection just reset): each request is retried for up to READ_RETRY_S. A
+    reply that does not decode ends the read there; the reason goes to `errors`."""
     found: list[tuple[int, str]] = []
     subscription = Subscription(mq.topic, "*", 0)
     offset = 0
     while True:
         request = pull_request("jepsen-reader", mq, offset, PULL_BATCH, subscription)
-        result = await _pull_retrying(address, request, offset, subscription)
+        try:
+            result = await _pull_retrying(address, request, offset, subscription)
+        except MessageFormatError as exc:
+            if errors is not None:
+                errors.append(f"{address} {mq.topic}/{mq.queue_id} at {offset}: {exc}")
+            return found
         if result.status is PullStatus.OFFSET_ILLEGAL and result.min_offset > offset:
             offset = result.min_offset
             continue
@@ -277,7 +287,7 @@ async def _pull_retrying(address, request, offset, subscription):
             async with RemotingClient(address) as client:
                 response = await client.invoke(request, 5.0)
             return pull_result(response, offset, subscription, address)
-        except REQUEST_ERRORS:
+        except (OSError, RemotingError, MQClientError):
             if trio.current_time() >= deadline:
                 raise
             await trio.sleep(0.2)
