@@ -218,8 +218,10 @@ class RouteInfoManager:
                 self._remove_broker_name(broker_name, broker_data["cluster"])
 
     def _remove_broker_name(self, broker_name: str, cluster: str | None) -> None:
-        """A broker group with no address left: forget it and the queues it served."""
+        """A broker group with no address left: forget it, the queues it served and its
+        masters' term (a group rebuilt from scratch under the same name starts over)."""
         self.broker_addr_table.pop(broker_name, None)
+        self._master_terms.pop(broker_name, None)
         for name, names in list(self.cluster_addr_table.items()):
             if cluster is not None and name != cluster:
                 continue

@@ -80,6 +80,15 @@ def test_a_deposed_masters_late_claim_does_not_hide_the_new_master():
     assert addrs == {"0": A1, "1": A0}
 
 
+def test_a_group_rebuilt_under_the_same_name_starts_its_terms_over():
+    routes = RouteInfoManager()
+    routes.register_broker(CLUSTER, A0, "broker-a", 0, None, TOPICS, V1, 0, term=9)
+    routes.unregister_broker(CLUSTER, A0, "broker-a", 0)
+    routes.register_broker(CLUSTER, A1, "broker-a", 0, None, TOPICS, V1, 10, term=1)
+    addrs = routes.pickup_topic_route_data("T")["brokerDatas"][0]["brokerAddrs"]
+    assert addrs == {"0": A1}
+
+
 def test_new_master_topics_update_queue_data():
     routes = group()
     changed = {"T": {**TOPICS["T"], "writeQueueNums": 8, "readQueueNums": 8}}
