@@ -7,11 +7,12 @@ back to that length once the process is dead. SIGKILL alone loses nothing that w
 written — the page cache survives it — so without this step a "crash" never tests
 fsync at all.
 
-Only the data segments are cut. The index segments are a cache the store rebuilds
-and checks against the data at recovery, so leaving them intact is the harder case
-(an index that names entries the data no longer holds). The broker's own files
-(ConsumeQueues, the metadata snapshot) are derived from the log and rebuilt past the
-recovered end; they are not cut.
+Only the log's data segments are cut. The index segments are a cache the store
+rebuilds and checks against the data at recovery, so leaving them intact is the
+harder case (an index that names entries the data no longer holds). The broker's
+ConsumeQueue files are fsynced only for its dispatch checkpoint, so
+`lose_unsynced_queues` cuts each one, independently, anywhere after the entries the
+checkpoint covers.
 
 `corrupt` damages data that *was* synced — a bad sector, a truncated file — in the
 newest segment, which recovery checks entry by entry: the replica must either cut the
@@ -27,6 +28,8 @@ import random
 import shutil
 from pathlib import Path
 
+from broker.store.consumequeue import ENTRY, ENTRY_SIZE
+from broker.store.messagestore import DISPATCH_CHECKPOINT
 from dledger.server import SYNCED_LENGTHS_FILE
 
 CHUNK = 1 << 20
@@ -89,6 +92,31 @@ def lose_unsynced(log_dir: Path, rng: random.Random, torn: bool) -> dict[str, di
         _zero(path, durable + kept, written)
         report[path.name] = {"synced": durable, "written": written, "kept": kept}
     return report
+
+
+def lose_unsynced_queues(store_root: Path, rng: random.Random) -> int:
+    """Cut each ConsumeQueue file to a random length that keeps at least the entries
+    for messages before the dispatch checkpoint's position (those were fsynced before
+    it was written); with no checkpoint, anything may go. Returns entries lost."""
+    try:
+        position = json.loads((store_root / DISPATCH_CHECKPOINT).read_bytes())["position"]
+    except FileNotFoundError:
+        position = 0
+    lost = 0
+    for path in sorted((store_root / "consumequeue").glob("*/*/*")):
+        data = path.read_bytes()
+        entries = len(data) // ENTRY_SIZE
+        durable = 0
+        while durable < entries and sum(ENTRY.unpack_from(data, durable * ENTRY_SIZE)[:2]) <= (
+            position
+        ):
+            durable += 1
+        keep = rng.randint(durable * ENTRY_SIZE, len(data))
+        if keep < len(data):
+            with path.open("r+b") as file:
+                file.truncate(keep)
+            lost += entries - keep // ENTRY_SIZE
+    return lost
 
 
 def corrupt(log_dir: Path, rng: random.Random, mode: str) -> dict:

@@ -259,6 +259,9 @@ class Nemesis:
                     "bytes_lost": sum(
                         f["written"] - f["synced"] - f["kept"] for f in lost.values()
                     ),
+                    "queue_entries_lost": disk.lose_unsynced_queues(
+                        self.cluster.store_dir(node), rng
+                    ),
                 }
         await trio.sleep(step.duration_s)
         detail = await self.restart_all(targets)

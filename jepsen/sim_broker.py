@@ -9,8 +9,9 @@ physical offsets on the leader, ConsumeQueue dispatch up to the commit index,
 metadata records applied in log order, RocketMQ's pull status rules, recovery of the
 ConsumeQueue files after a crash — over a `SimServer`, the part of `DLedgerServer`
 the store uses, carried out by the simulator. ConsumeQueue files live in a temporary
-directory and survive a crash as written (the log loses what it had not fsynced; the
-store's recovery trims the queues to the recovered log).
+directory; every crash is a power cut for them as for the log: each file keeps what
+the last dispatch checkpoint fsynced plus a random part of what came after (the
+store's recovery cuts the queues back to the checkpoint and the recovered log).
 
 The workload: a producer sends to a master (a leader whose queues are final, as
 `BrokerController` decides), acknowledged with (queue, queue offset) only once
@@ -35,6 +36,7 @@ from pathlib import Path
 from broker.metawriter import meta_message
 from broker.store import message as codec
 from broker.store.commitlog import BODY_OFFSET
+from broker.store.consumequeue import ENTRY_SIZE
 from broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
 from broker.store.metadata import builtin_topics
 from dledger.codes import Code, Role
@@ -46,6 +48,7 @@ QUEUES = 4
 GROUPS = ("g0", "g1")
 PULL_BATCH = 8
 DISPATCH_CHUNK = (1, 16)  # entries dispatched per event: followers and new leaders lag a little
+CHECKPOINT_CHANCE = 0.02  # per workload step: a random replica takes a dispatch checkpoint
 
 
 class SimServer:
@@ -124,6 +127,7 @@ class BrokerModel:
         self.committed: dict[tuple[str, int], int] = {}  # highest acknowledged commit
         self.read: dict[tuple[str, int], int] = {}  # highest offset read from a leader
         self.masters = 0
+        self.durable: dict[Path, int] = {}  # ConsumeQueue file -> bytes a power cut keeps
         cluster.observers.append(self)
         for node in cluster.nodes.values():
             self._broker(node)
@@ -137,9 +141,33 @@ class BrokerModel:
         if broker is None or broker.server.replica is not node.replica:
             if broker is not None:
                 broker.close()
+                self._power_cut_queues(node.id)
             port = 10911 + self.cluster.ids.index(node.id)
             broker = self.brokers[node.id] = Broker(self.cluster, node, self.root / node.id, port)
+            self._queues_durable(node.id)  # what recovery read and rewrote is on disk
         return broker
+
+    def _queue_files(self, node_id: str) -> list[Path]:
+        return sorted((self.root / node_id / "consumequeue").glob("*/*/*"))
+
+    def _queues_durable(self, node_id: str) -> None:
+        for path in self._queue_files(node_id):
+            self.durable[path] = path.stat().st_size
+
+    def _power_cut_queues(self, node_id: str) -> None:
+        """Each queue file keeps its fsynced bytes and a random number of entries after."""
+        for path in self._queue_files(node_id):
+            kept = self.durable.get(path, 0) // ENTRY_SIZE
+            size = path.stat().st_size
+            cut = self.rng.randint(min(kept, size // ENTRY_SIZE), size // ENTRY_SIZE)
+            if cut * ENTRY_SIZE < size:
+                with path.open("r+b") as file:
+                    file.truncate(cut * ENTRY_SIZE)
+
+    def checkpoint(self, node_id: str, broker: Broker) -> None:
+        """A dispatch checkpoint, carried out at once (a broker runs it in a thread)."""
+        broker.store.checkpoint_work()()
+        self._queues_durable(node_id)
 
     def _serving(self) -> list[tuple[str, Broker]]:
         return [
@@ -186,6 +214,8 @@ class BrokerModel:
             self.commit_offset(self.rng.choice(GROUPS), self.rng.randrange(QUEUES))
         if self.rng.random() < 0.25:
             self.read_offsets(self.rng.choice(GROUPS))
+        if serving and self.rng.random() < CHECKPOINT_CHANCE:
+            self.checkpoint(*self.rng.choice(serving))
 
     def probe(self, node_id: str):
         broker = self._broker(self.cluster.nodes[node_id])

@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+from broker.store.consumequeue import ENTRY, ENTRY_SIZE
+from broker.store.messagestore import DISPATCH_CHECKPOINT
 from dledger.codes import EntryType
 from dledger.server import SYNCED_LENGTHS_FILE
 from dledger.store.file import FileLogStore, StoreCorruption
@@ -87,3 +89,24 @@ def test_wiping_the_log_keeps_term_and_vote(tmp_path):
     disk.wipe_log(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["currterm"]
     assert _reopen(tmp_path).end_index == -1
+
+
+def test_queue_files_lose_only_what_the_dispatch_checkpoint_does_not_cover(tmp_path):
+    """Entries for messages before the checkpoint position survive every cut; what
+    comes after is cut at a random point, each file on its own."""
+    for name in ("0", "1"):
+        queue_dir = tmp_path / "consumequeue" / "T" / name
+        queue_dir.mkdir(parents=True)
+        entries = b"".join(ENTRY.pack(100 * k, 100, 0) for k in range(10))
+        (queue_dir / f"{0:020d}").write_bytes(entries)
+    (tmp_path / DISPATCH_CHECKPOINT).write_text(json.dumps({"position": 400}))
+    sizes = set()
+    for seed in range(20):
+        for path in (tmp_path / "consumequeue").glob("*/*/*"):
+            path.write_bytes(b"".join(ENTRY.pack(100 * k, 100, 0) for k in range(10)))
+        lost = disk.lose_unsynced_queues(tmp_path, random.Random(seed))
+        files = sorted((tmp_path / "consumequeue").glob("*/*/*"))
+        assert all(f.stat().st_size >= 4 * ENTRY_SIZE for f in files)
+        assert lost == sum(10 - f.stat().st_size // ENTRY_SIZE for f in files)
+        sizes.update(f.stat().st_size for f in files)
+    assert min(sizes) < 10 * ENTRY_SIZE and len(sizes) > 5  # cuts happen, anywhere after

@@ -6,19 +6,24 @@ Entries are only ever added for committed messages (the dispatcher stops at the
 commit index), so a queue never shows data a failover could take back.
 
 Each queue is one file, `consumequeue/<topic>/<queueId>/<20-digit first byte>`
-(RocketMQ's naming: the file's first entry's queue offset x 20), written without
-fsync: it is derived data. At start the broker loads the files, drops entries that
-point past the end of the recovered log, and re-dispatches the log from the highest
-physical offset the queues hold. Entries are mirrored in memory (20 bytes each),
-which keeps pulls free of file reads.
+(RocketMQ's naming: the file's first entry's queue offset x 20), written at every
+dispatch and fsynced only by `ConsumeQueueTable.sync_plan`, which the message store
+runs for its dispatch checkpoint: everything dispatched before the checkpoint's log
+position is durable in every queue. A power cut may take any part of a queue file
+after that, and one queue's tail but not another's, so recovery cuts every queue
+back to the checkpoint position and dispatches again from there (`truncate_physical`
+rewrites a file and fsyncs it at once, keeping that promise). Entries are mirrored
+in memory (20 bytes each), which keeps pulls free of file reads.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from dledger.store.meta import fsync_dir
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20, ConsumeQueue.CQ_STORE_UNIT_SIZE
@@ -34,6 +39,7 @@ class ConsumeQueue:
         self._file: Path | None = None
         self._fd: int | None = None
         self._unwritten = 0  # bytes at the end of _entries not yet written to the file
+        self._new_file = False  # created since the last sync: its directory entry too
         self._load()
 
     def _load(self) -> None:
@@ -91,7 +97,7 @@ class ConsumeQueue:
         self._unwritten += ENTRY_SIZE
 
     def truncate_physical(self, physical_end: int) -> None:
-        """Drop entries for messages that end beyond `physical_end`."""
+        """Drop entries for messages that end beyond `physical_end`, durably."""
         keep = len(self)
         while keep and sum(ENTRY.unpack_from(self._entries, (keep - 1) * ENTRY_SIZE)[:2]) > (
             physical_end
@@ -118,13 +124,24 @@ class ConsumeQueue:
             self._file.unlink()
         self._file = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._new_file = True
 
     def _rewrite(self) -> None:
         if self._fd is None:
             self._reopen()
         os.ftruncate(self._fd, 0)
         os.write(self._fd, self._entries)
+        os.fsync(self._fd)
         self._unwritten = 0
+
+    def sync_work(self) -> tuple[int | None, list[Path]]:
+        """What makes this queue's entries so far durable, taken on the event loop and
+        carried out in a worker thread: a duplicate of the file descriptor to fsync (the
+        queue may reopen its own meanwhile) and the directories whose entries to fsync."""
+        self.flush()
+        dirs = [self.directory, self.directory.parent] if self._new_file else []
+        self._new_file = False
+        return (None if self._fd is None else os.dup(self._fd)), dirs
 
     def close(self) -> None:
         if self._fd is not None:
@@ -165,6 +182,27 @@ class ConsumeQueueTable:
     def flush(self) -> None:
         for queue in self.queues.values():
             queue.flush()
+
+    def sync_plan(self) -> Callable[[], None]:
+        """A blocking function (for a worker thread) that makes every entry written so
+        far durable, with the directory entries of files created since the last one."""
+        work = [queue.sync_work() for queue in self.queues.values()]
+
+        def run() -> None:
+            dirs: set[Path] = set()
+            try:
+                for fd, queue_dirs in work:
+                    if fd is not None:
+                        os.fsync(fd)
+                    dirs.update(queue_dirs)
+            finally:
+                for fd, _dirs in work:
+                    if fd is not None:
+                        os.close(fd)
+            for directory in sorted(dirs) + ([self.root] if dirs else []):
+                fsync_dir(directory)
+
+        return run
 
     def close(self) -> None:
         for queue in self.queues.values():

@@ -10,6 +10,7 @@ queue (long polling).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -22,11 +23,13 @@ from broker.store.commitlog import DispatchRequest, DLedgerCommitLog
 from broker.store.consumequeue import ConsumeQueueTable
 from broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from dledger.server import DLedgerServer
+from dledger.store.meta import atomic_write
 
 log = logging.getLogger(__name__)
 
 DISPATCH_CHUNK = 2048  # entries per dispatch step before yielding to other tasks
-SNAPSHOT_INTERVAL_S = 5.0
+CHECKPOINT_INTERVAL_S = 5.0
+DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
 MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 _SKIPPED_TRANSACTIONS = (
@@ -82,6 +85,7 @@ class MessageStore:
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
         self._snapshot_path = root / "config" / "metadata.json"
+        self._checkpoint_path = root / DISPATCH_CHECKPOINT
         self._commit_moved = trio.Event()
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._meta_applied = trio.Event()
@@ -91,12 +95,17 @@ class MessageStore:
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
-        """Trust the ConsumeQueue files up to the recovered log, replay metadata, and
-        pick the entry to dispatch next."""
+        """Cut the ConsumeQueues back to the dispatch checkpoint (and to the recovered
+        log), replay metadata, and dispatch again from there.
+
+        The queue files are fsynced only for a checkpoint, so after a power cut each
+        may have lost a different part of what came after it; the highest position a
+        queue still points at says nothing about the others. Without a checkpoint
+        (a new store, or one from before checkpoints) every queue is rebuilt."""
         store = self.server.store
-        log_end = store.end_pos
+        resume = min(self._checkpoint_position(), store.end_pos)
         for queue in self.queues.queues.values():
-            queue.truncate_physical(log_end)
+            queue.truncate_physical(resume)
         self.metadata.load(self._snapshot_path)
         meta = self.queues.find(META_TOPIC, 0)
         if meta is not None:
@@ -105,14 +114,42 @@ class MessageStore:
             ):
                 phys, size, _tags = meta.get(offset)
                 self._apply_meta(self.commitlog.read(phys, size), offset)
-        physical_end = self.queues.physical_end()
         if store.empty:
             self.dispatched_index = store.end_index
-        elif physical_end < 0:
-            self.dispatched_index = store.begin_index - 1
         else:
-            self.dispatched_index = self.first_index_at(physical_end) - 1
+            self.dispatched_index = self.first_index_at(resume) - 1
         log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
+
+    def _checkpoint_position(self) -> int:
+        try:
+            return int(json.loads(self._checkpoint_path.read_bytes())["position"])
+        except FileNotFoundError:
+            return 0
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "%s unreadable (%s): rebuilding the ConsumeQueues", self._checkpoint_path, exc
+            )
+            return 0
+
+    def checkpoint_work(self):
+        """The dispatch checkpoint, captured now, as blocking work for a worker thread:
+        fsync every queue file, write the metadata snapshot, then record the log position
+        of the first entry not yet dispatched. Everything before that position is then
+        durable in the queues, and the snapshot never runs ahead of them."""
+        store = self.server.store
+        first = self.dispatched_index + 1
+        position = store.pos_at(first) if first <= store.end_index else store.end_pos
+        sync_queues = self.queues.sync_plan()
+        snapshot = self.metadata.snapshot_bytes()
+        record = json.dumps({"position": position}).encode()
+
+        def run() -> None:
+            sync_queues()
+            self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self._snapshot_path, snapshot)
+            atomic_write(self._checkpoint_path, record)
+
+        return run
 
     def first_index_at(self, position: int) -> int:
         """The first entry placed at or after byte `position` of the log (the entry of
@@ -154,23 +191,23 @@ class MessageStore:
         return self.dispatch_target - self.dispatched_index
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Dispatch forever; snapshot the metadata now and then."""
+        """Dispatch forever; take a dispatch checkpoint now and then."""
         task_status.started()
-        next_snapshot = trio.current_time() + SNAPSHOT_INTERVAL_S
+        next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
         try:
             while True:
                 if self.dispatched_index >= self.dispatch_target:
-                    with trio.move_on_at(next_snapshot):
+                    with trio.move_on_at(next_checkpoint):
                         await self._commit_moved.wait()
                     self._commit_moved = trio.Event()
                 self.dispatch_some(DISPATCH_CHUNK)
-                if trio.current_time() >= next_snapshot:
-                    self.metadata.save(self._snapshot_path)
-                    next_snapshot = trio.current_time() + SNAPSHOT_INTERVAL_S
+                if trio.current_time() >= next_checkpoint:
+                    await trio.to_thread.run_sync(self.checkpoint_work())
+                    next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
                 await trio.sleep(0)
         finally:
+            self.checkpoint_work()()
             self.queues.close()
-            self.metadata.save(self._snapshot_path)
 
     def dispatch_some(self, limit: int) -> int:
         """Dispatch up to `limit` committed entries; returns how many."""

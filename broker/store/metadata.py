@@ -18,7 +18,6 @@ restart replays only what came after it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -169,11 +168,9 @@ class Metadata:
             "delayOffsetTable": {str(k): v for k, v in self.delay_offsets.items()},
         }
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json()))
-        os.replace(tmp, path)
+    def snapshot_bytes(self) -> bytes:
+        """The snapshot `load` reads, as of now."""
+        return json.dumps(self.to_json()).encode()
 
     def load(self, path: Path) -> None:
         if not path.exists():
