@@ -18,6 +18,10 @@ Deliberate differences from RocketMQ:
   lose power together.
 - `brokerName` defaults to `broker-a` (RocketMQ uses the host name) and `brokerIP1` to
   127.0.0.1 (RocketMQ picks a non-loopback address), so a bare config is predictable.
+- `bindAddress` (RocketMQ 5's NettyServerConfig key: the address the remoting server
+  listens on, 0.0.0.0 for every interface) must be an IP address, not a host name.
+  It may differ from `brokerIP1`, the address registered with the name servers, when
+  clients reach the broker through NAT or a proxy.
 - A `~` in a store path is expanded.
 - A key we do not know is an error that suggests the nearest known key, and a value
   that does not parse is an error, where RocketMQ silently keeps its default. Keys that
@@ -32,6 +36,7 @@ are not used; as a slave the broker registers as `slave_broker_id`.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -143,6 +148,7 @@ class BrokerConfig:
     broker_name: str = "broker-a"
     broker_id: int = 0
     listen_port: int = 10911
+    bind_address: str = "0.0.0.0"
     broker_ip1: str = "127.0.0.1"
     namesrv_addr: tuple[str, ...] = ()
     store_path_root_dir: str = attrs.Factory(_home_store)
@@ -241,6 +247,13 @@ def _choice(*options: str) -> Callable[[str], str]:
     return convert
 
 
+def _ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError("expected an IP address, like 0.0.0.0 or 127.0.0.2") from None
+
+
 def _namesrv(value: str) -> tuple[str, ...]:
     addresses = tuple(filter(None, (a.strip() for a in value.split(";"))))
     for address in addresses:
@@ -266,6 +279,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "brokerName": ("broker_name", _text),
     "brokerId": ("broker_id", _int(0)),
     "listenPort": ("listen_port", _int(0, 65535)),
+    "bindAddress": ("bind_address", _ip),
     "brokerIP1": ("broker_ip1", _text),
     "namesrvAddr": ("namesrv_addr", _namesrv),
     "storePathRootDir": ("store_path_root_dir", _path),

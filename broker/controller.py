@@ -53,6 +53,7 @@ from remoting import (
     RemotingServer,
     RequestCode,
     ResponseCode,
+    listen_host,
 )
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,10 @@ class BrokerController:
         self._roles_send, self._roles_recv = trio.open_memory_channel(1000)
         self.dledger.add_role_change_handler(self._on_role_change)
         self.server = RemotingServer(
-            None, config.listen_port, self._processors(), on_disconnect=self.clients.on_disconnect
+            listen_host(config.bind_address),
+            config.listen_port,
+            self._processors(),
+            on_disconnect=self.clients.on_disconnect,
         )
         self.started = trio.Event()
 

@@ -1,9 +1,10 @@
-"""A name server and a DLedger broker group as real processes on 127.0.0.1.
+"""A name server and a DLedger broker group as real processes on loopback addresses.
 
 RocketMQ's `fast-try` for this project: the main demo, the process tests, the
 benchmarks and the fault-injection runs all start the same thing, kill -9 and
 restart members, ask the name server who the master is, and stop everything on
-the way out, even when the caller fails.
+the way out, even when the caller fails. Everything is on 127.0.0.1 unless the
+caller gives each node an address of its own (the fault-injection harness does).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
@@ -20,6 +22,7 @@ import trio
 from dledger.local import free_ports, stop_process
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 
+LOOPBACK = "127.0.0.1"
 LOCAL_SEGMENT_BYTES = 64 << 20  # DLedger's 1 GiB segments are preallocated; see dledger.local
 BOOT_TIMEOUT_S = 20.0
 
@@ -27,6 +30,10 @@ BOOT_TIMEOUT_S = 20.0
 def _lenient_json(body: bytes):
     """fastjson's unquoted integer map keys (a Java name server) made standard."""
     return json.loads(re.sub(rb"([{,])(-?\d+):", rb'\1"\2":', body))
+
+
+def _addresses(ids: list[str], hosts: list[str], ports: list[int]) -> dict[str, str]:
+    return {node: f"{host}:{port}" for node, host, port in zip(ids, hosts, ports, strict=True)}
 
 
 class LocalCluster:
@@ -39,22 +46,28 @@ class LocalCluster:
         broker_name: str = "RaftNode00",
         cluster_name: str = "RaftCluster",
         extra_conf: dict[str, str] | None = None,
+        hosts: Sequence[str] | None = None,
+        advertised: Sequence[str] | None = None,
     ) -> None:
+        """`hosts[i]` is the address node i's broker and DLedger replica listen on
+        (127.0.0.1 for all by default); `advertised[i]` the one its broker registers with
+        the name server (brokerIP1), which clients dial: its own by default. An
+        advertised address of its own needs something, a proxy, listening there."""
         self.base_dir = Path(base_dir)
         self.broker_name = broker_name
         self.cluster_name = cluster_name
         self.ids = [f"n{i}" for i in range(nodes)]
-        ports = free_ports(1 + 2 * nodes)
+        hosts = list(hosts or [LOOPBACK] * nodes)
+        advertised = list(advertised or hosts)
+        ports = free_ports(1 + 2 * nodes, {LOOPBACK, *hosts, *advertised})
         self.namesrv_port = ports[0]
-        self.namesrv_addr = f"127.0.0.1:{ports[0]}"
-        self.broker_addrs = {
-            node: f"127.0.0.1:{port}"
-            for node, port in zip(self.ids, ports[1 : 1 + nodes], strict=True)
-        }
-        self.peer_addrs = {
-            node: f"127.0.0.1:{port}"
-            for node, port in zip(self.ids, ports[1 + nodes :], strict=True)
-        }
+        self.namesrv_addr = f"{LOOPBACK}:{ports[0]}"
+        broker_ports = ports[1 : 1 + nodes]
+        # Where each broker listens: the harness's own calls go here directly.
+        self.broker_addrs = _addresses(self.ids, hosts, broker_ports)
+        # What each broker registers, and what producers and consumers dial.
+        self.client_addrs = _addresses(self.ids, advertised, broker_ports)
+        self.peer_addrs = _addresses(self.ids, hosts, ports[1 + nodes :])
         self.extra_conf = dict(extra_conf or {})
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -80,6 +93,8 @@ class LocalCluster:
                 "brokerClusterName": self.cluster_name,
                 "brokerName": self.broker_name,
                 "listenPort": self.broker_addrs[node].rpartition(":")[2],
+                "bindAddress": self.broker_addrs[node].rpartition(":")[0],
+                "brokerIP1": self.client_addrs[node].rpartition(":")[0],
                 "namesrvAddr": self.namesrv_addr,
                 "storePathRootDir": str(self.store_dir(node)),
                 "enableDLegerCommitLog": "true",
@@ -170,7 +185,7 @@ class LocalCluster:
 
     async def wait_master(self, timeout_s: float = 15.0, not_node: str | None = None) -> str:
         """The member registered as brokerId 0 (optionally other than `not_node`)."""
-        by_address = {a: n for n, a in self.broker_addrs.items()}
+        by_address = {a: n for n, a in self.client_addrs.items()}
         with trio.fail_after(timeout_s):
             while True:
                 node = by_address.get(await self.master_address())

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import trio
@@ -29,23 +30,33 @@ def _ephemeral_range() -> range:
     return range(low, high + 1)
 
 
-def free_ports(count: int) -> list[int]:
-    """Free ports outside the kernel's ephemeral range, for processes to listen on.
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int, hosts: Iterable[str] = ("127.0.0.1",)) -> list[int]:
+    """Ports outside the kernel's ephemeral range that are free on every one of `hosts`,
+    for processes to listen on.
 
     A port from the ephemeral range can be handed to some outgoing connection while
     its process is down (killed by a test, say), and the restart then fails with
     "address already in use"; ports below the range are never given out that way.
+    Checking every address the caller may bind (loopback has all of 127.0.0.0/8)
+    keeps a port that is taken on one of them from being handed out for another.
     """
+    hosts = list(hosts)
     ephemeral = _ephemeral_range()
     candidates = [p for p in range(10000, 32768) if p not in ephemeral]
     random.shuffle(candidates)
     ports: list[int] = []
     for port in candidates:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if not all(_bindable(host, port) for host in hosts):
+            continue
         ports.append(port)
         if len(ports) == count:
             return ports

@@ -1,10 +1,19 @@
-"""The broker group under test: LocalCluster's processes, with every DLedger peer link
-running through a proxy the nemesis controls, and the process faults it needs.
+"""The broker group under test: LocalCluster's processes, each node on a loopback
+address of its own, every link through a proxy the nemesis controls, and the process
+faults it needs.
 
-Node `a` dials node `b` at `net.address(a, b)`, a proxy that forwards to `b`'s real
-port, so blocking the proxy of (a, b) cuts exactly the connections `a` opens to `b`.
-Client links (producers and consumers to brokers) are direct: a broker advertises
-its own port to the name server.
+Node n<i> listens on 127.0.0.<10+i> (broker and DLedger ports). Node `a` dials node
+`b` at `net.address(a, b)`, a proxy that forwards to `b`'s real port, so blocking the
+proxy of (a, b) cuts exactly the connections `a` opens to `b`.
+
+Clients cannot be told to dial a proxy: they take a broker's address from the name
+server. So each broker advertises a second address of its node, 127.0.1.<10+i> with
+the same port (brokerIP1), where the proxy of link (CLIENT, n<i>) listens and forwards
+to the broker's real address (bindAddress): every producer and consumer connection
+to a node goes through that node's client proxy. The harness's own calls (runtime
+state, final reads, topic creation) use `broker_addrs`, the real addresses, so a
+client fault never blinds the observer. Peer partitions leave client links alone:
+as in Jepsen, the clients sit with the harness, which can reach every node.
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ from pathlib import Path
 import trio
 
 from broker.local import LocalCluster
-from jepsen.proxy import ProxyNet
+from jepsen.proxy import Link, ProxyNet
 from remoting import RemotingClient, RemotingCommand, RequestCode
 
 EXIT_DISK = 4  # mqbroker's exit status for a store it refuses to open (broker.cli)
+CLIENT = "client"  # the producers' and consumers' end of every client link
 MEMBER_STATE_TIMEOUT_S = 0.5
 
 
@@ -39,15 +49,28 @@ class RefusedToStart(Exception):
 class JepsenCluster(LocalCluster):
     def __init__(self, base_dir: Path, nodes: int, extra_conf: dict[str, str]) -> None:
         super().__init__(
-            base_dir, nodes=nodes, extra_conf={"recordSyncedLengths": "true", **extra_conf}
+            base_dir,
+            nodes=nodes,
+            extra_conf={"recordSyncedLengths": "true", **extra_conf},
+            hosts=[f"127.0.0.{10 + i}" for i in range(nodes)],
+            advertised=[f"127.0.1.{10 + i}" for i in range(nodes)],
         )
-        self.net: ProxyNet | None = None
+        self.net: ProxyNet | None = None  # the peer links
+        self.clients: ProxyNet | None = None  # the client links
         self.paused: set[str] = set()
         self.traced: set[str] = set()  # run under strace: signal the whole process group
 
     def peer_links(self) -> dict[tuple[str, str], str]:
         """Every directed peer link and the real address it leads to."""
         return {(a, b): self.peer_addrs[b] for a in self.ids for b in self.ids if a != b}
+
+    def client_links(self) -> dict[Link, str]:
+        """Every client link and the broker's real address it leads to."""
+        return {(CLIENT, node): self.broker_addrs[node] for node in self.ids}
+
+    def client_proxies(self) -> dict[Link, str]:
+        """Where each client link's proxy listens: the address its broker advertises."""
+        return {(CLIENT, node): self.client_addrs[node] for node in self.ids}
 
     def dledger_peers(self, node: str) -> str:
         assert self.net is not None, "attach a ProxyNet before starting"

@@ -21,7 +21,7 @@ import trio
 
 from dledger.client import ClientError, DLedgerClient
 from jepsen import disk, partitions
-from jepsen.cluster import JepsenCluster, RefusedToStart
+from jepsen.cluster import CLIENT, JepsenCluster, RefusedToStart
 from jepsen.history import Recorder
 
 # kind -> (targets, variants, duration range in seconds)
@@ -39,6 +39,7 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] =
         (1.0, 4.0),
     ),
     "net": (("all",), ("latency", "reset", "cut-mid-frame"), (2.0, 5.0)),
+    "client": (("leader", "all"), ("blackhole", "latency", "reset", "cut-mid-frame"), (2.0, 5.0)),
     "restart": (("rolling",), ("sigterm", "sigkill"), (0.5, 1.5)),
     "transfer": (("leader", "transferee"), ("kill-during-transfer",), (1.0, 3.0)),
 }
@@ -337,11 +338,39 @@ class Nemesis:
         net.heal()
         self._stop(fault_id, step, self.nodes)
 
+    async def _client(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """Faults on the links from producers and consumers to the leader's broker or to
+        every broker; the group itself sees nothing. A blackhole or a reset stops the
+        clients of the nodes it hits (they stay master or slave), so those two are not
+        expected to leave progress; latency and a single cut are."""
+        clients = self.cluster.clients
+        assert clients is not None
+        targets = await self._nodes(step.target, rng)
+        links = [(CLIENT, node) for node in targets]
+        if step.variant == "blackhole":
+            self._start(fault_id, step, targets, f"clients cut off {targets}", False)
+            clients.apply({CLIENT: set(targets)})
+        elif step.variant == "latency":
+            ms = rng.choice((20, 50, 100))
+            self._start(fault_id, step, targets, f"client latency {ms}±{ms // 2} ms", True)
+            clients.set_latency(ms, ms // 2, links)
+        elif step.variant == "reset":
+            self._start(fault_id, step, targets, "reset and refuse client connections", False)
+            clients.reset(links)
+        else:
+            nbytes = rng.randint(1, 4096)
+            self._start(fault_id, step, targets, f"cut client requests after {nbytes} B", True)
+            clients.cut_after(links, nbytes)
+        await trio.sleep(step.duration_s)
+        clients.heal()
+        self._stop(fault_id, step, targets)
+
     # ------------------------------------------------------------------ healing
     async def heal_all(self) -> str:
         """Undo everything: links healed, paused nodes resumed, dead nodes started."""
-        if self.cluster.net is not None:
-            self.cluster.net.heal()
+        for net in (self.cluster.net, self.cluster.clients):
+            if net is not None:
+                net.heal()
         for node in self.nodes:
             self.cluster.resume(node)
         return await self.restart_all(self.nodes)

@@ -99,7 +99,8 @@ def _split(address: str) -> tuple[str, int]:
 
 
 class LinkProxy:
-    """Accepts on 127.0.0.1 and forwards each connection to `upstream` ("host:port").
+    """Accepts on `host:port` (127.0.0.1 and a free port by default) and forwards each
+    connection to `upstream` ("host:port").
 
     Run it with `await nursery.start(proxy.serve)`; cancelling that nursery closes
     the listener and resets every connection. The mode methods are synchronous and
@@ -111,10 +112,13 @@ class LinkProxy:
     sequence of delays (which chunk gets which depends on scheduling).
     """
 
-    def __init__(self, upstream: str, rng: random.Random, *, port: int = 0) -> None:
+    def __init__(
+        self, upstream: str, rng: random.Random, *, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.upstream = upstream
         self._upstream = _split(upstream)
         self._rng = rng
+        self.host = host
         self._bind_port = port
         self.port: int | None = None
         self._mode = _Mode.PASS
@@ -129,7 +133,7 @@ class LinkProxy:
         """What to dial instead of the upstream; set once `serve` has started."""
         if self.port is None:
             raise RuntimeError("proxy not started")
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def mode(self) -> str:
@@ -193,7 +197,7 @@ class LinkProxy:
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen and forward until cancelled; `started` reports `self.address`."""
-        [listener] = await trio.open_tcp_listeners(self._bind_port, host="127.0.0.1")
+        [listener] = await trio.open_tcp_listeners(self._bind_port, host=self.host)
         self.port = listener.socket.getsockname()[1]
         async with listener, trio.open_nursery() as nursery:
             task_status.started(self.address)
@@ -298,14 +302,32 @@ class LinkProxy:
             conn.scope.cancel()
 
 
+def _bind(listen: Mapping[Link, str] | None, link: Link) -> dict:
+    if listen is None or link not in listen:
+        return {}
+    host, port = _split(listen[link])
+    return {"host": host, "port": port}
+
+
 class ProxyNet:
     """A LinkProxy per directed link; `async with` runs them all in its own nursery.
 
-    `links[(src, dst)]` is dst's real address; src must dial `address(src, dst)`.
+    `links[(src, dst)]` is dst's real address; src must dial `address(src, dst)`, which
+    is `listen[(src, dst)]` if given ("host:port", for a src that cannot be told where
+    to dial, such as clients that take a broker's address from the name server), else
+    a free port on 127.0.0.1.
     """
 
-    def __init__(self, links: Mapping[Link, str], rng: random.Random) -> None:
-        self._proxies = {link: LinkProxy(upstream, rng) for link, upstream in links.items()}
+    def __init__(
+        self,
+        links: Mapping[Link, str],
+        rng: random.Random,
+        listen: Mapping[Link, str] | None = None,
+    ) -> None:
+        self._proxies = {
+            link: LinkProxy(upstream, rng, **_bind(listen, link))
+            for link, upstream in links.items()
+        }
         self._nodes = {node for link in links for node in link}
         self.grudge: dict[str, set[str]] = {}
         self._nursery_manager: contextlib.AbstractAsyncContextManager[trio.Nursery] | None = None

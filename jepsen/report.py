@@ -24,6 +24,7 @@ FAULT_COLOURS = {
     "partition": "#4c78a8",
     "disk": "#9d755d",
     "restart": "#72b7b2",
+    "client": "#b279a2",
 }
 OTHER_FAULT_COLOUR = "#9467bd"
 WIDTH, HEIGHT = 960, 360

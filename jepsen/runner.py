@@ -87,15 +87,18 @@ async def run(config: RunConfig) -> dict:
     cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
-        async with ProxyNet(cluster.peer_links(), rng) as net:
-            cluster.net = net
+        async with (
+            ProxyNet(cluster.peer_links(), rng) as net,
+            ProxyNet(cluster.client_links(), rng, cluster.client_proxies()) as clients,
+        ):
+            cluster.net, cluster.clients = net, clients
             async with cluster:
                 await cluster.create_topic(TOPIC, QUEUES)
                 nemesis = Nemesis(cluster, history)
                 workload = Workload(
                     cluster.namesrv_addr,
                     cluster.broker_name,
-                    {address: node for node, address in cluster.broker_addrs.items()},
+                    {address: node for node, address in cluster.client_addrs.items()},
                     history,
                     random.Random(rng.randrange(1 << 32)),
                     rate=config.rate,

@@ -17,7 +17,7 @@ import trio
 from namesrv.config import NamesrvConfig
 from namesrv.processor import NamesrvProcessor
 from namesrv.routes import RouteInfoManager
-from remoting.server import RemotingServer
+from remoting.server import RemotingServer, listen_host
 
 __all__ = ["NamesrvServer"]
 
@@ -33,9 +33,8 @@ class NamesrvServer:
         self.config = config or NamesrvConfig()
         self.routes = RouteInfoManager()
         self.processor = NamesrvProcessor(self.routes, _now_ms)
-        host = self.config.bind_address
         self.remoting = RemotingServer(
-            None if host in ("", "0.0.0.0") else host,
+            listen_host(self.config.bind_address),
             self.config.listen_port,
             self.processor.table(),
             on_disconnect=self.processor.on_disconnect,

@@ -21,7 +21,7 @@ from remoting.connection import Connection
 from remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from remoting.frames import FrameDecoder
 from remoting.processor import Processor, ProcessorTable, not_supported
-from remoting.server import RemotingServer
+from remoting.server import RemotingServer, listen_host
 
 __all__ = [
     "FLAG_ONEWAY",
@@ -44,6 +44,7 @@ __all__ = [
     "SerializeType",
     "decode",
     "encode",
+    "listen_host",
     "not_supported",
     "parse_address",
 ]

@@ -26,9 +26,16 @@ from remoting.codec import MAX_FRAME_BYTES
 from remoting.connection import DEFAULT_MAX_PENDING_BYTES, Connection
 from remoting.processor import Processor
 
-__all__ = ["RemotingServer"]
+__all__ = ["RemotingServer", "listen_host"]
 
 log = logging.getLogger(__name__)
+
+
+def listen_host(bind_address: str) -> str | None:
+    """A RocketMQ `bindAddress` as RemotingServer's host. Its default 0.0.0.0 means
+    every interface, IPv6 too (Java binds a dual-stack socket), which trio spells None;
+    trio given "0.0.0.0" would listen on IPv4 only."""
+    return None if bind_address in ("", "0.0.0.0") else bind_address
 
 
 class RemotingServer:

@@ -10,6 +10,7 @@ import pytest
 
 from broker.config import BrokerConfig, load_broker_config
 from dledger.config import FSYNC, PAGE_CACHE
+from remoting import listen_host
 
 SAMPLES = Path(__file__).resolve().parent.parent / "broker" / "conf" / "dledger"
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
@@ -132,6 +133,9 @@ def test_unknown_key_far_from_any_gets_no_hint(tmp_path: Path) -> None:
         ("namesrvAddr=localhost", "namesrvAddr='localhost': bad address"),
         ("messageDelayLevel=1s 5x", "messageDelayLevel='1s 5x': expected levels"),
         ("brokerName=", "brokerName='': must not be empty"),
+        ("bindAddress=localhost", "bindAddress='localhost': expected an IP address"),
+        ("bindAddress=127.0.0.2:10911", "bindAddress='127.0.0.2:10911': expected an IP address"),
+        ("bindAddress=127.0.0.300", "bindAddress='127.0.0.300': expected an IP address"),
     ],
 )
 def test_bad_values_name_file_key_and_value(tmp_path: Path, line: str, problem: str) -> None:
@@ -199,6 +203,17 @@ def test_classic_broker_ids(tmp_path: Path) -> None:
     config, warnings = load_text(tmp_path, "brokerRole=SYNC_MASTER\nbrokerId=1")
     assert config.broker_id == 0
     assert warnings == [f"{tmp_path / 'broker.conf'}: brokerId=1: a master is brokerId 0"]
+
+
+def test_bind_address_is_where_the_remoting_server_listens(tmp_path: Path) -> None:
+    """RocketMQ 5's bindAddress: every interface by default; an address of its own lets
+    the broker advertise another one (brokerIP1) that a proxy or NAT forwards."""
+    assert load_broker_config(None)[0].bind_address == "0.0.0.0"
+    assert listen_host("0.0.0.0") is None  # trio's "every interface", IPv6 included
+    config, warnings = load_text(tmp_path, "bindAddress=127.0.0.2\nbrokerIP1=127.0.1.2")
+    assert (config.bind_address, config.broker_ip1, warnings) == ("127.0.0.2", "127.0.1.2", [])
+    assert listen_host(config.bind_address) == "127.0.0.2"
+    assert load_text(tmp_path, "bindAddress=::1")[0].bind_address == "::1"
 
 
 def test_old_maped_spelling_is_an_alias(tmp_path: Path) -> None:

@@ -1,14 +1,16 @@
 """Real processes: a name server and 3 brokers, a master killed with SIGKILL under load;
-a second broker process on a store that is in use."""
+a second broker process on a store that is in use; a broker on an address of its own."""
 
 from __future__ import annotations
 
 import sys
 
+import pytest
 import trio
 
 from broker.drill import run_drill
 from broker.local import LocalCluster
+from remoting import RemotingClient, RemotingConnectError
 
 
 async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
@@ -36,3 +38,22 @@ async def test_a_second_broker_on_the_same_store_refuses_to_start(tmp_path):
         assert second.returncode == 3
         assert b"in use by another process" in second.stderr
         assert cluster.procs["n0"].poll() is None  # the first one is untouched
+
+
+async def test_a_broker_listens_on_its_bind_address_and_advertises_brokerip1(tmp_path):
+    """bindAddress=127.0.0.2: reachable there and not on 127.0.0.1; registered with the
+    name server as brokerIP1 (127.0.0.3, where nothing listens unless a proxy does)."""
+    async with LocalCluster(
+        tmp_path, nodes=1, hosts=["127.0.0.2"], advertised=["127.0.0.3"]
+    ) as cluster:
+        port = cluster.broker_addrs["n0"].rpartition(":")[2]
+        assert cluster.broker_addrs["n0"] == f"127.0.0.2:{port}"
+        assert await cluster.master_address() == f"127.0.0.3:{port}"
+        assert (await cluster.member_state("n0"))["dLegerRole"] == "LEADER"
+        for elsewhere in ("127.0.0.1", "127.0.0.3"):
+            with pytest.raises(RemotingConnectError):
+                async with RemotingClient(f"{elsewhere}:{port}"):
+                    pass
+        dledger_port = int(cluster.peer_addrs["n0"].rpartition(":")[2])
+        with pytest.raises(OSError):
+            await trio.open_tcp_stream("127.0.0.1", dledger_port)

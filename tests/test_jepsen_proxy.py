@@ -14,6 +14,7 @@ import struct
 import pytest
 import trio
 
+from dledger.local import free_ports
 from jepsen.proxy import LinkProxy, ProxyNet
 
 QUIET_S = 0.15  # how long "nothing arrives" is watched for
@@ -367,6 +368,22 @@ async def test_proxynet_reset_cut_and_latency_on_chosen_links(servers):
             stream = await dial(net.address("c", "a"))
             assert await roundtrip(stream, b"!") == b"!"
             assert trio.current_time() - start >= 0.120
+
+
+async def test_proxynet_listens_where_told_for_clients_that_cannot_be_redirected(servers):
+    """A client link's proxy sits at the address the broker advertises (on a loopback
+    address of its own), since clients dial what the name server gives them."""
+    [port] = free_ports(1, ["127.0.0.2"])
+    links = {("client", "a"): servers["a"].address, ("client", "b"): servers["b"].address}
+    listen = {("client", "a"): f"127.0.0.2:{port}"}
+    with trio.fail_after(LIMIT_S):
+        async with ProxyNet(links, random.Random(3), listen) as net:
+            assert net.address("client", "a") == f"127.0.0.2:{port}"
+            assert net.address("client", "b").startswith("127.0.0.1:")
+            assert await link_works(net, "client", "a")
+            net.apply({"client": {"a"}})  # cut the clients off a only
+            assert not await link_works(net, "client", "a")
+            assert await link_works(net, "client", "b")
 
 
 async def test_proxynet_rejects_unknown_nodes_and_passes_body_errors_through(servers):

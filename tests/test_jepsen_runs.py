@@ -6,6 +6,9 @@ group behind peer-link proxies, producers and consumers recording a history.
 - the negative control — acknowledging before fsync, then coordinated power cuts —
   must be reported as losing acknowledged messages, or the suite could not see the
   bug class it hunts;
+- faults on the client links (producers and consumers to brokers) must lose nothing,
+  and must be seen to bite: sends cut or stalled end `info`, a blackhole is a window
+  of unavailability, latency slows every acknowledged send;
 - hypothesis draws schedules (a couple in CI, more with
   RAFTMQ_HYPOTHESIS_PROFILE=long); a failure names the run directory, whose
   schedule.json replays it: `python -m jepsen run --schedule <dir>/schedule.json`.
@@ -17,6 +20,7 @@ import os
 import trio
 from hypothesis import HealthCheck, given, note, settings
 
+from jepsen.history import faults, load, pairs
 from jepsen.nemesis import Step
 from jepsen.runner import RunConfig, run, summary
 from jepsen.strategies import schedules
@@ -68,6 +72,48 @@ async def test_the_negative_control_sees_acknowledged_messages_lost(tmp_path):
     assert results["lost"]["count"] > 0, _explain(results, config)
     saved = json.loads((config.run_dir / "results.json").read_text())
     assert saved["lost"]["count"] == results["lost"]["count"]
+
+
+async def test_client_link_faults_bite_and_lose_nothing(tmp_path):
+    schedule = [
+        (2.5, "leader", "blackhole", 2.5),
+        (7.0, "all", "reset", 1.5),
+        (10.0, "leader", "cut-mid-frame", 1.5),
+        (13.0, "all", "latency", 2.0),
+    ]
+    config = RunConfig(
+        run_dir=tmp_path / "client",
+        faults=("client",),
+        seed=5,
+        time_limit_s=16,
+        steps=tuple(
+            Step(at, "client", t, v, d, seed=i) for i, (at, t, v, d) in enumerate(schedule)
+        ),
+        progress=False,
+    )
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    assert results["run"]["recovered"] and results["run"]["drained"]
+    history = load(config.run_dir / "history.jsonl")
+    sends = [p for p in pairs(history) if p.f == "send"]
+    blackhole, reset, cut, latency = faults(history)
+    assert [f.kind for f in (blackhole, reset, cut, latency)] == ["client"] * 4
+
+    def sends_during(fault):
+        return [p for p in sends if fault.start <= p.start and p.end and p.end <= fault.stop]
+
+    def outcomes(fault):  # of the sends in flight at some moment of the fault
+        return {p.type for p in sends if p.start <= fault.stop and (p.end or 1e9) >= fault.start}
+
+    assert "info" in outcomes(blackhole), "sends stalled by the blackhole time out as info"
+    [effect] = [f for f in results["availability"]["faults"] if f["id"] == blackhole.id]
+    assert effect["unavailable_seconds"] >= 1.0, effect
+    assert outcomes(reset) - {"ok"}, "sends to a reset link do not succeed"
+    assert "info" in outcomes(cut), "the sends on the cut connection are indeterminate"
+    logs = (config.run_dir / "cluster").glob("n*.log")
+    assert any(b"stream ended inside a frame" in log.read_bytes() for log in logs)
+    slowed = [p.end - p.start for p in sends_during(latency) if p.ok]
+    assert slowed and min(slowed) >= 2 * 0.020, "at least 20 ms each way"
 
 
 @settings(
