@@ -109,9 +109,11 @@ async def test_client_link_faults_bite_and_lose_nothing(tmp_path):
     [effect] = [f for f in results["availability"]["faults"] if f["id"] == blackhole.id]
     assert effect["unavailable_seconds"] >= 1.0, effect
     assert outcomes(reset) - {"ok"}, "sends to a reset link do not succeed"
-    assert "info" in outcomes(cut), "the sends on the cut connection are indeterminate"
+    # The cut lands on whichever client connection first sends past the byte count,
+    # which may carry a heartbeat or an offset commit rather than an operation of the
+    # history, so what must show is the broker seeing a request frame end halfway.
     logs = (config.run_dir / "cluster").glob("n*.log")
-    assert any(b"stream ended inside a frame" in log.read_bytes() for log in logs)
+    assert any(b"stream ended inside a frame" in log.read_bytes() for log in logs), cut
     slowed = [p.end - p.start for p in sends_during(latency) if p.ok]
     assert slowed and min(slowed) >= 2 * 0.020, "at least 20 ms each way"
 
