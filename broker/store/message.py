@@ -211,9 +211,11 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=4096)
 def tags_code(tags: str | None) -> int:
     """`MessageExtBrokerInner.tagsString2tagsCode`: 0 without tags, else the TAGS
     string's hashCode widened to long (the whole string, even with several tags).
+    Cached: a topic's messages carry a handful of tags, and the hash loops in Python.
 
     The ConsumeQueue stores it; a delayed message in SCHEDULE_TOPIC_XXXX stores its
     deliver time there instead, which the dispatcher decides, not this codec.
