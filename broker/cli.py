@@ -24,6 +24,7 @@ from broker.config import BrokerConfig, load_broker_config
 from broker.controller import BrokerController
 from dledger.server import DiskFailure
 from dledger.store.file import StoreCorruption
+from dledger.tuning import tune_for_serving
 
 EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK = 0, 2, 3, 4
 
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     status = EXIT_OK
+    tune_for_serving()
     try:
         trio.run(_run, config)
     except* (StoreCorruption, DiskFailure) as group:

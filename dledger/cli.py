@@ -22,6 +22,7 @@ from dledger.codes import Code
 from dledger.config import DLedgerConfig, parse_peers
 from dledger.server import DiskFailure, DLedgerServer
 from dledger.store.file import StoreCorruption
+from dledger.tuning import tune_for_serving
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_STORAGE = 0, 1, 2, 3, 4
 
@@ -181,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             logging.basicConfig(
                 level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s"
             )
-            trio.run(_run_server, _server_config(args))
+            config = _server_config(args)
+            tune_for_serving()
+            trio.run(_run_server, config)
             return EXIT_OK
         return trio.run(_client_verb, args)
     except (StoreCorruption, DiskFailure) as exc:

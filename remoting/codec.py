@@ -45,6 +45,8 @@ from __future__ import annotations
 import json
 import struct
 
+import orjson
+
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
@@ -164,7 +166,10 @@ def _encode_json(cmd: RemotingCommand) -> bytes:
         header["remark"] = remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = _check_int(cmd.version, "version", _INT32)
-    return _utf8(_JSON_ENCODER.encode(header))
+    try:
+        return orjson.dumps(header)  # the same bytes as the encoder below, faster
+    except orjson.JSONEncodeError:  # a lone surrogate, which Java writes as "?"
+        return _utf8(_JSON_ENCODER.encode(header))
 
 
 def _encode_rocketmq(cmd: RemotingCommand) -> bytes:
@@ -351,6 +356,51 @@ _JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _decode_json(data, start: int, end: int) -> RemotingCommand:
+    """A JSON header. What clients send is plain — every ext value a string, the
+    integer fields integers — and orjson parses that several times faster than
+    `json`; anything else (numbers or nulls among the ext values, invalid UTF-8, a
+    float where an int belongs) is parsed again by the exact path below."""
+    try:
+        header = orjson.loads(data[start:end])
+    except orjson.JSONDecodeError:
+        header = None
+    if type(header) is dict:
+        command = _plain_json_command(header)
+        if command is not None:
+            return command
+    return _decode_json_exactly(data, start, end)
+
+
+def _plain_json_command(header: dict) -> RemotingCommand | None:
+    """The command a plain header (see _decode_json) spells, or None if it is not plain."""
+    get = header.get
+    ext = get("extFields")
+    if ext is None:
+        ext = {}
+    elif type(ext) is not dict or not all(type(value) is str for value in ext.values()):
+        return None
+    fields = (get("code", 0), get("version", 0), get("opaque", 0), get("flag", 0))
+    for value in fields:
+        if type(value) is not int or not _INT32[0] <= value <= _INT32[1]:
+            return None
+    language = get("language")
+    remark = get("remark")
+    if type(language) is not str or (remark is not None and type(remark) is not str):
+        return None
+    code, version, opaque, flag = fields
+    return RemotingCommand(
+        code=code,
+        language=_LANGUAGE_BY_NAME.get(language, LanguageCode.OTHER),
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        serialize_type=_JSON,
+    )
+
+
+def _decode_json_exactly(data, start: int, end: int) -> RemotingCommand:
     text = data[start:end].decode("utf-8", "replace")
     try:
         header = _JSON_DECODER.decode(text)

@@ -28,6 +28,7 @@ from remoting import (
     RequestCode,
     ResponseCode,
     SerializeType,
+    codec,
     decode,
     encode,
 )
@@ -398,6 +399,43 @@ def test_json_headers_of_any_shape_decode_or_raise_remoting_error(header):
         cmd = decode(_json(json.dumps(header).encode()))
         assert all(type(v) is str for v in cmd.ext_fields.values())
         assert cmd.remark is None or type(cmd.remark) is str
+
+
+@given(st.dictionaries(_json_keys, _json_values) | _json_values)
+def test_the_fast_json_path_decodes_as_the_exact_one(header):
+    """orjson takes the plain headers; whatever it accepts must decode exactly as the
+    `json`-based path would have, and what either refuses, both refuse."""
+    frame = _json(json.dumps(header).encode())
+    results = []
+    for decode_header in (codec._decode_json, codec._decode_json_exactly):
+        try:
+            results.append(decode_header(frame, 8, len(frame)))
+        except RemotingError:
+            results.append("refused")
+    assert results[0] == results[1]
+
+
+_any_text = st.text(st.characters(blacklist_categories=()), max_size=12)  # surrogates too
+
+
+@given(st.dictionaries(_any_text, _any_text, max_size=4), st.none() | _any_text)
+def test_json_headers_are_the_bytes_the_standard_encoder_writes(ext, remark):
+    """orjson writes the header unless a string holds a lone surrogate; either way the
+    bytes are those of `json` with compact separators (lone surrogates as "?")."""
+    cmd = RemotingCommand(code=10, ext_fields=ext, remark=remark, serialize_type=JSON)
+    expected = codec._JSON_ENCODER.encode(
+        {
+            "code": 10,
+            "extFields": ext,
+            "flag": 0,
+            "language": "PYTHON",
+            "opaque": 0,
+            **({} if remark is None else {"remark": remark}),
+            "serializeTypeCurrentRPC": "JSON",
+            "version": cmd.version,
+        }
+    ).encode("utf-8", "replace")
+    assert codec.encode_header(cmd) == expected
 
 
 def _split(stream: bytes, cuts: list[int]) -> list[bytes]:

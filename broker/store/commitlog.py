@@ -40,9 +40,10 @@ _TRANSACTION_NO_OFFSET = (
 )
 
 
-@attrs.frozen(slots=True)
+@attrs.define(slots=True)
 class DispatchRequest:
-    """What one committed message contributes to its ConsumeQueue."""
+    """What one committed message contributes to its ConsumeQueue (not frozen: a frozen
+    attrs class costs three times as much to build, once per message per replica)."""
 
     topic: str
     queue_id: int
@@ -54,16 +55,24 @@ class DispatchRequest:
     store_timestamp: int
 
 
-def _layout(view, offset: int) -> tuple[int, int, int, int]:
-    """(sysflag, store timestamp position, topic length position, body length) of a
-    record the broker itself wrote (V1 magic), without a full decode."""
+_HEAD = struct.Struct(">iiiiiqqi")  # TOTALSIZE .. SYSFLAG
+_BORN_V6 = codec.MessageSysFlag.BORNHOST_V6_FLAG
+_STORE_V6 = codec.MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_SHORT = struct.Struct(">h")
+
+
+def _layout(view, offset: int) -> tuple[int, int, int]:
+    """(sysflag, store timestamp position, topic length position) of a record the broker
+    itself wrote (V1 magic), without a full decode."""
     (sysflag,) = _INT.unpack_from(view, offset + codec.SYSFLAG_POSITION)
-    born = 16 if sysflag & codec.MessageSysFlag.BORNHOST_V6_FLAG else 4
-    store = 16 if sysflag & codec.MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 4
-    ts_pos = codec.BORN_HOST_POSITION + born + 4
-    body_len_pos = ts_pos + 8 + store + 4 + 4 + 8
-    (body_len,) = _INT.unpack_from(view, offset + body_len_pos)
-    return sysflag, ts_pos, body_len_pos + 4 + body_len, body_len
+    return (sysflag, *_positions(view, offset, sysflag))
+
+
+def _positions(view, offset: int, sysflag: int) -> tuple[int, int]:
+    ts_pos = offset + codec.BORN_HOST_POSITION + (20 if sysflag & _BORN_V6 else 8)
+    body_len_pos = ts_pos + (40 if sysflag & _STORE_V6 else 28)  # + hosts, reconsume, tx
+    (body_len,) = _INT.unpack_from(view, body_len_pos)
+    return ts_pos, body_len_pos + 4 + body_len
 
 
 def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest:
@@ -72,19 +81,17 @@ def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest
     The tags code is the hash of the TAGS property, or for a delayed message in
     the schedule topic its delivery time (which RocketMQ keeps there instead).
     """
-    total, magic = struct.unpack_from(">ii", view, offset)
+    total, magic, _crc, queue_id, _flag, queue_offset, _phys, sysflag = _HEAD.unpack_from(
+        view, offset
+    )
     if magic != codec.MESSAGE_MAGIC_CODE:
         raise codec.MessageFormatError(f"not a V1 message at physical offset {physical_offset}")
-    sysflag, ts_pos, topic_pos, _body_len = _layout(view, offset)
-    (queue_id,) = _INT.unpack_from(view, offset + codec.QUEUE_ID_POSITION)
-    (queue_offset,) = _LONG.unpack_from(view, offset + codec.QUEUE_OFFSET_POSITION)
-    (store_timestamp,) = _LONG.unpack_from(view, offset + ts_pos)
-    topic_len = view[offset + topic_pos]
-    start = offset + topic_pos + 1
-    topic = bytes(view[start : start + topic_len]).decode()
-    (props_len,) = struct.unpack_from(">h", view, start + topic_len)
-    props_start = start + topic_len + 2
-    properties = bytes(view[props_start : props_start + props_len])
+    ts_pos, topic_pos = _positions(view, offset, sysflag)
+    (store_timestamp,) = _LONG.unpack_from(view, ts_pos)
+    topic_end = topic_pos + 1 + view[topic_pos]
+    topic = str(view[topic_pos + 1 : topic_end], "utf-8")
+    (props_len,) = _SHORT.unpack_from(view, topic_end)
+    properties = bytes(view[topic_end + 2 : topic_end + 2 + props_len])
     return DispatchRequest(
         topic,
         queue_id,
@@ -92,7 +99,7 @@ def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest
         physical_offset,
         total,
         sysflag,
-        _tags_code(properties),
+        _tags_code(properties) if properties else 0,
         store_timestamp,
     )
 
@@ -108,7 +115,7 @@ def _tags_code(properties: bytes) -> int:
 
 def topic_and_queue(body: bytes) -> tuple[str, int]:
     """(topic, queueId) of an encoded record (the append hook's lookup)."""
-    _sysflag, _ts, topic_pos, _bl = _layout(body, 0)
+    _sysflag, _ts, topic_pos = _layout(body, 0)
     topic_len = body[topic_pos]
     (queue_id,) = _INT.unpack_from(body, codec.QUEUE_ID_POSITION)
     return body[topic_pos + 1 : topic_pos + 1 + topic_len].decode(), queue_id

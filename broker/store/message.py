@@ -41,6 +41,7 @@ port raises one `MessageFormatError`, never a struct or Unicode error.
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
@@ -210,9 +211,11 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=4096)
 def tags_code(tags: str | None) -> int:
     """`MessageExtBrokerInner.tagsString2tagsCode`: 0 without tags, else the TAGS
     string's hashCode widened to long (the whole string, even with several tags).
+    Cached: a topic's messages carry a handful of tags, and the hash loops in Python.
 
     The ConsumeQueue stores it; a delayed message in SCHEDULE_TOPIC_XXXX stores its
     deliver time there instead, which the dispatcher decides, not this codec.
@@ -336,18 +339,50 @@ class MessageExt:
 # --- encode --------------------------------------------------------------------------
 
 
+_HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+# A record's size less its hosts, body, topic and properties: the fixed fields, the
+# store timestamp and the topic and properties length prefixes.
+_FIXED_SIZE = _HEAD.size + 8 + _TAIL.size + 1 + 2
+_INT_FIELDS = (
+    ("queue_id", _INT32),
+    ("flag", _INT32),
+    ("sysflag", _INT32),
+    ("reconsume_times", _INT32),
+    ("queue_offset", _INT64),
+    ("physical_offset", _INT64),
+    ("born_timestamp", _INT64),
+    ("store_timestamp", _INT64),
+    ("prepared_transaction_offset", _INT64),
+)
+
+
 def _check_int(name: str, value: int, bounds: tuple[int, int]) -> None:
     if not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
         raise MessageFormatError(f"{name} {value!r} does not fit the record's field")
 
 
+def _bad_int_field(msg: MessageExt) -> MessageFormatError:
+    """Which integer field made the record's struct refuse to pack (the slow path)."""
+    try:
+        for name, bounds in _INT_FIELDS:
+            _check_int(name, getattr(msg, name), bounds)
+    except MessageFormatError as exc:
+        return exc
+    return MessageFormatError("an integer field does not fit the record")
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_ip(ip: str) -> bytes:
+    return pack_ip(ip)  # hosts repeat: the store host always, a client's for each send
+
+
 def _pack_host(name: str, host: Host) -> tuple[bytes, bool]:
     try:
         ip, port = host
-        packed = pack_ip(ip)
+        packed = _packed_ip(ip)
     except (TypeError, ValueError):
         raise MessageFormatError(f"{name} {host!r} is not an (ip, port) pair") from None
-    if not isinstance(port, int) or not 0 <= port <= 0xFFFF:
+    if type(port) is not int or not 0 <= port <= 0xFFFF:
         raise MessageFormatError(f"{name} port {port!r} out of range")
     return packed + _INT.pack(port), len(packed) == 16
 
@@ -368,7 +403,8 @@ def encode(msg: MessageExt) -> bytes:
     As the put path does, the record's BODYCRC is computed from the body and the two
     host-width sysflag bits are set from the hosts' address families (an IPv4-mapped
     IPv6 address is written as IPv4), whatever `msg` carries. Raises
-    MessageFormatError for what the layout cannot hold.
+    MessageFormatError for what the layout cannot hold. This is on every send's path:
+    integer fields are checked by packing them, and only a failure looks for the culprit.
     """
     if msg.body is None:
         raise MessageFormatError("message has no body (decoded with read_body=False?)")
@@ -383,56 +419,40 @@ def encode(msg: MessageExt) -> bytes:
         )
     born_host, born_v6 = _pack_host("born_host", msg.born_host)
     store_host, store_v6 = _pack_host("store_host", msg.store_host)
-    for name, bounds in (
-        ("queue_id", _INT32),
-        ("flag", _INT32),
-        ("sysflag", _INT32),
-        ("reconsume_times", _INT32),
-        ("queue_offset", _INT64),
-        ("physical_offset", _INT64),
-        ("born_timestamp", _INT64),
-        ("store_timestamp", _INT64),
-        ("prepared_transaction_offset", _INT64),
-    ):
-        _check_int(name, getattr(msg, name), bounds)
-    sysflag = msg.sysflag & ~(
-        MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-    )
-    if born_v6:
-        sysflag |= MessageSysFlag.BORNHOST_V6_FLAG
-    if store_v6:
-        sysflag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-    total = (
-        _HEAD.size
-        + len(born_host)
-        + 8
-        + len(store_host)
-        + _TAIL.size
-        + len(body)
-        + 1
-        + len(topic)
-        + 2
-        + len(properties)
-    )
+    sysflag = msg.sysflag
+    if type(sysflag) is int:  # else left for the pack below to refuse
+        sysflag &= ~_HOST_V6_FLAGS
+        if born_v6:
+            sysflag |= MessageSysFlag.BORNHOST_V6_FLAG
+        if store_v6:
+            sysflag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+    variable = len(born_host) + len(store_host) + len(body) + len(topic) + len(properties)
+    total = _FIXED_SIZE + variable
     if total > _INT32[1]:
         raise MessageFormatError(f"record of {total} bytes is too large")
+    try:
+        head = _HEAD.pack(
+            total,
+            MESSAGE_MAGIC_CODE,
+            body_crc(body),
+            msg.queue_id,
+            msg.flag,
+            msg.queue_offset,
+            msg.physical_offset,
+            sysflag,
+            msg.born_timestamp,
+        )
+        store_timestamp = _LONG.pack(msg.store_timestamp)
+        tail = _TAIL.pack(msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+    except struct.error:
+        raise _bad_int_field(msg) from None
     return b"".join(
         (
-            _HEAD.pack(
-                total,
-                MESSAGE_MAGIC_CODE,
-                body_crc(body),
-                msg.queue_id,
-                msg.flag,
-                msg.queue_offset,
-                msg.physical_offset,
-                sysflag,
-                msg.born_timestamp,
-            ),
+            head,
             born_host,
-            _LONG.pack(msg.store_timestamp),
+            store_timestamp,
             store_host,
-            _TAIL.pack(msg.reconsume_times, msg.prepared_transaction_offset, len(body)),
+            tail,
             body,
             _BYTE.pack(len(topic)),
             topic,
