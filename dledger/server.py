@@ -52,9 +52,12 @@ class DiskFailure(Exception):
     dropped the dirty pages, so nothing written since can be vouched for."""
 
 
-async def _fsync(plan) -> None:
+async def durably(write_and_sync, *args) -> None:
+    """Run a blocking write-and-fsync in a worker thread. Any OSError from it (EIO, a
+    full disk) becomes DiskFailure, which stops the process with a clear message: after
+    a failed fsync nothing written since can be vouched for."""
     try:
-        await trio.to_thread.run_sync(plan.run)
+        await trio.to_thread.run_sync(write_and_sync, *args)
     except OSError as exc:
         raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
 
@@ -132,7 +135,7 @@ class DLedgerServer:
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         # What recovery read may still sit only in the page cache: make it durable
         # before the replica counts it as persisted.
-        await _fsync(self.store.sync_plan())
+        await durably(self.store.sync_plan().run)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.serve)
@@ -150,7 +153,10 @@ class DLedgerServer:
                 task_status.started()
         finally:
             if self.checkpoint is not None:
-                self.checkpoint.save(self._durable_committed())
+                try:
+                    self.checkpoint.save(self._durable_committed())
+                except OSError as exc:  # safe to skip: recovery then verifies more of the log
+                    log.warning("no checkpoint at shutdown: %s", exc)
             self.store.close()
 
     def add_role_change_handler(self, handler: Callable[[int, Role], None]) -> None:
@@ -316,7 +322,7 @@ class DLedgerServer:
                     if out.hard_state is not None:
                         latest = out.hard_state
                 if latest is not None:
-                    await trio.to_thread.run_sync(self.term_vote.save, *latest)
+                    await durably(self.term_vote.save, *latest)
                 self._hard_state_busy = False
                 for out in held:
                     self._carry_out(out)
@@ -327,7 +333,7 @@ class DLedgerServer:
             await self._sync_wanted.wait()
             self._sync_wanted = trio.Event()
             plan = self.store.sync_plan()
-            await _fsync(plan)
+            await durably(plan.run)
             self._record_synced()
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
@@ -336,7 +342,7 @@ class DLedgerServer:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""
         while True:
             await trio.sleep(self.config.flush_file_interval_ms / 1000)
-            await _fsync(self.store.sync_plan())
+            await durably(self.store.sync_plan().run)
             self._record_synced()
 
     def _record_synced(self) -> None:
@@ -364,7 +370,7 @@ class DLedgerServer:
             await trio.sleep(CHECKPOINT_INTERVAL_S)
             index = self._durable_committed()
             if index != saved:
-                await trio.to_thread.run_sync(self.checkpoint.save, index)
+                await durably(self.checkpoint.save, index)
                 saved = index
 
     async def _retention_loop(self) -> None:

@@ -1,8 +1,11 @@
 """Real processes: a name server and 3 brokers, a master killed with SIGKILL under load;
-a second broker process on a store that is in use; a broker on an address of its own."""
+a second broker process on a store that is in use; a failing fsync; a broker on an address
+of its own."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 
 import pytest
@@ -38,6 +41,26 @@ async def test_a_second_broker_on_the_same_store_refuses_to_start(tmp_path):
         assert second.returncode == 3
         assert b"in use by another process" in second.stderr
         assert cluster.procs["n0"].poll() is None  # the first one is untouched
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace injects the EIO")
+@pytest.mark.parametrize("after", [3, 12])
+async def test_a_failed_fsync_stops_the_broker_with_the_disk_status(tmp_path, after):
+    """Every fsync the broker makes (log, term and vote, checkpoints, ConsumeQueues) that
+    fails stops it with status 4 and says so — also when the fsyncs it then tries on
+    the way out fail too, which used to turn the exit into a traceback and status 3."""
+    async with LocalCluster(tmp_path, nodes=1) as cluster:
+        cluster.kill("n0")
+        inject = f"inject=fdatasync,fsync:error=EIO:when={after}+"
+        broker = [sys.executable, "-m", "broker.cli", "-c", str(cluster.conf_path("n0"))]
+        with trio.fail_after(30):
+            run = await trio.run_process(
+                ["strace", "-f", "-qq", "-o", os.devnull, "-e", inject, *broker],
+                capture_stderr=True,
+                check=False,
+            )
+        assert run.returncode == 4, run.stderr[-2000:]
+        assert b"mqbroker: fsync failed" in run.stderr
 
 
 async def test_a_broker_listens_on_its_bind_address_and_advertises_brokerip1(tmp_path):
