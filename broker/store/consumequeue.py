@@ -40,6 +40,7 @@ class ConsumeQueue:
         self._fd: int | None = None
         self._unwritten = 0  # bytes at the end of _entries not yet written to the file
         self._new_file = False  # created since the last sync: its directory entry too
+        self._written = False  # written since the last sync: the file needs an fsync
         self._load()
 
     def _load(self) -> None:
@@ -115,6 +116,7 @@ class ConsumeQueue:
             self._reopen()
         os.write(self._fd, self._entries[len(self._entries) - self._unwritten :])
         self._unwritten = 0
+        self._written = True
 
     def _reopen(self) -> None:
         self.close()
@@ -137,11 +139,14 @@ class ConsumeQueue:
     def sync_work(self) -> tuple[int | None, list[Path]]:
         """What makes this queue's entries so far durable, taken on the event loop and
         carried out in a worker thread: a duplicate of the file descriptor to fsync (the
-        queue may reopen its own meanwhile) and the directories whose entries to fsync."""
+        queue may reopen its own meanwhile; None when nothing was written since the last
+        sync, so a checkpoint costs one fsync per busy queue, not one per queue) and the
+        directories whose entries to fsync."""
         self.flush()
         dirs = [self.directory, self.directory.parent] if self._new_file else []
-        self._new_file = False
-        return (None if self._fd is None else os.dup(self._fd)), dirs
+        fd = os.dup(self._fd) if self._written and self._fd is not None else None
+        self._new_file = self._written = False
+        return fd, dirs
 
     def close(self) -> None:
         if self._fd is not None:
