@@ -21,7 +21,7 @@ import trio
 
 from dledger.client import ClientError, DLedgerClient
 from jepsen import disk, partitions
-from jepsen.cluster import CLIENT, JepsenCluster, RefusedToStart
+from jepsen.cluster import CLIENT, EXIT_DISK, JepsenCluster, RefusedToStart
 from jepsen.history import Recorder
 
 # kind -> (targets, variants, duration range in seconds)
@@ -282,6 +282,8 @@ class Nemesis:
         self.cluster.kill(node)
         outcome = "still running" if status is None else f"exited with status {status}"
         self.injected[-1]["exit_status"] = status
+        if status not in (None, EXIT_DISK):
+            self.errors.append(f"{node} under fsync EIO {outcome}, not {EXIT_DISK}")
         detail = await self.restart_all([node])
         self._stop(fault_id, step, [node], f"{outcome}; {detail}")
 

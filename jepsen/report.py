@@ -72,6 +72,7 @@ def format_summary(results: dict, meta: dict) -> str:
         f"unseen_below_observed={results['unseen_below_observed']['count']}",
         *availability_lines(results["availability"]),
         latency_line(results["latency"]["send"]),
+        process_errors_line(results.get("run", {}).get("errors", [])),
         "",
         f"{'check':<28} {'result':<6} count",
     ]
@@ -81,6 +82,15 @@ def format_summary(results: dict, meta: dict) -> str:
             lines.append(f"{name:<28} {mark:<6} {result['count']}")
     lines += ["", f"reproduce: {meta.get('command', '(not recorded)')}"]
     return "\n".join(lines)
+
+
+def process_errors_line(errors: list[str]) -> str:
+    """What the nemesis saw go wrong with the processes themselves (a node that would not
+    restart, a wrong exit status): not a safety violation, but a finding."""
+    if not errors:
+        return "process errors: none"
+    more = f" (+{len(errors) - 1} more in results.json)" if len(errors) > 1 else ""
+    return f"process errors: {len(errors)}: {errors[0][:160]}{more}"
 
 
 def is_plain(value: Any) -> bool:

@@ -95,3 +95,13 @@ def test_an_empty_history_still_reports(tmp_path):
 def test_ticks_are_round_numbers():
     assert linear_ticks(0, 10) == [0, 2, 4, 6, 8, 10]
     assert linear_ticks(0, 0.35) == [0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35]
+
+
+def test_summary_lists_process_errors(tmp_path):
+    """A node that would not restart, or stopped with the wrong status, is a finding the
+    summary shows even though no safety check failed."""
+    results = check(*faulty_run())
+    assert "process errors: none" in format_summary(results, META)
+    results["run"] = {"errors": ["n1 under fsync EIO exited with status 3, not 4", "n2 x"]}
+    summary = format_summary(results, META)
+    assert "process errors: 2: n1 under fsync EIO exited with status 3, not 4 (+1 more" in summary
