@@ -10,9 +10,9 @@ order: a new master has exactly the committed metadata.
 A record's body is JSON: `{"op": "topic", "config": {...}}`, `{"op":
 "deleteTopic", "topic": t}`, `{"op": "group", "config": {...}}`, `{"op":
 "offsets", "entries": [[group, topic, queueId, offset], ...]}`, `{"op": "delay",
-"entries": {level: offset}}`. A snapshot (`config/metadata.json`, written
-atomically) records the state and the META_TOPIC queue offset it covers, so a
-restart replays only what came after it.
+"entries": {level: offset}}`. A snapshot (`config/metadata.json`, written and
+fsynced by the message store's dispatch checkpoint) records the state and the
+META_TOPIC queue offset it covers, so a restart replays only what came after it.
 """
 
 from __future__ import annotations
