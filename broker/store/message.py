@@ -371,15 +371,10 @@ def _bad_int_field(msg: MessageExt) -> MessageFormatError:
     return MessageFormatError("an integer field does not fit the record")
 
 
-@functools.lru_cache(maxsize=4096)
-def _packed_ip(ip: str) -> bytes:
-    return pack_ip(ip)  # hosts repeat: the store host always, a client's for each send
-
-
 def _pack_host(name: str, host: Host) -> tuple[bytes, bool]:
     try:
         ip, port = host
-        packed = _packed_ip(ip)
+        packed = pack_ip(ip)
     except (TypeError, ValueError):
         raise MessageFormatError(f"{name} {host!r} is not an (ip, port) pair") from None
     if type(port) is not int or not 0 <= port <= 0xFFFF:

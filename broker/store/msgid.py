@@ -24,6 +24,7 @@ address into an `Inet4Address`.
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 import itertools
 import os
@@ -42,10 +43,12 @@ _PORT = struct.Struct(">i")
 _OFFSET = struct.Struct(">q")
 
 
+@functools.lru_cache(maxsize=4096)
 def pack_ip(ip: str) -> bytes:
     """The address bytes Java's `InetAddress.getAddress()` gives: 4 for IPv4, else 16.
 
-    Raises ValueError for text that is not an IP address literal.
+    Raises ValueError for text that is not an IP address literal. Cached: the same
+    few addresses (the store host, the clients') are packed for every message.
     """
     try:
         return socket.inet_pton(socket.AF_INET, ip)
