@@ -25,6 +25,7 @@ from broker.controller import BrokerController
 from dledger.server import DiskFailure
 from dledger.store.file import StoreCorruption
 from dledger.tuning import tune_for_serving
+from streams.groups import first_leaf
 
 EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK = 0, 2, 3, 4
 
@@ -61,12 +62,6 @@ async def _run(config: BrokerConfig) -> None:
             async for _ in signals:
                 nursery.cancel_scope.cancel()
                 break
-
-
-def _first(group: BaseException) -> BaseException:
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,13 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(_run, config)
     except* (StoreCorruption, DiskFailure) as group:
-        print(f"mqbroker: {_first(group)}", file=sys.stderr)
+        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_DISK
     except* StoreInUse as group:
-        print(f"mqbroker: {_first(group)}", file=sys.stderr)
+        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_BIND
     except* OSError as group:
-        print(f"mqbroker: cannot listen: {_first(group)}", file=sys.stderr)
+        print(f"mqbroker: cannot listen: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_BIND
     except* KeyboardInterrupt:
         pass

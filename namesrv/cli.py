@@ -16,6 +16,7 @@ import trio
 
 from namesrv.config import NamesrvConfig, load_config
 from namesrv.server import NamesrvServer
+from streams.groups import first_leaf
 
 EXIT_OK, EXIT_USAGE, EXIT_BIND = 0, 2, 3
 
@@ -50,9 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(_run, config)
     except* OSError as group:
-        exc = group.exceptions[0]
-        while isinstance(exc, BaseExceptionGroup):  # nested nurseries nest the group
-            exc = exc.exceptions[0]
+        exc = first_leaf(group)
         print(f"mqnamesrv: cannot listen on port {config.listen_port}: {exc}", file=sys.stderr)
         status = EXIT_BIND
     except* KeyboardInterrupt:
