@@ -28,8 +28,8 @@ import random
 import shutil
 from pathlib import Path
 
-from broker.store.consumequeue import ENTRY, ENTRY_SIZE
-from broker.store.messagestore import DISPATCH_CHECKPOINT
+from broker.store.consumequeue import ENTRY_SIZE, entries_ending_by
+from broker.store.messagestore import checkpoint_position
 from dledger.server import SYNCED_LENGTHS_FILE
 
 CHUNK = 1 << 20
@@ -98,20 +98,12 @@ def lose_unsynced_queues(store_root: Path, rng: random.Random) -> int:
     """Cut each ConsumeQueue file to a random length that keeps at least the entries
     for messages before the dispatch checkpoint's position (those were fsynced before
     it was written); with no checkpoint, anything may go. Returns entries lost."""
-    try:
-        position = json.loads((store_root / DISPATCH_CHECKPOINT).read_bytes())["position"]
-    except FileNotFoundError:
-        position = 0
+    position = checkpoint_position(store_root)
     lost = 0
     for path in sorted((store_root / "consumequeue").glob("*/*/*")):
         data = path.read_bytes()
         entries = len(data) // ENTRY_SIZE
-        durable = 0
-        while durable < entries and sum(ENTRY.unpack_from(data, durable * ENTRY_SIZE)[:2]) <= (
-            position
-        ):
-            durable += 1
-        keep = rng.randint(durable * ENTRY_SIZE, len(data))
+        keep = rng.randint(entries_ending_by(data, position) * ENTRY_SIZE, len(data))
         if keep < len(data):
             with path.open("r+b") as file:
                 file.truncate(keep)

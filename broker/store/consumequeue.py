@@ -29,6 +29,15 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20, ConsumeQueue.CQ_STORE_UNIT_SIZE
 
 
+def entries_ending_by(entries: bytes | bytearray, physical_end: int) -> int:
+    """How many of `entries` (a queue's 20-byte entries, in log order) point at messages
+    that end at or before `physical_end`: a prefix, what recovery keeps of the queue."""
+    keep = len(entries) // ENTRY_SIZE
+    while keep and sum(ENTRY.unpack_from(entries, (keep - 1) * ENTRY_SIZE)[:2]) > physical_end:
+        keep -= 1
+    return keep
+
+
 class ConsumeQueue:
     def __init__(self, directory: Path, topic: str, queue_id: int) -> None:
         self.topic = topic
@@ -99,11 +108,7 @@ class ConsumeQueue:
 
     def truncate_physical(self, physical_end: int) -> None:
         """Drop entries for messages that end beyond `physical_end`, durably."""
-        keep = len(self)
-        while keep and sum(ENTRY.unpack_from(self._entries, (keep - 1) * ENTRY_SIZE)[:2]) > (
-            physical_end
-        ):
-            keep -= 1
+        keep = entries_ending_by(self._entries, physical_end)
         if keep < len(self):
             del self._entries[keep * ENTRY_SIZE :]
             self._rewrite()

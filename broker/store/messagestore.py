@@ -38,6 +38,20 @@ _SKIPPED_TRANSACTIONS = (
 )
 
 
+def checkpoint_position(root: Path) -> int:
+    """The log position the dispatch checkpoint under store root `root` vouches for:
+    every message before it is durable in the ConsumeQueues. 0 (rebuild them all)
+    when there is none or it does not parse."""
+    path = root / DISPATCH_CHECKPOINT
+    try:
+        return int(json.loads(path.read_bytes())["position"])
+    except FileNotFoundError:
+        return 0
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("%s unreadable (%s): rebuilding the ConsumeQueues", path, exc)
+        return 0
+
+
 class GetStatus:
     """DefaultMessageStore's GetMessageStatus, mapped to pull response codes by the processor."""
 
@@ -103,7 +117,7 @@ class MessageStore:
         queue still points at says nothing about the others. Without a checkpoint
         (a new store, or one from before checkpoints) every queue is rebuilt."""
         store = self.server.store
-        resume = min(self._checkpoint_position(), store.end_pos)
+        resume = min(checkpoint_position(self.root), store.end_pos)
         for queue in self.queues.queues.values():
             queue.truncate_physical(resume)
         self.metadata.load(self._snapshot_path)
@@ -119,17 +133,6 @@ class MessageStore:
         else:
             self.dispatched_index = self.first_index_at(resume) - 1
         log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
-
-    def _checkpoint_position(self) -> int:
-        try:
-            return int(json.loads(self._checkpoint_path.read_bytes())["position"])
-        except FileNotFoundError:
-            return 0
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning(
-                "%s unreadable (%s): rebuilding the ConsumeQueues", self._checkpoint_path, exc
-            )
-            return 0
 
     def checkpoint_work(self):
         """The dispatch checkpoint, captured now, as blocking work for a worker thread:
