@@ -56,12 +56,19 @@ class RunConfig:
             return list(self.steps)
         return plan(self.seed, list(self.faults), self.time_limit_s, self.nodes)
 
+    def fault_kinds(self) -> tuple[str, ...]:
+        """The kinds this run injects: an explicit schedule's own, else `faults`
+        (a replayed schedule ignores `--faults`, so the summary must not echo it)."""
+        if self.steps is None:
+            return self.faults
+        return tuple(dict.fromkeys(step.kind for step in self.steps))
+
     def command(self) -> str:
         parts = [
             "python -m jepsen run",
             f"--nodes {self.nodes}",
             "--workload queue",
-            f"--faults {','.join(self.faults)}",
+            f"--faults {','.join(self.fault_kinds())}",
             f"--time-limit {self.time_limit_s:g}",
             f"--seed {self.seed}",
             f"--rate {self.rate:g}",
@@ -214,7 +221,7 @@ def _meta(config: RunConfig, steps: int) -> dict:
         "command": config.command(),
         "seed": config.seed,
         "nodes": config.nodes,
-        "faults": ",".join(config.faults),
+        "faults": ",".join(config.fault_kinds()),
         "time_limit_s": config.time_limit_s,
         "flush": f"ASYNC_FLUSH every {PAGE_CACHE_FLUSH_MS} ms"
         if config.page_cache

@@ -136,3 +136,16 @@ def test_generated_schedules_keep_every_acknowledged_message(tmp_path_factory, s
     note(f"schedule: {steps}")
     results = trio.run(run, config)
     assert results["valid"], _explain(results, config)
+
+
+def test_a_replayed_schedule_reports_its_own_fault_kinds(tmp_path):
+    steps = (
+        Step(at_s=1.0, kind="client", target="leader", variant="reset", duration_s=2.0, seed=1),
+        Step(at_s=4.0, kind="kill", target="leader", variant="kill", duration_s=1.0, seed=2),
+        Step(at_s=6.0, kind="client", target="all", variant="latency", duration_s=1.0, seed=3),
+    )
+    replay = RunConfig(run_dir=tmp_path, seed=0, faults=("pause",), steps=steps)
+    assert replay.fault_kinds() == ("client", "kill")
+    assert "--faults client,kill " in replay.command()
+    seeded = RunConfig(run_dir=tmp_path, seed=0, faults=("pause", "disk"))
+    assert seeded.fault_kinds() == ("pause", "disk")
