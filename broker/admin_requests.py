@@ -66,7 +66,7 @@ class AdminRequests:
         metadata = self.broker.store.metadata
         body = {
             "topicConfigTable": {
-                n: t.tojson_body() for n, t in metadata.topics.items() if n != META_TOPIC
+                n: t.to_json() for n, t in metadata.topics.items() if n != META_TOPIC
             },
             "dataVersion": metadata.data_version,
         }
@@ -77,16 +77,18 @@ class AdminRequests:
         if not broker.is_master:
             return broker.not_master(request)
         try:
-            config = SubscriptionGroupConfig.fromjson_body(json.loads(request.body))
-        except (ValueError, KeyError, TypeError) as exc:
+            config = SubscriptionGroupConfig.from_json(json.loads(request.body))
+        except KeyError as exc:
+            raise BadRequest(f"bad subscription group body: no {exc.args[0]}") from None
+        except (ValueError, TypeError) as exc:
             raise BadRequest(f"bad subscription group body: {exc}") from None
-        await broker.meta.write("group", config=config.tojson_body())
+        await broker.meta.write("group", config=config.to_json())
         return request.make_response(ResponseCode.SUCCESS)
 
     async def all_groups(self, request: RemotingCommand, connection: Connection):
         metadata = self.broker.store.metadata
         body = {
-            "subscriptionGroupTable": {n: g.tojson_body() for n, g in metadata.groups.items()},
+            "subscriptionGroupTable": {n: g.to_json() for n, g in metadata.groups.items()},
             "dataVersion": metadata.data_version,
         }
         return request.make_response(ResponseCode.SUCCESS, body=json_body(body))

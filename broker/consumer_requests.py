@@ -35,6 +35,7 @@ class ConsumerRequests:
         groups = broker.clients.heartbeat(data, connection, broker.store.now_ms())
         if broker.is_master:
             for group in groups:
+                await broker.ensure_group(group)
                 if RETRY_PREFIX + group not in broker.store.metadata.topics:
                     await broker.ensure_retry_topic(group)
         return request.make_response(ResponseCode.SUCCESS)

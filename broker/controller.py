@@ -28,6 +28,7 @@ from broker.clients import ClientManager
 from broker.config import BrokerConfig
 from broker.consumer_requests import ConsumerRequests
 from broker.headers import BadRequest
+from broker.locks import LockRequests, QueueLocks
 from broker.metawriter import MetaWriter, OffsetWriter
 from broker.pull import PullProcessor
 from broker.registration import Registration
@@ -41,6 +42,7 @@ from broker.store.metadata import (
     PERM_READ,
     PERM_WRITE,
     RETRY_PREFIX,
+    SubscriptionGroupConfig,
     TopicConfig,
     builtin_topics,
 )
@@ -81,6 +83,7 @@ class BrokerController:
         self.role_term = 0  # the DLedger term of the current role; registrations carry it
         self.port = config.listen_port
         self.clients = ClientManager()
+        self.locks = QueueLocks(self.store.now_ms)
         self.meta = MetaWriter(self)
         self.offsets = OffsetWriter(self)
         self.sender = SendProcessor(self)
@@ -121,7 +124,7 @@ class BrokerController:
     # ------------------------------------------------------------------ processors
     def _processors(self) -> ProcessorTable:
         send, pull = self.sender, PullProcessor(self)
-        consumer, admin = ConsumerRequests(self), AdminRequests(self)
+        consumer, admin, locks = ConsumerRequests(self), AdminRequests(self), LockRequests(self)
         table = {
             RequestCode.SEND_MESSAGE: send.send,
             RequestCode.SEND_MESSAGE_V2: send.send,
@@ -137,6 +140,8 @@ class BrokerController:
             RequestCode.GET_MIN_OFFSET: consumer.min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer.search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: consumer.earliest_time,
+            RequestCode.LOCK_BATCH_MQ: locks.lock,
+            RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
@@ -213,6 +218,30 @@ class BrokerController:
             return existing
         return await self.put_topic(TopicConfig(DLQ_PREFIX + group, 1, 1, PERM_WRITE))
 
+    def group_refusal(self, group: str) -> tuple[int, str] | None:
+        """Why `group` may not consume here, as (response code, remark); None if it may.
+
+        A group with no config consumes under the defaults while
+        `autoCreateSubscriptionGroup` is on (its heartbeat creates the config)."""
+        config = self.store.metadata.groups.get(group)
+        if config is None:
+            if self.config.auto_create_subscription_group:
+                return None
+            return (
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{group}] does not exist, apply first please!",
+            )
+        if not config.consume_enable:
+            return ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
+        return None
+
+    async def ensure_group(self, group: str) -> None:
+        """Create `group`'s config with the defaults, through the log, if it has none and
+        `autoCreateSubscriptionGroup` is on (RocketMQ does it on the group's heartbeat)."""
+        if group in self.store.metadata.groups or not self.config.auto_create_subscription_group:
+            return
+        await self.meta.write("group", config=SubscriptionGroupConfig(group).to_json())
+
     def max_reconsume_times(self, group_or_retry_topic: str) -> int:
         group = group_or_retry_topic.removeprefix(RETRY_PREFIX)
         config = self.store.metadata.groups.get(group)
@@ -244,6 +273,7 @@ class BrokerController:
         self.role_term = term
         self.broker_id = self.config.slave_broker_id
         self.offsets.forget_pending()
+        self.locks.clear()
         self.registration.register_soon()
 
     async def _become_master(self, term: int, elected_at: float) -> None:

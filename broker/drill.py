@@ -30,6 +30,11 @@ class Tally:
     unknown: set[int] = attrs.Factory(set)
     refused: int = 0
     consumed: dict[int, int] = attrs.Factory(dict)  # message number -> deliveries
+    # Deliveries of a stored message (queue, offset) already delivered. Distinct from
+    # `duplicated`, which also counts a number a producer stored twice (a retry after
+    # an unknown outcome): the one consumer keeps its queues across the failover, so
+    # it must never be handed the same stored message again.
+    redelivered: int = 0
     order_violations: int = 0
     old_master: str = ""
     new_master: str = ""
@@ -55,6 +60,7 @@ async def run_drill(
 ) -> Tally:
     tally = Tally()
     last_offset: dict[int, int] = {}
+    delivered: set[tuple[int, int]] = set()
 
     async def handler(msgs) -> bool:
         for msg in msgs:
@@ -62,6 +68,9 @@ async def run_drill(
                 continue
             number = int(msg.body.split(b":")[0])
             tally.consumed[number] = tally.consumed.get(number, 0) + 1
+            position = (msg.queue_id, msg.queue_offset)
+            tally.redelivered += position in delivered
+            delivered.add(position)
             previous = last_offset.get(msg.queue_id, -1)
             if msg.queue_offset <= previous and tally.consumed[number] == 1:
                 tally.order_violations += 1

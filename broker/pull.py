@@ -8,7 +8,17 @@ RocketMQ's clients re-pull at once after PULL_NOT_FOUND, so answering at once
 would turn every idle consumer into a busy loop.
 
 Slaves serve pulls too (every replica dispatches committed data), suggesting
-broker 0 for the next one.
+broker 0 for the next one. A slave's queues end where its commit index does, which
+trails the master's by up to a heartbeat, so an offset past a slave's end is one
+the consumer read at the master, not a bad one: the slave holds the pull like an
+idle one and then answers PULL_RETRY_IMMEDIATELY with the offset unchanged, as
+RocketMQ's slave does without `offsetCheckInSlave`. Answering PULL_OFFSET_MOVED
+there would move the consumer back to the slave's end, and it would receive again
+what it had already consumed, typically right after a failover.
+
+Refusals, as PullMessageProcessor words them: a topic without read permission
+(the internal metadata topic has none) and a subscription group that is disabled
+or, with `autoCreateSubscriptionGroup=false`, unknown.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import trio
 from broker.headers import integer, text
 from broker.store.message import tags_code
 from broker.store.messagestore import GetResult, GetStatus
+from broker.store.metadata import PERM_READ
 from remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
@@ -59,11 +70,19 @@ class PullProcessor:
         max_nums = integer(request, "maxMsgNums", 32)
         flags = integer(request, "sysFlag", 0)
         suspend_ms = min(integer(request, "suspendTimeoutMillis", 15_000), MAX_SUSPEND_MS)
-        if topic not in broker.store.metadata.topics:
+        config = broker.store.metadata.topics.get(topic)
+        if config is None:
             return request.make_response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"topic[{topic}] not exist, apply first please!",
             )
+        if not config.perm & PERM_READ:
+            return request.make_response(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+            )
+        refusal = broker.group_refusal(group)
+        if refusal is not None:
+            return request.make_response(*refusal)
         codes = None
         if request.ext_fields.get("expressionType", "TAG") == "TAG":
             codes = subscription_codes(request.ext_fields.get("subscription"))
@@ -73,8 +92,10 @@ class PullProcessor:
                 broker.offsets.commit(group, topic, queue_id, commit)
         store = broker.store
         result = store.get_message(topic, queue_id, offset, max_nums, codes)
+        behind = not broker.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY
+        idle = result.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
         if (
-            result.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
+            (idle or behind)
             and flags & FLAG_SUSPEND
             and broker.config.long_polling_enable
             and offset >= result.max_offset
@@ -86,17 +107,29 @@ class PullProcessor:
                 if result.status == GetStatus.NO_MATCHED_MESSAGE:
                     break
         broker.stats_got += len(result.records)
+        if not broker.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY:
+            return self._response(request, result, ResponseCode.PULL_RETRY_IMMEDIATELY, offset)
         return self._response(request, result)
 
     @staticmethod
-    def _response(request: RemotingCommand, result: GetResult) -> RemotingCommand:
+    def _response(
+        request: RemotingCommand,
+        result: GetResult,
+        code: int | None = None,
+        next_begin_offset: int | None = None,
+    ) -> RemotingCommand:
+        """The reply for `result`; `code` and `next_begin_offset` override the status
+        table's (a slave that is behind keeps the consumer where it is)."""
+        if next_begin_offset is None:
+            next_begin_offset = result.next_begin_offset
         ext = {
             "suggestWhichBrokerId": "0",
-            "nextBeginOffset": str(result.next_begin_offset),
+            "nextBeginOffset": str(next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
         }
-        code = _CODES[result.status]
+        if code is None:
+            code = _CODES[result.status]
         return request.make_response(
             code,
             None if code == ResponseCode.SUCCESS else result.status,

@@ -1,6 +1,9 @@
 """Sending: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
 CONSUMER_SEND_MSG_BACK (36), with RocketMQ's retry, delay and dead-letter rules.
 
+Transactional (half) messages are refused with NO_PERMISSION: there is no
+END_TRANSACTION or check-back here to settle them.
+
 A message is serialized here as a CommitLog record and appended through DLedger;
 the answer goes back once a quorum has it on disk. DLedger's refusals map as
 RocketMQ's DLedgerCommitLog maps them: not the leader → SERVICE_NOT_AVAILABLE
@@ -159,6 +162,15 @@ class SendProcessor:
             props = codec.string_to_properties(text(request, "properties", ""))
             items = [(integer(request, "flag", 0), request.body, props)]
         sysflag = integer(request, "sysFlag", 0) & ~MessageSysFlag.MULTI_TAGS_FLAG
+        if MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE:
+            # Storing a half message with no END_TRANSACTION or check-back to settle it
+            # would drop it silently; refuse it as a broker with
+            # rejectTransactionMessage=true does.
+            raise BadRequest(
+                f"the broker[{broker.config.broker_name}] sending transaction message is "
+                "forbidden: transactional messages are not supported here",
+                ResponseCode.NO_PERMISSION,
+            )
         born = parse_host(connection.remote_address)
         born_timestamp = integer(request, "bornTimestamp", 0)
         reconsume = integer(request, "reconsumeTimes", 0)

@@ -125,6 +125,10 @@ async def test_bad_requests_get_codes_and_remarks(nursery, tmp_path):
     refused = await g.send(slave, "T", b"x")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert refused.remark.startswith("not master")
+    half = {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 4, "g": 0, "h": 0, "j": 0}
+    prepared = await g.call(master, RequestCode.SEND_MESSAGE_V2, half, b"half")  # sysFlag 4
+    assert prepared.code == ResponseCode.NO_PERMISSION
+    assert "sending transaction message is forbidden" in prepared.remark
     still = await g.send(master, "T", b"after the bad ones")
     assert still.code == ResponseCode.SUCCESS
 

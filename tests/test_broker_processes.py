@@ -22,6 +22,7 @@ async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
     assert len(tally.acked) >= 550, "sends should keep succeeding across the failover"
     assert not tally.lost, f"acknowledged but never consumed: {sorted(tally.lost)[:20]}"
     assert tally.order_violations == 0
+    assert tally.redelivered == 0, "the consumer kept its queues: nothing is delivered twice"
     assert set(tally.consumed) <= set(range(600))  # nothing the producers did not send
     # consumer offsets were committed through the log and survive the failover
     assert tally.committed_offsets == tally.max_offsets
