@@ -35,11 +35,8 @@ class AdminRequests:
         if not broker.is_master:
             return broker.not_master(request)
         topic = text(request, "topic")
-        if topic == META_TOPIC or not topic or len(topic.encode()) > 127:
-            raise BadRequest(
-                f"the topic[{topic}] is conflict with system reserved words or "
-                "longer than 127 bytes"
-            )
+        if topic == META_TOPIC:
+            raise BadRequest(f"The topic[{topic}] is conflict with system topic.")
         config = TopicConfig(
             topic,
             integer(request, "readQueueNums", 8),

@@ -35,9 +35,9 @@ class ConsumerRequests:
         groups = broker.clients.heartbeat(data, connection, broker.store.now_ms())
         if broker.is_master:
             for group in groups:
-                await broker.ensure_group(group)
                 if RETRY_PREFIX + group not in broker.store.metadata.topics:
-                    await broker.ensure_retry_topic(group)
+                    await broker.ensure_retry_topic(group)  # first: it checks the name
+                await broker.ensure_group(group)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def unregister_client(self, request: RemotingCommand, connection: Connection):

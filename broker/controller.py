@@ -45,6 +45,7 @@ from broker.store.metadata import (
     SubscriptionGroupConfig,
     TopicConfig,
     builtin_topics,
+    topic_problem,
 )
 from dledger.codes import Role
 from dledger.server import DLedgerError, DLedgerServer
@@ -181,7 +182,11 @@ class BrokerController:
     async def put_topic(self, config: TopicConfig) -> TopicConfig:
         """Create or update a topic through the log, then tell the name servers: the
         caller (an admin tool, a consumer's first heartbeat creating its retry topic)
-        usually asks for the route next. A dead name server delays it by at most 1 s."""
+        usually asks for the route next. A dead name server delays it by at most 1 s.
+        Every way a topic comes to exist passes here, so its name is checked here."""
+        problem = topic_problem(config.topic_name)
+        if problem is not None:
+            raise BadRequest(problem, ResponseCode.SYSTEM_ERROR)  # as TopicValidator answers
         await self.meta.write("topic", config=config.to_json())
         with trio.move_on_after(1.0):
             await self.registration.register_now()

@@ -30,6 +30,10 @@ from remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 if TYPE_CHECKING:
     from broker.controller import BrokerController
 
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker's own topics. A client's
+# message in the schedule topic would be delivered to whatever topic and queue its
+# properties name, past every check a send makes.
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "OFFSET_MOVED_EVENT"})
 _BATCH_ITEM = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _NOT_LEADER = {
     Code.NOT_LEADER,
@@ -138,6 +142,10 @@ class SendProcessor:
 
     def _queue_id(self, request: RemotingCommand, config) -> int:
         topic = config.topic_name
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise BadRequest(
+                f"Sending message to topic[{topic}] is forbidden.", ResponseCode.NO_PERMISSION
+            )
         if not config.perm & PERM_WRITE:
             raise BadRequest(
                 f"the topic[{topic}] sending message is forbidden", ResponseCode.NO_PERMISSION

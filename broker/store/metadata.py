@@ -18,6 +18,7 @@ META_TOPIC queue offset it covers, so a restart replays only what came after it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -30,6 +31,26 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+
+TOPIC_MAX_LENGTH = 127  # TopicValidator.TOPIC_MAX_LENGTH (4.x)
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+def topic_problem(topic: str) -> str | None:
+    """What is wrong with `topic` as a name, in TopicValidator's words; None if nothing.
+
+    Besides clients' expectations, the character set is what keeps a name from
+    leaving the store: a topic is a directory under `consumequeue/`."""
+    if not topic or topic.isspace():
+        return "The specified topic is blank."
+    if not _TOPIC_CHARS.fullmatch(topic):
+        return (
+            f"The specified topic[{topic}] contains illegal characters, "
+            "allowing only ^[%|a-zA-Z0-9_-]+$"
+        )
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    return None
 
 
 @attrs.define

@@ -1,5 +1,6 @@
-"""Who may pull what, and where: a slave that is behind, read permission, and
-subscription groups (their configs through the log, consumeEnable, auto-creation)."""
+"""What the broker lets in: topic names, the topics clients may not send to, read
+permission, a slave that is behind, and subscription groups (their configs through
+the log, consumeEnable, auto-creation)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import trio
 
 from broker.store import message as codec
-from broker.store.metadata import META_TOPIC
+from broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC
 from remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
 from tests.test_broker_inprocess import create_topic, group, status, wait_for
@@ -106,3 +107,32 @@ async def test_a_heartbeat_creates_its_group_unless_auto_creation_is_off(nursery
         ResponseCode.PULL_NOT_FOUND,
         "0",
     )
+
+
+async def test_topic_names_are_checked_wherever_a_topic_comes_to_exist(nursery, tmp_path):
+    g = await group(nursery, tmp_path, nodes=1)
+    b = g.master()
+    illegal = "allowing only ^[%|a-zA-Z0-9_-]+$"
+    cases = {"../x": illegal, "a/b": illegal, "a.b": illegal, "x" * 128: "max length 127"}
+    for topic, why in cases.items():
+        ext = {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}
+        created = await g.call(b, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+        assert created.code == ResponseCode.SYSTEM_ERROR and why in created.remark, topic
+        auto = await g.send(b, topic, b"x")  # auto-creation from TBW102
+        assert auto.code == ResponseCode.SYSTEM_ERROR and why in auto.remark, topic
+    beat = json.dumps({"clientID": "c1", "consumerDataSet": [{"groupName": "../g"}]}).encode()
+    refused = await g.call(b, RequestCode.HEART_BEAT, body=beat)  # its retry topic
+    assert refused.code == ResponseCode.SYSTEM_ERROR and illegal in refused.remark
+    assert "../g" not in b.store.metadata.groups
+    assert not any(p.name in ("x", "g") for p in tmp_path.rglob("*"))
+    ok = await g.send(b, "%|ok_-1", b"x")
+    assert ok.code == ResponseCode.SUCCESS, ok.remark
+
+
+async def test_clients_may_not_send_to_the_schedule_topic(nursery, tmp_path):
+    g = await group(nursery, tmp_path, nodes=1)
+    b = g.master()
+    sneaky = "REAL_TOPIC\x01Other\x02REAL_QID\x010\x02"
+    refused = await g.send(b, SCHEDULE_TOPIC, b"x", props=sneaky)
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert refused.remark == f"Sending message to topic[{SCHEDULE_TOPIC}] is forbidden."
