@@ -24,6 +24,11 @@ completion, as they would on Java's executor threads (a oneway offset commit sen
 just before a client exits must not be lost); their responses are dropped. A
 processor that waits for a long time can watch `closed` or `wait_closed()`.
 
+Requests processed in tasks are capped per connection (`max_running_requests`):
+past the cap a request is answered SYSTEM_BUSY at once, as Java's broker answers
+when a processor's queue is full, so a client pipelining held pulls without end
+costs bounded memory.
+
 Sending is synchronous and never blocks: `send` queues the frame for the writer
 task, which batches everything queued into one `send_all`. The queue is bounded by
 `max_pending_bytes`; a peer that stops reading past it has its connection closed,
@@ -46,11 +51,12 @@ from remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
 from remoting.processor import Processor, not_supported
 from streams.deadlines import DeadlineReaper
 
-__all__ = ["DEFAULT_MAX_PENDING_BYTES", "Connection"]
+__all__ = ["DEFAULT_MAX_PENDING_BYTES", "DEFAULT_MAX_RUNNING_REQUESTS", "Connection"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_RUNNING_REQUESTS = 16_384
 
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _OPAQUE_MASK = 0x7FFFFFFF  # opaques are Java ints; ours stay positive and wrap
@@ -84,6 +90,7 @@ class Connection:
         *,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS,
         on_close: Callable[[Connection], None] | None = None,
         receive_size: int = RECEIVE_CHUNK,
     ) -> None:
@@ -91,6 +98,8 @@ class Connection:
         self._processor = processor
         self._max_frame_bytes = max_frame_bytes
         self._max_pending_bytes = max_pending_bytes
+        self._max_running = max_running_requests
+        self._running = 0
         self._on_close = on_close
         self._receive_size = receive_size
         self._writer = FrameWriter(stream, max_frame_bytes)
@@ -284,7 +293,11 @@ class Connection:
                     if command.flag & FLAG_RESPONSE:
                         on_response(command)
                     elif inline is None or not self._try_inline(inline, command):
-                        start_soon(process, command)
+                        if self._running >= self._max_running:
+                            self._refuse_busy(command)
+                        else:
+                            self._running += 1
+                            start_soon(process, command)
         except RemotingError as exc:
             log.warning("closing connection from %s: %s", self.remote_address, exc)
             return f"malformed frame: {exc}"
@@ -312,7 +325,20 @@ class Connection:
             log.exception("inline processor failed on request code %s", request.code)
             return False
 
+    def _refuse_busy(self, request: RemotingCommand) -> None:
+        remark = (
+            f"[OVERLOAD]system busy: {self._running} requests in flight on this connection, "
+            "start flow control for a while"
+        )
+        self.respond(request, request.make_response(ResponseCode.SYSTEM_BUSY, remark))
+
     async def _process(self, request: RemotingCommand) -> None:
+        try:
+            await self._answer(request)
+        finally:
+            self._running -= 1
+
+    async def _answer(self, request: RemotingCommand) -> None:
         processor = self._processor
         try:
             if processor is None:

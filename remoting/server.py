@@ -23,7 +23,11 @@ from collections.abc import Callable
 import trio
 
 from remoting.codec import MAX_FRAME_BYTES
-from remoting.connection import DEFAULT_MAX_PENDING_BYTES, Connection
+from remoting.connection import (
+    DEFAULT_MAX_PENDING_BYTES,
+    DEFAULT_MAX_RUNNING_REQUESTS,
+    Connection,
+)
 from remoting.processor import Processor
 
 __all__ = ["RemotingServer", "listen_host"]
@@ -53,6 +57,7 @@ class RemotingServer:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         *,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS,
         on_connect: Callable[[Connection], None] | None = None,
         on_disconnect: Callable[[Connection], None] | None = None,
     ) -> None:
@@ -61,6 +66,7 @@ class RemotingServer:
         self.processor = processor
         self.max_frame_bytes = max_frame_bytes
         self.max_pending_bytes = max_pending_bytes
+        self.max_running_requests = max_running_requests
         self.on_connect = on_connect
         self.on_disconnect = on_disconnect
         self.connections: set[Connection] = set()
@@ -86,6 +92,7 @@ class RemotingServer:
             self.processor,
             max_frame_bytes=self.max_frame_bytes,
             max_pending_bytes=self.max_pending_bytes,
+            max_running_requests=self.max_running_requests,
             on_close=self._connection_closed,
         )
         self.connections.add(connection)

@@ -414,3 +414,27 @@ async def test_a_peer_that_stops_reading_is_disconnected(caplog):
             await stream.aclose()
             nursery.cancel_scope.cancel()
     assert any("the peer is not reading" in r.message for r in caplog.records)
+
+
+async def test_requests_past_the_cap_in_flight_are_answered_busy(nursery):
+    """A client pipelining slow requests without end (held pulls, say) gets SYSTEM_BUSY
+    past `max_running_requests` instead of a task per request; the capacity comes back
+    as the running ones finish."""
+    broker = Broker()
+    server = RemotingServer("127.0.0.1", 0, broker.table, max_running_requests=5)
+    port = await nursery.start(server.serve)
+    slow = {"sleep_s": "0.5"}
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        codes = []
+
+        async def call() -> None:
+            request = RemotingCommand(code=SLOW, ext_fields=dict(slow))
+            codes.append((await client.invoke(request, 5.0)).code)
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as calls:
+                for _ in range(8):
+                    calls.start_soon(call)
+        assert sorted(codes) == [ResponseCode.SYSTEM_BUSY] * 3 + [ResponseCode.PULL_NOT_FOUND] * 5
+        later = await client.invoke(RemotingCommand(code=SLOW, ext_fields=dict(slow)), 5.0)
+        assert later.code == ResponseCode.PULL_NOT_FOUND  # the five are done: room again
