@@ -5,6 +5,15 @@ so the name servers (and through them the clients) may learn of a new master onl
 at the next tick. Here a role change registers at once and waits for each name
 server's answer, retrying a failed one quickly; the periodic registration remains
 as the heartbeat that keeps the broker from expiring.
+
+Each name server has a lane of its own: one task, one connection, one request in
+flight (RocketMQ sends to all in parallel but waits for all before the next round).
+A name server that accepts and never answers (SIGSTOPped, say) holds up only its
+own lane, for registerBrokerTimeoutMills at a time; the others hear of a new master
+at once. A lane closes a failed connection before it opens the next, so retries
+against a hung name server never pile up connections. The connection stays open
+between registrations: a name server drops a broker whose connection closes, so a
+stopped broker leaves the routes at once.
 """
 
 from __future__ import annotations
@@ -26,25 +35,41 @@ log = logging.getLogger(__name__)
 RETRY_S = 0.2
 
 
+class _Lane:
+    """One name server's registrations."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.wanted = trio.Event()
+        self.settled = 0  # the newest request (see Registration._requested) answered or failed
+
+
 class Registration:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._wanted = trio.Event()
-        self._clients: dict[str, RemotingClient] = {}
-        self._started = 0  # rounds begun; each builds its request from the state then
-        self._completed = 0
+        self._lanes = [_Lane(address) for address in broker.config.namesrv_addr]
+        self._requested = 0  # registrations asked for; each lane sends the state at its turn
         self._progress = trio.Event()
 
     def register_soon(self) -> None:
-        self._wanted.set()
+        self._requested += 1
+        for lane in self._lanes:
+            lane.wanted.set()
 
     async def register_now(self) -> None:
-        """Register what is known now with every name server; return when all have
-        answered or failed (a round already under way may predate the change)."""
-        target = self._started + 1
-        self._wanted.set()
-        while self._completed < target:
+        """Register what is known now with every name server; return when each has
+        answered it or failed since. A name server that never answers holds this up
+        until the attempt under way times out (registerBrokerTimeoutMills), and the
+        others not at all."""
+        self.register_soon()
+        target = self._requested
+        while any(lane.settled < target for lane in self._lanes):
             await self._progress.wait()
+
+    def _settle(self, lane: _Lane, requested: int) -> None:
+        lane.settled = max(lane.settled, requested)
+        self._progress.set()
+        self._progress = trio.Event()
 
     def _request(self) -> RemotingCommand:
         broker = self.broker
@@ -75,52 +100,43 @@ class Registration:
         )
 
     async def run(self) -> None:
-        period = self.broker.config.register_name_server_period / 1000.0
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            while True:
-                with trio.move_on_after(period):
-                    await self._wanted.wait()
-                self._wanted = trio.Event()
-                self._started += 1
-                request = self._request()
-                failed = []
-                async with trio.open_nursery() as round_nursery:
-                    for address in self.broker.config.namesrv_addr:
-                        round_nursery.start_soon(self._register_one, address, request, failed)
-                self._completed = self._started
-                self._progress.set()
-                self._progress = trio.Event()
-                if failed:
-                    await trio.sleep(RETRY_S)
-                    self._wanted.set()
+            for lane in self._lanes:
+                nursery.start_soon(self._run_lane, lane, name=f"register with {lane.address}")
 
-    async def _register_one(self, address: str, request: RemotingCommand, failed: list) -> None:
+    async def _run_lane(self, lane: _Lane) -> None:
+        while True:
+            try:
+                async with RemotingClient(lane.address) as client:
+                    await self._register_on(client, lane)
+            except (RemotingError, OSError) as exc:
+                log.warning("register with name server %s failed: %s", lane.address, exc)
+                self._settle(lane, self._requested)
+            await trio.sleep(RETRY_S)
+
+    async def _register_on(self, client: RemotingClient, lane: _Lane) -> None:
+        """Register at once, then whenever asked or due, until the connection fails."""
+        period = self.broker.config.register_name_server_period / 1000.0
         timeout = self.broker.config.register_broker_timeout_mills / 1000.0
-        try:
-            client = await self._client(address)
-            copy = RemotingCommand(
-                code=request.code, ext_fields=dict(request.ext_fields), body=request.body
-            )
-            response = await client.invoke(copy, timeout)
+        while True:
+            lane.wanted = trio.Event()  # a request from now on is one this send may predate
+            requested = self._requested
+            response = await client.invoke(self._request(), timeout)
             if response.code != ResponseCode.SUCCESS:
                 raise RemotingError(f"answered {response.code}: {response.remark}")
-        except (RemotingError, OSError) as exc:
-            log.warning("register with name server %s failed: %s", address, exc)
-            self._clients.pop(address, None)
-            failed.append(address)
-
-    async def _client(self, address: str) -> RemotingClient:
-        client = self._clients.get(address)
-        if client is None or client.closed:
-            client = RemotingClient(address)
-            await self._nursery.start(_hold_open, client)
-            self._clients[address] = client
-        return client
+            self._settle(lane, requested)
+            with trio.move_on_after(period):
+                await _first_of(lane.wanted.wait, client.connection.wait_closed)
 
 
-async def _hold_open(client: RemotingClient, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Keep a client's connection open in the registration nursery until it fails."""
-    async with client:
-        task_status.started()
-        await client.connection.wait_closed()
+async def _first_of(*waits) -> None:
+    """Return when the first of `waits` does (a closed connection fails the next send,
+    so a restarted name server hears from the broker within RETRY_S, not a period later)."""
+    async with trio.open_nursery() as nursery:
+        for wait in waits:
+            nursery.start_soon(_then_cancel, wait, nursery.cancel_scope)
+
+
+async def _then_cancel(wait, scope: trio.CancelScope) -> None:
+    await wait()
+    scope.cancel()

@@ -28,6 +28,7 @@ class InProcessGroup:
         base: Path,
         nodes: int = 3,
         namesrv: NamesrvConfig | None = None,
+        more_namesrv: tuple[str, ...] = (),
         **conf: str,
     ) -> None:
         self.nursery = nursery
@@ -43,6 +44,7 @@ class InProcessGroup:
         self.brokers: dict[str, BrokerController] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self.namesrv_addr = ""
+        self.more_namesrv = more_namesrv  # name servers the test runs itself, after ours
 
     async def start(self) -> InProcessGroup:
         namesrv = NamesrvServer(self.namesrv_config)
@@ -59,7 +61,7 @@ class InProcessGroup:
             "brokerClusterName": "TestCluster",
             "brokerName": "broker-t",
             "listenPort": str(self.listen[node]),
-            "namesrvAddr": self.namesrv_addr,
+            "namesrvAddr": ";".join((self.namesrv_addr, *self.more_namesrv)),
             "storePathRootDir": str(self.base / node),
             "enableDLegerCommitLog": "true",
             "dLegerPeers": self.dledger_peers,
