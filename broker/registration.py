@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 0.2
+RETRY_S = 0.2  # the first retry; doubled per failure in a row, up to MAX_RETRY_S
+MAX_RETRY_S = 3.0
 
 
 class _Lane:
@@ -42,6 +43,7 @@ class _Lane:
         self.address = address
         self.wanted = trio.Event()
         self.settled = 0  # the newest request (see Registration._requested) answered or failed
+        self.failures = 0  # in a row; reset by an answer
 
 
 class Registration:
@@ -110,9 +112,12 @@ class Registration:
                 async with RemotingClient(lane.address) as client:
                     await self._register_on(client, lane)
             except (RemotingError, OSError) as exc:
-                log.warning("register with name server %s failed: %s", lane.address, exc)
+                # Said once per outage: a name server down for hours is one line.
+                level = logging.WARNING if lane.failures == 0 else logging.DEBUG
+                log.log(level, "register with name server %s failed: %s", lane.address, exc)
+                lane.failures += 1
                 self._settle(lane, self._requested)
-            await trio.sleep(RETRY_S)
+            await trio.sleep(min(MAX_RETRY_S, RETRY_S * 2 ** (lane.failures - 1)))
 
     async def _register_on(self, client: RemotingClient, lane: _Lane) -> None:
         """Register at once, then whenever asked or due, until the connection fails."""
@@ -125,6 +130,9 @@ class Registration:
             if response.code != ResponseCode.SUCCESS:
                 raise RemotingError(f"answered {response.code}: {response.remark}")
             self._settle(lane, requested)
+            if lane.failures:
+                log.warning("registered with name server %s again", lane.address)
+                lane.failures = 0
             with trio.move_on_after(period):
                 await _first_of(lane.wanted.wait, client.connection.wait_closed)
 
