@@ -6,7 +6,8 @@ configs (`conf/dledger/broker-n*.conf` here) load unchanged. In DLedger mode the
 replica's `DLedgerConfig` is derived as RocketMQ's `DLedgerCommitLog` derives it: group
 is `dLegerGroup` or else `brokerName`, the store lives under `storePathRootDir` (or
 `storePathDLedgerCommitLog`), data segments are `mappedFileSizeCommitLog` bytes and
-files are kept `fileReservedTime + 1` hours. DLedger's own timing keys
+files are kept `fileReservedTime + 1` hours; ConsumeQueue files are
+`mappedFileSizeConsumeQueue` bytes (300,000 entries). DLedger's own timing keys
 (`heartBeatTimeIntervalMs`, `maxVoteIntervalMs`, ...) may be written in the file under
 their DLedger names and are passed through; RocketMQ has no way to set them.
 
@@ -43,6 +44,7 @@ from collections.abc import Callable
 
 import attrs
 
+from broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ENTRY_SIZE
 from dledger.config import FSYNC, PAGE_CACHE, DLedgerConfig, parse_peers
 from namesrv.config import parse_properties
 from streams.address import parse_address
@@ -93,9 +95,9 @@ UNUSED_KEYS = frozenset(
         "clientPooledByteBufAllocatorEnable", "clientCloseSocketIfTimeout", "useTLS",
         # the classic store's files, flushing and page-cache tricks
         "rocketmqHome", "storePathConsumeQueue", "storePathIndex", "storeCheckpoint",
-        "abortFile", "mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue",
-        "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt", "flushIntervalCommitLog",
-        "commitIntervalCommitLog", "flushCommitLogTimed", "flushIntervalConsumeQueue",
+        "abortFile", "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt",
+        "flushIntervalCommitLog", "commitIntervalCommitLog", "flushCommitLogTimed",
+        "flushIntervalConsumeQueue",
         "flushCommitLogLeastPages", "commitCommitLogLeastPages",
         "flushConsumeQueueLeastPages", "flushCommitLogThoroughInterval",
         "commitCommitLogThoroughInterval", "flushConsumeQueueThoroughInterval",
@@ -126,7 +128,10 @@ UNUSED_KEYS = frozenset(
 )  # fmt: skip
 
 # Old spellings RocketMQ renamed (`maped` -> `mapped` in 4.4); old configs still use them.
-ALIASES = {"mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
+ALIASES = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
 
 _SELF_ID = re.compile(r"^[a-zA-Z]\d+$")
 _DELAY_LEVEL = re.compile(r"^\d+[smhd]$")
@@ -162,6 +167,7 @@ class BrokerConfig:
     preferred_leader_id: str | None = None
     store_path_dledger_commit_log: str | None = None
     mapped_file_size_commit_log: int = 1 << 30
+    mapped_file_size_consume_queue: int = DEFAULT_FILE_ENTRIES * ENTRY_SIZE
     default_topic_queue_nums: int = 8
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
@@ -177,6 +183,12 @@ class BrokerConfig:
     def _require_dledger(self) -> None:
         if not self.enable_dleger_commit_log:
             raise ValueError("enableDLegerCommitLog is false: this broker has no DLedger group")
+
+    @property
+    def queue_file_entries(self) -> int:
+        """Entries per ConsumeQueue file: `mappedFileSizeConsumeQueue` rounded down to
+        whole 20-byte entries, as RocketMQ rounds it."""
+        return self.mapped_file_size_consume_queue // ENTRY_SIZE
 
     @property
     def slave_broker_id(self) -> int:
@@ -293,6 +305,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "preferredLeaderId": ("preferred_leader_id", _text),
     "storePathDLedgerCommitLog": ("store_path_dledger_commit_log", _path),
     "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", _int(1)),
+    "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", _int(ENTRY_SIZE)),
     "defaultTopicQueueNums": ("default_topic_queue_nums", _int(1)),
     "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
     "autoCreateSubscriptionGroup": ("auto_create_subscription_group", _bool),

@@ -78,6 +78,7 @@ class BrokerController:
                 config.broker_cluster_name, config.broker_name, config.default_topic_queue_nums
             ),
             parse_delay_levels(config.message_delay_level),
+            config.queue_file_entries,
         )
         self.is_master = False
         self.broker_id = config.slave_broker_id

@@ -60,7 +60,7 @@ class ScheduleService:
 
     async def _deliver_due(self, level: int) -> int | None:
         store = self.broker.store
-        queue = store.queues.find(SCHEDULE_TOPIC, level - 1)
+        queue = store.queue(SCHEDULE_TOPIC, level - 1)
         if queue is None:
             return None
         start = offset = max(self._progress.get(level, 0), queue.min_offset)

@@ -115,6 +115,7 @@ class DLedgerServer:
         )
         self._role_handlers: list[Callable[[int, Role], None]] = []
         self._commit_handlers: list[Callable[[int], None]] = []
+        self._retention_limits: list[Callable[[], int]] = []
         self._callbacks: dict[int, Callable[[Code, list | None], None]] = {}
         self._handles = 0
         self._append_queue: list[tuple[int, list[bytes]]] = []
@@ -168,6 +169,18 @@ class DLedgerServer:
         self._commit_handlers.append(handler)
 
     # ------------------------------------------------------------------ public API
+    def add_retention_limit(self, limit: Callable[[], int]) -> None:
+        """Retention keeps every entry from `limit()` on: state the application built
+        from the log (the broker's ConsumeQueues) is durable only up to there, and a
+        restart rebuilds the rest from the log, which must still hold it."""
+        self._retention_limits.append(limit)
+
+    def retention_floor(self) -> int:
+        """The lowest index retention may not delete past (see Replica.retention_floor)."""
+        keep_ms = self.config.file_reserved_hours * 3600_000.0
+        floor = self.replica.retention_floor(self._now(), keep_ms)
+        return min([floor, *(limit() for limit in self._retention_limits)])
+
     @property
     def role(self) -> Role:
         return self.replica.role
@@ -377,8 +390,7 @@ class DLedgerServer:
         keep_s = self.config.file_reserved_hours * 3600.0
         while True:
             await trio.sleep(RETENTION_CHECK_S)
-            floor = self.replica.retention_floor(self._now(), keep_s * 1000.0)
-            deleted = self.store.delete_expired(floor, keep_s)
+            deleted = self.store.delete_expired(self.retention_floor(), keep_s)
             if deleted:
                 log.info(
                     "retention deleted %d data files; log now begins at %d",

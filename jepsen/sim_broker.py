@@ -65,6 +65,9 @@ class SimServer:
     def add_commit_handler(self, handler) -> None:
         """Unused: the model dispatches after every event the replica handles."""
 
+    def add_retention_limit(self, limit) -> None:
+        """Unused: the simulated log (a MemoryLogStore) has no retention."""
+
     def append_nowait(self, bodies: list[bytes], callback) -> None:
         [body] = bodies  # the broker stores one message per entry
         handle = self.cluster.client_append(self.node_id, body)

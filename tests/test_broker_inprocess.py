@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import trio
 
@@ -197,6 +198,79 @@ async def test_a_queue_that_lost_its_tail_alone_is_refilled(nursery, tmp_path):
         assert bodies == [b"q%d-%d" % (queue_id, i) for i in range(8)]
     sent = await g.send(b, "T", b"next", queue_id=0)
     assert sent.ext_fields["queueOffset"] == "8"
+
+
+async def test_retention_moves_every_replicas_queue_heads_and_pulls_jump_past_them(
+    nursery, tmp_path
+):
+    """RocketMQ's CleanConsumeQueueService: once retention deleted the head of the log,
+    a queue's head is the first entry whose message is still there, on every replica
+    and after a restart. A pull below it is told where to go (PULL_OFFSET_MOVED) in one
+    round trip, instead of crawling through the deleted messages one pull each."""
+    g = await group(
+        nursery,
+        tmp_path,
+        mappedFileSizeCommitLog=str(64 << 10),
+        mappedFileSizeConsumeQueue=str(16 * ENTRY_SIZE),
+    )
+    await create_topic(g, "T", 1)
+    master = g.master()
+    for i in range(160):  # about 1 KiB each: three segments and more
+        response = await g.send(master, "T", b"%04d" % i + b"x" * 1000)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    end = master.dledger.replica.committed_index
+    await wait_for(lambda: all(b.store.dispatched_index >= end for b in g.brokers.values()))
+    queue_dir = {n: tmp_path / n / "consumequeue" / "T" / "0" for n in g.brokers}
+    files_before = {n: len(list(d.iterdir())) for n, d in queue_dir.items()}
+    held_before = {
+        n: sys.getsizeof(b.store.queues.find("T", 0)._entries) for n, b in g.brokers.items()
+    }
+    heads = {}
+    for node, broker in g.brokers.items():
+        store = broker.dledger.store
+        await trio.to_thread.run_sync(broker.store.checkpoint_work())
+        # retention keeps what the dispatch checkpoint does not cover: a restart needs it
+        assert broker.dledger.retention_floor() == broker.store.dispatched_index + 1
+        assert store.delete_expired(broker.dledger.retention_floor(), 0) >= 2
+        begin = store.pos_at(store.begin_index)
+        physical = [broker.store.queues.find("T", 0).get(k)[0] for k in range(160)]
+        heads[node] = sum(p < begin for p in physical)
+    assert len(set(heads.values())) == 1 and 0 < heads["n0"] < 160
+    head = heads["n0"]
+    await g.send(master, "T", b"wake the dispatchers")
+    for node, broker in g.brokers.items():  # trimmed by each replica on its own
+        queue = broker.store.queues.find("T", 0)
+        await wait_for(lambda queue=queue: queue.min_offset == head)
+        assert queue.max_offset == 161
+        assert len(list(queue_dir[node].iterdir())) < files_before[node]
+        assert sys.getsizeof(queue._entries) < held_before[node]  # the memory it holds
+    moved = await g.pull(master, "T", 0, 0)
+    assert status(moved) == (ResponseCode.PULL_OFFSET_MOVED, str(head))
+    assert moved.ext_fields["minOffset"] == str(head)
+    for broker in g.brokers.values():
+        first = await g.pull(broker, "T", 0, head)
+        assert first.code == ResponseCode.SUCCESS
+        assert codec.decode_all(first.body)[0].body.startswith(b"%04d" % head)
+        query = {"topic": "T", "queueId": 0}
+        minimum = await g.call(broker, RequestCode.GET_MIN_OFFSET, query)
+        assert minimum.ext_fields["offset"] == str(head)
+        found = await g.call(
+            broker, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**query, "timestamp": 0}
+        )
+        assert (found.code, found.ext_fields["offset"]) == (ResponseCode.SUCCESS, str(head))
+        earliest = await g.call(broker, RequestCode.GET_EARLIEST_MSG_STORETIME, query)
+        assert earliest.code == ResponseCode.SUCCESS and int(earliest.ext_fields["timestamp"]) > 0
+    for node in list(g.brokers):
+        g.crash(node)
+    for node in ("n0", "n1", "n2"):
+        await g.start_member(node)
+    for broker in g.brokers.values():  # recovery finds the same head
+        queue = broker.store.queues.find("T", 0)
+        assert queue.min_offset == head
+        await wait_for(lambda queue=queue: queue.max_offset == 161)
+    new_master = await g.wait_master()
+    after = await g.send(new_master, "T", b"after the restart")
+    assert after.ext_fields["queueOffset"] == "161"  # offsets never renumber
 
 
 async def test_send_back_retries_after_a_delay_then_dead_letters(nursery, tmp_path):

@@ -14,14 +14,15 @@ def test_a_checkpoint_fsyncs_only_the_queues_written_since_the_last_one(tmp_path
     busy.append(0, 100, 50, 0)
     quiet.append(0, 150, 50, 0)
     first = [queue.sync_work() for queue in (busy, quiet)]
-    assert all(fd is not None and dirs for fd, dirs in first)  # new files: their dirs too
+    assert all(len(fds) == 1 and dirs for fds, dirs in first)  # new files: their dirs too
     busy.append(1, 200, 50, 0)
-    (busy_fd, busy_dirs), (quiet_fd, quiet_dirs) = (q.sync_work() for q in (busy, quiet))
-    assert busy_fd is not None and quiet_fd is None
+    (busy_fds, busy_dirs), (quiet_fds, quiet_dirs) = (q.sync_work() for q in (busy, quiet))
+    assert len(busy_fds) == 1 and quiet_fds == []
     assert busy_dirs == quiet_dirs == []
     table.sync_plan()()  # nothing written since: nothing to do, and no error
-    for fd, _dirs in (*first, (busy_fd, busy_dirs)):
-        os.close(fd)
+    for fds, _dirs in (*first, (busy_fds, busy_dirs)):
+        for fd in fds:
+            os.close(fd)
     table.close()
 
 
@@ -37,3 +38,82 @@ def test_recovery_cuts_a_queue_back_to_a_position_and_the_cut_is_on_disk(tmp_pat
     files = list((tmp_path / "T" / "0").iterdir())
     assert [f.stat().st_size for f in files] == [3 * ENTRY_SIZE]
     reopened.close()
+
+
+def _files(directory) -> list[int]:
+    """The first queue offset of each file of a queue directory."""
+    return sorted(int(f.name) // ENTRY_SIZE for f in directory.iterdir())
+
+
+def test_a_trimmed_head_drops_whole_files_and_keeps_the_offsets_after_a_reload(tmp_path):
+    """Retention deleted the log before physical offset 450: entries 0..4 point there.
+    The queue's head moves to 5 and the file holding only 0..3 goes; the offsets of
+    what is left do not change, and a reload (which learns the head again from the
+    log's beginning) finds the same head."""
+    queue = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
+    for k in range(10):
+        queue.append(k, 100 * k, 100, k)
+    queue.flush()
+    assert _files(tmp_path / "T" / "0") == [0, 4, 8]
+    queue.trim_head(450)
+    assert (queue.min_offset, queue.max_offset, len(queue)) == (5, 10, 5)
+    assert queue.get(5) == (500, 100, 5)
+    assert _files(tmp_path / "T" / "0") == [4, 8]
+    queue.append(10, 1000, 100, 10)
+    queue.close()
+    reloaded = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
+    reloaded.trim_head(450)
+    assert (reloaded.min_offset, reloaded.max_offset) == (5, 11)
+    assert [e[0] for e in reloaded.entries(5, 100)] == [100 * k for k in range(5, 11)]
+    reloaded.close()
+
+
+def test_a_queue_trimmed_to_nothing_keeps_its_next_offset(tmp_path):
+    """The last file stays when every entry is gone: its name and length say which
+    offset comes next, so a new master does not hand out old offsets again."""
+    queue = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
+    for k in range(6):
+        queue.append(k, 100 * k, 100, 0)
+    queue.trim_head(10_000)
+    assert (queue.min_offset, queue.max_offset, len(queue)) == (6, 6, 0)
+    assert _files(tmp_path / "T" / "0") == [4]
+    queue.close()
+    reloaded = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
+    reloaded.trim_head(10_000)
+    assert (reloaded.min_offset, reloaded.max_offset) == (6, 6)
+    reloaded.append(6, 10_000, 100, 0)
+    assert reloaded.get(6) == (10_000, 100, 0)
+    reloaded.close()
+
+
+def test_a_file_a_power_cut_shortened_ends_the_queue_at_load(tmp_path):
+    """Entries after a shortened file cannot keep their offsets: recovery dispatches
+    them again, so loading keeps only the files that continue each other."""
+    queue = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
+    for k in range(10):
+        queue.append(k, 100 * k, 100, 0)
+    queue.close()
+    middle = tmp_path / "T" / "0" / f"{4 * ENTRY_SIZE:020d}"
+    middle.write_bytes(middle.read_bytes()[: 2 * ENTRY_SIZE + 3])
+    reloaded = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
+    assert reloaded.max_offset == 6
+    assert _files(tmp_path / "T" / "0") == [0, 4]
+    reloaded.append(6, 600, 100, 0)
+    reloaded.close()
+    assert middle.stat().st_size == 3 * ENTRY_SIZE  # the torn entry gone, not written behind
+
+
+def test_recovery_cuts_across_files(tmp_path):
+    queue = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
+    for k in range(10):
+        queue.append(k, 100 * k, 100, 0)
+    queue.truncate_physical(500)  # keeps offsets 0..4
+    assert queue.max_offset == 5
+    directory = tmp_path / "T" / "0"
+    assert [(f.name, f.stat().st_size) for f in sorted(directory.iterdir())] == [
+        (f"{0:020d}", 4 * ENTRY_SIZE),
+        (f"{4 * ENTRY_SIZE:020d}", ENTRY_SIZE),
+    ]
+    queue.append(5, 500, 100, 0)
+    queue.close()
+    assert ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0).max_offset == 6

@@ -5,19 +5,31 @@ endian; entry k of a queue is the message with queue offset `min_offset + k`.
 Entries are only ever added for committed messages (the dispatcher stops at the
 commit index), so a queue never shows data a failover could take back.
 
-Each queue is one file, `consumequeue/<topic>/<queueId>/<20-digit first byte>`
-(RocketMQ's naming: the file's first entry's queue offset x 20), written at every
-dispatch and fsynced only by `ConsumeQueueTable.sync_plan`, which the message store
-runs for its dispatch checkpoint: everything dispatched before the checkpoint's log
-position is durable in every queue. A power cut may take any part of a queue file
-after that, and one queue's tail but not another's, so recovery cuts every queue
-back to the checkpoint position and dispatches again from there (`truncate_physical`
-rewrites a file and fsyncs it at once, keeping that promise). Entries are mirrored
-in memory (20 bytes each), which keeps pulls free of file reads.
+A queue is a run of files, `consumequeue/<topic>/<queueId>/<20-digit first byte>`,
+each named by its first entry's queue offset x 20 and holding `file_entries` entries
+(RocketMQ's `mappedFileSizeConsumeQueue`; the last one is being filled). Files, not
+one file per queue, because DLedger retention deletes the head of the log: a queue
+then drops its whole files that only point below the log's beginning (RocketMQ's
+deleteExpiredFile), never rewriting what it keeps, and a file's name keeps telling
+the queue offset of every entry in it, so offsets never renumber. The queue's
+`min_offset` (RocketMQ's correctMinOffset) is not stored: it is the first entry
+pointing at or after the log's beginning, worked out again after every load
+(`trim_head`), so a head trimmed before a crash is trimmed the same way after it.
+
+Files are written at every dispatch and fsynced only by `ConsumeQueueTable.sync_plan`,
+which the message store runs for its dispatch checkpoint: everything dispatched
+before the checkpoint's log position is durable in every queue. A power cut may take
+any part of a queue after that, the tail of any of its files, and one queue's tail
+but not another's, so loading keeps the files that continue each other from the
+first one, and recovery cuts every queue back to the checkpoint position and
+dispatches again from there (`truncate_physical` cuts the files and fsyncs at once,
+keeping that promise). The live entries are mirrored in memory (20 bytes each),
+which keeps pulls free of file reads; trimming the head frees them.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -27,6 +39,7 @@ from dledger.store.meta import fsync_dir
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20, ConsumeQueue.CQ_STORE_UNIT_SIZE
+DEFAULT_FILE_ENTRIES = 300_000  # RocketMQ's mappedFileSizeConsumeQueue / 20
 
 
 def entries_ending_by(entries: bytes | bytearray, physical_end: int) -> int:
@@ -38,30 +51,50 @@ def entries_ending_by(entries: bytes | bytearray, physical_end: int) -> int:
     return keep
 
 
+def _file_name(first_offset: int) -> str:
+    return f"{first_offset * ENTRY_SIZE:020d}"
+
+
 class ConsumeQueue:
-    def __init__(self, directory: Path, topic: str, queue_id: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        queue_id: int,
+        file_entries: int = DEFAULT_FILE_ENTRIES,
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory
+        self.file_entries = file_entries
         self.min_offset = 0
-        self._entries = bytearray()
-        self._file: Path | None = None
-        self._fd: int | None = None
+        self._entries = bytearray()  # offsets min_offset .. max_offset - 1
+        self._files: list[int] = []  # first queue offset of each file; the last is filled
+        self._fd: int | None = None  # the last file's
+        self._rolled: list[int] = []  # full files written since the last sync, to fsync
         self._unwritten = 0  # bytes at the end of _entries not yet written to the file
         self._new_file = False  # created since the last sync: its directory entry too
-        self._written = False  # written since the last sync: the file needs an fsync
+        self._written = False  # written since the last sync: the last file needs an fsync
         self._load()
 
     def _load(self) -> None:
-        files = sorted(self.directory.glob("[0-9]" * 20)) if self.directory.is_dir() else []
-        if not files:
-            return
-        self._file = files[-1]
-        for stale in files[:-1]:  # an older generation left by a reset
-            stale.unlink()
-        self.min_offset = int(self._file.name) // ENTRY_SIZE
-        data = self._file.read_bytes()
-        self._entries = bytearray(data[: len(data) - len(data) % ENTRY_SIZE])
+        """Read the files that continue each other from the first one; the rest (after
+        a file a power cut shortened) holds only entries recovery dispatches again."""
+        paths = sorted(self.directory.glob("[0-9]" * 20)) if self.directory.is_dir() else []
+        for k, path in enumerate(paths):
+            first = int(path.name) // ENTRY_SIZE
+            if self._files and first != self.max_offset:
+                for stale in paths[k:]:
+                    stale.unlink()
+                break
+            data = path.read_bytes()
+            whole = len(data) - len(data) % ENTRY_SIZE
+            if whole < len(data):  # a torn entry: appends must not land behind it
+                os.truncate(path, whole)
+            if not self._files:
+                self.min_offset = first
+            self._files.append(first)
+            self._entries += data[:whole]
 
     # --------------------------------------------------------------------- reads
     @property
@@ -95,75 +128,134 @@ class ConsumeQueue:
 
     # --------------------------------------------------------------------- writes
     def append(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
-        if not self._entries:
-            self.min_offset = queue_offset  # the first message the log still holds
-            self._reopen()
-        elif queue_offset != self.max_offset:
-            raise ValueError(
-                f"{self.topic}/{self.queue_id}: offset {queue_offset} does not follow "
-                f"{self.max_offset - 1}"
-            )
+        if queue_offset != self.max_offset:
+            if self._entries:
+                raise ValueError(
+                    f"{self.topic}/{self.queue_id}: offset {queue_offset} does not follow "
+                    f"{self.max_offset - 1}"
+                )
+            self._drop_files()  # the first message the log still holds
+            self.min_offset = queue_offset
+        if not self._files or self.max_offset - self._files[-1] >= self.file_entries:
+            self._roll()
         self._entries += ENTRY.pack(physical_offset, size, tags_code)
         self._unwritten += ENTRY_SIZE
+
+    def trim_head(self, physical_begin: int) -> None:
+        """Drop the entries pointing before `physical_begin` (the log's beginning, after
+        retention deleted what came before): RocketMQ's correctMinOffset, then
+        deleteExpiredFile for the files that hold only such entries, except the last,
+        whose name keeps `max_offset` when every entry is gone. Not fsynced: a file
+        that comes back after a crash is dropped again by the same rule."""
+        dead = bisect.bisect_left(
+            range(len(self)),
+            physical_begin,
+            key=lambda k: ENTRY.unpack_from(self._entries, k * ENTRY_SIZE)[0],
+        )
+        if not dead:
+            return
+        self.flush()  # dropped entries may not be in the file yet: positions must hold
+        del self._entries[: dead * ENTRY_SIZE]
+        self.min_offset += dead
+        while len(self._files) > 1 and self._files[1] <= self.min_offset:
+            (self.directory / _file_name(self._files.pop(0))).unlink()
 
     def truncate_physical(self, physical_end: int) -> None:
         """Drop entries for messages that end beyond `physical_end`, durably."""
         keep = entries_ending_by(self._entries, physical_end)
-        if keep < len(self):
-            del self._entries[keep * ENTRY_SIZE :]
-            self._rewrite()
+        if keep == len(self):
+            return
+        self.flush()
+        del self._entries[keep * ENTRY_SIZE :]
+        end = self.max_offset
+        dropped = False
+        while len(self._files) > 1 and self._files[-1] >= end:
+            self._close_last()
+            (self.directory / _file_name(self._files.pop())).unlink()
+            dropped = True
+        self._open_last()
+        os.ftruncate(self._fd, (end - self._files[-1]) * ENTRY_SIZE)
+        os.fsync(self._fd)
+        if dropped:
+            fsync_dir(self.directory)
 
     def flush(self) -> None:
-        """Write appended entries to the file (no fsync: the log can rebuild them)."""
+        """Write appended entries to the last file (no fsync: the log can rebuild them)."""
         if not self._unwritten:
             return
-        if self._fd is None:
-            self._reopen()
+        self._open_last()
         os.write(self._fd, self._entries[len(self._entries) - self._unwritten :])
         self._unwritten = 0
         self._written = True
 
-    def _reopen(self) -> None:
-        self.close()
+    def _open_last(self) -> None:
+        if self._fd is None:
+            path = self.directory / _file_name(self._files[-1])
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+
+    def _roll(self) -> None:
+        """Start the next file at `max_offset`; the full one is fsynced by the next sync."""
+        self.flush()
+        if self._written:
+            self._rolled.append(self._fd)
+            self._fd = None
+            self._written = False
+        self._close_last()
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{self.min_offset * ENTRY_SIZE:020d}"
-        if self._file is not None and self._file != path and self._file.exists():
-            self._file.unlink()
-        self._file = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        path = self.directory / _file_name(self.max_offset)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._files.append(self.max_offset)
         self._new_file = True
 
-    def _rewrite(self) -> None:
-        if self._fd is None:
-            self._reopen()
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, self._entries)
-        os.fsync(self._fd)
+    def _drop_files(self) -> None:
+        """Delete every file, durably, last first: a crash leaves a run that still
+        continues from the first file, never a newer file beside older ones."""
+        self._close_fds()
+        for first in reversed(self._files):
+            (self.directory / _file_name(first)).unlink()
+        if self._files:
+            fsync_dir(self.directory)
+        self._files.clear()
         self._unwritten = 0
+        self._written = False
 
-    def sync_work(self) -> tuple[int | None, list[Path]]:
+    def sync_work(self) -> tuple[list[int], list[Path]]:
         """What makes this queue's entries so far durable, taken on the event loop and
-        carried out in a worker thread: a duplicate of the file descriptor to fsync (the
-        queue may reopen its own meanwhile; None when nothing was written since the last
-        sync, so a checkpoint costs one fsync per busy queue, not one per queue) and the
-        directories whose entries to fsync."""
+        carried out in a worker thread: file descriptors to fsync (files filled since
+        the last sync, and a duplicate of the last file's, as the queue may reopen its
+        own meanwhile; none when nothing was written since the last sync, so a
+        checkpoint costs one fsync per busy queue, not one per queue) and the
+        directories whose entries to fsync. The caller closes the descriptors."""
         self.flush()
         dirs = [self.directory, self.directory.parent] if self._new_file else []
-        fd = os.dup(self._fd) if self._written and self._fd is not None else None
+        fds, self._rolled = self._rolled, []
+        if self._written and self._fd is not None:
+            fds.append(os.dup(self._fd))
         self._new_file = self._written = False
-        return fd, dirs
+        return fds, dirs
 
-    def close(self) -> None:
+    def _close_last(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+    def _close_fds(self) -> None:
+        for fd in self._rolled:
+            os.close(fd)
+        self._rolled.clear()
+        self._close_last()
+
+    def close(self) -> None:
+        self.flush()
+        self._close_fds()
 
 
 class ConsumeQueueTable:
     """Every ConsumeQueue of the store, created on first use."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, file_entries: int = DEFAULT_FILE_ENTRIES) -> None:
         self.root = root
+        self.file_entries = file_entries
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         if root.is_dir():
             for topic_dir in root.iterdir():
@@ -177,7 +269,8 @@ class ConsumeQueueTable:
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = self.queues.get((topic, queue_id))
         if queue is None:
-            queue = ConsumeQueue(self.root / topic / str(queue_id), topic, queue_id)
+            directory = self.root / topic / str(queue_id)
+            queue = ConsumeQueue(directory, topic, queue_id, self.file_entries)
             self.queues[(topic, queue_id)] = queue
         return queue
 
@@ -188,6 +281,10 @@ class ConsumeQueueTable:
     def physical_end(self) -> int:
         """The highest message end any queue points at (-1 when all are empty)."""
         return max((q.last_physical_end() for q in self.queues.values()), default=-1)
+
+    def trim_head(self, physical_begin: int) -> None:
+        for queue in self.queues.values():
+            queue.trim_head(physical_begin)
 
     def flush(self) -> None:
         for queue in self.queues.values():
@@ -201,13 +298,13 @@ class ConsumeQueueTable:
         def run() -> None:
             dirs: set[Path] = set()
             try:
-                for fd, queue_dirs in work:
-                    if fd is not None:
+                for fds, queue_dirs in work:
+                    for fd in fds:
                         os.fsync(fd)
                     dirs.update(queue_dirs)
             finally:
-                for fd, _dirs in work:
-                    if fd is not None:
+                for fds, _dirs in work:
+                    for fd in fds:
                         os.close(fd)
             for directory in sorted(dirs) + ([self.root] if dirs else []):
                 fsync_dir(directory)
@@ -216,5 +313,4 @@ class ConsumeQueueTable:
 
     def close(self) -> None:
         for queue in self.queues.values():
-            queue.flush()
             queue.close()

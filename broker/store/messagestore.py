@@ -6,6 +6,12 @@ applied to the metadata), so consumers — on the master or on a slave — only 
 see committed messages. Pulls are answered from the ConsumeQueues with RocketMQ's
 status rules, and a pull that finds nothing can wait for the next arrival on its
 queue (long polling).
+
+DLedger retention deletes the head of the log without telling anyone; the store
+notices the log's moved beginning (`trim_queues`) at each dispatch step, on every
+replica, and before any read of a queue, and trims every ConsumeQueue's head to
+it as RocketMQ's CleanConsumeQueueService does. A pull below a queue's head then
+gets OFFSET_TOO_SMALL with the new head, never an entry whose message is gone.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import trio
 
 from broker.store import message as codec
 from broker.store.commitlog import DispatchRequest, DLedgerCommitLog
-from broker.store.consumequeue import ConsumeQueueTable
+from broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue, ConsumeQueueTable
 from broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from dledger.server import DLedgerServer, durably
 from dledger.store.meta import atomic_write
@@ -90,14 +96,17 @@ class MessageStore:
         root: Path,
         builtin_topics: dict[str, TopicConfig],
         delay_levels_ms: list[int],
+        queue_file_entries: int = DEFAULT_FILE_ENTRIES,
     ) -> None:
         self.server = server
         self.root = root
         self.commitlog = DLedgerCommitLog(server)
-        self.queues = ConsumeQueueTable(root / "consumequeue")
+        self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
         self.metadata = Metadata(builtin_topics)
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
+        self._trimmed_begin: int | None = None  # the log's begin index the queues trimmed to
+        self.checkpointed_index = 0  # the first entry the last dispatch checkpoint left out
         self._snapshot_path = root / "config" / "metadata.json"
         self._checkpoint_path = root / DISPATCH_CHECKPOINT
         self._commit_moved = trio.Event()
@@ -106,11 +115,13 @@ class MessageStore:
         self._dispatch_moved = trio.Event()
         self._recover()
         server.add_commit_handler(lambda _index: self._commit_moved.set())
+        server.add_retention_limit(lambda: self.checkpointed_index)
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
         """Cut the ConsumeQueues back to the dispatch checkpoint (and to the recovered
-        log), replay metadata, and dispatch again from there.
+        log), trim their heads to the log's beginning, replay metadata, and dispatch
+        again from there.
 
         The queue files are fsynced only for a checkpoint, so after a power cut each
         may have lost a different part of what came after it; the highest position a
@@ -120,6 +131,7 @@ class MessageStore:
         resume = min(checkpoint_position(self.root), store.end_pos)
         for queue in self.queues.queues.values():
             queue.truncate_physical(resume)
+        self.trim_queues()
         self.metadata.load(self._snapshot_path)
         meta = self.queues.find(META_TOPIC, 0)
         if meta is not None:
@@ -132,13 +144,16 @@ class MessageStore:
             self.dispatched_index = store.end_index
         else:
             self.dispatched_index = self.first_index_at(resume) - 1
+        self.checkpointed_index = self.dispatched_index + 1
         log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
 
     def checkpoint_work(self):
         """The dispatch checkpoint, captured now, as blocking work for a worker thread:
         fsync every queue file, write the metadata snapshot, then record the log position
         of the first entry not yet dispatched. Everything before that position is then
-        durable in the queues, and the snapshot never runs ahead of them."""
+        durable in the queues, and the snapshot never runs ahead of them; retention
+        may delete up to there (`checkpointed_index`), as a restart dispatches again
+        from there and must find the log."""
         store = self.server.store
         first = self.dispatched_index + 1
         position = store.pos_at(first) if first <= store.end_index else store.end_pos
@@ -151,8 +166,21 @@ class MessageStore:
             self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self._snapshot_path, snapshot)
             atomic_write(self._checkpoint_path, record)
+            self.checkpointed_index = first
 
         return run
+
+    def trim_queues(self) -> None:
+        """Drop from every queue the entries for messages retention deleted from the
+        log, once per move of the log's beginning (a comparison when it did not move).
+
+        After a restart the same rule gives the same heads again, as the log's new
+        beginning is saved before its files are deleted."""
+        store = self.server.store
+        if store.begin_index == self._trimmed_begin:
+            return
+        self.queues.trim_head(store.end_pos if store.empty else store.pos_at(store.begin_index))
+        self._trimmed_begin = store.begin_index
 
     def first_index_at(self, position: int) -> int:
         """The first entry placed at or after byte `position` of the log (the entry of
@@ -203,6 +231,7 @@ class MessageStore:
                     with trio.move_on_at(next_checkpoint):
                         await self._commit_moved.wait()
                     self._commit_moved = trio.Event()
+                self.trim_queues()
                 self.dispatch_some(DISPATCH_CHUNK)
                 if trio.current_time() >= next_checkpoint:
                     await durably(self.checkpoint_work())
@@ -270,12 +299,18 @@ class MessageStore:
             await self._dispatch_moved.wait()
 
     # ------------------------------------------------------------------ reads
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """A queue to read from, trimmed first: every entry it then holds points at a
+        message the log still has."""
+        self.trim_queues()
+        return self.queues.find(topic, queue_id)
+
     def max_offset(self, topic: str, queue_id: int) -> int:
         queue = self.queues.find(topic, queue_id)
         return 0 if queue is None else queue.max_offset
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        queue = self.queues.find(topic, queue_id)
+        queue = self.queue(topic, queue_id)
         return 0 if queue is None else queue.min_offset
 
     def get_message(
@@ -287,8 +322,11 @@ class MessageStore:
         tags_codes: frozenset[int] | None = None,
     ) -> GetResult:
         """RocketMQ's getMessage: the status table of the pull protocol, tag filtering by
-        hash when `tags_codes` is given (clients re-check the tag itself)."""
-        queue = self.queues.find(topic, queue_id)
+        hash when `tags_codes` is given (clients re-check the tag itself). An offset
+        below the trimmed head is OFFSET_TOO_SMALL with the head as the next offset,
+        which the pull processor answers PULL_OFFSET_MOVED: the consumer jumps past
+        everything retention deleted in one round trip."""
+        queue = self.queue(topic, queue_id)
         if queue is None or not len(queue):
             lo = hi = 0 if queue is None else queue.max_offset
             if offset == hi:
@@ -311,10 +349,7 @@ class MessageStore:
             scanned += 1
             if tags_codes is not None and tags not in tags_codes:
                 continue
-            try:
-                records.append(self.commitlog.read(phys, size))
-            except IndexError:
-                break  # retention removed it meanwhile
+            records.append(self.commitlog.read(phys, size))
             total += size
         next_offset = offset + scanned
         status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
@@ -333,7 +368,7 @@ class MessageStore:
 
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose store time is >= timestamp (the max offset if none)."""
-        queue = self.queues.find(topic, queue_id)
+        queue = self.queue(topic, queue_id)
         if queue is None or not len(queue):
             return 0 if queue is None else queue.max_offset
         low, high = queue.min_offset, queue.max_offset
@@ -346,7 +381,7 @@ class MessageStore:
         return low
 
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
-        queue = self.queues.find(topic, queue_id)
+        queue = self.queue(topic, queue_id)
         if queue is None or not len(queue):
             return -1
         return self.store_time(queue.get(queue.min_offset)[0])
