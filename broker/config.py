@@ -94,7 +94,8 @@ UNUSED_KEYS = frozenset(
         "clientSocketSndBufSize", "clientSocketRcvBufSize",
         "clientPooledByteBufAllocatorEnable", "clientCloseSocketIfTimeout", "useTLS",
         # the classic store's files, flushing and page-cache tricks
-        "rocketmqHome", "storePathConsumeQueue", "storePathIndex", "storeCheckpoint",
+        "rocketmqHome", "storePathCommitLog", "storePathConsumeQueue", "storePathIndex",
+        "storeCheckpoint",
         "abortFile", "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt",
         "flushIntervalCommitLog", "commitIntervalCommitLog", "flushCommitLogTimed",
         "flushIntervalConsumeQueue",
@@ -157,7 +158,6 @@ class BrokerConfig:
     broker_ip1: str = "127.0.0.1"
     namesrv_addr: tuple[str, ...] = ()
     store_path_root_dir: str = attrs.Factory(_home_store)
-    store_path_commit_log: str | None = None
     broker_role: str = "ASYNC_MASTER"
     flush_disk_type: str = FSYNC
     enable_dleger_commit_log: bool = False
@@ -292,10 +292,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "brokerId": ("broker_id", _int(0)),
     "listenPort": ("listen_port", _int(0, 65535)),
     "bindAddress": ("bind_address", _ip),
-    "brokerIP1": ("broker_ip1", _text),
+    "brokerIP1": ("broker_ip1", _ip),  # it is packed into every msgId: no host names
     "namesrvAddr": ("namesrv_addr", _namesrv),
     "storePathRootDir": ("store_path_root_dir", _path),
-    "storePathCommitLog": ("store_path_commit_log", _path),
     "brokerRole": ("broker_role", _choice(*BROKER_ROLES)),
     "flushDiskType": ("flush_disk_type", _choice(FSYNC, PAGE_CACHE)),
     "enableDLegerCommitLog": ("enable_dleger_commit_log", _bool),

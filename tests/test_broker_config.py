@@ -36,9 +36,11 @@ def test_rocketmq_sample_dledger_confs_load(n: int) -> None:
     assert config.broker_name == "RaftNode00"
     assert config.listen_port == 30911 + 10 * n
     assert config.namesrv_addr == ("127.0.0.1:9876",)
-    assert config.store_path_commit_log == f"/tmp/rmqstore/node0{n}/commitlog"
     assert config.slave_broker_id == n + 1
-    assert warnings == [f"{path}: sendMessageThreadPoolNums: accepted, not used by raftmq"]
+    assert warnings == [  # the CommitLog is the DLedger log under storePathRootDir
+        f"{path}: storePathCommitLog: accepted, not used by raftmq",
+        f"{path}: sendMessageThreadPoolNums: accepted, not used by raftmq",
+    ]
 
     dledger = config.dledger_config()
     assert dledger.group == "RaftNode00"
@@ -136,6 +138,7 @@ def test_unknown_key_far_from_any_gets_no_hint(tmp_path: Path) -> None:
         ("bindAddress=localhost", "bindAddress='localhost': expected an IP address"),
         ("bindAddress=127.0.0.2:10911", "bindAddress='127.0.0.2:10911': expected an IP address"),
         ("bindAddress=127.0.0.300", "bindAddress='127.0.0.300': expected an IP address"),
+        ("brokerIP1=broker-a.local", "brokerIP1='broker-a.local': expected an IP address"),
     ],
 )
 def test_bad_values_name_file_key_and_value(tmp_path: Path, line: str, problem: str) -> None:
