@@ -25,7 +25,7 @@ shift || true
 case "$cmd" in
     demo)
         bootstrap
-        exec "$venv/bin/python" -m broker.demo "$@"
+        exec "$venv/bin/python" -m raftmq.tools.broker_demo "$@"
         ;;
     test)
         bootstrap

@@ -28,9 +28,9 @@ import trio
 
 from bench.dledger_bench import percentile
 from bench.rss import peak_rss_mib
-from broker.local import LocalCluster
-from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from remoting.codec import encode_header
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting.codec import encode_header
+from raftmq.tools.broker_local import LocalCluster
 
 TOPIC = "BenchTopic"
 QUEUES = 8
@@ -167,7 +167,7 @@ async def _consume(address: str, stop: trio.Event, results: dict) -> None:
 
 def _born_times(body: bytes):
     """The born time each benchmark message carries first in its body (records walked raw)."""
-    from broker.store import message as codec
+    from raftmq.protocol import message as codec
 
     for msg in codec.decode_all(body):
         yield _BORN.unpack_from(msg.body)[0]

@@ -21,10 +21,10 @@ import tempfile
 import trio
 
 from bench.rss import peak_rss_mib
-from dledger.codes import Code
-from dledger.local import LocalGroup
-from dledger.net.codec import RpcCode
-from dledger.net.rpc_client import RpcClient
+from raftmq.dledger.codes import Code
+from raftmq.dledger.net.codec import RpcCode
+from raftmq.dledger.net.rpc_client import RpcClient
+from raftmq.tools.dledger_local import LocalGroup
 
 CONNECTIONS = 4
 

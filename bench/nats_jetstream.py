@@ -211,7 +211,7 @@ class _Cluster:
     """Three nats-server processes in a temp dir under ``workdir``; killed and removed on exit."""
 
     def __init__(self, workdir: Path) -> None:
-        from dledger.local import free_ports
+        from raftmq.tools.dledger_local import free_ports
 
         self.server = server_binary()
         workdir.mkdir(parents=True, exist_ok=True)

@@ -308,7 +308,7 @@ class _Cluster:
         self.dir = Path(tempfile.mkdtemp(prefix="pysyncobj-", dir=workdir))
         # Imported here, in the caller's process only: node processes import this module
         # too, and should not pay for trio and the dledger client they never use.
-        from dledger.local import free_ports
+        from raftmq.tools.dledger_local import free_ports
 
         ports = free_ports(6)
         self.raft = [f"127.0.0.1:{p}" for p in ports[:3]]

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import trio
 
-from broker.local import LocalCluster
-from client import Message, MessageQueue, Producer, PullConsumer, PullStatus
+from raftmq.client import Message, MessageQueue, Producer, PullConsumer, PullStatus
+from raftmq.tools.broker_local import LocalCluster
 
 TOPIC = "SparkBench"
 SEND_BATCH = 64
@@ -77,7 +77,7 @@ async def _pull_consumer(namesrv: str) -> tuple[int, float]:
 def _spark_session():
     from pyspark.sql import SparkSession
 
-    from client.spark import RocketMQSource
+    from raftmq.client.spark import RocketMQSource
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -31,7 +31,7 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from client.spark import RocketMQSource
+from raftmq.client.spark import RocketMQSource
 
 ORDER = "id STRING, amount DOUBLE, ts BIGINT"
 
@@ -93,8 +93,8 @@ def run(namesrv: str, topic: str, checkpoint: str) -> None:
 def demo() -> None:
     import trio
 
-    from broker.local import LocalCluster
-    from client import Producer
+    from raftmq.client import Producer
+    from raftmq.tools.broker_local import LocalCluster
 
     now_ms = int(time.time() * 1000)
 

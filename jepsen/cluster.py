@@ -28,9 +28,9 @@ from pathlib import Path
 
 import trio
 
-from broker.local import LocalCluster
 from jepsen.proxy import Link, ProxyNet
-from remoting import RemotingClient, RemotingCommand, RequestCode
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from raftmq.tools.broker_local import LocalCluster
 
 EXIT_DISK = 4  # mqbroker's exit status for a store it refuses to open (broker.cli)
 CLIENT = "client"  # the producers' and consumers' end of every client link
@@ -135,7 +135,7 @@ class JepsenCluster(LocalCluster):
         log = open(self.base_dir / f"{node}.log", "ab")  # noqa: SIM115 - owned by the process
         inject = f"inject=fdatasync,fsync:error=EIO:when={after}+"
         strace = ["strace", "-f", "-qq", "-o", os.devnull, "-e", inject]
-        broker = [sys.executable, "-m", "broker.cli", "-c", str(self.conf_path(node))]
+        broker = [sys.executable, "-m", "raftmq.broker.cli", "-c", str(self.conf_path(node))]
         self.procs[node] = subprocess.Popen(
             strace + broker, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )

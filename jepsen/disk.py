@@ -28,9 +28,9 @@ import random
 import shutil
 from pathlib import Path
 
-from broker.store.consumequeue import ENTRY_SIZE, entries_ending_by
-from broker.store.messagestore import checkpoint_position
-from dledger.server import SYNCED_LENGTHS_FILE
+from raftmq.broker.store.consumequeue import ENTRY_SIZE, entries_ending_by
+from raftmq.broker.store.messagestore import checkpoint_position
+from raftmq.dledger.server import SYNCED_LENGTHS_FILE
 
 CHUNK = 1 << 20
 

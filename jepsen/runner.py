@@ -21,7 +21,6 @@ from pathlib import Path
 import attrs
 import trio
 
-from client.route import MessageQueue
 from jepsen.checker import check
 from jepsen.cluster import JepsenCluster
 from jepsen.history import Recorder
@@ -29,6 +28,7 @@ from jepsen.nemesis import Nemesis, Step, plan
 from jepsen.proxy import ProxyNet
 from jepsen.report import format_summary, write_report
 from jepsen.workload import QUEUES, TOPIC, Workload, read_queue
+from raftmq.client.route import MessageQueue
 
 RECOVERY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 60.0

@@ -33,15 +33,15 @@ import random
 import tempfile
 from pathlib import Path
 
-from broker.metawriter import meta_message
-from broker.store import message as codec
-from broker.store.commitlog import BODY_OFFSET
-from broker.store.consumequeue import ENTRY_SIZE
-from broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
-from broker.store.metadata import builtin_topics
-from dledger.codes import Code, Role
-from dledger.sim.checks import Checker, InvariantViolation
-from dledger.sim.schedule import Schedule, run
+from raftmq.broker.metawriter import meta_message
+from raftmq.broker.store.commitlog import BODY_OFFSET
+from raftmq.broker.store.consumequeue import ENTRY_SIZE
+from raftmq.broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
+from raftmq.broker.store.metadata import builtin_topics
+from raftmq.dledger.codes import Code, Role
+from raftmq.dledger.sim.checks import Checker, InvariantViolation
+from raftmq.dledger.sim.schedule import Schedule, run
+from raftmq.protocol import message as codec
 
 TOPIC = "SimTopic"
 QUEUES = 4

@@ -20,15 +20,15 @@ import random
 
 import trio
 
-from broker.store.message import MessageConst, MessageFormatError, properties_to_string
-from client.consumer import PullConsumer, PullStatus, Subscription, pull_request, pull_result
-from client.errors import MQClientError
-from client.instance import ClientInstance
-from client.producer import send_request
-from client.route import MessageQueue
 from jepsen.history import Recorder
-from remoting import RemotingClient, RemotingError
-from remoting.codes import RequestCode, ResponseCode
+from raftmq.client.consumer import PullConsumer, PullStatus, Subscription, pull_request, pull_result
+from raftmq.client.errors import MQClientError
+from raftmq.client.instance import ClientInstance
+from raftmq.client.producer import send_request
+from raftmq.client.route import MessageQueue
+from raftmq.protocol.message import MessageConst, MessageFormatError, properties_to_string
+from raftmq.remoting import RemotingClient, RemotingError
+from raftmq.remoting.codes import RequestCode, ResponseCode
 
 TOPIC = "jepsen"
 GROUP = "jepsen-consumers"

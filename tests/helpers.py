@@ -2,10 +2,10 @@
 
 import random
 
-from dledger.codes import EntryType
-from dledger.config import DLedgerConfig
-from dledger.core.replica import Replica
-from dledger.store.memory import MemoryLogStore
+from raftmq.dledger.codes import EntryType
+from raftmq.dledger.config import DLedgerConfig
+from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.store.memory import MemoryLogStore
 
 GROUP = "g"
 PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import trio
 
-from broker.config import load_broker_config
-from broker.controller import BrokerController
-from dledger.local import free_ports
-from namesrv.config import NamesrvConfig
-from namesrv.server import NamesrvServer
-from remoting import RemotingClient, RemotingCommand, RequestCode
+from raftmq.broker.config import load_broker_config
+from raftmq.broker.controller import BrokerController
+from raftmq.namesrv.config import NamesrvConfig
+from raftmq.namesrv.server import NamesrvServer
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from raftmq.tools.dledger_local import free_ports
 
 
 class InProcessGroup:

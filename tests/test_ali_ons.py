@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.local import LocalCluster
-from remoting import ResponseCode
+from raftmq.remoting import ResponseCode
+from raftmq.tools.broker_local import LocalCluster
 
 ALI_ONS_DIR = Path(__file__).parent / "ali_ons"
 NODE = shutil.which("node")

@@ -8,9 +8,9 @@ import json
 
 import trio
 
-from broker.store import message as codec
-from broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC
-from remoting import RequestCode, ResponseCode
+from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC
+from raftmq.protocol import message as codec
+from raftmq.remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
 from tests.test_broker_inprocess import create_topic, group, status, wait_for
 

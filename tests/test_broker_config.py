@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig, load_broker_config
-from dledger.config import FSYNC, PAGE_CACHE
-from remoting import listen_host
+from raftmq.broker.config import BrokerConfig, load_broker_config
+from raftmq.dledger.config import FSYNC, PAGE_CACHE
+from raftmq.remoting import listen_host
 
-SAMPLES = Path(__file__).resolve().parent.parent / "broker" / "conf" / "dledger"
+SAMPLES = Path(__file__).resolve().parent.parent / "raftmq" / "broker" / "conf" / "dledger"
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 
 

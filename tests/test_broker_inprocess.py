@@ -7,11 +7,11 @@ import sys
 
 import trio
 
-from broker.store import message as codec
-from broker.store.consumequeue import ENTRY_SIZE
-from broker.store.message import MessageConst
-from namesrv.config import NamesrvConfig
-from remoting import RequestCode, ResponseCode
+from raftmq.broker.store.consumequeue import ENTRY_SIZE
+from raftmq.namesrv.config import NamesrvConfig
+from raftmq.protocol import message as codec
+from raftmq.protocol.message import MessageConst
+from raftmq.remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from broker.locks import QueueLocks
-from remoting import RequestCode, ResponseCode
+from raftmq.broker.locks import QueueLocks
+from raftmq.remoting import RequestCode, ResponseCode
 from tests.test_broker_inprocess import group
 
 Q0, Q1 = ("T", "broker-t", 0), ("T", "broker-t", 1)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.store.message import (
+from raftmq.protocol.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -47,7 +47,7 @@ from broker.store.message import (
     string_to_properties,
     tags_code,
 )
-from broker.store.msgid import (
+from raftmq.protocol.msgid import (
     MessageId,
     UniqIdGenerator,
     create_message_id,

@@ -11,9 +11,9 @@ import sys
 import pytest
 import trio
 
-from broker.drill import run_drill
-from broker.local import LocalCluster
-from remoting import RemotingClient, RemotingConnectError
+from raftmq.remoting import RemotingClient, RemotingConnectError
+from raftmq.tools.broker_drill import run_drill
+from raftmq.tools.broker_local import LocalCluster
 
 
 async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
@@ -35,7 +35,7 @@ async def test_a_second_broker_on_the_same_store_refuses_to_start(tmp_path):
     files under it. It must stop at once with a clear message instead."""
     async with LocalCluster(tmp_path, nodes=1) as cluster:
         second = await trio.run_process(
-            [sys.executable, "-m", "broker.cli", "-c", str(cluster.conf_path("n0"))],
+            [sys.executable, "-m", "raftmq.broker.cli", "-c", str(cluster.conf_path("n0"))],
             capture_stderr=True,
             check=False,
         )
@@ -53,7 +53,7 @@ async def test_a_failed_fsync_stops_the_broker_with_the_disk_status(tmp_path, af
     async with LocalCluster(tmp_path, nodes=1) as cluster:
         cluster.kill("n0")
         inject = f"inject=fdatasync,fsync:error=EIO:when={after}+"
-        broker = [sys.executable, "-m", "broker.cli", "-c", str(cluster.conf_path("n0"))]
+        broker = [sys.executable, "-m", "raftmq.broker.cli", "-c", str(cluster.conf_path("n0"))]
         with trio.fail_after(30):
             run = await trio.run_process(
                 ["strace", "-f", "-qq", "-o", os.devnull, "-e", inject, *broker],

@@ -12,11 +12,11 @@ import time
 
 import trio
 
-from dledger.local import free_ports
-from namesrv.config import NamesrvConfig
-from namesrv.routes import MASTER_ID
-from namesrv.server import NamesrvServer
-from remoting import RequestCode
+from raftmq.namesrv.config import NamesrvConfig
+from raftmq.namesrv.routes import MASTER_ID
+from raftmq.namesrv.server import NamesrvServer
+from raftmq.remoting import RequestCode
+from raftmq.tools.dledger_local import free_ports
 from tests.inprocess_broker import InProcessGroup
 
 TIMEOUT_MS = 1500  # registerBrokerTimeoutMills: how long each attempt at the hung one lasts

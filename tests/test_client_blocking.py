@@ -7,7 +7,13 @@ import pytest
 import trio
 from test_client_fakes import group_of, start_namesrv
 
-from client import BlockingProducer, BlockingPullConsumer, MessageQueue, PullStatus, SendError
+from raftmq.client import (
+    BlockingProducer,
+    BlockingPullConsumer,
+    MessageQueue,
+    PullStatus,
+    SendError,
+)
 
 MQ = MessageQueue("T", "broker-a", 0)
 

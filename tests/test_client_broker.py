@@ -12,9 +12,7 @@ from collections import Counter
 import pytest
 import trio
 
-from broker.local import LocalCluster
-from broker.store.message import MessageExt
-from client import (
+from raftmq.client import (
     Message,
     MessageQueue,
     Producer,
@@ -23,6 +21,8 @@ from client import (
     PushConsumer,
     SendError,
 )
+from raftmq.protocol.message import MessageExt
+from raftmq.tools.broker_local import LocalCluster
 
 pytestmark = pytest.mark.processes
 

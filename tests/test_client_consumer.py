@@ -10,8 +10,8 @@ import pytest
 import trio
 from test_client_fakes import group_of, start_namesrv
 
-from client import MessageQueue, MQBrokerError, Producer, PullConsumer, PullStatus
-from remoting import RequestCode
+from raftmq.client import MessageQueue, MQBrokerError, Producer, PullConsumer, PullStatus
+from raftmq.remoting import RequestCode
 
 MQ = MessageQueue("T", "broker-a", 1)
 

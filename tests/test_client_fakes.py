@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from broker.store.message import MessageConst, MessageExt, decode, encode, string_to_properties
-from namesrv import NamesrvConfig, NamesrvServer
-from remoting import (
+from raftmq.namesrv import NamesrvConfig, NamesrvServer
+from raftmq.protocol.message import MessageConst, MessageExt, decode, encode, string_to_properties
+from raftmq.remoting import (
     Connection,
     ProcessorTable,
     RemotingClient,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.allocate import allocate_averagely
-from client.offsets import QueueOffsets
-from client.route import MessageQueue
+from raftmq.client.allocate import allocate_averagely
+from raftmq.client.offsets import QueueOffsets
+from raftmq.client.route import MessageQueue
 
 
 def test_offset_waits_for_the_oldest_message_still_in_the_handler():

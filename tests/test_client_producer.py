@@ -11,9 +11,9 @@ import pytest
 import trio
 from test_client_fakes import group_of, inflated, register_request, start_namesrv
 
-from client import Message, MessageQueue, Producer, SendError, SendStatus
-from dledger.local import free_ports
-from remoting import RemotingClient, RequestCode, ResponseCode
+from raftmq.client import Message, MessageQueue, Producer, SendError, SendStatus
+from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
+from raftmq.tools.dledger_local import free_ports
 
 TOPIC = "T"
 

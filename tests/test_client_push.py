@@ -10,9 +10,9 @@ from collections import Counter
 import trio
 from test_client_fakes import group_of, start_namesrv
 
-from broker.store.message import MessageExt
-from client import MessageQueue, Producer, PullConsumer, PushConsumer
-from remoting import RequestCode
+from raftmq.client import MessageQueue, Producer, PullConsumer, PushConsumer
+from raftmq.protocol.message import MessageExt
+from raftmq.remoting import RequestCode
 
 GROUP = "CG"
 TOPICS = {"T": 4, f"%RETRY%{GROUP}": 1}

@@ -7,10 +7,10 @@ import pytest
 import trio
 from test_client_fakes import register_request, start_namesrv
 
-from client.errors import RouteNotFoundError
-from client.route import MessageQueue, RouteCache, parse_route
-from dledger.local import free_ports
-from remoting import RemotingClient, RemotingCommand
+from raftmq.client.errors import RouteNotFoundError
+from raftmq.client.route import MessageQueue, RouteCache, parse_route
+from raftmq.remoting import RemotingClient, RemotingCommand
+from raftmq.tools.dledger_local import free_ports
 
 JAVA_BODY = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from broker.store.consumequeue import ENTRY_SIZE, ConsumeQueueTable
+from raftmq.broker.store.consumequeue import ENTRY_SIZE, ConsumeQueueTable
 
 
 def test_a_checkpoint_fsyncs_only_the_queues_written_since_the_last_one(tmp_path):

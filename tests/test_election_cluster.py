@@ -11,16 +11,16 @@ import statistics
 
 from helpers import GROUP, make_replica
 
-from dledger.codes import Code, EntryType, PushType, Role, VoteResult
-from dledger.core.messages import (
+from raftmq.dledger.codes import Code, EntryType, PushType, Role, VoteResult
+from raftmq.dledger.core.messages import (
     HeartBeatRequest,
     LeadershipTransferRequest,
     PushRequest,
     VoteRequest,
     VoteResponse,
 )
-from dledger.sim.cluster import SimCluster
-from dledger.store.memory import MemoryLogStore
+from raftmq.dledger.sim.cluster import SimCluster
+from raftmq.dledger.store.memory import MemoryLogStore
 
 HB = 100.0  # DLedgerConfig.heartbeat_interval_ms default
 LEAK = 3  # DLedgerConfig.max_heartbeat_leak default

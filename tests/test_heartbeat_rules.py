@@ -8,9 +8,14 @@ Time is driven by `tick(now)`; the defaults are a 100 ms beat and a leak of 3.
 
 from helpers import GROUP, make_replica
 
-from dledger.codes import Code, Role, VoteResult
-from dledger.core.messages import HeartBeatRequest, HeartBeatResponse, VoteRequest, VoteResponse
-from dledger.core.replica import Replica
+from raftmq.dledger.codes import Code, Role, VoteResult
+from raftmq.dledger.core.messages import (
+    HeartBeatRequest,
+    HeartBeatResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from raftmq.dledger.core.replica import Replica
 
 
 def heartbeat(replica, leader, term, now=0.0):

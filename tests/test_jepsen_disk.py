@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from broker.store.consumequeue import ENTRY, ENTRY_SIZE
-from broker.store.messagestore import DISPATCH_CHECKPOINT
-from dledger.codes import EntryType
-from dledger.server import SYNCED_LENGTHS_FILE
-from dledger.store.file import FileLogStore, StoreCorruption
 from jepsen import disk
+from raftmq.broker.store.consumequeue import ENTRY, ENTRY_SIZE
+from raftmq.broker.store.messagestore import DISPATCH_CHECKPOINT
+from raftmq.dledger.codes import EntryType
+from raftmq.dledger.server import SYNCED_LENGTHS_FILE
+from raftmq.dledger.store.file import FileLogStore, StoreCorruption
 
 SEGMENT = 1 << 20
 INDEX_SEGMENT = 32 * 1024

@@ -14,8 +14,8 @@ import struct
 import pytest
 import trio
 
-from dledger.local import free_ports
 from jepsen.proxy import LinkProxy, ProxyNet
+from raftmq.tools.dledger_local import free_ports
 
 QUIET_S = 0.15  # how long "nothing arrives" is watched for
 LIMIT_S = 5

@@ -13,13 +13,13 @@ import time
 import pytest
 import trio
 
-from broker.local import LocalCluster
-from broker.store.message import properties_to_string
-from client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
-from client.mqadmin import main
-from client.route import BrokerData
-from dledger.local import free_ports
-from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
+from raftmq.client.mqadmin import main
+from raftmq.client.route import BrokerData
+from raftmq.protocol.message import properties_to_string
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.tools.broker_local import LocalCluster
+from raftmq.tools.dledger_local import free_ports
 
 pytestmark = pytest.mark.processes
 
@@ -38,7 +38,7 @@ def cluster(tmp_path_factory):
 
 async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return await trio.run_process(
-        [sys.executable, "-m", "client.mqadmin", *args],
+        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
         capture_stdout=True,
         capture_stderr=True,
         check=False,

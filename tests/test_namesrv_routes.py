@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from namesrv.config import config_from_keys, parse_properties
-from namesrv.routes import RouteInfoManager
+from raftmq.namesrv.config import config_from_keys, parse_properties
+from raftmq.namesrv.routes import RouteInfoManager
 
 CLUSTER = "DefaultCluster"
 A0, A1, A2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"

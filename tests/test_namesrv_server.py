@@ -12,9 +12,9 @@ import zlib
 import pytest
 import trio
 
-from dledger.local import free_ports
-from namesrv import NamesrvConfig, NamesrvServer
-from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.namesrv import NamesrvConfig, NamesrvServer
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.tools.dledger_local import free_ports
 
 MASTER, SLAVE = "127.0.0.1:10911", "127.0.0.1:10921"
 
@@ -155,7 +155,7 @@ async def test_mqnamesrv_process(tmp_path):
     conf = tmp_path / "namesrv.conf"
     conf.write_text(f"listenPort={port}\nbrokerChannelExpiredTime=1000\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "namesrv.cli", "-c", str(conf)],
+        [sys.executable, "-m", "raftmq.namesrv.cli", "-c", str(conf)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -182,7 +182,7 @@ def test_mqnamesrv_refuses_unknown_key(tmp_path):
     conf = tmp_path / "namesrv.conf"
     conf.write_text("listenPort=0\nbrokerChanelExpiredTime=1000\n")
     result = subprocess.run(
-        [sys.executable, "-m", "namesrv.cli", "-c", str(conf)],
+        [sys.executable, "-m", "raftmq.namesrv.cli", "-c", str(conf)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -19,8 +19,8 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dledger.codes import Code, PushType, VoteResult
-from dledger.core.messages import (
+from raftmq.dledger.codes import Code, PushType, VoteResult
+from raftmq.dledger.core.messages import (
     MESSAGE_TYPES,
     HeartBeatRequest,
     HeartBeatResponse,
@@ -31,7 +31,7 @@ from dledger.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from dledger.net.codec import (
+from raftmq.dledger.net.codec import (
     FrameError,
     RpcCode,
     decode_message,
@@ -39,9 +39,9 @@ from dledger.net.codec import (
     encode_message,
     encode_rpc,
 )
-from dledger.net.frames import RPC, FrameReader, FrameWriter, pack_frame
-from dledger.net.rpc_client import RpcClient, RpcTimeout, RpcUnavailable
-from dledger.net.tcp import PeerTransport
+from raftmq.dledger.net.frames import RPC, FrameReader, FrameWriter, pack_frame
+from raftmq.dledger.net.rpc_client import RpcClient, RpcTimeout, RpcUnavailable
+from raftmq.dledger.net.tcp import PeerTransport
 
 G = "g0"
 

@@ -7,8 +7,8 @@ import sys
 import pytest
 import trio
 
-from dledger.drill import run_drill
-from dledger.local import LocalGroup, free_ports
+from raftmq.tools.dledger_drill import run_drill
+from raftmq.tools.dledger_local import LocalGroup, free_ports
 
 pytestmark = pytest.mark.processes
 
@@ -30,7 +30,10 @@ async def test_leader_kill_loses_no_acknowledged_entry(tmp_path):
 
 def dledger(*args, check_code=None):
     proc = subprocess.run(
-        [sys.executable, "-m", "dledger.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "raftmq.dledger.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if check_code is not None:
         assert proc.returncode == check_code, (proc.returncode, proc.stdout, proc.stderr)

@@ -18,7 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remoting import (
+from raftmq.remoting import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     FrameDecoder,
@@ -32,8 +32,8 @@ from remoting import (
     decode,
     encode,
 )
-from remoting.codec import decode_payload
-from remoting.frames import FrameReader
+from raftmq.remoting.codec import decode_payload
+from raftmq.remoting.frames import FrameReader
 
 JSON = SerializeType.JSON
 ROCKETMQ = SerializeType.ROCKETMQ

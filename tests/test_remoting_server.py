@@ -14,7 +14,7 @@ import logging
 import pytest
 import trio
 
-from remoting import (
+from raftmq.remoting import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     Connection,
@@ -30,7 +30,7 @@ from remoting import (
     SerializeType,
     encode,
 )
-from remoting.frames import FrameReader
+from raftmq.remoting.frames import FrameReader
 
 ECHO = RequestCode.HEART_BEAT
 SLOW = RequestCode.PULL_MESSAGE
@@ -248,7 +248,7 @@ async def test_unencodable_response_becomes_a_system_error(broker):
     ],
 )
 async def test_garbage_closes_only_that_connection(broker, caplog, garbage):
-    caplog.set_level(logging.WARNING, logger="remoting")
+    caplog.set_level(logging.WARNING, logger="raftmq.remoting")
     with trio.fail_after(5):
         async with RemotingClient(broker.address) as client:
             assert (await client.invoke(echo_request(1))).code == ResponseCode.SUCCESS

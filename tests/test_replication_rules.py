@@ -10,19 +10,19 @@ import random
 
 from helpers import GROUP, make_replica
 
-from dledger.codes import Code, EntryType, PushType, Role
-from dledger.config import PAGE_CACHE
-from dledger.core.messages import (
+from raftmq.dledger.codes import Code, EntryType, PushType, Role
+from raftmq.dledger.config import PAGE_CACHE
+from raftmq.dledger.core.messages import (
     HeartBeatRequest,
     PushRequest,
     PushResponse,
     VoteRequest,
     VoteResponse,
 )
-from dledger.core.replica import Replica
-from dledger.sim.cluster import NetworkConditions, SimCluster
-from dledger.store import entry as codec
-from dledger.store.memory import MemoryLogStore
+from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.sim.cluster import NetworkConditions, SimCluster
+from raftmq.dledger.store import entry as codec
+from raftmq.dledger.store.memory import MemoryLogStore
 
 HB = 100.0
 

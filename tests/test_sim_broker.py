@@ -10,9 +10,9 @@ here carries a broker per replica); `RAFTMQ_HYPOTHESIS_PROFILE=long` runs hundre
 import pytest
 from hypothesis import given, note, settings
 
-from dledger.sim.cluster import Variant
-from dledger.sim.schedule import Fault, Schedule
 from jepsen.sim_broker import run_broker
+from raftmq.dledger.sim.cluster import Variant
+from raftmq.dledger.sim.schedule import Fault, Schedule
 from tests.test_sim_negative_controls import majority_power_cut
 from tests.test_sim_properties import SEEDS, schedules
 

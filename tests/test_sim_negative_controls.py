@@ -10,10 +10,10 @@ import re
 
 import pytest
 
-from dledger.codes import Code
-from dledger.sim.checks import InvariantViolation
-from dledger.sim.cluster import SimCluster, Variant
-from dledger.sim.schedule import Fault, Schedule, run
+from raftmq.dledger.codes import Code
+from raftmq.dledger.sim.checks import InvariantViolation
+from raftmq.dledger.sim.cluster import SimCluster, Variant
+from raftmq.dledger.sim.schedule import Fault, Schedule, run
 
 HB = 100.0
 ACK_BEFORE_FSYNC = Variant(ack_before_fsync=True)

@@ -14,8 +14,8 @@ import random
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from dledger.sim.cluster import NetworkConditions
-from dledger.sim.schedule import Fault, Schedule, run
+from raftmq.dledger.sim.cluster import NetworkConditions
+from raftmq.dledger.sim.schedule import Fault, Schedule, run
 
 KINDS = ("crash", "restart", "pause", "resume", "partition", "one_way", "heal")
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.store.message import MessageExt
-from client.consumer import PullResult, PullStatus
-from client.spark import offsets as plan
-from client.spark.offsets import Bounds, DataLossError, QueueRange
-from client.spark.options import SourceOptions
-from client.spark.reading import StalledError, read_range
-from remoting import RemotingConnectError
+from raftmq.client.consumer import PullResult, PullStatus
+from raftmq.client.spark import offsets as plan
+from raftmq.client.spark.offsets import Bounds, DataLossError, QueueRange
+from raftmq.client.spark.options import SourceOptions
+from raftmq.client.spark.reading import StalledError, read_range
+from raftmq.protocol.message import MessageExt
+from raftmq.remoting import RemotingConnectError
 
 A0, A1, A2, B0 = "RaftNode00:0", "RaftNode00:1", "RaftNode00:2", "RaftNode01:0"
 
@@ -196,7 +196,7 @@ class Answers:
 
 def stream_reader(monkeypatch, session, **options):
     pytest.importorskip("pyspark")
-    from client.spark import source
+    from raftmq.client.spark import source
 
     monkeypatch.setattr(source, "session_for", lambda *args: session)
     return source.RocketMQStreamReader(SourceOptions.parse({**BASE, **options}, streaming=True))

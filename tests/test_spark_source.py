@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.local import LocalCluster
-from client import Message, MessageQueue, Producer, PullConsumer, SendError
-from client.spark import RocketMQSource
+from raftmq.client import Message, MessageQueue, Producer, PullConsumer, SendError
+from raftmq.client.spark import RocketMQSource
+from raftmq.tools.broker_local import LocalCluster
 
 pytestmark = pytest.mark.processes
 

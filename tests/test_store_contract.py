@@ -11,11 +11,11 @@ import itertools
 
 import pytest
 
-from dledger.codes import EntryType
-from dledger.store import entry as codec
-from dledger.store.base import InconsistentAppend, LogStore
-from dledger.store.file import FileLogStore
-from dledger.store.memory import MemoryLogStore
+from raftmq.dledger.codes import EntryType
+from raftmq.dledger.store import entry as codec
+from raftmq.dledger.store.base import InconsistentAppend, LogStore
+from raftmq.dledger.store.file import FileLogStore
+from raftmq.dledger.store.memory import MemoryLogStore
 
 SEGMENT_BYTES = 1024
 INDEX_SEGMENT_BYTES = 32 * 16

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from dledger.codes import EntryType
-from dledger.store import entry as codec
-from dledger.store.file import FileLogStore, StoreCorruption, _NoFastStart
-from dledger.store.memory import MemoryLogStore
+from raftmq.dledger.codes import EntryType
+from raftmq.dledger.store import entry as codec
+from raftmq.dledger.store.file import FileLogStore, StoreCorruption, _NoFastStart
+from raftmq.dledger.store.memory import MemoryLogStore
 
 SEGMENT_BYTES = 10 * 1024
 INDEX_SEGMENT_BYTES = 32 * 16

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from dledger.store.meta import MemoryTermVote, TermVoteFile, atomic_write, parse_properties
+from raftmq.dledger.store.meta import MemoryTermVote, TermVoteFile, atomic_write, parse_properties
 
 
 def test_a_node_that_never_saved_starts_at_term_zero_without_a_vote(tmp_path):

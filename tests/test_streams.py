@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.testing
 
-from streams.deadlines import DeadlineReaper
-from streams.writer import BatchWriter
+from raftmq.streams.deadlines import DeadlineReaper
+from raftmq.streams.writer import BatchWriter
 
 
 class RecordingStream(trio.abc.SendStream):

@@ -10,9 +10,9 @@ learned its leader from a heartbeat records it as its vote.
 import pytest
 from helpers import GROUP, make_replica
 
-from dledger.codes import Code, ParseResult, Role, VoteResult
-from dledger.core.election import VoteRound
-from dledger.core.messages import (
+from raftmq.dledger.codes import Code, ParseResult, Role, VoteResult
+from raftmq.dledger.core.election import VoteRound
+from raftmq.dledger.core.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
     LeadershipTransferRequest,

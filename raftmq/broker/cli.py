@@ -1,0 +1,119 @@
+"""`mqbroker -c broker.conf [-n host:port;host:port] [-D key=value ...]`: run one broker.
+
+Prints "The broker[<name>, <address>] boot success. serializeType=JSON and name
+server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
+`listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
+(SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key),
+3 when a port cannot be bound or another process holds the store's lock, 4 when the
+store refuses to start (damaged data, naming the file and offset) or a disk write fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from raftmq.broker.config import BrokerConfig, load_broker_config
+from raftmq.broker.controller import BrokerController
+from raftmq.dledger.server import DiskFailure
+from raftmq.dledger.store.file import StoreCorruption
+from raftmq.dledger.tuning import tune_for_serving
+from raftmq.streams.groups import first_leaf
+
+EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK = 0, 2, 3, 4
+
+
+class StoreInUse(OSError):
+    """Another process has this store open."""
+
+
+def _lock_store(config: BrokerConfig) -> int:
+    """Hold `<storePathRootDir>/lock` for the life of the process (RocketMQ's store
+    lock): two brokers on one store would truncate and rewrite each other's files."""
+    root = Path(config.store_path_root_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreInUse(f"store {root} is in use by another process (lock held)") from None
+    return fd
+
+
+async def _run(config: BrokerConfig) -> None:
+    _lock_store(config)  # released when the process exits
+    broker = BrokerController(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve)
+        print(
+            f"The broker[{config.broker_name}, {broker.address}] boot success. "
+            f"serializeType=JSON and name server is {';'.join(config.namesrv_addr)}",
+            flush=True,
+        )
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mqbroker", description="RocketMQ broker on DLedger.")
+    parser.add_argument("-c", "--configFile", dest="config", help="broker.conf (key=value)")
+    parser.add_argument("-n", "--namesrvAddr", dest="namesrv", help="host:port;host:port")
+    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("-p", "--printConfigItem", action="store_true", help="print and exit")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"mqbroker: -D {item!r}: expected key=value", file=sys.stderr)
+            return EXIT_USAGE
+        overrides[key.strip()] = value.strip()
+    try:
+        config, warnings = load_broker_config(
+            args.config, args.namesrv or os.environ.get("NAMESRV_ADDR"), overrides
+        )
+        if not config.enable_dleger_commit_log:
+            raise ValueError(
+                "enableDLegerCommitLog=true is required: this broker stores its CommitLog in "
+                "DLedger (set dLegerPeers and dLegerSelfId too)"
+            )
+    except ValueError as exc:
+        print(f"mqbroker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for warning in warnings:
+        print(f"mqbroker: warning: {warning}", file=sys.stderr)
+    if args.printConfigItem:
+        print(config)
+        return EXIT_OK
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    status = EXIT_OK
+    tune_for_serving()
+    try:
+        trio.run(_run, config)
+    except* (StoreCorruption, DiskFailure) as group:
+        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
+        status = EXIT_DISK
+    except* StoreInUse as group:
+        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
+        status = EXIT_BIND
+    except* OSError as group:
+        print(f"mqbroker: cannot listen: {first_leaf(group)}", file=sys.stderr)
+        status = EXIT_BIND
+    except* KeyboardInterrupt:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

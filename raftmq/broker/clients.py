@@ -1,0 +1,93 @@
+"""Client bookkeeping from HEART_BEAT (34): consumer groups and their members.
+
+Members are kept per node from heartbeats (clients heartbeat every broker address
+of a topic's route, slaves included), so a slave that becomes master already
+knows the group. A member expires after 120 s without a heartbeat or when its
+connection closes; the group's other members are told (NOTIFY_CONSUMER_IDS_CHANGED,
+oneway) so they rebalance at once instead of at their next timer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import attrs
+
+from raftmq.remoting import Connection, RemotingCommand, RemotingError, RequestCode
+
+log = logging.getLogger(__name__)
+
+CHANNEL_EXPIRED_MS = 120_000
+
+
+@attrs.define
+class ConsumerInfo:
+    client_id: str
+    connection: Connection
+    last_update_ms: int
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscriptions: list[dict] = attrs.Factory(list)
+
+
+class ClientManager:
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[str, ConsumerInfo]] = {}
+
+    def heartbeat(self, data: dict, connection: Connection, now_ms: int) -> list[str]:
+        """Record a heartbeat body; returns the consumer groups it names."""
+        client_id = str(data.get("clientID", connection.remote_address))
+        groups = []
+        for consumer in data.get("consumerDataSet") or []:
+            group = str(consumer.get("groupName"))
+            groups.append(group)
+            members = self.groups.setdefault(group, {})
+            known = client_id in members
+            members[client_id] = ConsumerInfo(
+                client_id,
+                connection,
+                now_ms,
+                str(consumer.get("consumeType", "CONSUME_PASSIVELY")),
+                str(consumer.get("messageModel", "CLUSTERING")),
+                str(consumer.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
+                list(consumer.get("subscriptionDataSet") or []),
+            )
+            if not known:
+                self._notify(group)
+        return groups
+
+    def unregister(self, client_id: str, group: str | None) -> None:
+        for name, members in list(self.groups.items()):
+            if (group is None or name == group) and members.pop(client_id, None) is not None:
+                self._notify(name)
+
+    def members(self, group: str) -> list[str]:
+        return sorted(self.groups.get(group, {}))
+
+    def on_disconnect(self, connection: Connection) -> None:
+        for name, members in list(self.groups.items()):
+            gone = [cid for cid, info in members.items() if info.connection is connection]
+            for cid in gone:
+                del members[cid]
+            if gone:
+                self._notify(name)
+
+    def expire(self, now_ms: int) -> None:
+        for name, members in list(self.groups.items()):
+            stale = [
+                c for c, i in members.items() if now_ms - i.last_update_ms > CHANNEL_EXPIRED_MS
+            ]
+            for cid in stale:
+                del members[cid]
+            if stale:
+                self._notify(name)
+
+    def _notify(self, group: str) -> None:
+        for info in self.groups.get(group, {}).values():
+            request = RemotingCommand(
+                code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}
+            )
+            with contextlib.suppress(RemotingError, OSError):
+                info.connection.invoke_oneway(request)

@@ -1,0 +1,156 @@
+"""Registering with every name server: REGISTER_BROKER (103).
+
+RocketMQ re-registers every 30 s, and on a DLedger role change registers oneway,
+so the name servers (and through them the clients) may learn of a new master only
+at the next tick. Here a role change registers at once and waits for each name
+server's answer, retrying a failed one quickly; the periodic registration remains
+as the heartbeat that keeps the broker from expiring.
+
+Each name server has a lane of its own: one task, one connection, one request in
+flight (RocketMQ sends to all in parallel but waits for all before the next round).
+A name server that accepts and never answers (SIGSTOPped, say) holds up only its
+own lane, for registerBrokerTimeoutMills at a time; the others hear of a new master
+at once. A lane closes a failed connection before it opens the next, so retries
+against a hung name server never pile up connections. The connection stays open
+between registrations: a name server drops a broker whose connection closes, so a
+stopped broker leaves the routes at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from raftmq.broker.store.metadata import META_TOPIC
+from raftmq.remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+)
+
+if TYPE_CHECKING:
+    from raftmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 0.2  # the first retry; doubled per failure in a row, up to MAX_RETRY_S
+MAX_RETRY_S = 3.0
+
+
+class _Lane:
+    """One name server's registrations."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.wanted = trio.Event()
+        self.settled = 0  # the newest request (see Registration._requested) answered or failed
+        self.failures = 0  # in a row; reset by an answer
+
+
+class Registration:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self._lanes = [_Lane(address) for address in broker.config.namesrv_addr]
+        self._requested = 0  # registrations asked for; each lane sends the state at its turn
+        self._progress = trio.Event()
+
+    def register_soon(self) -> None:
+        self._requested += 1
+        for lane in self._lanes:
+            lane.wanted.set()
+
+    async def register_now(self) -> None:
+        """Register what is known now with every name server; return when each has
+        answered it or failed since. A name server that never answers holds this up
+        until the attempt under way times out (registerBrokerTimeoutMills), and the
+        others not at all."""
+        self.register_soon()
+        target = self._requested
+        while any(lane.settled < target for lane in self._lanes):
+            await self._progress.wait()
+
+    def _settle(self, lane: _Lane, requested: int) -> None:
+        lane.settled = max(lane.settled, requested)
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def _request(self) -> RemotingCommand:
+        broker = self.broker
+        metadata = broker.store.metadata
+        body = {
+            "topicConfigSerializeWrapper": {
+                "topicConfigTable": {
+                    n: t.to_json() for n, t in metadata.topics.items() if n != META_TOPIC
+                },
+                "dataVersion": metadata.data_version,
+            },
+            "filterServerList": [],
+        }
+        return RemotingCommand(
+            code=RequestCode.REGISTER_BROKER,
+            ext_fields={
+                "brokerAddr": broker.address,
+                "brokerId": str(broker.broker_id),
+                "brokerName": broker.config.broker_name,
+                "clusterName": broker.config.broker_cluster_name,
+                "haServerAddr": broker.address,
+                "compressed": "false",
+                "bodyCrc32": "0",
+                # not RocketMQ's: lets a name server ignore a deposed master's late claim
+                "dLegerTerm": str(broker.role_term),
+            },
+            body=json.dumps(body, separators=(",", ":")).encode(),
+        )
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for lane in self._lanes:
+                nursery.start_soon(self._run_lane, lane, name=f"register with {lane.address}")
+
+    async def _run_lane(self, lane: _Lane) -> None:
+        while True:
+            try:
+                async with RemotingClient(lane.address) as client:
+                    await self._register_on(client, lane)
+            except (RemotingError, OSError) as exc:
+                # Said once per outage: a name server down for hours is one line.
+                level = logging.WARNING if lane.failures == 0 else logging.DEBUG
+                log.log(level, "register with name server %s failed: %s", lane.address, exc)
+                lane.failures += 1
+                self._settle(lane, self._requested)
+            await trio.sleep(min(MAX_RETRY_S, RETRY_S * 2 ** (lane.failures - 1)))
+
+    async def _register_on(self, client: RemotingClient, lane: _Lane) -> None:
+        """Register at once, then whenever asked or due, until the connection fails."""
+        period = self.broker.config.register_name_server_period / 1000.0
+        timeout = self.broker.config.register_broker_timeout_mills / 1000.0
+        while True:
+            lane.wanted = trio.Event()  # a request from now on is one this send may predate
+            requested = self._requested
+            response = await client.invoke(self._request(), timeout)
+            if response.code != ResponseCode.SUCCESS:
+                raise RemotingError(f"answered {response.code}: {response.remark}")
+            self._settle(lane, requested)
+            if lane.failures:
+                log.warning("registered with name server %s again", lane.address)
+                lane.failures = 0
+            with trio.move_on_after(period):
+                await _first_of(lane.wanted.wait, client.connection.wait_closed)
+
+
+async def _first_of(*waits) -> None:
+    """Return when the first of `waits` does (a closed connection fails the next send,
+    so a restarted name server hears from the broker within RETRY_S, not a period later)."""
+    async with trio.open_nursery() as nursery:
+        for wait in waits:
+            nursery.start_soon(_then_cancel, wait, nursery.cancel_scope)
+
+
+async def _then_cancel(wait, scope: trio.CancelScope) -> None:
+    await wait()
+    scope.cancel()

@@ -1,0 +1,286 @@
+"""Sending: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36), with RocketMQ's retry, delay and dead-letter rules.
+
+Transactional (half) messages are refused with NO_PERMISSION: there is no
+END_TRANSACTION or check-back here to settle them.
+
+A message is serialized here as a CommitLog record and appended through DLedger;
+the answer goes back once a quorum has it on disk. DLedger's refusals map as
+RocketMQ's DLedgerCommitLog maps them: not the leader → SERVICE_NOT_AVAILABLE
+(the client retries, and refreshes its route), a quorum-ack timeout →
+SYSTEM_ERROR with a remark saying the outcome is unknown, a full pending queue
+→ SYSTEM_BUSY.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import TYPE_CHECKING
+
+from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
+from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
+from raftmq.dledger.codes import Code
+from raftmq.dledger.server import DLedgerError
+from raftmq.protocol import message as codec
+from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
+from raftmq.protocol.msgid import create_message_id
+from raftmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from raftmq.broker.controller import BrokerController
+
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker's own topics. A client's
+# message in the schedule topic would be delivered to whatever topic and queue its
+# properties name, past every check a send makes.
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "OFFSET_MOVED_EVENT"})
+_BATCH_ITEM = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
+_NOT_LEADER = {
+    Code.NOT_LEADER,
+    Code.LEADER_TRANSFERRING,
+    Code.TERM_CHANGED,
+    Code.INCONSISTENT_LEADER,
+    Code.LEADER_NOT_READY,
+    Code.DISK_FULL,
+}
+
+
+def parse_host(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    return (host if host and ":" not in host else "127.0.0.1"), int(port or 0)
+
+
+def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """A SEND_BATCH_MESSAGE body: (flag, body, properties) per message (MessageDecoder.decodes
+    of the client's encodeMessage); BadRequest on malformed bytes."""
+    items = []
+    pos = 0
+    try:
+        while pos < len(body):
+            total, _magic, _crc, flag, body_len = _BATCH_ITEM.unpack_from(body, pos)
+            start = pos + _BATCH_ITEM.size
+            payload = body[start : start + body_len]
+            (props_len,) = struct.unpack_from(">h", body, start + body_len)
+            props = body[start + body_len + 2 : start + body_len + 2 + props_len]
+            if total <= 0 or len(payload) != body_len or len(props) != props_len:
+                raise ValueError("truncated")
+            items.append((flag, payload, codec.string_to_properties(props.decode())))
+            pos += total
+    except (struct.error, ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(
+            f"bad batch body at byte {pos}: {exc}", ResponseCode.MESSAGE_ILLEGAL
+        ) from None
+    if not items:
+        raise BadRequest("empty batch", ResponseCode.MESSAGE_ILLEGAL)
+    return items
+
+
+def _append_failure(code: Code) -> tuple[int, str]:
+    """(response code, remark) for an append DLedger did not acknowledge."""
+    if code in _NOT_LEADER:
+        return ResponseCode.SERVICE_NOT_AVAILABLE, f"not master: {code.name}; refresh the route"
+    if code is Code.LEADER_PENDING_FULL:
+        return ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, too many pending appends"
+    if code is Code.WAIT_QUORUM_ACK_TIMEOUT:
+        return (
+            ResponseCode.SYSTEM_ERROR,
+            "quorum ack timeout: the message may or may not be stored",
+        )
+    return ResponseCode.SYSTEM_ERROR, f"append failed: {code.name}"
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        broker = self.broker
+        if not broker.is_master:
+            return broker.not_master(request)
+        send_header(request)
+        topic = text(request, "topic")
+        config = await broker.topic_for_send(
+            topic, text(request, "defaultTopic", ""), integer(request, "defaultTopicQueueNums", 4)
+        )
+        queue_id = self._queue_id(request, config)
+        if topic.startswith(RETRY_PREFIX):
+            max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(topic))
+            if integer(request, "reconsumeTimes", 0) > max_times:  # to the DLQ past the limit
+                dlq = await broker.ensure_dlq(topic[len(RETRY_PREFIX) :])
+                topic, queue_id = dlq.topic_name, 0
+        messages = self._messages(request, connection, topic, queue_id)
+        return self._response(request, queue_id, await self.put(messages))
+
+    def send_inline(self, request: RemotingCommand, connection: Connection) -> bool:
+        """The common send — one message to an existing topic on the master — without a
+        task: queued to DLedger here and answered from its completion. Anything else
+        (or anything wrong) returns False and takes `send`, which explains errors."""
+        broker = self.broker
+        if not broker.is_master or request.code == RequestCode.SEND_BATCH_MESSAGE:
+            return False
+        send_header(request)
+        topic = request.ext_fields.get("topic")
+        config = broker.store.metadata.topics.get(topic)
+        if config is None or topic.startswith(RETRY_PREFIX) or boolean(request, "batch"):
+            return False
+        try:
+            queue_id = self._queue_id(request, config)
+            records = self._records(self._messages(request, connection, topic, queue_id))
+        except BadRequest:
+            return False
+
+        def done(code: Code, results) -> None:
+            if results is not None:
+                response = self._response(request, queue_id, results)
+            else:
+                response = request.make_response(*_append_failure(code))
+            connection.respond(request, response)
+
+        broker.store.commitlog.put_nowait(records, done)
+        return True
+
+    def _queue_id(self, request: RemotingCommand, config) -> int:
+        topic = config.topic_name
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise BadRequest(
+                f"Sending message to topic[{topic}] is forbidden.", ResponseCode.NO_PERMISSION
+            )
+        if not config.perm & PERM_WRITE:
+            raise BadRequest(
+                f"the topic[{topic}] sending message is forbidden", ResponseCode.NO_PERMISSION
+            )
+        queue_id = integer(request, "queueId", -1)
+        if queue_id < 0:
+            return random.randrange(config.write_queue_nums)
+        if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            raise BadRequest(
+                f"request queueId[{queue_id}] is illegal, topic {topic} has "
+                f"{config.write_queue_nums} write queues"
+            )
+        return queue_id
+
+    def _messages(
+        self, request: RemotingCommand, connection: Connection, topic: str, queue_id: int
+    ) -> list[MessageExt]:
+        broker = self.broker
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or boolean(request, "batch"):
+            items = decode_batch(request.body)
+        else:
+            props = codec.string_to_properties(text(request, "properties", ""))
+            items = [(integer(request, "flag", 0), request.body, props)]
+        sysflag = integer(request, "sysFlag", 0) & ~MessageSysFlag.MULTI_TAGS_FLAG
+        if MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE:
+            # Storing a half message with no END_TRANSACTION or check-back to settle it
+            # would drop it silently; refuse it as a broker with
+            # rejectTransactionMessage=true does.
+            raise BadRequest(
+                f"the broker[{broker.config.broker_name}] sending transaction message is "
+                "forbidden: transactional messages are not supported here",
+                ResponseCode.NO_PERMISSION,
+            )
+        born = parse_host(connection.remote_address)
+        born_timestamp = integer(request, "bornTimestamp", 0)
+        reconsume = integer(request, "reconsumeTimes", 0)
+        messages = []
+        for flag, body, properties in items:
+            if len(body) > broker.config.max_message_size:
+                raise BadRequest(
+                    f"message body size {len(body)} exceeds maxMessageSize "
+                    f"{broker.config.max_message_size}",
+                    ResponseCode.MESSAGE_ILLEGAL,
+                )
+            properties.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
+            properties[MessageConst.PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+            msg = MessageExt(
+                topic=topic,
+                body=body,
+                properties=properties,
+                queue_id=queue_id,
+                flag=flag,
+                sysflag=sysflag,
+                born_timestamp=born_timestamp,
+                born_host=born,
+                store_host=broker.store_host,
+                reconsume_times=reconsume,
+            )
+            messages.append(self.schedule_if_delayed(msg))
+        return messages
+
+    def _response(self, request: RemotingCommand, queue_id: int, results) -> RemotingCommand:
+        broker = self.broker
+        broker.stats_put += len(results)
+        ext = {
+            "msgId": ",".join(create_message_id(broker.store_host, p) for p, _q in results),
+            "queueId": str(queue_id),
+            "queueOffset": str(results[0][1]),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        return request.make_response(ResponseCode.SUCCESS, None, ext_fields=ext)
+
+    def schedule_if_delayed(self, msg: MessageExt) -> MessageExt:
+        """A message with a delay level goes to the schedule topic first (RocketMQ's
+        CommitLog.putMessage), its real topic and queue kept in properties."""
+        level = msg.delay_time_level
+        if level <= 0 or msg.topic.startswith(DLQ_PREFIX):
+            return msg
+        level = min(level, len(self.broker.store.delay_levels_ms))
+        msg.properties[MessageConst.PROPERTY_REAL_TOPIC] = msg.topic
+        msg.properties[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.topic, msg.queue_id = SCHEDULE_TOPIC, level - 1
+        return msg
+
+    def _records(self, messages: list[MessageExt]) -> list[bytes]:
+        now = self.broker.store.now_ms()
+        records = []
+        for msg in messages:
+            msg.store_timestamp = now
+            try:
+                records.append(codec.encode(msg))
+            except codec.MessageFormatError as exc:
+                raise BadRequest(str(exc), ResponseCode.MESSAGE_ILLEGAL) from None
+        return records
+
+    async def put(self, messages: list[MessageExt]) -> list[tuple[int, int]]:
+        records = self._records(messages)
+        try:
+            return await self.broker.store.commitlog.put(records)
+        except DLedgerError as exc:
+            code, remark = _append_failure(exc.code)
+            raise BadRequest(remark, code) from None
+
+    async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: a message the consumer failed goes to %RETRY%group
+        after a delay, or to %DLQ%group once it has been retried too often."""
+        broker = self.broker
+        if not broker.is_master:
+            return broker.not_master(request)
+        offset = integer(request, "offset")
+        group = text(request, "group")
+        delay_level = integer(request, "delayLevel", 0)
+        try:
+            msg, _size = codec.decode(broker.store.message_at(offset))
+        except (IndexError, codec.MessageFormatError):
+            raise BadRequest(f"look message by offset failed, {offset}") from None
+        retry_topic = msg.get_property(MessageConst.PROPERTY_RETRY_TOPIC)
+        if retry_topic is None:
+            msg.put_property(MessageConst.PROPERTY_RETRY_TOPIC, msg.topic)
+        max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(group))
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            dlq = await broker.ensure_dlq(group)
+            msg.topic, msg.queue_id = dlq.topic_name, 0
+        else:
+            retry = await broker.ensure_retry_topic(group)
+            msg.topic, msg.queue_id = retry.topic_name, random.randrange(retry.write_queue_nums)
+            level = delay_level if delay_level > 0 else 3 + msg.reconsume_times
+            msg.properties[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        origin = msg.get_property(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID) or text(
+            request, "originMsgId", msg.msg_id
+        )
+        msg.put_property(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID, origin)
+        msg.reconsume_times += 1
+        msg.store_host = broker.store_host
+        msg.sysflag = msg.sysflag & ~MessageSysFlag.MULTI_TAGS_FLAG
+        await self.put([self.schedule_if_delayed(msg)])
+        return request.make_response(ResponseCode.SUCCESS)

@@ -1,0 +1,404 @@
+"""The broker's message store: the DLedger CommitLog, its ConsumeQueues, metadata.
+
+The dispatcher follows the commit index on every replica: each newly committed
+entry is scanned and appended to its ConsumeQueue (and, for META_TOPIC records,
+applied to the metadata), so consumers — on the master or on a slave — only ever
+see committed messages. Pulls are answered from the ConsumeQueues with RocketMQ's
+status rules, and a pull that finds nothing can wait for the next arrival on its
+queue (long polling).
+
+DLedger retention deletes the head of the log without telling anyone; the store
+notices the log's moved beginning (`trim_queues`) at each dispatch step, on every
+replica, and before any read of a queue, and trims every ConsumeQueue's head to
+it as RocketMQ's CleanConsumeQueueService does. A pull below a queue's head then
+gets OFFSET_TOO_SMALL with the new head, never an entry whose message is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import attrs
+import trio
+
+from raftmq.broker.store.commitlog import DispatchRequest, DLedgerCommitLog
+from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue, ConsumeQueueTable
+from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
+from raftmq.dledger.server import DLedgerServer, durably
+from raftmq.dledger.store.meta import atomic_write
+from raftmq.protocol import message as codec
+
+log = logging.getLogger(__name__)
+
+DISPATCH_CHUNK = 2048  # entries per dispatch step before yielding to other tasks
+CHECKPOINT_INTERVAL_S = 5.0
+DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
+MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
+MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+_SKIPPED_TRANSACTIONS = (
+    codec.MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+    codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
+)
+
+
+def checkpoint_position(root: Path) -> int:
+    """The log position the dispatch checkpoint under store root `root` vouches for:
+    every message before it is durable in the ConsumeQueues. 0 (rebuild them all)
+    when there is none or it does not parse."""
+    path = root / DISPATCH_CHECKPOINT
+    try:
+        return int(json.loads(path.read_bytes())["position"])
+    except FileNotFoundError:
+        return 0
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("%s unreadable (%s): rebuilding the ConsumeQueues", path, exc)
+        return 0
+
+
+class GetStatus:
+    """DefaultMessageStore's GetMessageStatus, mapped to pull response codes by the processor."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+
+
+@attrs.define
+class GetResult:
+    status: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: list[bytes] = attrs.Factory(list)
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """`messageDelayLevel` ("1s 5s ... 2h") to milliseconds, level 1 first."""
+    units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    levels = []
+    for item in text.split():
+        if item[-1] not in units or not item[:-1].isdigit():
+            raise ValueError(f"bad delay level {item!r} (expected e.g. 1s, 5m, 2h)")
+        levels.append(int(item[:-1]) * units[item[-1]])
+    return levels
+
+
+class MessageStore:
+    def __init__(
+        self,
+        server: DLedgerServer,
+        root: Path,
+        builtin_topics: dict[str, TopicConfig],
+        delay_levels_ms: list[int],
+        queue_file_entries: int = DEFAULT_FILE_ENTRIES,
+    ) -> None:
+        self.server = server
+        self.root = root
+        self.commitlog = DLedgerCommitLog(server)
+        self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
+        self.metadata = Metadata(builtin_topics)
+        self.delay_levels_ms = delay_levels_ms
+        self.dispatched_index = -1
+        self._trimmed_begin: int | None = None  # the log's begin index the queues trimmed to
+        self.checkpointed_index = 0  # the first entry the last dispatch checkpoint left out
+        self._snapshot_path = root / "config" / "metadata.json"
+        self._checkpoint_path = root / DISPATCH_CHECKPOINT
+        self._commit_moved = trio.Event()
+        self._arrivals: dict[tuple[str, int], trio.Event] = {}
+        self._meta_applied = trio.Event()
+        self._dispatch_moved = trio.Event()
+        self._recover()
+        server.add_commit_handler(lambda _index: self._commit_moved.set())
+        server.add_retention_limit(lambda: self.checkpointed_index)
+
+    # ------------------------------------------------------------------ recovery
+    def _recover(self) -> None:
+        """Cut the ConsumeQueues back to the dispatch checkpoint (and to the recovered
+        log), trim their heads to the log's beginning, replay metadata, and dispatch
+        again from there.
+
+        The queue files are fsynced only for a checkpoint, so after a power cut each
+        may have lost a different part of what came after it; the highest position a
+        queue still points at says nothing about the others. Without a checkpoint
+        (a new store, or one from before checkpoints) every queue is rebuilt."""
+        store = self.server.store
+        resume = min(checkpoint_position(self.root), store.end_pos)
+        for queue in self.queues.queues.values():
+            queue.truncate_physical(resume)
+        self.trim_queues()
+        self.metadata.load(self._snapshot_path)
+        meta = self.queues.find(META_TOPIC, 0)
+        if meta is not None:
+            for offset in range(
+                max(self.metadata.applied_meta_offset, meta.min_offset), meta.max_offset
+            ):
+                phys, size, _tags = meta.get(offset)
+                self._apply_meta(self.commitlog.read(phys, size), offset)
+        if store.empty:
+            self.dispatched_index = store.end_index
+        else:
+            self.dispatched_index = self.first_index_at(resume) - 1
+        self.checkpointed_index = self.dispatched_index + 1
+        log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
+
+    def checkpoint_work(self):
+        """The dispatch checkpoint, captured now, as blocking work for a worker thread:
+        fsync every queue file, write the metadata snapshot, then record the log position
+        of the first entry not yet dispatched. Everything before that position is then
+        durable in the queues, and the snapshot never runs ahead of them; retention
+        may delete up to there (`checkpointed_index`), as a restart dispatches again
+        from there and must find the log."""
+        store = self.server.store
+        first = self.dispatched_index + 1
+        position = store.pos_at(first) if first <= store.end_index else store.end_pos
+        sync_queues = self.queues.sync_plan()
+        snapshot = self.metadata.snapshot_bytes()
+        record = json.dumps({"position": position}).encode()
+
+        def run() -> None:
+            sync_queues()
+            self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self._snapshot_path, snapshot)
+            atomic_write(self._checkpoint_path, record)
+            self.checkpointed_index = first
+
+        return run
+
+    def trim_queues(self) -> None:
+        """Drop from every queue the entries for messages retention deleted from the
+        log, once per move of the log's beginning (a comparison when it did not move).
+
+        After a restart the same rule gives the same heads again, as the log's new
+        beginning is saved before its files are deleted."""
+        store = self.server.store
+        if store.begin_index == self._trimmed_begin:
+            return
+        self.queues.trim_head(store.end_pos if store.empty else store.pos_at(store.begin_index))
+        self._trimmed_begin = store.begin_index
+
+    def first_index_at(self, position: int) -> int:
+        """The first entry placed at or after byte `position` of the log (the entry of
+        a message at physical offset P is the one at P - 48)."""
+        store = self.server.store
+        low, high = store.begin_index, store.end_index + 1
+        while low < high:
+            mid = (low + high) // 2
+            if store.pos_at(mid) < position:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def _apply_meta(self, record: bytes, meta_offset: int) -> None:
+        msg, _size = codec.decode(record)
+        try:
+            self.metadata.apply(msg.body, meta_offset)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("skipping a malformed metadata record at offset %d: %s", meta_offset, exc)
+
+    # ------------------------------------------------------------------ dispatch
+    @property
+    def dispatch_target(self) -> int:
+        """The last index that may be dispatched: committed and present here."""
+        return min(self.server.replica.committed_index, self.server.store.end_index)
+
+    def caught_up(self) -> bool:
+        """Every entry this replica holds is committed and dispatched. For a new leader
+        (its NOOP among them) the ConsumeQueues are then final: it may become master."""
+        end = self.server.store.end_index
+        return self.server.replica.committed_index >= end and self.dispatched_index >= end
+
+    def take_over_offsets(self) -> None:
+        """A new master's queue offset table, rebuilt from its ConsumeQueues."""
+        self.commitlog.reset_offsets(self.queues.max_offsets())
+
+    def dispatch_behind(self) -> int:
+        return self.dispatch_target - self.dispatched_index
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Dispatch forever; take a dispatch checkpoint now and then."""
+        task_status.started()
+        next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
+        try:
+            while True:
+                if self.dispatched_index >= self.dispatch_target:
+                    with trio.move_on_at(next_checkpoint):
+                        await self._commit_moved.wait()
+                    self._commit_moved = trio.Event()
+                self.trim_queues()
+                self.dispatch_some(DISPATCH_CHUNK)
+                if trio.current_time() >= next_checkpoint:
+                    await durably(self.checkpoint_work())
+                    next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
+                await trio.sleep(0)
+        finally:
+            try:
+                self.checkpoint_work()()
+            except OSError as exc:  # safe to skip: the next start uses the last checkpoint
+                log.warning("no dispatch checkpoint at shutdown: %s", exc)
+            self.queues.close()
+
+    def dispatch_some(self, limit: int) -> int:
+        """Dispatch up to `limit` committed entries; returns how many."""
+        first = self.dispatched_index + 1
+        last = min(self.dispatch_target, first + limit - 1)
+        if last < first:
+            return 0
+        touched = set()
+        for index, request in self.commitlog.scan(first, last):
+            self.dispatched_index = index
+            if request is not None:
+                self._dispatch(request)
+                touched.add((request.topic, request.queue_id))
+        self.queues.flush()
+        self._dispatch_moved.set()
+        self._dispatch_moved = trio.Event()
+        for key in touched:
+            event = self._arrivals.pop(key, None)
+            if event is not None:
+                event.set()
+        return last - first + 1
+
+    def _dispatch(self, request: DispatchRequest) -> None:
+        if codec.MessageSysFlag.get_transaction_value(request.sysflag) in _SKIPPED_TRANSACTIONS:
+            return
+        queue = self.queues.find_or_create(request.topic, request.queue_id)
+        if request.queue_offset < queue.max_offset and len(queue):
+            return  # dispatched before a restart
+        tags = request.tags_code
+        if request.topic == SCHEDULE_TOPIC:
+            level = min(request.queue_id, len(self.delay_levels_ms) - 1)
+            tags = request.store_timestamp + self.delay_levels_ms[level]
+        try:
+            queue.append(request.queue_offset, request.physical_offset, request.size, tags)
+        except ValueError as exc:
+            log.error("dispatch: %s", exc)
+            return
+        if request.topic == META_TOPIC:
+            self._apply_meta(
+                self.commitlog.read(request.physical_offset, request.size), request.queue_offset
+            )
+            self._meta_applied.set()
+            self._meta_applied = trio.Event()
+
+    async def wait_applied(self, meta_offset: int) -> None:
+        """Until the metadata record at META_TOPIC offset `meta_offset` is applied here."""
+        while self.metadata.applied_meta_offset <= meta_offset:
+            await self._meta_applied.wait()
+
+    async def wait_dispatch(self, timeout_s: float) -> None:
+        """Until the next dispatch step (or `timeout_s`): a new master waiting for its
+        backlog to be dispatched rechecks its state after each."""
+        with trio.move_on_after(timeout_s):
+            await self._dispatch_moved.wait()
+
+    # ------------------------------------------------------------------ reads
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """A queue to read from, trimmed first: every entry it then holds points at a
+        message the log still has."""
+        self.trim_queues()
+        return self.queues.find(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.queues.find(topic, queue_id)
+        return 0 if queue is None else queue.max_offset
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self.queue(topic, queue_id)
+        return 0 if queue is None else queue.min_offset
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        tags_codes: frozenset[int] | None = None,
+    ) -> GetResult:
+        """RocketMQ's getMessage: the status table of the pull protocol, tag filtering by
+        hash when `tags_codes` is given (clients re-check the tag itself). An offset
+        below the trimmed head is OFFSET_TOO_SMALL with the head as the next offset,
+        which the pull processor answers PULL_OFFSET_MOVED: the consumer jumps past
+        everything retention deleted in one round trip."""
+        queue = self.queue(topic, queue_id)
+        if queue is None or not len(queue):
+            lo = hi = 0 if queue is None else queue.max_offset
+            if offset == hi:
+                return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset, lo, hi)
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        lo, hi = queue.min_offset, queue.max_offset
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        records: list[bytes] = []
+        total = 0
+        scanned = 0
+        max_nums = max(1, min(max_nums, MAX_PULL_MESSAGES))
+        for phys, size, tags in queue.entries(offset, max(max_nums, 1) * 4):
+            if len(records) >= max_nums or (records and total + size > MAX_PULL_BYTES):
+                break
+            scanned += 1
+            if tags_codes is not None and tags not in tags_codes:
+                continue
+            records.append(self.commitlog.read(phys, size))
+            total += size
+        next_offset = offset + scanned
+        status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, next_offset, lo, hi, records)
+
+    async def wait_arrival(self, topic: str, queue_id: int, deadline: float) -> None:
+        """Until a message is dispatched to the queue or `deadline` (trio clock)."""
+        event = self._arrivals.get((topic, queue_id))
+        if event is None:
+            event = self._arrivals[(topic, queue_id)] = trio.Event()
+        with trio.move_on_at(deadline):
+            await event.wait()
+
+    def store_time(self, physical_offset: int) -> int:
+        return codec.read_store_timestamp(self.commitlog.read_message(physical_offset))
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose store time is >= timestamp (the max offset if none)."""
+        queue = self.queue(topic, queue_id)
+        if queue is None or not len(queue):
+            return 0 if queue is None else queue.max_offset
+        low, high = queue.min_offset, queue.max_offset
+        while low < high:
+            mid = (low + high) // 2
+            if self.store_time(queue.get(mid)[0]) < timestamp_ms:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        queue = self.queue(topic, queue_id)
+        if queue is None or not len(queue):
+            return -1
+        return self.store_time(queue.get(queue.min_offset)[0])
+
+    def message_at(self, physical_offset: int) -> bytes:
+        """The record at a physical offset (what an offset msgId names)."""
+        return self.commitlog.read_message(physical_offset)
+
+    @property
+    def physical_max(self) -> int:
+        """commitLogMaxOffset: the end of the committed, dispatched log."""
+        end = self.queues.physical_end()
+        return max(end, 0)
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+
+__all__ = ["GetResult", "GetStatus", "MessageStore", "parse_delay_levels"]

@@ -1,0 +1,456 @@
+"""`Admin`: what an operator asks the name servers and brokers, as trio calls.
+
+RocketMQ's `DefaultMQAdminExt`, for the questions a DLedger cluster raises: which
+brokers and topics exist, create a topic on every master, how far each queue and each
+consumer group has got, what a broker reports about itself, a message by its offset
+msgId, and the state of every DLedger member (`mqadmin` prints these).
+
+    async with Admin("127.0.0.1:9876") as admin:
+        for member in await admin.dledger_status():
+            print(member.self_id, member.role, member.term)
+
+All calls share one ConnectionPool. Failures are of two kinds, so a caller (and
+`mqadmin`'s exit status) can tell them apart: `MQBrokerError` when a server answered
+with an error code (its code and remark kept), `UnreachableError` when no server that
+could answer was reached. Name servers are tried in turn; reads that any replica can
+serve (topic stats, consume stats, a message by id) go to the master first and then to
+the other members, so they keep working while a group elects a new master.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import attrs
+import trio
+
+from raftmq.client.connections import ConnectionPool
+from raftmq.client.errors import MQBrokerError, MQClientError
+from raftmq.client.instance import parse_namesrv_addrs
+from raftmq.client.route import MASTER_ID, BrokerData, TopicRouteData, _quote_bare_keys, parse_route
+from raftmq.dledger.config import parse_peers
+from raftmq.protocol.message import MessageExt, MessageFormatError, decode
+from raftmq.protocol.msgid import decode_message_id
+from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
+from raftmq.remoting.codes import RequestCode, ResponseCode
+
+__all__ = [
+    "UNREACHABLE",
+    "Admin",
+    "ClusterInfo",
+    "ConsumeStats",
+    "MemberStatus",
+    "QueueProgress",
+    "TopicOffset",
+    "UnreachableError",
+    "group_members",
+    "parse_cluster_info",
+]
+
+UNREACHABLE = "UNREACHABLE"
+DEFAULT_TOPIC = "TBW102"  # what UPDATE_AND_CREATE_TOPIC names as `defaultTopic`
+_NO_ANSWER = (RemotingConnectError, RemotingTimeoutError)
+
+
+class UnreachableError(MQClientError):
+    """No server that could answer was reached: every name server, or every member
+    of a broker group, refused the connection or did not answer in time."""
+
+
+def _loads(body: bytes, address: str):
+    """JSON from a server; a Java name server writes integer map keys unquoted."""
+    try:
+        text = body.decode("utf-8")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return json.loads(_quote_bare_keys(text))
+    except ValueError as exc:
+        raise MQClientError(f"{address} answered a body that is not JSON: {exc}") from None
+
+
+@attrs.frozen
+class ClusterInfo:
+    """GET_BROKER_CLUSTER_INFO: broker groups by brokerName, and each cluster's names.
+
+    Only registered members are listed: a killed master is gone from `brokers`
+    at once (its connection to the name server closed)."""
+
+    brokers: dict[str, BrokerData]
+    clusters: dict[str, tuple[str, ...]]
+
+    def broker_datas(self, cluster: str | None = None) -> list[BrokerData]:
+        """The broker groups of `cluster` (of every cluster when None), by name."""
+        names = self.brokers if cluster is None else self.clusters.get(cluster, ())
+        return [self.brokers[n] for n in sorted(names) if n in self.brokers]
+
+    def cluster_of(self, broker_name: str) -> str | None:
+        return next((c for c, names in self.clusters.items() if broker_name in names), None)
+
+
+def parse_cluster_info(body: bytes, address: str = "name server") -> ClusterInfo:
+    doc = _loads(body, address)
+    try:
+        brokers = {
+            str(name): BrokerData(
+                str(data.get("cluster", "")),
+                str(name),
+                {int(k): str(v) for k, v in (data.get("brokerAddrs") or {}).items()},
+            )
+            for name, data in (doc.get("brokerAddrTable") or {}).items()
+        }
+        clusters = {
+            str(c): tuple(sorted(map(str, names)))
+            for c, names in (doc.get("clusterAddrTable") or {}).items()
+        }
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise MQClientError(f"{address} answered a malformed cluster info: {exc!r}") from None
+    return ClusterInfo(brokers, clusters)
+
+
+@attrs.frozen(order=True)
+class TopicOffset:
+    """One queue's span in GET_TOPIC_STATS_INFO: [min_offset, max_offset)."""
+
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_ms: int = 0
+
+
+@attrs.frozen(order=True)
+class QueueProgress:
+    """One queue of GET_CONSUME_STATS: how far the broker and the group have got."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp_ms: int = 0
+
+    @property
+    def diff(self) -> int:
+        return self.broker_offset - self.consumer_offset
+
+
+@attrs.frozen
+class ConsumeStats:
+    queues: list[QueueProgress]
+    consume_tps: float
+
+    @property
+    def diff_total(self) -> int:
+        return sum(q.diff for q in self.queues)
+
+
+@attrs.frozen(order=True)
+class MemberStatus:
+    """One DLedger member as it reports itself (GET_BROKER_RUNTIME_INFO's dLeger* keys).
+
+    An unreachable member has role UNREACHABLE and no numbers; `addr` (its broker
+    address) is None when the name server no longer lists it, `peer_addr` (its DLedger
+    address) comes from the peers its siblings report."""
+
+    group: str
+    self_id: str
+    addr: str | None
+    peer_addr: str | None
+    role: str
+    term: int | None = None
+    ledger_end_index: int | None = None
+    committed_index: int | None = None
+
+    @property
+    def reachable(self) -> bool:
+        return self.role != UNREACHABLE
+
+
+def _number(table: dict, key: str) -> int | None:
+    try:
+        return int(table[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _peers(table: dict) -> dict[str, str]:
+    try:
+        return parse_peers(table.get("dLegerPeers") or "")
+    except ValueError:
+        return {}
+
+
+def group_members(broker: BrokerData, tables: dict[int, dict | None]) -> list[MemberStatus]:
+    """Every member of one DLedger group, from the runtime tables of its registered
+    members (brokerId -> table, None for one that did not answer).
+
+    The name server lists only registered members, so the full membership comes from
+    the dLegerPeers the answering members report. A silent member's broker address is
+    known when it is still registered: a slave by RocketMQ's rule (brokerId = selfId
+    number + 1), the master when exactly one member is left unaccounted for.
+    """
+    answered = {bid: t for bid, t in tables.items() if t is not None}
+    peers: dict[str, str] = {}
+    for table in answered.values():
+        peers.update(_peers(table))
+    group = next(
+        (t["dLegerGroup"] for t in answered.values() if t.get("dLegerGroup")), broker.broker_name
+    )
+    rows: dict[str, MemberStatus] = {}
+    for bid, table in answered.items():
+        self_id = table.get("dLegerSelfId") or f"?{bid}"
+        rows[self_id] = MemberStatus(
+            group,
+            self_id,
+            broker.addrs[bid],
+            peers.get(self_id),
+            table.get("dLegerRole") or "?",
+            _number(table, "dLegerTerm"),
+            _number(table, "dLegerLedgerEndIndex"),
+            _number(table, "dLegerCommittedIndex"),
+        )
+    silent = {bid: broker.addrs[bid] for bid, t in tables.items() if t is None}
+    self_ids = {bid: f"n{bid - 1}" for bid in silent if bid != MASTER_ID}
+    if MASTER_ID in silent:
+        left = [s for s in peers if s not in rows and s not in self_ids.values()]
+        self_ids[MASTER_ID] = left[0] if len(left) == 1 else f"?{MASTER_ID}"
+    for bid, self_id in self_ids.items():
+        rows.setdefault(
+            self_id, MemberStatus(group, self_id, silent[bid], peers.get(self_id), UNREACHABLE)
+        )
+    for self_id, peer_addr in peers.items():
+        rows.setdefault(self_id, MemberStatus(group, self_id, None, peer_addr, UNREACHABLE))
+    return sorted(rows.values())
+
+
+class Admin:
+    """`async with Admin(namesrv_addr) as admin:`; `namesrv_addr` is a list or
+    RocketMQ's `host:port;host:port` form."""
+
+    def __init__(self, namesrv_addr: str | Sequence[str], *, timeout_s: float = 3.0) -> None:
+        self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
+        self.timeout_s = timeout_s
+        self.pool = ConnectionPool(connect_timeout_s=timeout_s)
+
+    async def __aenter__(self) -> Admin:
+        await self.pool.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.pool.__aexit__(*exc_info)
+
+    # ------------------------------------------------------------------ transport
+    async def call(
+        self, address: str, code: int, ext: dict | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        """One request; the SUCCESS answer, or MQBrokerError for any other code."""
+        request = RemotingCommand(code, ext_fields=dict(ext or {}), body=body)
+        response = await self.pool.invoke(address, request, self.timeout_s)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark, address)
+        return response
+
+    async def _first_answer(
+        self, addresses: Sequence[str], what: str, code: int, ext: dict | None = None
+    ) -> tuple[str, RemotingCommand]:
+        """Ask `addresses` in turn until one answers: (its address, its answer)."""
+        reasons = []
+        for address in addresses:
+            try:
+                return address, await self.call(address, code, ext)
+            except _NO_ANSWER as exc:
+                reasons.append(f"{address}: {exc}")
+        raise UnreachableError(f"no {what} answered: {'; '.join(reasons) or 'none known'}")
+
+    async def _namesrv(self, code: int, ext: dict | None = None) -> tuple[str, RemotingCommand]:
+        return await self._first_answer(self.namesrv_addrs, "name server", code, ext)
+
+    async def _group(self, broker: BrokerData, code: int, ext: dict) -> dict:
+        """A read any replica serves, as JSON: the master first, then the slaves."""
+        address, response = await self._first_answer(
+            broker.addresses(), f"member of {broker.broker_name}", code, ext
+        )
+        return _loads(response.body, address)
+
+    # ------------------------------------------------------------------ name server
+    async def cluster_info(self) -> ClusterInfo:
+        address, response = await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)
+        return parse_cluster_info(response.body, address)
+
+    async def topic_list(self) -> list[str]:
+        address, response = await self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        return sorted(_loads(response.body, address).get("topicList") or ())
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        """The route; MQBrokerError TOPIC_NOT_EXIST (17) when no broker serves it."""
+        address, response = await self._namesrv(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}
+        )
+        try:
+            return parse_route(topic, response.body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise MQClientError(f"{address} answered a malformed route: {exc}") from None
+
+    # ------------------------------------------------------------------ brokers
+    async def create_topic(
+        self,
+        topic: str,
+        read_queues: int = 8,
+        write_queues: int = 8,
+        perm: int = 6,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        order: bool = False,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC on one broker, or on the master of every broker group
+        of `cluster` (of every cluster when neither is given). Returns the addresses
+        written to. Nothing is sent unless every group has a master to send it to."""
+        if cluster is not None and broker_addr is not None:
+            raise ValueError("give a cluster or a broker address, not both")
+        if broker_addr is not None:
+            targets = [broker_addr]
+        else:
+            groups = (await self.cluster_info()).broker_datas(cluster)
+            if not groups:
+                raise MQClientError(f"the name servers know no broker of cluster {cluster!r}")
+            headless = [b.broker_name for b in groups if b.master is None]
+            if headless:
+                raise UnreachableError(f"no master registered for {', '.join(headless)}")
+            targets = [b.master for b in groups]
+        ext = {
+            "topic": topic,
+            "defaultTopic": DEFAULT_TOPIC,
+            "readQueueNums": read_queues,
+            "writeQueueNums": write_queues,
+            "perm": perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": order,
+        }
+        for address in targets:
+            await self.call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+        return targets
+
+    async def topic_status(self, topic: str) -> list[TopicOffset]:
+        """GET_TOPIC_STATS_INFO from every broker group of the topic's route."""
+        route = await self.topic_route(topic)
+        rows = []
+        for name in sorted(route.brokers):
+            doc = await self._group(
+                route.brokers[name], RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}
+            )
+            rows += [
+                TopicOffset(
+                    str(row.get("brokerName", name)),
+                    int(row["queueId"]),
+                    int(row["minOffset"]),
+                    int(row["maxOffset"]),
+                    int(row.get("lastUpdateTimestamp") or 0),
+                )
+                for row in doc.get("offsetTable") or ()
+            ]
+        return sorted(rows)
+
+    async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS from every broker group: where `group` is against each
+        queue it has committed an offset for."""
+        ext = {"consumerGroup": group}
+        if topic is not None:
+            ext["topic"] = topic
+        rows, tps = [], 0.0
+        for broker in (await self.cluster_info()).broker_datas():
+            doc = await self._group(broker, RequestCode.GET_CONSUME_STATS, ext)
+            tps += float(doc.get("consumeTps") or 0)
+            rows += [
+                QueueProgress(
+                    str(row["topic"]),
+                    str(row.get("brokerName", broker.broker_name)),
+                    int(row["queueId"]),
+                    int(row["brokerOffset"]),
+                    int(row["consumerOffset"]),
+                    int(row.get("lastTimestamp") or 0),
+                )
+                for row in doc.get("offsetTable") or ()
+            ]
+        return ConsumeStats(sorted(rows), tps)
+
+    async def broker_status(self, broker_addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO: the broker's key/value table."""
+        response = await self.call(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return dict(_loads(response.body, broker_addr).get("table") or {})
+
+    async def query_msg_by_id(self, msg_id: str) -> MessageExt:
+        """The message an offset msgId names (ValueError if it is not one).
+
+        The id holds the store host and the physical offset. The store host is asked
+        first; if it is gone (the old master after a failover) every registered member
+        is, its own group first: the offset is the same on every replica. An answer
+        is taken only if the record there carries this very id, so asking a member of
+        another group cannot return a stranger's message.
+        """
+        wanted = decode_message_id(msg_id)
+        ip, port = wanted.host
+        store_addr = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        ext = {"offset": wanted.offset}
+        answers: list[MQClientError] = []
+        unreachable: list[str] = []
+
+        async def view(address: str) -> MessageExt | None:
+            try:
+                response = await self.call(address, RequestCode.VIEW_MESSAGE_BY_ID, ext)
+                msg, _ = decode(response.body)
+            except _NO_ANSWER as exc:
+                unreachable.append(f"{address}: {exc}")
+            except MQClientError as exc:
+                answers.append(exc)
+            except MessageFormatError as exc:
+                answers.append(MQClientError(f"{address} answered a bad record: {exc}"))
+            else:
+                if msg.msg_id == msg_id.upper():
+                    return msg
+                answers.append(MQClientError(f"{address} holds another message there"))
+            return None
+
+        msg = await view(store_addr)
+        if msg is not None:
+            return msg
+        groups = (await self.cluster_info()).broker_datas()
+        groups.sort(key=lambda b: store_addr not in b.addrs.values())
+        for address in (a for b in groups for a in b.addresses() if a != store_addr):
+            msg = await view(address)
+            if msg is not None:
+                return msg
+        if answers:
+            raise answers[0]
+        raise UnreachableError(f"no member holding {msg_id} answered: {'; '.join(unreachable)}")
+
+    async def dledger_status(self, cluster: str | None = None) -> list[MemberStatus]:
+        """Every member of every DLedger group (of `cluster`), registered or not."""
+        members = []
+        for broker in (await self.cluster_info()).broker_datas(cluster):
+            members += group_members(broker, await self.runtime_tables(broker.addrs))
+        return members
+
+    async def runtime_tables(self, addrs: dict[int, str]) -> dict[int, dict | None]:
+        """GET_BROKER_RUNTIME_INFO from every address at once (brokerId -> table, None
+        for no answer), so silent members cost one timeout, not one each."""
+        tables: dict[int, dict | None] = {}
+        errors: list[MQClientError] = []
+
+        async def ask(broker_id: int, address: str) -> None:
+            try:
+                tables[broker_id] = await self.broker_status(address)
+            except _NO_ANSWER:
+                tables[broker_id] = None
+            except MQClientError as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for broker_id, address in addrs.items():
+                nursery.start_soon(ask, broker_id, address)
+        if errors:
+            raise errors[0]
+        return tables

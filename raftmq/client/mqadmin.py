@@ -1,0 +1,454 @@
+"""`mqadmin`: RocketMQ's admin command line, for a raftmq cluster.
+
+    mqadmin                                  the command list
+    mqadmin help <command>                   one command's flags
+    mqadmin clusterList -n 127.0.0.1:9876
+    mqadmin updateTopic -n ... -c RaftCluster -t Orders -r 4 -w 4
+    mqadmin dledgerStatus -n ...
+
+Command names, flags and table layouts are RocketMQ 4.9's (`MQAdminStartup` and its
+SubCommands), so an operator's scripts and habits carry over; `dledgerStatus` is
+ours: one row per member of every DLedger group, unreachable members included.
+`-n` falls back to the NAMESRV_ADDR environment variable, as RocketMQ's does.
+
+Unlike RocketMQ's, which prints a stack trace and exits 0 whatever happened, the exit
+status says what went wrong: 0 done, 1 a server answered with an error (printed with
+its code and remark), 2 a usage error, 3 nothing that could answer was reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import sys
+import zlib
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from raftmq.client.admin import Admin, UnreachableError
+from raftmq.client.errors import MQBrokerError, MQClientError
+from raftmq.client.route import TopicRouteData
+from raftmq.protocol.message import MessageExt, MessageSysFlag
+from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
+from raftmq.remoting.codes import ResponseCode
+
+__all__ = ["COMMANDS", "main"]
+
+EXIT_OK, EXIT_ANSWERED_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Flags that parse but do not make a request (both -b and -c, a bad msgId)."""
+
+
+Run = Callable[[Admin, argparse.Namespace], Awaitable[int | None]]
+
+
+@attrs.frozen
+class Command:
+    name: str
+    desc: str
+    options: tuple[tuple, ...]  # (flag, long name, help, add_argument kwargs)
+    run: Run
+
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog=f"mqadmin {self.name}", description=self.desc)
+        parser.add_argument(
+            "-n", "--namesrvAddr", help="Name server address list, eg: 192.168.0.1:9876;..."
+        )
+        for flag, name, help_text, kwargs in self.options:
+            parser.add_argument(flag, f"--{name}", dest=name, help=help_text, **kwargs)
+        return parser
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def _command(name: str, desc: str, *options: tuple) -> Callable[[Run], Run]:
+    def register(run: Run) -> Run:
+        COMMANDS[name] = Command(name, desc, options, run)
+        return run
+
+    return register
+
+
+def _opt(flag: str, name: str, help_text: str, **kwargs) -> tuple:
+    return (flag, name, help_text, kwargs)
+
+
+def _row(fmt: str, *values) -> None:
+    """One line of a table; the formats are RocketMQ's printf formats, which Python's
+    % operator reads the same way."""
+    print(fmt % values)
+
+
+def _human_ms(ms: int) -> str:
+    """`UtilAll.timeMillisToHumanString2`: local time, `yyyy-MM-dd HH:mm:ss,SSS`."""
+    moment = datetime.datetime.fromtimestamp(ms / 1000)
+    return f"{moment:%Y-%m-%d %H:%M:%S},{ms % 1000:03d}"
+
+
+def _perm_string(perm: int) -> str:
+    """`PermName.perm2String`: R, W and X (inherit) or '-'."""
+    return "".join(c if perm & bit else "-" for c, bit in (("R", 4), ("W", 2), ("X", 1)))
+
+
+# ---------------------------------------------------------------------- topics
+
+
+@_command(
+    "updateTopic",
+    "Update or create topic",
+    _opt("-b", "brokerAddr", "create topic to which broker"),
+    _opt("-c", "clusterName", "create topic to which cluster"),
+    _opt("-t", "topic", "topic name", required=True),
+    _opt("-r", "readQueueNums", "set read queue nums", type=int, default=8),
+    _opt("-w", "writeQueueNums", "set write queue nums", type=int, default=8),
+    _opt("-p", "perm", "set topic's permission(2|4|6), intro[2:W 4:R; 6:RW]", type=int, default=6),
+    _opt("-o", "order", "set topic's order(true|false)", default="false"),
+)
+async def update_topic(admin: Admin, args: argparse.Namespace) -> None:
+    if (args.brokerAddr is None) == (args.clusterName is None):
+        raise UsageError("give either -b (a broker) or -c (a cluster)")
+    order = args.order.strip().lower() == "true"
+    topic = args.topic.strip()
+    targets = await admin.create_topic(
+        topic,
+        args.readQueueNums,
+        args.writeQueueNums,
+        args.perm,
+        cluster=args.clusterName,
+        broker_addr=args.brokerAddr,
+        order=order,
+    )
+    for address in targets:
+        print(f"create topic to {address} success.")
+    print(
+        f"TopicConfig [topicName={topic}, readQueueNums={args.readQueueNums}, "
+        f"writeQueueNums={args.writeQueueNums}, perm={_perm_string(args.perm)}, "
+        f"topicFilterType=SINGLE_TAG, topicSysFlag=0, order={str(order).lower()}]"
+    )
+
+
+def _route_json(route: TopicRouteData) -> dict:
+    """The TopicRouteData body, as the name server wrote it."""
+    return {
+        "brokerDatas": [
+            {
+                "brokerAddrs": {str(i): a for i, a in sorted(b.addrs.items())},
+                "brokerName": b.broker_name,
+                "cluster": b.cluster,
+            }
+            for _, b in sorted(route.brokers.items())
+        ],
+        "filterServerTable": {},
+        "queueDatas": [
+            {
+                "brokerName": q.broker_name,
+                "perm": q.perm,
+                "readQueueNums": q.read_queue_nums,
+                "topicSysFlag": q.topic_sys_flag,
+                "writeQueueNums": q.write_queue_nums,
+            }
+            for q in route.queue_datas
+        ],
+    }
+
+
+@_command(
+    "topicRoute", "Examine topic route info", _opt("-t", "topic", "topic name", required=True)
+)
+async def topic_route(admin: Admin, args: argparse.Namespace) -> None:
+    route = await admin.topic_route(args.topic.strip())
+    print(json.dumps(_route_json(route), indent=4))
+
+
+@_command(
+    "topicStatus", "Examine topic Status info", _opt("-t", "topic", "topic name", required=True)
+)
+async def topic_status(admin: Admin, args: argparse.Namespace) -> None:
+    fmt = "%-32s  %-4s  %-20s  %-20s    %s"
+    _row(fmt, "#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated")
+    for row in await admin.topic_status(args.topic.strip()):
+        updated = _human_ms(row.last_update_ms) if row.last_update_ms > 0 else ""
+        _row(fmt, row.broker_name, row.queue_id, row.min_offset, row.max_offset, updated)
+
+
+@_command(
+    "topicList",
+    "Fetch all topic list from name server",
+    _opt("-c", "clusterModel", "print the cluster of each topic", action="store_true"),
+)
+async def topic_list(admin: Admin, args: argparse.Namespace) -> None:
+    topics = await admin.topic_list()
+    if not args.clusterModel:
+        for topic in topics:
+            print(topic)
+        return
+    info = await admin.cluster_info()
+    fmt = "%-20s  %-48s  %-48s"
+    _row(fmt, "#Cluster Name", "#Topic", "#Consumer Group")
+    for topic in topics:
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            continue
+        route = await admin.topic_route(topic)
+        names = sorted(route.brokers)
+        cluster = (info.cluster_of(names[0]) if names else None) or ""
+        _row(fmt, cluster, topic, "")
+
+
+# ---------------------------------------------------------------------- brokers
+
+
+@_command(
+    "clusterList",
+    "List all of clusters",
+    _opt("-c", "clusterName", "only this cluster"),
+)
+async def cluster_list(admin: Admin, args: argparse.Namespace) -> None:
+    """RocketMQ's columns up to #Version; the totals are messages put and got since
+    the broker started (msgPutTotalTodayNow, msgGetTotalTodayNow)."""
+    info = await admin.cluster_info()
+    fmt = "%-16s  %-22s  %-4s  %-22s %-16s %14s %14s"
+    _row(fmt, "#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTotal", "#OutTotal")
+    clusters = sorted(info.clusters) if args.clusterName is None else [args.clusterName]
+    for cluster in clusters:
+        for broker in info.broker_datas(cluster):
+            tables = await admin.runtime_tables(broker.addrs)
+            for broker_id, address in sorted(broker.addrs.items()):
+                table = tables.get(broker_id) or {}
+                _row(
+                    fmt,
+                    cluster,
+                    broker.broker_name,
+                    broker_id,
+                    address,
+                    table.get("brokerVersionDesc", ""),
+                    table.get("msgPutTotalTodayNow", ""),
+                    table.get("msgGetTotalTodayNow", ""),
+                )
+
+
+@_command(
+    "brokerStatus",
+    "Fetch broker runtime status data",
+    _opt("-b", "brokerAddr", "Broker address"),
+    _opt("-c", "clusterName", "which cluster"),
+)
+async def broker_status(admin: Admin, args: argparse.Namespace) -> None:
+    if args.brokerAddr is not None:
+        for key, value in sorted((await admin.broker_status(args.brokerAddr.strip())).items()):
+            _row("%-32s: %s", key, value)
+        return
+    if args.clusterName is None:
+        raise UsageError("give -b (a broker) or -c (a cluster)")
+    for broker in (await admin.cluster_info()).broker_datas(args.clusterName):
+        tables = await admin.runtime_tables(broker.addrs)
+        for broker_id, address in sorted(broker.addrs.items()):
+            for key, value in sorted((tables.get(broker_id) or {}).items()):
+                _row("%-24s %-32s: %s", address, key, value)
+
+
+@_command(
+    "dledgerStatus",
+    "Show every DLedger member: role, term, log end and commit index",
+    _opt("-c", "clusterName", "only this cluster"),
+)
+async def dledger_status(admin: Admin, args: argparse.Namespace) -> int:
+    members = await admin.dledger_status(args.clusterName)
+    fmt = "%-16s  %-8s  %-22s  %-22s  %-11s  %-6s  %-16s  %s"
+    _row(
+        fmt,
+        "#Group",
+        "#SelfId",
+        "#Addr",
+        "#DLedger Addr",
+        "#Role",
+        "#Term",
+        "#LedgerEndIndex",
+        "#CommittedIndex",
+    )
+    for m in members:
+        numbers = (m.term, m.ledger_end_index, m.committed_index)
+        _row(
+            fmt,
+            m.group,
+            m.self_id,
+            m.addr or "-",
+            m.peer_addr or "-",
+            m.role,
+            *("-" if n is None else n for n in numbers),
+        )
+    if members and not any(m.reachable for m in members):
+        return EXIT_UNREACHABLE
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- consumers, messages
+
+
+@_command(
+    "consumerProgress",
+    "Query consumers's progress, speed",
+    _opt("-g", "groupName", "consumer group name", required=True),
+)
+async def consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
+    stats = await admin.consumer_progress(args.groupName.strip())
+    fmt = "%-32s  %-32s  %-4s  %-20s  %-20s  %-20s %-20s  %s"
+    _row(
+        fmt,
+        "#Topic",
+        "#Broker Name",
+        "#QID",
+        "#Broker Offset",
+        "#Consumer Offset",
+        "#Client IP",
+        "#Diff",
+        "#LastTime",
+    )
+    for q in stats.queues:
+        last = _human_ms(q.last_timestamp_ms) if q.last_timestamp_ms > 0 else ""
+        _row(
+            fmt,
+            q.topic,
+            q.broker_name,
+            q.queue_id,
+            q.broker_offset,
+            q.consumer_offset,
+            "NA",
+            q.diff,
+            last,
+        )
+    print()
+    print(f"Consume TPS: {stats.consume_tps}")
+    print(f"Diff Total: {stats.diff_total}")
+
+
+def _body_text(msg: MessageExt) -> str:
+    body = msg.body or b""
+    if msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
+        with contextlib.suppress(zlib.error):  # else shown as stored
+            body = zlib.decompress(body)
+    return body.decode("utf-8", errors="replace")
+
+
+def _print_message(msg: MessageExt) -> None:
+    """QueryMsgByIdSubCommand.printMsg's fields, with the body inline instead of in a
+    file under /tmp."""
+    properties = ", ".join(f"{k}={v}" for k, v in sorted(msg.properties.items()))
+    for label, value in (
+        ("OffsetID:", msg.msg_id),
+        ("Topic:", msg.topic),
+        ("Tags:", f"[{msg.tags or ''}]"),
+        ("Keys:", f"[{msg.keys or ''}]"),
+        ("Queue ID:", msg.queue_id),
+        ("Queue Offset:", msg.queue_offset),
+        ("CommitLog Offset:", msg.physical_offset),
+        ("Reconsume Times:", msg.reconsume_times),
+        ("Born Timestamp:", _human_ms(msg.born_timestamp)),
+        ("Store Timestamp:", _human_ms(msg.store_timestamp)),
+        ("Born Host:", "{}:{}".format(*msg.born_host)),
+        ("Store Host:", "{}:{}".format(*msg.store_host)),
+        ("System Flag:", msg.sysflag),
+        ("Properties:", f"{{{properties}}}"),
+        ("Message Body:", _body_text(msg)),
+    ):
+        _row("%-20s %s", label, value)
+
+
+@_command(
+    "queryMsgById",
+    "Query Message by Id",
+    _opt("-i", "msgId", "Message Id (offset msgIds, comma separated)", required=True),
+)
+async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
+    for n, msg_id in enumerate(i.strip() for i in args.msgId.split(",") if i.strip()):
+        try:
+            msg = await admin.query_msg_by_id(msg_id)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if n:
+            print()
+        _print_message(msg)
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def _print_commands() -> None:
+    print("The most commonly used mqadmin commands are:")
+    for command in COMMANDS.values():
+        _row("   %-20s %s", command.name, command.desc)
+    print("\nSee 'mqadmin help <command>' for more information on a specific command.")
+
+
+def _find(name: str) -> Command | None:
+    """Command names match regardless of case, as MQAdminStartup's do."""
+    return next((c for n, c in COMMANDS.items() if n.lower() == name.lower()), None)
+
+
+def _failure(command: Command, exc: Exception) -> int:
+    """Print why `command` failed; the exit status for it."""
+    if isinstance(exc, MQBrokerError):
+        try:
+            name = f" ({ResponseCode(exc.code).name})"
+        except ValueError:
+            name = ""
+        reason = f"{exc.broker} answered code {exc.code}{name}: {exc.remark}"
+        status = EXIT_ANSWERED_ERROR
+    elif isinstance(exc, UnreachableError | RemotingConnectError | RemotingTimeoutError):
+        reason, status = str(exc), EXIT_UNREACHABLE
+    else:
+        reason, status = str(exc), EXIT_ANSWERED_ERROR
+    print(f"mqadmin {command.name} failed: {reason}", file=sys.stderr)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        _print_commands()
+        return EXIT_OK
+    if argv[0] == "help" and len(argv) == 2:
+        command = _find(argv[1])
+        if command is None:
+            print(f"The sub command {argv[1]} not exist.", file=sys.stderr)
+            return EXIT_USAGE
+        command.parser().print_help()
+        return EXIT_OK
+    command = _find(argv[0])
+    if command is None:
+        print(f"The sub command {argv[0]} not exist.", file=sys.stderr)
+        return EXIT_USAGE
+    parser = command.parser()
+    try:
+        args = parser.parse_args(argv[1:])
+    except SystemExit as exc:  # argparse: 2 for bad flags, 0 for -h
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR")
+    if not namesrv:
+        parser.print_usage(sys.stderr)
+        print("mqadmin: no name server: give -n or set NAMESRV_ADDR", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
+        async with Admin(namesrv) as admin:
+            return await command.run(admin, args) or EXIT_OK
+
+    try:
+        return trio.run(run)
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        print(f"mqadmin {command.name}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (MQClientError, RemotingConnectError, RemotingTimeoutError) as exc:
+        return _failure(command, exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""What an executor does with one `QueueRange`: pull exactly [start, end), in order.
+
+The range was planned from committed offsets, so every message in it exists on a
+quorum and, once dispatched, on every member at the same offset. A pull that cannot
+make progress therefore means "not here yet" or "not from this member", never "no
+such message": the master died and the route still names it, a replica that answered
+lags behind the commit, a deposed master is still in the route. The loop refreshes the
+route and tries again with back-off (50 -> 400 ms) until a member that has the
+messages answers, normally the new master within about a second, and gives up only
+after `timeout_s` without progress.
+
+The one answer that does mean "gone" is an offset below the member's minimum
+(retention deleted it), or messages missing between two that arrived: data loss,
+raised as `DataLossError`, or skipped and logged when `fail_on_data_loss` is false.
+Nothing past `end` is ever returned, whatever a pull brings back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from raftmq.client.consumer import PullResult, PullStatus
+from raftmq.client.instance import backoff_delays
+from raftmq.client.spark.offsets import DataLossError, QueueRange
+from raftmq.client.spark.session import BROKER_ERRORS
+from raftmq.protocol.message import MessageExt
+
+__all__ = ["PULL_BATCH", "Puller", "StalledError", "read_range"]
+
+log = logging.getLogger(__name__)
+
+PULL_BATCH = 32  # a broker answers at most 32 messages per pull (maxTransferCountOnMessageInMemory)
+
+
+class Puller(Protocol):
+    def pull(
+        self, topic: str, broker_name: str, queue_id: int, offset: int, count: int, until: int
+    ) -> PullResult: ...
+
+    def forget_route(self, topic: str) -> None: ...
+
+
+class StalledError(Exception):
+    """No member handed out the next message of a planned range in time."""
+
+
+def read_range(
+    puller: Puller,
+    topic: str,
+    queue: QueueRange,
+    *,
+    fail_on_data_loss: bool,
+    timeout_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[list[MessageExt]]:
+    """Yield the messages of `queue`'s range in offset order, in the chunks pulls return."""
+    offset = queue.start
+    delays = backoff_delays()
+    stalled_since: float | None = None
+    while offset < queue.end:
+        try:
+            result = puller.pull(
+                topic,
+                queue.broker_name,
+                queue.queue_id,
+                offset,
+                min(PULL_BATCH, queue.end - offset),
+                queue.end,
+            )
+        except BROKER_ERRORS as exc:
+            why = f"pull failed: {exc}"
+        else:
+            if result.status is PullStatus.FOUND:
+                chunk, offset = _in_range(queue, offset, result.messages, fail_on_data_loss)
+                if chunk:
+                    stalled_since, delays = None, backoff_delays()
+                    yield chunk
+                    continue
+                why = "the member answered with no message of the range"
+            elif result.status is PullStatus.OFFSET_ILLEGAL and offset < result.min_offset:
+                _lost(queue, offset, min(result.min_offset, queue.end), fail_on_data_loss)
+                offset = min(result.min_offset, queue.end)
+                continue
+            else:
+                why = (
+                    f"{result.status.name}: the member that answered ends at {result.max_offset}"
+                    " (a lagging replica, or the master moved)"
+                )
+        now = clock()
+        if stalled_since is None:
+            stalled_since = now
+        elif now - stalled_since >= timeout_s:
+            raise StalledError(
+                f"queue {queue.key} of {topic}: no message at offset {offset} of the range "
+                f"[{queue.start}, {queue.end}) for {timeout_s:.0f} s; last: {why}"
+            )
+        log.info("queue %s at %d: %s; retrying with a fresh route", queue.key, offset, why)
+        puller.forget_route(topic)
+        sleep(next(delays))
+
+
+def _in_range(
+    queue: QueueRange, offset: int, messages: list[MessageExt], fail_on_data_loss: bool
+) -> tuple[list[MessageExt], int]:
+    """The pulled messages inside [offset, end), gaps reported, and the next offset."""
+    chunk = []
+    for msg in messages:
+        if msg.queue_offset < offset:
+            continue
+        if msg.queue_offset >= queue.end:
+            break
+        if msg.queue_offset > offset:
+            _lost(queue, offset, msg.queue_offset, fail_on_data_loss)
+        chunk.append(msg)
+        offset = msg.queue_offset + 1
+    return chunk, offset
+
+
+def _lost(queue: QueueRange, start: int, end: int, fail_on_data_loss: bool) -> None:
+    loss = f"queue {queue.key}: offsets {start}..{end - 1} were deleted before they were read"
+    if fail_on_data_loss:
+        raise DataLossError([loss])
+    log.warning("%s; skipped (failOnDataLoss=false)", loss)

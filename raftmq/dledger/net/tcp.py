@@ -1,0 +1,373 @@
+"""The TCP transport between replicas, which also serves client RPCs on the same port.
+
+Every node sends everything — requests and responses — over its own outgoing
+connection to the destination, and reads only from incoming connections. One
+connection per direction per pair keeps each link FIFO (a response never overtakes
+an earlier push on the same link) and lets each side's writer batch freely.
+
+`send` is synchronous and never blocks: the replica is a state machine that emits a
+step's messages as a list, and its driver must not stall on a slow peer. A peer that
+cannot be reached is reported through `on_send_failed` for request messages, so an
+election or heartbeat round learns at once that a vote or beat will not come back,
+and messages to it are dropped rather than buffered: Raft retransmits what matters
+(heartbeats, push timeouts), while an unbounded buffer would replay stale messages
+and eat memory while the peer is down.
+
+Callbacks (`on_message`, `on_send_failed`) are called from the transport's own
+tasks, never from inside `send`, so the driver is never re-entered while it is
+handing out an Output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from raftmq.dledger.codes import Code
+from raftmq.dledger.core.messages import REQUESTS
+from raftmq.dledger.net.codec import (
+    FrameError,
+    decode_message,
+    decode_rpc,
+    encode_message,
+    encode_rpc,
+)
+from raftmq.dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
+from raftmq.streams.address import parse_address
+
+__all__ = ["PeerTransport", "RpcHandler", "parse_address", "set_nodelay"]
+
+log = logging.getLogger(__name__)
+
+RpcHandler = Callable[[dict], Awaitable[dict]]
+# Takes a request and a `reply(response)` callable; returns False to leave the request
+# to the task-per-request RpcHandler. Lets a hot request (append) skip a task spawn.
+RpcFastHandler = Callable[[dict, Callable[[dict], None]], bool]
+
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+# Link states
+_IDLE = 0  # no connection; the next send starts one
+_CONNECTING = 1  # a connect is under way; sends wait in a bounded backlog
+_CONNECTED = 2
+_DOWN = 3  # the last connect failed; sends are reported and dropped until retry_at
+
+
+def set_nodelay(stream) -> None:
+    """Disable Nagle: a lone heartbeat or vote must not wait for an ACK to leave.
+
+    trio's SocketStream already does this; doing it here keeps the requirement
+    visible and holds if a different stream type is ever passed in.
+    """
+    sock = getattr(stream, "socket", None)
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+
+
+class _Link:
+    """The outgoing connection to one peer, opened on demand."""
+
+    def __init__(self, transport: PeerTransport, peer_id: str, address: str) -> None:
+        self.transport = transport
+        self.peer_id = peer_id
+        self.host, self.port = parse_address(address)
+        self.state = _IDLE
+        self.writer: FrameWriter | None = None
+        self.backlog: list[tuple[object, bytes]] = []
+        self.backlog_bytes = 0
+        self.retry_at = 0.0
+        self.wake = trio.Event()
+        self.reported_down = False
+
+    def send(self, msg, payload: bytes) -> None:
+        t = self.transport
+        state = self.state
+        if state == _CONNECTED:
+            writer = self.writer
+            if writer.pending_bytes + len(payload) > t.max_pending_bytes:
+                t._fail(msg, "peer is not keeping up")
+                return
+            try:
+                writer.write(PEER, payload)
+            except trio.ClosedResourceError:
+                t._fail(msg, "connection lost")
+            return
+        if state == _DOWN:
+            if trio.current_time() < self.retry_at:
+                t._fail(msg, "peer unreachable")
+                return
+            state = _IDLE
+        if state == _IDLE:
+            self.state = _CONNECTING
+            self.wake.set()
+        if self.backlog_bytes + len(payload) > t.max_pending_bytes:
+            t._fail(msg, "connect backlog full")
+            return
+        self.backlog.append((msg, payload))
+        self.backlog_bytes += len(payload)
+
+    async def run(self) -> None:
+        t = self.transport
+        while True:
+            if self.state != _CONNECTING:
+                await self.wake.wait()
+                self.wake = trio.Event()
+                continue
+            try:
+                with trio.fail_after(t.connect_timeout_s):
+                    stream = await trio.open_tcp_stream(self.host, self.port)
+            except (OSError, trio.TooSlowError) as exc:
+                self._connect_failed(exc)
+                continue
+            await self._use(stream)
+
+    def _connect_failed(self, exc: BaseException) -> None:
+        t = self.transport
+        self.state = _DOWN
+        self.retry_at = trio.current_time() + t.reconnect_backoff_s
+        if not self.reported_down:
+            self.reported_down = True
+            log.info(
+                "%s: peer %s (%s:%s) unreachable: %r",
+                t.self_id,
+                self.peer_id,
+                self.host,
+                self.port,
+                exc,
+            )
+        backlog, self.backlog, self.backlog_bytes = self.backlog, [], 0
+        for msg, _ in backlog:
+            t._fail(msg, "peer unreachable")
+
+    async def _use(self, stream: trio.SocketStream) -> None:
+        t = self.transport
+        set_nodelay(stream)
+        writer = FrameWriter(stream, t.max_frame_bytes)
+        for _, payload in self.backlog:
+            writer.write(PEER, payload)
+        self.backlog, self.backlog_bytes = [], 0
+        self.writer = writer
+        self.state = _CONNECTED
+        if self.reported_down:
+            self.reported_down = False
+            log.info("%s: connected to peer %s", t.self_id, self.peer_id)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_pump, writer, nursery.cancel_scope)
+                nursery.start_soon(_drain, stream, nursery.cancel_scope)
+        finally:
+            # A lost connection is re-opened by the next send, without backoff: the
+            # peer was reachable a moment ago (e.g. it restarted).
+            self.writer = None
+            self.state = _IDLE
+            await stream.aclose()
+
+
+async def _pump(writer: FrameWriter, scope: trio.CancelScope) -> None:
+    """Run a writer; a broken stream ends the connection instead of the transport."""
+    try:
+        await writer.run()
+    except _STREAM_ERRORS as exc:
+        log.debug("send failed: %r", exc)
+    finally:
+        scope.cancel()
+
+
+async def _drain(stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
+    """Read (and ignore) an outgoing connection, to notice at once when the peer closes it."""
+    try:
+        while await stream.receive_some(65536):
+            pass
+    except _STREAM_ERRORS:
+        pass
+    finally:
+        scope.cancel()
+
+
+class PeerTransport:
+    """One replica's network: outgoing links to its peers and a listener for peers and clients.
+
+    `peers` maps every replica id, this one included, to `host:port`; the listener
+    binds this replica's own address (port 0 picks a free port; `serve` reports the
+    port it bound). `rpc_handler`, if given, answers client RPC frames; each request
+    runs in its own task so a long append does not hold up later requests on the same
+    connection, and the response carries the request's `opaque`.
+    """
+
+    def __init__(
+        self,
+        self_id: str,
+        peers: dict[str, str],
+        on_message: Callable[[object], None],
+        on_send_failed: Callable[[object], None],
+        rpc_handler: RpcHandler | None = None,
+        rpc_fast_handler: RpcFastHandler | None = None,
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_pending_bytes: int = 64 * 1024 * 1024,
+        connect_timeout_s: float = 0.2,
+        reconnect_backoff_s: float = 0.03,
+    ) -> None:
+        if self_id not in peers:
+            raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
+        self.self_id = self_id
+        self.peers = dict(peers)
+        self.on_message = on_message
+        self.on_send_failed = on_send_failed
+        self.rpc_handler = rpc_handler
+        self.rpc_fast_handler = rpc_fast_handler
+        self.max_frame_bytes = max_frame_bytes
+        self.max_pending_bytes = max_pending_bytes
+        self.connect_timeout_s = connect_timeout_s
+        self.reconnect_backoff_s = reconnect_backoff_s
+        self.listen_host, self.listen_port = parse_address(peers[self_id])
+        self._links = {pid: _Link(self, pid, addr) for pid, addr in peers.items() if pid != self_id}
+        self._failed: list = []
+        self._failed_wake = trio.Event()
+
+    # ------------------------------------------------------------------ sending
+    def send(self, msg) -> None:
+        """Queue `msg` for `msg.remote_id`; never blocks, never calls back from here.
+
+        A message too large for one frame raises FrameError here, at its sender: it is
+        a bug in whoever built it (push batches are bounded far below the limit), and
+        the receiver would only drop the connection over it.
+        """
+        link = self._links.get(msg.remote_id)
+        if link is None:
+            self._fail(msg, "unknown peer")
+            return
+        payload = encode_message(msg)
+        if len(payload) > self.max_frame_bytes:
+            raise FrameError(
+                f"{type(msg).__name__} of {len(payload)} bytes exceeds the "
+                f"{self.max_frame_bytes}-byte frame limit"
+            )
+        link.send(msg, payload)
+
+    def _fail(self, msg, why: str) -> None:
+        log.debug(
+            "%s: dropping %s to %s: %s",
+            self.self_id,
+            type(msg).__name__,
+            getattr(msg, "remote_id", "?"),
+            why,
+        )
+        if isinstance(msg, REQUESTS):
+            self._failed.append(msg)
+            self._failed_wake.set()
+
+    async def _report_failures(self) -> None:
+        while True:
+            await self._failed_wake.wait()
+            self._failed_wake = trio.Event()
+            failed, self._failed = self._failed, []
+            for msg in failed:
+                self.on_send_failed(msg)
+
+    def is_connected(self, peer_id: str) -> bool:
+        link = self._links.get(peer_id)
+        return link is not None and link.state == _CONNECTED
+
+    # ------------------------------------------------------------------ serving
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and keep the outgoing links until cancelled; reports the bound port."""
+        listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host)
+        self.listen_port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.serve_listeners, self._handle_incoming, listeners)
+            nursery.start_soon(self._report_failures)
+            for link in self._links.values():
+                nursery.start_soon(link.run)
+            task_status.started(self.listen_port)
+
+    async def _handle_incoming(self, stream: trio.SocketStream) -> None:
+        set_nodelay(stream)
+        writer = FrameWriter(stream, self.max_frame_bytes)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_pump, writer, nursery.cancel_scope)
+                await self._read_incoming(stream, writer, nursery)
+                nursery.cancel_scope.cancel()
+        finally:
+            await stream.aclose()
+
+    async def _read_incoming(
+        self, stream: trio.SocketStream, writer: FrameWriter, nursery: trio.Nursery
+    ) -> None:
+        on_message = self.on_message
+        self_id = self.self_id
+        try:
+            async for channel, payload in FrameReader(stream, self.max_frame_bytes):
+                if channel == PEER:
+                    msg = decode_message(payload)
+                    if msg.remote_id != self_id:
+                        log.warning(
+                            "%s: dropping %s addressed to %s",
+                            self_id,
+                            type(msg).__name__,
+                            msg.remote_id,
+                        )
+                        continue
+                    on_message(msg)
+                elif channel == RPC:
+                    request = decode_rpc(payload)
+                    fast = self.rpc_fast_handler
+                    if fast is None or not fast(request, self._replier(request, writer)):
+                        nursery.start_soon(self._serve_rpc, request, writer)
+                else:
+                    raise FrameError(f"unknown channel {channel}")
+        except FrameError as exc:
+            log.warning("%s: closing connection from %s: %s", self_id, _peer_name(stream), exc)
+        except _STREAM_ERRORS as exc:
+            log.debug("%s: incoming connection ended: %r", self_id, exc)
+
+    async def _serve_rpc(self, request: dict, writer: FrameWriter) -> None:
+        if self.rpc_handler is None:
+            response = {"code": Code.UNSUPPORTED, "remark": "this node serves no RPCs"}
+        else:
+            try:
+                response = await self.rpc_handler(request)
+            except Exception as exc:  # one bad request must not take the server down
+                log.exception("%s: RPC handler failed on code %s", self.self_id, request["code"])
+                response = {"code": Code.INTERNAL_ERROR, "remark": f"{type(exc).__name__}: {exc}"}
+        self._replier(request, writer)(response)
+
+    def _replier(self, request: dict, writer: FrameWriter) -> Callable[[dict], None]:
+        """A callable that sends the response to `request` back on its connection."""
+        opaque = request["opaque"]
+
+        def reply(response: dict) -> None:
+            try:
+                writer.write(RPC, encode_rpc({"remark": "", **response, "opaque": opaque}))
+            except (TypeError, ValueError, OverflowError) as exc:  # unencodable or oversized
+                log.error("%s: cannot send RPC response: %r", self.self_id, exc)
+                payload = encode_rpc(
+                    {
+                        "code": Code.INTERNAL_ERROR,
+                        "opaque": opaque,
+                        "remark": f"bad response: {exc}",
+                    }
+                )
+                _write_quietly(writer, payload)
+            except trio.ClosedResourceError:
+                pass  # the client went away
+
+        return reply
+
+
+def _write_quietly(writer: FrameWriter, payload: bytes) -> None:
+    with contextlib.suppress(trio.ClosedResourceError):
+        writer.write(RPC, payload)
+
+
+def _peer_name(stream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except (AttributeError, OSError):
+        return "?"
+    return f"{host}:{port}"

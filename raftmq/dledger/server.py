@@ -1,0 +1,470 @@
+"""The trio driver: runs one `Replica` against real files, sockets and time.
+
+It feeds the core every event (a peer's message, a deadline, a client append, an
+fsync completing) and carries out the `Output` in order: a changed term or vote is
+fsynced (in a worker thread) before any message leaves, entries are fsynced by a
+group-commit task — one fsync covers everything appended since the last — and only
+then do the acknowledgments that depend on them go out.
+
+Client appends that arrive together are appended together: RPC tasks queue them
+and one batcher hands them to the core in a single call, so a burst costs one
+write, one push per follower and one fsync, not one of each per entry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from raftmq.dledger.codes import Code, Role
+from raftmq.dledger.config import DLedgerConfig
+from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.net.codec import RpcCode
+from raftmq.dledger.net.tcp import PeerTransport
+from raftmq.dledger.store.base import LogStore
+from raftmq.dledger.store.file import FileLogStore
+from raftmq.dledger.store.memory import MemoryLogStore
+from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
+
+log = logging.getLogger(__name__)
+
+SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
+RETENTION_CHECK_S = 60.0
+CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
+
+
+class DLedgerError(Exception):
+    """A request the replica answered with a DLedger response code other than SUCCESS."""
+
+    def __init__(self, code: Code, remark: str = "") -> None:
+        super().__init__(f"{code.name} ({int(code)}){': ' + remark if remark else ''}")
+        self.code = code
+
+
+class DiskFailure(Exception):
+    """An fsync failed. The replica stops: after a failed fsync the kernel may have
+    dropped the dirty pages, so nothing written since can be vouched for."""
+
+
+async def durably(write_and_sync, *args) -> None:
+    """Run a blocking write-and-fsync in a worker thread. Any OSError from it (EIO, a
+    full disk) becomes DiskFailure, which stops the process with a clear message: after
+    a failed fsync nothing written since can be vouched for."""
+    try:
+        await trio.to_thread.run_sync(write_and_sync, *args)
+    except OSError as exc:
+        raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
+
+
+class _Waiter:
+    """Turns a completion callback into something a task can await."""
+
+    __slots__ = ("code", "event", "positions")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.code = Code.UNKNOWN
+        self.positions = None
+
+    def __call__(self, code: Code, positions) -> None:
+        self.code, self.positions = code, positions
+        self.event.set()
+
+
+def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | None]:
+    """The log store, term/vote file and checkpoint under storeBaseDir/dledger-<selfId>.
+
+    Raises StoreCorruption (naming the file and offset) when recovery finds that data
+    the checkpoint vouches for as durable and committed is gone or damaged.
+    """
+    if config.store_type.upper() == "MEMORY":
+        return MemoryLogStore(config.mapped_file_size_for_entry_data), MemoryTermVote(), None
+    base = Path(config.store_base_dir) / f"dledger-{config.self_id}"
+    base.mkdir(parents=True, exist_ok=True)
+    checkpoint = Checkpoint(base / "checkpoint")
+    store = FileLogStore(
+        base,
+        config.mapped_file_size_for_entry_data,
+        config.mapped_file_size_for_entry_index,
+        committed_index=checkpoint.load(),
+    )
+    return store, TermVoteFile(base / "currterm"), checkpoint
+
+
+class DLedgerServer:
+    """One replica: `await server.serve()` runs it until cancelled."""
+
+    def __init__(self, config: DLedgerConfig, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.store, self.term_vote, self.checkpoint = open_store(config)
+        term, vote = self.term_vote.load()
+        self.replica = Replica(config, self.store, rng or random.Random(), term, vote, self._now())
+        self.transport = PeerTransport(
+            config.self_id,
+            config.peers,
+            self._on_message,
+            self._on_send_failed,
+            self._on_rpc,
+            self._on_rpc_fast,
+        )
+        self._role_handlers: list[Callable[[int, Role], None]] = []
+        self._commit_handlers: list[Callable[[int], None]] = []
+        self._retention_limits: list[Callable[[], int]] = []
+        self._callbacks: dict[int, Callable[[Code, list | None], None]] = {}
+        self._handles = 0
+        self._append_queue: list[tuple[int, list[bytes]]] = []
+        self._append_ready = trio.Event()
+        self._sync_wanted = trio.Event()
+        self._deadline_moved = trio.Event()
+        self._armed_deadline_ms = float("inf")
+        self._held: list = []  # outputs waiting behind a hard-state fsync, in order
+        self._hard_state_busy = False
+        self._hard_state_ready = trio.Event()
+        self.started = trio.Event()
+
+    # ------------------------------------------------------------------ running
+    @staticmethod
+    def _now() -> float:
+        return trio.current_time() * 1000.0
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        # What recovery read may still sit only in the page cache: make it durable
+        # before the replica counts it as persisted.
+        await durably(self.store.sync_plan().run)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.transport.serve)
+                nursery.start_soon(self._timer_loop, name="timers")
+                nursery.start_soon(self._append_loop, name="appends")
+                nursery.start_soon(self._hard_state_loop, name="term-vote")
+                if self.config.ack_after_fsync:
+                    nursery.start_soon(self._sync_loop, name="group-commit")
+                else:
+                    nursery.start_soon(self._flush_loop, name="page-cache-flush")
+                if isinstance(self.store, FileLogStore):
+                    nursery.start_soon(self._retention_loop, name="retention")
+                    nursery.start_soon(self._checkpoint_loop, name="checkpoint")
+                self.started.set()
+                task_status.started()
+        finally:
+            if self.checkpoint is not None:
+                try:
+                    self.checkpoint.save(self._durable_committed())
+                except OSError as exc:  # safe to skip: recovery then verifies more of the log
+                    log.warning("no checkpoint at shutdown: %s", exc)
+            self.store.close()
+
+    def add_role_change_handler(self, handler: Callable[[int, Role], None]) -> None:
+        """Called with (term, role) on every role change, in order (RocketMQ's hook)."""
+        self._role_handlers.append(handler)
+
+    def add_commit_handler(self, handler: Callable[[int], None]) -> None:
+        """Called with the new committed index whenever it moves."""
+        self._commit_handlers.append(handler)
+
+    # ------------------------------------------------------------------ public API
+    def add_retention_limit(self, limit: Callable[[], int]) -> None:
+        """Retention keeps every entry from `limit()` on: state the application built
+        from the log (the broker's ConsumeQueues) is durable only up to there, and a
+        restart rebuilds the rest from the log, which must still hold it."""
+        self._retention_limits.append(limit)
+
+    def retention_floor(self) -> int:
+        """The lowest index retention may not delete past (see Replica.retention_floor)."""
+        keep_ms = self.config.file_reserved_hours * 3600_000.0
+        floor = self.replica.retention_floor(self._now(), keep_ms)
+        return min([floor, *(limit() for limit in self._retention_limits)])
+
+    @property
+    def role(self) -> Role:
+        return self.replica.role
+
+    def metadata(self) -> dict:
+        r = self.replica
+        return {
+            "selfId": self.config.self_id,
+            "group": self.config.group,
+            "role": r.role.name,
+            "term": r.term,
+            "leaderId": r.leader_id,
+            "ledgerBeginIndex": self.store.begin_index,
+            "ledgerEndIndex": self.store.end_index,
+            "ledgerEndTerm": self.store.end_term,
+            "committedIndex": r.committed_index,
+            "peers": self.config.peers,
+        }
+
+    async def append(self, body: bytes) -> tuple[int, int]:
+        """Append one entry; returns (index, pos) once a quorum has it durably."""
+        return (await self.append_batch([body]))[0]
+
+    async def append_batch(self, bodies: list[bytes]) -> list[tuple[int, int]]:
+        """Append entries as one request; returns their (index, pos) once all are committed.
+
+        Raises DLedgerError: NOT_LEADER, LEADER_TRANSFERRING, LEADER_PENDING_FULL at
+        once; TERM_CHANGED when the entries were provably discarded;
+        WAIT_QUORUM_ACK_TIMEOUT when the outcome is unknown (they may still commit).
+        """
+        waiter = _Waiter()
+        self.append_nowait(list(bodies), waiter)
+        return await self._wait(waiter)
+
+    def append_nowait(self, bodies: list[bytes], callback) -> None:
+        """`append_batch` without a task: `callback(code, positions)` runs on completion
+        (positions are (index, pos) pairs, None on failure). For hot paths where an
+        awaiting task per request costs more than the append."""
+        handle = self._new_handle(callback)
+        self._append_queue.append((handle, bodies))
+        self._append_ready.set()
+
+    def get(self, index: int):
+        """The committed entry at `index` (IndexError if absent or not yet committed)."""
+        if index > self.replica.committed_index:
+            raise IndexError(
+                f"index {index} is not committed (committed {self.replica.committed_index})"
+            )
+        return self.store.get(index)
+
+    async def transfer_leadership(self, transferee: str) -> None:
+        waiter = _Waiter()
+        handle = self._new_handle(waiter)
+        code = self.replica.transfer_leadership(handle, transferee, self._now())
+        self._process()
+        if code is not Code.SUCCESS:
+            self._callbacks.pop(handle, None)
+            raise DLedgerError(code)
+        if transferee != self.config.self_id:
+            await self._wait(waiter)
+
+    def _new_handle(self, callback) -> int:
+        self._handles += 1
+        self._callbacks[self._handles] = callback
+        return self._handles
+
+    @staticmethod
+    async def _wait(waiter: _Waiter):
+        await waiter.event.wait()
+        if waiter.code is not Code.SUCCESS:
+            raise DLedgerError(waiter.code)
+        return waiter.positions
+
+    # ------------------------------------------------------------------ events into the core
+    def _on_message(self, msg) -> None:
+        if msg.group != self.config.group or msg.remote_id != self.config.self_id:
+            log.warning("dropping %s for %s/%s", type(msg).__name__, msg.group, msg.remote_id)
+            return
+        self.replica.receive(msg, self._now())
+        self._process()
+
+    def _on_send_failed(self, msg) -> None:
+        self.replica.send_failed(msg, self._now())
+        self._process()
+
+    async def _append_loop(self) -> None:
+        while True:
+            await self._append_ready.wait()
+            self._append_ready = trio.Event()
+            queue, self._append_queue = self._append_queue, []
+            codes = self.replica.append_batch(queue, self._now())
+            for (handle, _bodies), code in zip(queue, codes, strict=True):
+                if code is not Code.SUCCESS:
+                    self._complete(handle, code, None)
+            self._process()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            deadline_ms = self.replica.next_deadline_ms()
+            self._armed_deadline_ms = deadline_ms
+            with trio.move_on_at(deadline_ms / 1000.0):
+                await self._deadline_moved.wait()
+                self._deadline_moved = trio.Event()
+                continue
+            self.replica.tick(self._now())
+            self._process()
+
+    # ------------------------------------------------------------------ effects out of the core
+    def _process(self) -> None:
+        out = self.replica.take_output()
+        if out:
+            if out.hard_state is not None or self._hard_state_busy or self._held:
+                self._held.append(out)
+                self._hard_state_ready.set()
+            else:
+                self._carry_out(out)
+        if self.replica.next_deadline_ms() < self._armed_deadline_ms:
+            self._armed_deadline_ms = float("-inf")
+            self._deadline_moved.set()
+
+    def _carry_out(self, out) -> None:
+        send = self.transport.send
+        for msg in out.messages:
+            send(msg)
+        if out.needs_sync:
+            self._sync_wanted.set()
+        for term, role in out.role_changes:
+            log.info("%s: %s in term %d", self.config.self_id, role.name, term)
+            for handler in self._role_handlers:
+                handler(term, role)
+        if out.committed_index is not None:
+            for handler in self._commit_handlers:
+                handler(out.committed_index)
+        for c in out.completions:
+            self._complete(c.handle, c.code, c.positions)
+
+    def _complete(self, handle: int, code: Code, positions) -> None:
+        callback = self._callbacks.pop(handle, None)
+        if callback is not None:
+            callback(code, positions)
+
+    async def _hard_state_loop(self) -> None:
+        """Persist term and vote, then release the outputs that were held behind them."""
+        while True:
+            await self._hard_state_ready.wait()
+            self._hard_state_ready = trio.Event()
+            while self._held:
+                self._hard_state_busy = True
+                held, self._held = self._held, []
+                latest = None
+                for out in held:
+                    if out.hard_state is not None:
+                        latest = out.hard_state
+                if latest is not None:
+                    await durably(self.term_vote.save, *latest)
+                self._hard_state_busy = False
+                for out in held:
+                    self._carry_out(out)
+
+    async def _sync_loop(self) -> None:
+        """Group commit: one fsync covers every entry appended before it started."""
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            plan = self.store.sync_plan()
+            await durably(plan.run)
+            self._record_synced()
+            self.replica.persisted(plan.end_index, plan.generation, self._now())
+            self._process()
+
+    async def _flush_loop(self) -> None:
+        """Page-cache mode: acks went out already; flush every flushFileInterval."""
+        while True:
+            await trio.sleep(self.config.flush_file_interval_ms / 1000)
+            await durably(self.store.sync_plan().run)
+            self._record_synced()
+
+    def _record_synced(self) -> None:
+        """With recordSyncedLengths, write how much of each data file is fsynced.
+
+        A harness that kills this process and then wants a power cut's effect (lose
+        what was not fsynced) reads this file. It is written after the fsync and
+        before anything is acknowledged because of it, so it never claims less than
+        an acknowledgment relied on; it needs no fsync of its own, since a killed
+        process's page cache survives and the harness is the only "power cut".
+        """
+        if not self.config.record_synced_lengths or not isinstance(self.store, FileLogStore):
+            return
+        path = self.store.base_dir / SYNCED_LENGTHS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.store.synced_lengths_now()))
+        os.replace(tmp, path)
+
+    def _durable_committed(self) -> int:
+        return min(self.replica.committed_index, self.replica.persisted_index)
+
+    async def _checkpoint_loop(self) -> None:
+        saved = -1
+        while True:
+            await trio.sleep(CHECKPOINT_INTERVAL_S)
+            index = self._durable_committed()
+            if index != saved:
+                await durably(self.checkpoint.save, index)
+                saved = index
+
+    async def _retention_loop(self) -> None:
+        keep_s = self.config.file_reserved_hours * 3600.0
+        while True:
+            await trio.sleep(RETENTION_CHECK_S)
+            deleted = self.store.delete_expired(self.retention_floor(), keep_s)
+            if deleted:
+                log.info(
+                    "retention deleted %d data files; log now begins at %d",
+                    deleted,
+                    self.store.begin_index,
+                )
+
+    # ------------------------------------------------------------------ client RPCs
+    def _on_rpc_fast(self, request: dict, reply) -> bool:
+        """Appends skip the task-per-request path: queued here, answered on completion."""
+        if request.get("code") != RpcCode.APPEND or request.get("group", self.config.group) != (
+            self.config.group
+        ):
+            return False
+        bodies = request.get("bodies")
+        if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
+            return False  # the general handler explains what is wrong
+
+        def answer(code: Code, positions) -> None:
+            if code is Code.SUCCESS:  # the hot path: just what the client reads
+                reply({"code": Code.SUCCESS, "positions": positions})
+            else:
+                reply(self._answer(code))
+
+        self.append_nowait(bodies, answer)
+        return True
+
+    async def _on_rpc(self, request: dict) -> dict:
+        code = request.get("code")
+        if request.get("group", self.config.group) != self.config.group:
+            return self._answer(Code.UNKNOWN_GROUP, f"this is group {self.config.group}")
+        try:
+            if code == RpcCode.APPEND:
+                bodies = request.get("bodies")
+                if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
+                    return self._answer(Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes")
+                positions = await self.append_batch(bodies)
+                return self._answer(Code.SUCCESS, positions=[list(p) for p in positions])
+            if code == RpcCode.GET:
+                index = request.get("index")
+                if not isinstance(index, int):
+                    return self._answer(Code.UNEXPECTED_ARGUMENT, "index must be an integer")
+                try:
+                    e = self.get(index)
+                except IndexError as exc:
+                    return self._answer(Code.INDEX_OUT_OF_RANGE, str(exc))
+                return self._answer(
+                    Code.SUCCESS,
+                    index=e.index,
+                    term=e.term,
+                    pos=e.pos,
+                    type=int(e.type),
+                    body=e.body,
+                )
+            if code in (RpcCode.METADATA, RpcCode.STATUS):
+                return self._answer(Code.SUCCESS, **self.metadata())
+            if code == RpcCode.LEADERSHIP_TRANSFER:
+                transferee = request.get("transfereeId")
+                if not isinstance(transferee, str):
+                    return self._answer(Code.UNEXPECTED_ARGUMENT, "transfereeId must be a string")
+                await self.transfer_leadership(transferee)
+                return self._answer(Code.SUCCESS)
+        except DLedgerError as exc:
+            return self._answer(exc.code, str(exc))
+        return self._answer(Code.UNSUPPORTED, f"unknown request code {code}")
+
+    def _answer(self, code: Code, remark: str = "", **fields) -> dict:
+        r = self.replica
+        leader = r.leader_id
+        return {
+            "code": int(code),
+            "remark": remark,
+            "leaderId": leader,
+            "leaderAddr": self.config.peers.get(leader) if leader else None,
+            "term": r.term,
+            **fields,
+        }

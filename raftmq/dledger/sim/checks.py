@@ -1,0 +1,112 @@
+"""Raft's safety properties, checked after every simulated event.
+
+Election safety (one leader per term), log matching (equal terms at an index mean
+equal logs up to it, checked through chainCrc), leader completeness (a new leader
+holds every committed entry), state-machine safety (no two replicas commit different
+entries at one index) and, the property users care about, every acknowledged append
+is in every later leader's log.
+"""
+
+from __future__ import annotations
+
+from raftmq.dledger.codes import Code, Role
+
+
+class InvariantViolation(AssertionError):
+    pass
+
+
+class Checker:
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.leaders_by_term: dict[int, str] = {}
+        self.committed_chains: dict[int, int] = {}  # index -> chainCrc, across all replicas
+        self.reported_commit: dict[str, int] = {}
+        self.acked: dict[int, tuple[int, int]] = {}  # handle -> (index, chainCrc)
+        self.outcomes: dict[int, Code] = {}
+        self.leader_changes = 0
+
+    def _fail(self, what: str) -> None:
+        raise InvariantViolation(f"t={self.cluster.now:.1f}ms: {what}")
+
+    # ------------------------------------------------------------------ events
+    def role_changed(self, node_id: str, term: int, role: Role) -> None:
+        if role is not Role.LEADER:
+            return
+        other = self.leaders_by_term.get(term)
+        if other is not None and other != node_id:
+            self._fail(f"two leaders in term {term}: {other} and {node_id}")
+        self.leaders_by_term[term] = node_id
+        self.leader_changes += 1
+        store = self.cluster.nodes[node_id].store
+        for index, chain in self.committed_chains.items():
+            if not self._holds(store, index, chain):
+                self._fail(f"leader {node_id} of term {term} lacks committed index {index}")
+        for handle, (index, chain) in self.acked.items():
+            if not self._holds(store, index, chain):
+                self._fail(
+                    f"leader {node_id} of term {term} lacks acknowledged append {handle} at {index}"
+                )
+
+    def committed(self, node_id: str, index: int) -> None:
+        store = self.cluster.nodes[node_id].store
+        start = self.reported_commit.get(node_id, -1) + 1
+        for i in range(max(start, store.begin_index), index + 1):
+            chain = store.chain_at(i)
+            known = self.committed_chains.setdefault(i, chain)
+            if known != chain:
+                self._fail(f"{node_id} committed a different entry at index {i}")
+        self.reported_commit[node_id] = index
+
+    def crashed(self, node_id: str) -> None:
+        self.reported_commit.pop(node_id, None)
+
+    def completed(self, node_id: str, handle: int, code: Code, positions) -> None:
+        if handle not in self.cluster.appends:
+            return  # an admin request (a leadership transfer), not a client append
+        self.outcomes[handle] = code
+        if code is not Code.SUCCESS:
+            return
+        index = positions[-1][0]
+        store = self.cluster.nodes[node_id].store
+        if store.get(index).body != self.cluster.appends[handle]:
+            self._fail(f"append {handle} acknowledged at {index}, which holds another body")
+        self.acked[handle] = (index, store.chain_at(index))
+
+    # ------------------------------------------------------------------ after every event
+    def check(self, node) -> None:
+        """After `node` handled an event: only its log can have changed."""
+        for other in self.cluster.nodes.values():
+            if other is not node and other.alive:
+                self._check_matching(node, other)
+        r, store = node.replica, node.store
+        if r.committed_index > store.end_index:
+            self._fail(f"{node.id} committed {r.committed_index} beyond its end {store.end_index}")
+        committed = r.committed_index
+        if committed >= store.begin_index:
+            known = self.committed_chains.get(committed)
+            if known is not None and known != store.chain_at(committed):
+                self._fail(f"{node.id} changed committed entry {committed}")
+
+    def _check_matching(self, a, b) -> None:
+        sa, sb = a.store, b.store
+        i = min(sa.end_index, sb.end_index)
+        low = max(sa.begin_index, sb.begin_index)
+        while i >= low and sa.term_at(i) != sb.term_at(i):
+            i -= 1
+        if i >= low and sa.chain_at(i) != sb.chain_at(i):
+            self._fail(f"log matching: {a.id} and {b.id} agree on the term at {i} but not the log")
+
+    @staticmethod
+    def _holds(store, index: int, chain: int) -> bool:
+        return store.begin_index <= index <= store.end_index and store.chain_at(index) == chain
+
+    # ------------------------------------------------------------------ at the end
+    def check_final(self) -> None:
+        """After healing and converging: every live replica holds every acknowledged append."""
+        for node in self.cluster.nodes.values():
+            if not node.alive:
+                continue
+            for handle, (index, chain) in self.acked.items():
+                if not self._holds(node.store, index, chain):
+                    self._fail(f"{node.id} lacks acknowledged append {handle} at index {index}")

@@ -1,0 +1,63 @@
+"""`mqnamesrv [-c namesrv.conf]`: run a name server until SIGTERM or SIGINT.
+
+Prints "The Name Server boot success. listenPort=N" once listening (N is the real port
+when `listenPort=0`). Exit status: 0 after a clean stop, 2 for a bad config or command
+line (the message names the key or file), 3 when the port cannot be bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import trio
+
+from raftmq.namesrv.config import NamesrvConfig, load_config
+from raftmq.namesrv.server import NamesrvServer
+from raftmq.streams.groups import first_leaf
+
+EXIT_OK, EXIT_USAGE, EXIT_BIND = 0, 2, 3
+
+
+async def _run(config: NamesrvConfig) -> None:
+    server = NamesrvServer(config)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        print(f"The Name Server boot success. listenPort={port}", flush=True)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ name server.")
+    parser.add_argument("-c", "--configFile", dest="config", help="namesrv.conf (key=value)")
+    parser.add_argument("-p", "--printConfigItem", action="store_true", help="print and exit")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ValueError as exc:
+        print(f"mqnamesrv: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.printConfigItem:
+        print(config)
+        return EXIT_OK
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    status = EXIT_OK
+    try:
+        trio.run(_run, config)
+    except* OSError as group:
+        exc = first_leaf(group)
+        print(f"mqnamesrv: cannot listen on port {config.listen_port}: {exc}", file=sys.stderr)
+        status = EXIT_BIND
+    except* KeyboardInterrupt:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""RocketMQ remoting protocol: frames, JSON and ROCKETMQ header codecs, codes, trio server/client.
+
+Byte-compatible with RocketMQ 4.x (`org.apache.rocketmq.remoting`), so stock clients —
+Java, C++, `ali-ons` — talk to a raftmq namesrv or broker, and raftmq's own clients
+talk to stock servers. Modules, smallest first:
+
+- `codes`: request/response codes, LanguageCode, SerializeType, MQVersion
+- `command`: RemotingCommand
+- `codec`: one frame to and from bytes (`encode`, `decode`); RemotingError
+- `frames`: streams of frames (sans-IO FrameDecoder; trio FrameReader, FrameWriter)
+- `processor`: the processor signature and ProcessorTable
+- `connection`: one connection, either end (requests both ways, opaque matching)
+- `server`, `client`: RemotingServer and RemotingClient
+"""
+
+from raftmq.remoting.client import RemotingClient, parse_address
+from raftmq.remoting.codec import MAX_FRAME_BYTES, decode, encode
+from raftmq.remoting.codes import LanguageCode, MQVersion, RequestCode, ResponseCode, SerializeType
+from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from raftmq.remoting.connection import Connection
+from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from raftmq.remoting.frames import FrameDecoder
+from raftmq.remoting.processor import Processor, ProcessorTable, not_supported
+from raftmq.remoting.server import RemotingServer, listen_host
+
+__all__ = [
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "MAX_FRAME_BYTES",
+    "Connection",
+    "FrameDecoder",
+    "LanguageCode",
+    "MQVersion",
+    "Processor",
+    "ProcessorTable",
+    "RemotingClient",
+    "RemotingCommand",
+    "RemotingConnectError",
+    "RemotingError",
+    "RemotingServer",
+    "RemotingTimeoutError",
+    "RequestCode",
+    "ResponseCode",
+    "SerializeType",
+    "decode",
+    "encode",
+    "listen_host",
+    "not_supported",
+    "parse_address",
+]

@@ -1,0 +1,384 @@
+"""One remoting connection, either end: requests both ways, responses matched by opaque.
+
+RocketMQ puts this logic in `NettyRemotingAbstract`, shared by client and server,
+because the protocol is symmetric: a client sends requests and also answers the
+broker's (NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO); a broker answers
+requests and also sends its own. Each incoming frame is either a response (flag bit
+0), routed to the waiting `invoke` by its opaque, or a request, handed to the
+processor in a task of its own so that a long-polling pull does not hold up the
+requests behind it.
+
+Rules from `processRequestCommand`, kept here:
+
+- the response carries the request's opaque and serialize type and the response flag;
+- a oneway request (flag bit 1) gets no response, whatever the processor returns;
+- a processor exception is logged and answered SYSTEM_ERROR with its text, and the
+  connection carries on;
+- a malformed frame closes the connection (Java's decoder closes the channel): the
+  framing of what follows can no longer be trusted.
+
+When the connection's I/O ends — the peer closed it, a frame was malformed, a send
+failed, or `close()` was called — every pending `invoke` fails at once with
+RemotingConnectError and `on_close` runs. Requests already received keep running to
+completion, as they would on Java's executor threads (a oneway offset commit sent
+just before a client exits must not be lost); their responses are dropped. A
+processor that waits for a long time can watch `closed` or `wait_closed()`.
+
+Requests processed in tasks are capped per connection (`max_running_requests`):
+past the cap a request is answered SYSTEM_BUSY at once, as Java's broker answers
+when a processor's queue is full, so a client pipelining held pulls without end
+costs bounded memory.
+
+Sending is synchronous and never blocks: `send` queues the frame for the writer
+task, which batches everything queued into one `send_all`. The queue is bounded by
+`max_pending_bytes`; a peer that stops reading past it has its connection closed,
+so a stuck client costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+import trio
+
+from raftmq.remoting.codec import MAX_FRAME_BYTES
+from raftmq.remoting.codes import ResponseCode
+from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from raftmq.remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
+from raftmq.remoting.processor import Processor, not_supported
+from raftmq.streams.deadlines import DeadlineReaper
+
+__all__ = ["DEFAULT_MAX_PENDING_BYTES", "DEFAULT_MAX_RUNNING_REQUESTS", "Connection"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_PENDING_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_RUNNING_REQUESTS = 16_384
+
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_OPAQUE_MASK = 0x7FFFFFFF  # opaques are Java ints; ours stay positive and wrap
+
+
+class _Call:
+    __slots__ = ("code", "deadline", "error", "event", "response", "timeout_s")
+
+    def __init__(self, code: int, timeout_s: float) -> None:
+        self.code = code
+        self.timeout_s = timeout_s
+        self.deadline = trio.current_time() + timeout_s
+        self.event = trio.Event()
+        self.response: RemotingCommand | None = None
+        self.error: BaseException | None = None
+
+
+class Connection:
+    """A connected trio stream speaking remoting; `run()` drives it until it closes.
+
+    `processor` answers requests from the peer; None answers every request
+    REQUEST_CODE_NOT_SUPPORTED (a client that serves nothing). `on_close(connection)`
+    is called once, when the I/O has ended. Hashable by identity, so a broker can key
+    its client tables by connection.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        processor: Processor | None = None,
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS,
+        on_close: Callable[[Connection], None] | None = None,
+        receive_size: int = RECEIVE_CHUNK,
+    ) -> None:
+        self._stream = stream
+        self._processor = processor
+        self._max_frame_bytes = max_frame_bytes
+        self._max_pending_bytes = max_pending_bytes
+        self._max_running = max_running_requests
+        self._running = 0
+        self._on_close = on_close
+        self._receive_size = receive_size
+        self._writer = FrameWriter(stream, max_frame_bytes)
+        self.remote_address = _socket_name(stream, "getpeername")
+        self.local_address = _socket_name(stream, "getsockname")
+        self._opaque = 0
+        self._calls: dict[int, _Call] = {}
+        # One task over a heap of deadlines instead of a cancel scope per call.
+        self._deadlines = DeadlineReaper(self._expire, self._is_pending)
+        self._error: RemotingConnectError | None = None
+        self._io_scope: trio.CancelScope | None = None
+        self._tasks: trio.Nursery | None = None
+        self._closed_event = trio.Event()
+        self._started = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Connection {self.local_address} <-> {self.remote_address} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection can no longer send (closed, or closing)."""
+        return self._error is not None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent by this end that still await their response."""
+        return len(self._calls)
+
+    async def wait_closed(self) -> None:
+        """Return once the connection's I/O has ended."""
+        await self._closed_event.wait()
+
+    # ------------------------------------------------------------------ sending
+    def send(self, command: RemotingCommand) -> None:
+        """Queue `command` exactly as given (a response, or a request built by hand).
+
+        Never blocks. Raises RemotingConnectError if the connection is closed (or is
+        closed now because the peer stopped reading), RemotingError if the command
+        cannot be encoded.
+        """
+        if self._error is not None:
+            raise self._closed_error()
+        writer = self._writer
+        try:
+            writer.write(command)
+        except trio.ClosedResourceError:
+            raise self._closed_error() from None
+        if writer.pending_bytes > self._max_pending_bytes:
+            log.warning(
+                "closing %s: %d bytes queued, the peer is not reading",
+                self.remote_address,
+                writer.pending_bytes,
+            )
+            self.close("the peer is not reading its responses")
+            raise self._closed_error()
+
+    def invoke_oneway(self, request: RemotingCommand) -> None:
+        """Send `request` with the oneway flag and a fresh opaque; no response will come."""
+        request.opaque = self._next_opaque()
+        request.flag = (request.flag & ~FLAG_RESPONSE) | FLAG_ONEWAY
+        self.send(request)
+
+    async def invoke(self, request: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Send `request` with a fresh opaque and return the peer's response.
+
+        The response is returned whatever its code; checking it is the caller's job,
+        as in Java's `invokeSync`. Raises RemotingConnectError if the connection is or
+        goes down before the response, RemotingTimeoutError after `timeout_s`.
+        """
+        if self._error is not None:
+            raise self._closed_error()
+        opaque = self._next_opaque()
+        request.opaque = opaque
+        request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        call = _Call(request.code, timeout_s)
+        calls = self._calls
+        calls[opaque] = call
+        try:
+            self.send(request)
+            self._deadlines.add(call.deadline, opaque)
+            await call.event.wait()
+        finally:
+            calls.pop(opaque, None)
+        if call.response is not None:
+            return call.response
+        raise call.error
+
+    def _next_opaque(self) -> int:
+        opaque = (self._opaque + 1) & _OPAQUE_MASK
+        while opaque in self._calls:  # only after 2**31 requests with one still waiting
+            opaque = (opaque + 1) & _OPAQUE_MASK
+        self._opaque = opaque
+        return opaque
+
+    def _is_pending(self, opaque: int) -> bool:
+        return opaque in self._calls
+
+    def _expire(self, opaque: int) -> None:
+        call = self._calls.pop(opaque)
+        call.error = RemotingTimeoutError(
+            f"no response to request code {call.code} from {self.remote_address} "
+            f"within {call.timeout_s} s"
+        )
+        call.event.set()
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self, reason: str = "closed locally") -> None:
+        """End the connection's I/O now; pending and later calls fail. Never blocks."""
+        self._fail_all(reason)
+        if self._io_scope is not None:
+            self._io_scope.cancel()
+
+    def _fail_all(self, reason: str) -> None:
+        """Fail every pending call and all later ones (the first reason wins)."""
+        if self._error is None:
+            self._error = RemotingConnectError(f"connection to {self.remote_address}: {reason}")
+            self._writer.abort()
+        calls, self._calls = self._calls, {}
+        for call in calls.values():
+            call.error = self._closed_error()
+            call.event.set()
+
+    def _closed_error(self) -> RemotingConnectError:
+        # A fresh exception per raise: one instance raised in many tasks would pile
+        # all their tracebacks onto itself.
+        if self._error is None:
+            return RemotingConnectError(f"connection to {self.remote_address} is closed")
+        return RemotingConnectError(*self._error.args)
+
+    async def run(self) -> None:
+        """Read, write and serve until the connection ends; never raises for a peer's fault.
+
+        Returns after the I/O has ended and every request received has been processed.
+        The stream is closed on the way out.
+        """
+        if self._started:
+            raise RuntimeError("Connection.run() can only be called once")
+        self._started = True
+        try:
+            async with trio.open_nursery() as tasks:
+                self._tasks = tasks
+                try:
+                    async with trio.open_nursery() as io:
+                        self._io_scope = io.cancel_scope
+                        if self._error is not None:  # closed before it ran
+                            io.cancel_scope.cancel()
+                        io.start_soon(self._write_loop, io.cancel_scope)
+                        io.start_soon(self._deadlines.run)
+                        reason = await self._read_loop()
+                        self._fail_all(reason)
+                        io.cancel_scope.cancel()
+                finally:
+                    # Synchronous steps first: under cancellation the await below raises
+                    # Cancelled, and waiters and on_close must hear of the end anyway.
+                    self._fail_all("connection closed")
+                    self._closed_event.set()
+                    self._notify_closed()
+                    await trio.aclose_forcefully(self._stream)
+        finally:
+            self._tasks = None
+
+    def _notify_closed(self) -> None:
+        if self._on_close is not None:
+            try:
+                self._on_close(self)
+            except Exception:
+                log.exception("on_close callback failed for %s", self.remote_address)
+
+    async def _write_loop(self, io_scope: trio.CancelScope) -> None:
+        try:
+            await self._writer.run()
+        except _STREAM_ERRORS as exc:
+            self._fail_all(f"send failed: {exc!r}")
+        finally:
+            io_scope.cancel()
+
+    async def _read_loop(self) -> str:
+        """Dispatch incoming frames; returns why reading stopped."""
+        reader = FrameReader(self._stream, self._max_frame_bytes, receive_size=self._receive_size)
+        on_response = self._on_response
+        start_soon = self._tasks.start_soon
+        process = self._process
+        inline = getattr(self._processor, "inline", None)
+        try:
+            while True:
+                commands = await reader.receive_batch()
+                if commands is None:
+                    return "closed by the peer"
+                for command in commands:
+                    if command.flag & FLAG_RESPONSE:
+                        on_response(command)
+                    elif inline is None or not self._try_inline(inline, command):
+                        if self._running >= self._max_running:
+                            self._refuse_busy(command)
+                        else:
+                            self._running += 1
+                            start_soon(process, command)
+        except RemotingError as exc:
+            log.warning("closing connection from %s: %s", self.remote_address, exc)
+            return f"malformed frame: {exc}"
+        except _STREAM_ERRORS as exc:
+            log.debug("connection from %s ended: %r", self.remote_address, exc)
+            return f"connection broke: {exc!r}"
+
+    def _on_response(self, response: RemotingCommand) -> None:
+        call = self._calls.pop(response.opaque, None)
+        if call is None:
+            log.debug(
+                "%s: response to unknown opaque %d (timed out?)",
+                self.remote_address,
+                response.opaque,
+            )
+            return
+        call.response = response
+        call.event.set()
+
+    # ------------------------------------------------------------------ serving
+    def _try_inline(self, inline, request: RemotingCommand) -> bool:
+        try:
+            return inline(request, self)
+        except Exception:  # the task path will answer it, with the error if it recurs
+            log.exception("inline processor failed on request code %s", request.code)
+            return False
+
+    def _refuse_busy(self, request: RemotingCommand) -> None:
+        remark = (
+            f"[OVERLOAD]system busy: {self._running} requests in flight on this connection, "
+            "start flow control for a while"
+        )
+        self.respond(request, request.make_response(ResponseCode.SYSTEM_BUSY, remark))
+
+    async def _process(self, request: RemotingCommand) -> None:
+        try:
+            await self._answer(request)
+        finally:
+            self._running -= 1
+
+    async def _answer(self, request: RemotingCommand) -> None:
+        processor = self._processor
+        try:
+            if processor is None:
+                response = not_supported(request)
+            else:
+                response = await processor(request, self)
+        except Exception as exc:  # one bad request must not take the connection down
+            log.exception(
+                "processor failed on request code %s from %s", request.code, self.remote_address
+            )
+            response = request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+        self.respond(request, response)
+
+    def respond(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Send `response` to `request` (stamped with its opaque and serialize type);
+        nothing for a oneway request, or when the peer is gone."""
+        if response is None or request.flag & FLAG_ONEWAY:
+            return
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        try:
+            self.send(response)
+        except RemotingError as exc:  # unencodable or too large: still answer
+            log.error("cannot send the response to request code %s: %s", request.code, exc)
+            error = request.make_response(ResponseCode.SYSTEM_ERROR, f"bad response: {exc}")
+            with contextlib.suppress(RemotingConnectError):
+                self.send(error)
+        except RemotingConnectError:
+            log.debug("%s went away before the response to code %s", self, request.code)
+
+
+def _socket_name(stream, method: str) -> str:
+    try:
+        address = getattr(stream.socket, method)()
+    except (AttributeError, OSError):
+        return "?"
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(address)

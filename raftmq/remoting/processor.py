@@ -1,0 +1,81 @@
+"""Request processors, and a table routing request codes to them.
+
+A processor is `async def processor(request, connection) -> RemotingCommand | None`,
+RocketMQ's `NettyRequestProcessor.processRequest`. Returning None sends nothing:
+the processor either answers later through `connection.send` (as Java's
+asynchronous processors do) or the request was oneway. The transport stamps the
+request's opaque and serialize type and the response flag on whatever is returned.
+
+`ProcessorTable` is `NettyRemotingAbstract.processorTable` with its
+`defaultRequestProcessor`: a code with no processor and no default is answered
+REQUEST_CODE_NOT_SUPPORTED with Java's exact remark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
+
+from raftmq.remoting.codes import ResponseCode
+from raftmq.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from raftmq.remoting.connection import Connection
+
+__all__ = ["Processor", "ProcessorTable", "not_supported"]
+
+Processor = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+InlineProcessor = Callable[[RemotingCommand, "Connection"], bool]
+
+
+def not_supported(request: RemotingCommand) -> RemotingCommand:
+    """The answer to a request code nobody handles (`processRequestCommand`'s wording)."""
+    return request.make_response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+    )
+
+
+class ProcessorTable:
+    """A processor that routes each request by code; unknown codes are not supported.
+
+    table = ProcessorTable({RequestCode.HEART_BEAT: heartbeat})
+    table.register(RequestCode.SEND_MESSAGE_V2, send)
+    RemotingServer("0.0.0.0", 10911, table)
+    """
+
+    def __init__(
+        self,
+        processors: Mapping[int, Processor] | None = None,
+        default: Processor | None = None,
+    ) -> None:
+        self._table: dict[int, Processor] = dict(processors or {})
+        self._inline: dict[int, InlineProcessor] = {}
+        self.default = default
+
+    def register(self, code: int, processor: Processor) -> None:
+        self._table[int(code)] = processor
+
+    def register_inline(self, code: int, handler: InlineProcessor) -> None:
+        """A synchronous first try for `code`, called from the connection's read loop.
+
+        It returns True when it took the request (and will answer through
+        `connection.respond`), False to leave it to the task-per-request processor.
+        For the hot path of a server (sends), where a task and an event per request
+        cost more than the work itself.
+        """
+        self._inline[int(code)] = handler
+
+    def inline(self, request: RemotingCommand, connection: Connection) -> bool:
+        handler = self._inline.get(request.code)
+        return handler is not None and handler(request, connection)
+
+    def __contains__(self, code: int) -> bool:
+        return code in self._table
+
+    async def __call__(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand | None:
+        processor = self._table.get(request.code, self.default)
+        if processor is None:
+            return not_supported(request)
+        return await processor(request, connection)

@@ -1,0 +1,244 @@
+"""A name server and a DLedger broker group as real processes on loopback addresses.
+
+RocketMQ's `fast-try` for this project: the main demo, the process tests, the
+benchmarks and the fault-injection runs all start the same thing, kill -9 and
+restart members, ask the name server who the master is, and stop everything on
+the way out, even when the caller fails. Everything is on 127.0.0.1 unless the
+caller gives each node an address of its own (the fault-injection harness does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.tools.dledger_local import free_ports, stop_process
+
+LOOPBACK = "127.0.0.1"
+LOCAL_SEGMENT_BYTES = (
+    64 << 20
+)  # DLedger's 1 GiB segments are preallocated; see raftmq.tools.dledger_local
+BOOT_TIMEOUT_S = 20.0
+
+
+def _lenient_json(body: bytes):
+    """fastjson's unquoted integer map keys (a Java name server) made standard."""
+    return json.loads(re.sub(rb"([{,])(-?\d+):", rb'\1"\2":', body))
+
+
+def _addresses(ids: list[str], hosts: list[str], ports: list[int]) -> dict[str, str]:
+    return {node: f"{host}:{port}" for node, host, port in zip(ids, hosts, ports, strict=True)}
+
+
+class LocalCluster:
+    """`async with LocalCluster(tmp, nodes=3) as cluster:` — all processes die on exit."""
+
+    def __init__(
+        self,
+        base_dir: str | Path,
+        nodes: int = 3,
+        broker_name: str = "RaftNode00",
+        cluster_name: str = "RaftCluster",
+        extra_conf: dict[str, str] | None = None,
+        hosts: Sequence[str] | None = None,
+        advertised: Sequence[str] | None = None,
+    ) -> None:
+        """`hosts[i]` is the address node i's broker and DLedger replica listen on
+        (127.0.0.1 for all by default); `advertised[i]` the one its broker registers with
+        the name server (brokerIP1), which clients dial: its own by default. An
+        advertised address of its own needs something, a proxy, listening there."""
+        self.base_dir = Path(base_dir)
+        self.broker_name = broker_name
+        self.cluster_name = cluster_name
+        self.ids = [f"n{i}" for i in range(nodes)]
+        hosts = list(hosts or [LOOPBACK] * nodes)
+        advertised = list(advertised or hosts)
+        ports = free_ports(1 + 2 * nodes, {LOOPBACK, *hosts, *advertised})
+        self.namesrv_port = ports[0]
+        self.namesrv_addr = f"{LOOPBACK}:{ports[0]}"
+        broker_ports = ports[1 : 1 + nodes]
+        # Where each broker listens: the harness's own calls go here directly.
+        self.broker_addrs = _addresses(self.ids, hosts, broker_ports)
+        # What each broker registers, and what producers and consumers dial.
+        self.client_addrs = _addresses(self.ids, advertised, broker_ports)
+        self.peer_addrs = _addresses(self.ids, hosts, ports[1 + nodes :])
+        self.extra_conf = dict(extra_conf or {})
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    # ------------------------------------------------------------------ files
+    def conf_path(self, node: str) -> Path:
+        return self.base_dir / f"broker-{node}.conf"
+
+    def store_dir(self, node: str) -> Path:
+        return self.base_dir / node
+
+    def dledger_peers(self, node: str) -> str:
+        """`node`'s dLegerPeers: how it reaches each member (a harness may put proxies here)."""
+        return ";".join(f"{peer}-{address}" for peer, address in self.peer_addrs.items())
+
+    def _write_confs(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        (self.base_dir / "namesrv.conf").write_text(
+            f"listenPort={self.namesrv_port}\nbrokerChannelExpiredTime=10000\n"
+            "scanNotActiveBrokerInterval=1000\n"
+        )
+        for node in self.ids:
+            conf = {
+                "brokerClusterName": self.cluster_name,
+                "brokerName": self.broker_name,
+                "listenPort": self.broker_addrs[node].rpartition(":")[2],
+                "bindAddress": self.broker_addrs[node].rpartition(":")[0],
+                "brokerIP1": self.client_addrs[node].rpartition(":")[0],
+                "namesrvAddr": self.namesrv_addr,
+                "storePathRootDir": str(self.store_dir(node)),
+                "enableDLegerCommitLog": "true",
+                "dLegerGroup": self.broker_name,
+                "dLegerPeers": self.dledger_peers(node),
+                "dLegerSelfId": node,
+                "mappedFileSizeCommitLog": str(LOCAL_SEGMENT_BYTES),
+                "mappedFileSizeForEntryIndex": str(32 << 20),
+                # the name server here expires a broker after 10 s of silence (not 120 s),
+                # so brokers re-register every 3 s (not 30 s)
+                "registerNameServerPeriod": "3000",
+                **self.extra_conf,
+            }
+            self.conf_path(node).write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+
+    # ------------------------------------------------------------------ processes
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.base_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_broker(self, node: str) -> None:
+        self._spawn(node, ["-m", "raftmq.broker.cli", "-c", str(self.conf_path(node))])
+
+    async def _booted(self, name: str, marker: bytes) -> None:
+        log = self.base_dir / f"{name}.log"
+        with trio.fail_after(BOOT_TIMEOUT_S):
+            while marker not in log.read_bytes():
+                proc = self.procs.get(name)
+                if proc is None or proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited at start:\n{log.read_text()[-2000:]}")
+                await trio.sleep(0.02)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        stop_process(self.procs.pop(name, None), sig)
+
+    def pid(self, name: str) -> int:
+        return self.procs[name].pid
+
+    async def restart(self, node: str) -> None:
+        self.kill(node)
+        marker_count = (self.base_dir / f"{node}.log").read_bytes().count(b"boot success")
+        self.start_broker(node)
+        log = self.base_dir / f"{node}.log"
+        with trio.fail_after(BOOT_TIMEOUT_S):
+            while log.read_bytes().count(b"boot success") <= marker_count:
+                if self.procs[node].poll() is not None:
+                    raise RuntimeError(f"{node} exited at start:\n{log.read_text()[-2000:]}")
+                await trio.sleep(0.02)
+
+    async def __aenter__(self) -> LocalCluster:
+        self._write_confs()
+        try:
+            self._spawn(
+                "namesrv", ["-m", "raftmq.namesrv.cli", "-c", str(self.base_dir / "namesrv.conf")]
+            )
+            await self._booted("namesrv", b"boot success")
+            for node in self.ids:
+                self.start_broker(node)
+            for node in self.ids:
+                await self._booted(node, b"boot success")
+            await self.wait_master()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            self.kill(name, signal.SIGTERM)
+
+    # ------------------------------------------------------------------ asking
+    async def namesrv_call(self, code: int, ext: dict | None = None, body: bytes = b""):
+        async with RemotingClient(self.namesrv_addr) as client:
+            return await client.invoke(
+                RemotingCommand(code=code, ext_fields=ext or {}, body=body), 3.0
+            )
+
+    async def master_address(self) -> str | None:
+        response = await self.namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        table = _lenient_json(response.body).get("brokerAddrTable", {})
+        return table.get(self.broker_name, {}).get("brokerAddrs", {}).get("0")
+
+    async def wait_master(self, timeout_s: float = 15.0, not_node: str | None = None) -> str:
+        """The member registered as brokerId 0 (optionally other than `not_node`)."""
+        by_address = {a: n for n, a in self.client_addrs.items()}
+        with trio.fail_after(timeout_s):
+            while True:
+                node = by_address.get(await self.master_address())
+                if node is not None and node != not_node and node in self.procs:
+                    return node
+                await trio.sleep(0.02)
+
+    async def broker_call(self, node: str, code: int, ext: dict | None = None, body=b""):
+        async with RemotingClient(self.broker_addrs[node]) as client:
+            return await client.invoke(
+                RemotingCommand(code=code, ext_fields=ext or {}, body=body), 5.0
+            )
+
+    async def member_state(self, node: str) -> dict:
+        """The member's runtime table (GET_BROKER_RUNTIME_INFO), DLedger fields included."""
+        response = await self.broker_call(node, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return json.loads(response.body)["table"]
+
+    async def wait_caught_up(self, timeout_s: float = 60.0) -> None:
+        """Until every running member has committed and dispatched the same log end.
+
+        A member restarted under load replays what it missed; killing the master
+        before it has caught up leaves a quorum whose new leader cannot commit
+        until it has."""
+        with trio.fail_after(timeout_s):
+            while True:
+                states = [await self.member_state(n) for n in self.ids if n in self.procs]
+                ends = {s["dLegerLedgerEndIndex"] for s in states}
+                committed = {s["dLegerCommittedIndex"] for s in states}
+                if (
+                    len(ends) == 1
+                    and committed == ends
+                    and all(s["dispatchBehindEntries"] == "0" for s in states)
+                ):
+                    return
+                await trio.sleep(0.05)
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        """Create `topic` on the master and wait until the name server routes it."""
+        master = await self.wait_master()
+        response = await self.broker_call(
+            master,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6},
+        )
+        if response.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"create topic {topic}: {response.code} {response.remark}")
+        with trio.fail_after(10):
+            while (
+                await self.namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            ).code != ResponseCode.SUCCESS:
+                await trio.sleep(0.02)
