@@ -10,6 +10,7 @@ import trio
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.protocol import message as codec
+from raftmq.protocol.headers import to_send_v2
 from raftmq.protocol.message import MessageConst
 from raftmq.remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
@@ -114,11 +115,14 @@ async def test_bad_requests_get_codes_and_remarks(nursery, tmp_path):
     g = await group(nursery, tmp_path)
     await create_topic(g, "T", 2)
     master = g.master()
-    no_topic = await g.call(master, RequestCode.SEND_MESSAGE_V2, {"a": "PG"}, b"x")
+    no_topic = await g.call(
+        master, RequestCode.SEND_MESSAGE_V2, to_send_v2({"producerGroup": "PG"}), b"x"
+    )
     assert no_topic.code == ResponseCode.MESSAGE_ILLEGAL and "<topic>" in no_topic.remark
     bad_queue = await g.send(master, "T", b"x", queue_id=7)
     assert bad_queue.code == ResponseCode.MESSAGE_ILLEGAL and "queueId[7]" in bad_queue.remark
-    batch = await g.call(master, RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "e": 0}, b"\x00\x01")
+    batch_header = to_send_v2({"topic": "T", "queueId": 0})
+    batch = await g.call(master, RequestCode.SEND_BATCH_MESSAGE, batch_header, b"\x00\x01")
     assert batch.code == ResponseCode.MESSAGE_ILLEGAL and "batch" in batch.remark
     not_a_number = await g.pull(master, "T", "zero", 0)
     assert not_a_number.code == ResponseCode.MESSAGE_ILLEGAL and "queueId" in not_a_number.remark
@@ -126,7 +130,19 @@ async def test_bad_requests_get_codes_and_remarks(nursery, tmp_path):
     refused = await g.send(slave, "T", b"x")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert refused.remark.startswith("not master")
-    half = {"a": "PG", "b": "T", "c": "TBW102", "d": 4, "e": 0, "f": 4, "g": 0, "h": 0, "j": 0}
+    half = to_send_v2(
+        {
+            "producerGroup": "PG",
+            "topic": "T",
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": 4,
+            "queueId": 0,
+            "sysFlag": 4,
+            "bornTimestamp": 0,
+            "flag": 0,
+            "reconsumeTimes": 0,
+        }
+    )
     prepared = await g.call(master, RequestCode.SEND_MESSAGE_V2, half, b"half")  # sysFlag 4
     assert prepared.code == ResponseCode.NO_PERMISSION
     assert "sending transaction message is forbidden" in prepared.remark

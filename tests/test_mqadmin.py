@@ -16,6 +16,7 @@ import trio
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
 from raftmq.client.mqadmin import main
 from raftmq.client.route import BrokerData
+from raftmq.protocol.headers import to_send_v2
 from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
@@ -62,20 +63,22 @@ async def wait_route(admin: Admin, topic: str):
 
 async def send(address: str, topic: str, body: bytes, queue_id: int) -> str:
     """One SEND_MESSAGE_V2, as a Java producer sends it; returns the offset msgId."""
-    header = {
-        "a": "mqadmin-test",
-        "b": topic,
-        "c": "TBW102",
-        "d": 4,
-        "e": queue_id,
-        "f": 0,
-        "g": int(time.time() * 1000),
-        "h": 0,
-        "i": properties_to_string({"TAGS": "TagA", "KEYS": body.decode()}),
-        "j": 0,
-        "k": False,
-        "m": False,
-    }
+    header = to_send_v2(
+        {
+            "producerGroup": "mqadmin-test",
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": 4,
+            "queueId": queue_id,
+            "sysFlag": 0,
+            "bornTimestamp": int(time.time() * 1000),
+            "flag": 0,
+            "properties": properties_to_string({"TAGS": "TagA", "KEYS": body.decode()}),
+            "reconsumeTimes": 0,
+            "unitMode": False,
+            "batch": False,
+        }
+    )
     async with RemotingClient(address) as client:
         response = await client.invoke(
             RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=body), 5

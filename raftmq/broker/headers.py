@@ -13,25 +13,8 @@ from __future__ import annotations
 
 import json
 
+from raftmq.protocol.headers import from_send_v2, is_send_v2
 from raftmq.remoting import RemotingCommand, ResponseCode
-
-# SendMessageRequestHeaderV2's one-letter names (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE).
-V2_SEND_FIELDS = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-    "n": "brokerName",
-}
 
 
 class BadRequest(Exception):
@@ -75,7 +58,6 @@ def json_body(value) -> bytes:
 
 def send_header(request: RemotingCommand) -> RemotingCommand:
     """A SEND_MESSAGE_V2/SEND_BATCH_MESSAGE request's header under the long names."""
-    fields = request.ext_fields
-    if "b" in fields and "topic" not in fields:
-        request.ext_fields = {V2_SEND_FIELDS.get(k, k): v for k, v in fields.items()}
+    if is_send_v2(request.ext_fields):
+        request.ext_fields = from_send_v2(request.ext_fields)
     return request

@@ -38,6 +38,7 @@ import trio
 from raftmq.client.errors import RouteNotFoundError, SendError
 from raftmq.client.instance import ClientInstance, backoff_delays, local_ip
 from raftmq.client.route import MessageQueue, TopicRouteData
+from raftmq.protocol.headers import to_send_v2
 from raftmq.protocol.message import MessageConst, MessageSysFlag, properties_to_string
 from raftmq.protocol.msgid import UniqIdGenerator
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
@@ -125,21 +126,23 @@ def send_request(
     code: int, group: str, mq: MessageQueue, body: bytes, properties: str, sysflag: int
 ) -> RemotingCommand:
     """A SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request for `mq` (one attempt's bytes)."""
-    header = {  # SendMessageRequestHeaderV2's one-letter names
-        "a": group,
-        "b": mq.topic,
-        "c": DEFAULT_TOPIC,
-        "d": DEFAULT_TOPIC_QUEUE_NUMS,
-        "e": mq.queue_id,
-        "f": sysflag,
-        "g": int(time.time() * 1000),
-        "h": 0,
-        "i": properties,
-        "j": 0,
-        "k": False,
-        "m": code == RequestCode.SEND_BATCH_MESSAGE,
-        "n": mq.broker_name,
-    }
+    header = to_send_v2(
+        {
+            "producerGroup": group,
+            "topic": mq.topic,
+            "defaultTopic": DEFAULT_TOPIC,
+            "defaultTopicQueueNums": DEFAULT_TOPIC_QUEUE_NUMS,
+            "queueId": mq.queue_id,
+            "sysFlag": sysflag,
+            "bornTimestamp": int(time.time() * 1000),
+            "flag": 0,
+            "properties": properties,
+            "reconsumeTimes": 0,
+            "unitMode": False,
+            "batch": code == RequestCode.SEND_BATCH_MESSAGE,
+            "brokerName": mq.broker_name,
+        }
+    )
     return RemotingCommand(code, ext_fields=header, body=body)
 
 
