@@ -72,7 +72,7 @@ async def test_subscription_groups_go_through_the_log_and_can_be_disabled(nurser
         refused = await g.pull(broker, "T", 0, 0, consumerGroup="off")
         assert refused.code == ResponseCode.NO_PERMISSION
         assert refused.remark == "subscription group no permission, off"
-    assert master.max_reconsume_times("%RETRY%off") == 3
+    assert master.groups.max_reconsume_times("%RETRY%off") == 3
     listed = await g.call(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
     table = json.loads(listed.body)["subscriptionGroupTable"]
     assert table["off"]["consumeEnable"] is False and table["off"]["retryMaxTimes"] == 3

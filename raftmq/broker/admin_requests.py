@@ -14,6 +14,7 @@ objects under the same name, each with topic, brokerName and queueId.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from raftmq.broker.headers import BadRequest, boolean, integer, json_body, text
@@ -21,19 +22,41 @@ from raftmq.broker.store.metadata import META_TOPIC, SubscriptionGroupConfig, To
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
-    from raftmq.broker.controller import BrokerController
+    from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from raftmq.broker.role import BrokerRole
+    from raftmq.broker.stats import BrokerStats
+    from raftmq.broker.store.messagestore import MessageStore
+    from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
+    from raftmq.broker.topic_config_manager import TopicConfigManager
 
 VERSION_DESC = "V4_9_8"
 
 
 class AdminRequests:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        role: BrokerRole,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        stats: BrokerStats,
+        *,
+        broker_name: str,
+        dledger_metadata: Callable[[], dict],
+    ) -> None:
+        self.role = role
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.stats = stats
+        self.broker_name = broker_name
+        self.dledger_metadata = dledger_metadata  # the DLedger member's state (DLedgerServer)
 
     async def create_topic(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
+        if not self.role.is_master:
+            return self.role.not_master(request)
         topic = text(request, "topic")
         if topic == META_TOPIC:
             raise BadRequest(f"The topic[{topic}] is conflict with system topic.")
@@ -48,60 +71,46 @@ class AdminRequests:
         )
         if not (0 < config.read_queue_nums <= 1024 and 0 < config.write_queue_nums <= 1024):
             raise BadRequest("queue numbers must be between 1 and 1024")
-        await broker.put_topic(config)
+        await self.topics.put(config)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def delete_topic(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
-        await broker.meta.write("deleteTopic", topic=text(request, "topic"))
-        broker.registration.register_soon()
+        if not self.role.is_master:
+            return self.role.not_master(request)
+        await self.topics.delete(text(request, "topic"))
         return request.make_response(ResponseCode.SUCCESS)
 
     async def all_topics(self, request: RemotingCommand, connection: Connection):
-        metadata = self.broker.store.metadata
-        body = {
-            "topicConfigTable": {
-                n: t.to_json() for n, t in metadata.topics.items() if n != META_TOPIC
-            },
-            "dataVersion": metadata.data_version,
-        }
-        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
+        body = json_body(self.topics.serialize_wrapper())
+        return request.make_response(ResponseCode.SUCCESS, body=body)
 
     async def create_group(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
+        if not self.role.is_master:
+            return self.role.not_master(request)
         try:
             config = SubscriptionGroupConfig.from_json(json.loads(request.body))
         except KeyError as exc:
             raise BadRequest(f"bad subscription group body: no {exc.args[0]}") from None
         except (ValueError, TypeError) as exc:
             raise BadRequest(f"bad subscription group body: {exc}") from None
-        await broker.meta.write("group", config=config.to_json())
+        await self.groups.put(config)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def all_groups(self, request: RemotingCommand, connection: Connection):
-        metadata = self.broker.store.metadata
-        body = {
-            "subscriptionGroupTable": {n: g.to_json() for n, g in metadata.groups.items()},
-            "dataVersion": metadata.data_version,
-        }
-        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
+        body = json_body(self.groups.serialize_wrapper())
+        return request.make_response(ResponseCode.SUCCESS, body=body)
 
     async def runtime_info(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
-        meta = broker.dledger.metadata()
+        meta = self.dledger_metadata()
         table = {
             "brokerVersionDesc": VERSION_DESC,
-            "brokerName": broker.config.broker_name,
-            "brokerId": str(broker.broker_id),
-            "brokerRole": "SYNC_MASTER" if broker.is_master else "SLAVE",
-            "commitLogMaxOffset": str(broker.store.physical_max),
-            "dispatchBehindEntries": str(broker.store.dispatch_behind()),
-            "msgPutTotalTodayNow": str(broker.stats_put),
-            "msgGetTotalTodayNow": str(broker.stats_got),
+            "brokerName": self.broker_name,
+            "brokerId": str(self.role.broker_id),
+            "brokerRole": "SYNC_MASTER" if self.role.is_master else "SLAVE",
+            "commitLogMaxOffset": str(self.store.physical_max),
+            "dispatchBehindEntries": str(self.store.dispatch_behind()),
+            "msgPutTotalTodayNow": str(self.stats.put_messages),
+            "msgGetTotalTodayNow": str(self.stats.got_messages),
             "dLegerGroup": meta["group"],
             "dLegerSelfId": meta["selfId"],
             "dLegerRole": meta["role"],
@@ -116,7 +125,7 @@ class AdminRequests:
     async def view_message(self, request: RemotingCommand, connection: Connection):
         offset = integer(request, "offset")
         try:
-            record = self.broker.store.message_at(offset)
+            record = self.store.message_at(offset)
         except (IndexError, ValueError):
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
@@ -124,9 +133,9 @@ class AdminRequests:
         return request.make_response(ResponseCode.SUCCESS, body=record)
 
     async def topic_stats(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
+        store = self.store
         topic = text(request, "topic")
-        config = broker.store.metadata.topics.get(topic)
+        config = self.topics.get(topic)
         if config is None:
             return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         rows = []
@@ -134,32 +143,29 @@ class AdminRequests:
             rows.append(
                 {
                     "topic": topic,
-                    "brokerName": broker.config.broker_name,
+                    "brokerName": self.broker_name,
                     "queueId": queue_id,
-                    "minOffset": broker.store.min_offset(topic, queue_id),
-                    "maxOffset": broker.store.max_offset(topic, queue_id),
+                    "minOffset": store.min_offset(topic, queue_id),
+                    "maxOffset": store.max_offset(topic, queue_id),
                     "lastUpdateTimestamp": 0,
                 }
             )
         return request.make_response(ResponseCode.SUCCESS, body=json_body({"offsetTable": rows}))
 
     async def consume_stats(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
         group = text(request, "consumerGroup")
         only = request.ext_fields.get("topic")
         rows = []
-        for (topic, queue_id), offset in sorted(
-            broker.store.metadata.offsets_of_group(group).items()
-        ):
+        for (topic, queue_id), offset in sorted(self.offsets.offsets_of_group(group).items()):
             if only and topic != only:
                 continue
             rows.append(
                 {
                     "topic": topic,
-                    "brokerName": broker.config.broker_name,
+                    "brokerName": self.broker_name,
                     "queueId": queue_id,
-                    "brokerOffset": broker.store.max_offset(topic, queue_id),
-                    "consumerOffset": broker.offsets.query(group, topic, queue_id) or offset,
+                    "brokerOffset": self.store.max_offset(topic, queue_id),
+                    "consumerOffset": self.offsets.query(group, topic, queue_id) or offset,
                     "lastTimestamp": 0,
                 }
             )

@@ -19,35 +19,52 @@ from raftmq.broker.store.metadata import RETRY_PREFIX
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
-    from raftmq.broker.controller import BrokerController
+    from raftmq.broker.clients import ClientManager
+    from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from raftmq.broker.role import BrokerRole
+    from raftmq.broker.store.messagestore import MessageStore
+    from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
+    from raftmq.broker.topic_config_manager import TopicConfigManager
 
 
 class ConsumerRequests:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        role: BrokerRole,
+        clients: ClientManager,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+    ) -> None:
+        self.role = role
+        self.clients = clients
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
 
     async def heartbeat(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
         try:
             data = json.loads(request.body or b"{}")
         except ValueError as exc:
             raise BadRequest(f"heartbeat body is not JSON: {exc}") from None
-        groups = broker.clients.heartbeat(data, connection, broker.store.now_ms())
-        if broker.is_master:
+        groups = self.clients.heartbeat(data, connection, self.store.now_ms())
+        if self.role.is_master:
             for group in groups:
-                if RETRY_PREFIX + group not in broker.store.metadata.topics:
-                    await broker.ensure_retry_topic(group)  # first: it checks the name
-                await broker.ensure_group(group)
+                if self.topics.get(RETRY_PREFIX + group) is None:
+                    await self.topics.ensure_retry_topic(group)  # first: it checks the name
+                await self.groups.ensure(group)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def unregister_client(self, request: RemotingCommand, connection: Connection):
         group = request.ext_fields.get("consumerGroup")
-        self.broker.clients.unregister(text(request, "clientID"), group)
+        self.clients.unregister(text(request, "clientID"), group)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def consumer_list(self, request: RemotingCommand, connection: Connection):
         group = text(request, "consumerGroup")
-        members = self.broker.clients.members(group)
+        members = self.clients.members(group)
         if not members:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}"
@@ -57,7 +74,7 @@ class ConsumerRequests:
         )
 
     async def query_offset(self, request: RemotingCommand, connection: Connection):
-        offset = self.broker.offsets.query(
+        offset = self.offsets.query(
             text(request, "consumerGroup"), text(request, "topic"), integer(request, "queueId")
         )
         if offset is None:
@@ -65,35 +82,32 @@ class ConsumerRequests:
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     async def update_offset(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
+        if not self.role.is_master:
+            return self.role.not_master(request)
         offset = integer(request, "commitOffset")
         args = (text(request, "consumerGroup"), text(request, "topic"), integer(request, "queueId"))
         if offset < 0:  # ali-ons sends offset 0 as -1
             return None if request.is_oneway else request.make_response(ResponseCode.SUCCESS)
         if request.is_oneway:
-            broker.offsets.commit(*args, offset)
+            self.offsets.commit(*args, offset)
             return None
-        await broker.offsets.commit_and_wait(*args, offset)
+        await self.offsets.commit_and_wait(*args, offset)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def max_offset(self, request: RemotingCommand, connection: Connection):
-        offset = self.broker.store.max_offset(text(request, "topic"), integer(request, "queueId"))
+        offset = self.store.max_offset(text(request, "topic"), integer(request, "queueId"))
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     async def min_offset(self, request: RemotingCommand, connection: Connection):
-        offset = self.broker.store.min_offset(text(request, "topic"), integer(request, "queueId"))
+        offset = self.store.min_offset(text(request, "topic"), integer(request, "queueId"))
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     async def search_offset(self, request: RemotingCommand, connection: Connection):
-        offset = self.broker.store.search_offset(
+        offset = self.store.search_offset(
             text(request, "topic"), integer(request, "queueId"), integer(request, "timestamp")
         )
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
     async def earliest_time(self, request: RemotingCommand, connection: Connection):
-        when = self.broker.store.earliest_store_time(
-            text(request, "topic"), integer(request, "queueId")
-        )
+        when = self.store.earliest_store_time(text(request, "topic"), integer(request, "queueId"))
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(when)})

@@ -16,9 +16,13 @@ consumer that fails to lock pauses its queue and retries).
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from raftmq.broker.headers import BadRequest, json_body
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
+
+if TYPE_CHECKING:
+    from raftmq.broker.role import BrokerRole
 
 LOCK_MAX_LIVE_MS = 60_000  # rocketmq.broker.rebalance.lockMaxLiveTime
 
@@ -68,22 +72,21 @@ def _batch(request: RemotingCommand) -> tuple[str, str, list[Queue]]:
 
 
 class LockRequests:
-    def __init__(self, broker) -> None:
-        self.broker = broker
+    def __init__(self, role: BrokerRole, locks: QueueLocks) -> None:
+        self.role = role
+        self.locks = locks
 
     async def lock(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
+        if not self.role.is_master:
+            return self.role.not_master(request)
         group, client_id, queues = _batch(request)
-        granted = broker.locks.lock(group, queues, client_id)
+        granted = self.locks.lock(group, queues, client_id)
         body = {"lockOKMQSet": [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in granted]}
         return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
 
     async def unlock(self, request: RemotingCommand, connection: Connection):
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
+        if not self.role.is_master:
+            return self.role.not_master(request)
         group, client_id, queues = _batch(request)
-        broker.locks.unlock(group, queues, client_id)
+        self.locks.unlock(group, queues, client_id)
         return request.make_response(ResponseCode.SUCCESS)

@@ -34,7 +34,12 @@ from raftmq.protocol.message import tags_code
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
-    from raftmq.broker.controller import BrokerController
+    from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from raftmq.broker.role import BrokerRole
+    from raftmq.broker.stats import BrokerStats
+    from raftmq.broker.store.messagestore import MessageStore
+    from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
+    from raftmq.broker.topic_config_manager import TopicConfigManager
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
 MAX_SUSPEND_MS = 20_000  # below the 30 s the clients wait for a pull response
@@ -58,11 +63,27 @@ def subscription_codes(expression: str | None) -> frozenset[int] | None:
 
 
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        role: BrokerRole,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        stats: BrokerStats,
+        *,
+        long_polling_enable: bool,
+    ) -> None:
+        self.role = role
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.stats = stats
+        self.long_polling_enable = long_polling_enable
 
     async def pull(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        broker = self.broker
+        role = self.role
         group = text(request, "consumerGroup")
         topic = text(request, "topic")
         queue_id = integer(request, "queueId")
@@ -70,7 +91,7 @@ class PullProcessor:
         max_nums = integer(request, "maxMsgNums", 32)
         flags = integer(request, "sysFlag", 0)
         suspend_ms = min(integer(request, "suspendTimeoutMillis", 15_000), MAX_SUSPEND_MS)
-        config = broker.store.metadata.topics.get(topic)
+        config = self.topics.get(topic)
         if config is None:
             return request.make_response(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -80,24 +101,24 @@ class PullProcessor:
             return request.make_response(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
             )
-        refusal = broker.group_refusal(group)
+        refusal = self.groups.refusal(group)
         if refusal is not None:
             return request.make_response(*refusal)
         codes = None
         if request.ext_fields.get("expressionType", "TAG") == "TAG":
             codes = subscription_codes(request.ext_fields.get("subscription"))
-        if flags & FLAG_COMMIT_OFFSET and broker.is_master:
+        if flags & FLAG_COMMIT_OFFSET and role.is_master:
             commit = integer(request, "commitOffset", -1)
             if commit >= 0:
-                broker.offsets.commit(group, topic, queue_id, commit)
-        store = broker.store
+                self.offsets.commit(group, topic, queue_id, commit)
+        store = self.store
         result = store.get_message(topic, queue_id, offset, max_nums, codes)
-        behind = not broker.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY
+        behind = not role.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY
         idle = result.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
         if (
             (idle or behind)
             and flags & FLAG_SUSPEND
-            and broker.config.long_polling_enable
+            and self.long_polling_enable
             and offset >= result.max_offset
         ):
             deadline = trio.current_time() + suspend_ms / 1000.0
@@ -106,8 +127,8 @@ class PullProcessor:
                 result = store.get_message(topic, queue_id, offset, max_nums, codes)
                 if result.status == GetStatus.NO_MATCHED_MESSAGE:
                     break
-        broker.stats_got += len(result.records)
-        if not broker.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY:
+        self.stats.got_messages += len(result.records)
+        if not role.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY:
             return self._response(request, result, ResponseCode.PULL_RETRY_IMMEDIATELY, offset)
         return self._response(request, result)
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from raftmq.broker.store.metadata import META_TOPIC
+from raftmq.broker.topic_config_manager import topic_config_wrapper
 from raftmq.remoting import (
     RemotingClient,
     RemotingCommand,
@@ -34,7 +34,10 @@ from raftmq.remoting import (
 )
 
 if TYPE_CHECKING:
-    from raftmq.broker.controller import BrokerController
+    from raftmq.broker.address import BrokerAddress
+    from raftmq.broker.config import BrokerConfig
+    from raftmq.broker.role import BrokerRole
+    from raftmq.broker.store.metadata import Metadata
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +56,17 @@ class _Lane:
 
 
 class Registration:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self._lanes = [_Lane(address) for address in broker.config.namesrv_addr]
+    """Registers `metadata`'s topics under `role`'s brokerId and term with every name
+    server of `config`."""
+
+    def __init__(
+        self, config: BrokerConfig, role: BrokerRole, address: BrokerAddress, metadata: Metadata
+    ) -> None:
+        self.config = config
+        self.role = role
+        self.address = address
+        self.metadata = metadata
+        self._lanes = [_Lane(namesrv) for namesrv in config.namesrv_addr]
         self._requested = 0  # registrations asked for; each lane sends the state at its turn
         self._progress = trio.Event()
 
@@ -80,29 +91,23 @@ class Registration:
         self._progress = trio.Event()
 
     def _request(self) -> RemotingCommand:
-        broker = self.broker
-        metadata = broker.store.metadata
         body = {
-            "topicConfigSerializeWrapper": {
-                "topicConfigTable": {
-                    n: t.to_json() for n, t in metadata.topics.items() if n != META_TOPIC
-                },
-                "dataVersion": metadata.data_version,
-            },
+            "topicConfigSerializeWrapper": topic_config_wrapper(self.metadata),
             "filterServerList": [],
         }
+        address = self.address.address
         return RemotingCommand(
             code=RequestCode.REGISTER_BROKER,
             ext_fields={
-                "brokerAddr": broker.address,
-                "brokerId": str(broker.broker_id),
-                "brokerName": broker.config.broker_name,
-                "clusterName": broker.config.broker_cluster_name,
-                "haServerAddr": broker.address,
+                "brokerAddr": address,
+                "brokerId": str(self.role.broker_id),
+                "brokerName": self.config.broker_name,
+                "clusterName": self.config.broker_cluster_name,
+                "haServerAddr": address,
                 "compressed": "false",
                 "bodyCrc32": "0",
                 # not RocketMQ's: lets a name server ignore a deposed master's late claim
-                "dLegerTerm": str(broker.role_term),
+                "dLegerTerm": str(self.role.term),
             },
             body=json.dumps(body, separators=(",", ":")).encode(),
         )
@@ -127,8 +132,8 @@ class Registration:
 
     async def _register_on(self, client: RemotingClient, lane: _Lane) -> None:
         """Register at once, then whenever asked or due, until the connection fails."""
-        period = self.broker.config.register_name_server_period / 1000.0
-        timeout = self.broker.config.register_broker_timeout_mills / 1000.0
+        period = self.config.register_name_server_period / 1000.0
+        timeout = self.config.register_broker_timeout_mills / 1000.0
         while True:
             lane.wanted = trio.Event()  # a request from now on is one this send may predate
             requested = self._requested

@@ -11,6 +11,7 @@ before a failover may be delivered twice; none is lost).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -21,7 +22,10 @@ from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst
 
 if TYPE_CHECKING:
-    from raftmq.broker.controller import BrokerController
+    from raftmq.broker.address import BrokerAddress
+    from raftmq.broker.metawriter import MetaWriter
+    from raftmq.broker.role import BrokerRole
+    from raftmq.broker.store.messagestore import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -30,21 +34,34 @@ BATCH = 64
 
 
 class ScheduleService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    """`put` stores messages as a send does (SendProcessor.put), on the master."""
+
+    def __init__(
+        self,
+        role: BrokerRole,
+        store: MessageStore,
+        meta: MetaWriter,
+        put: Callable[[list[codec.MessageExt]], Awaitable[object]],
+        address: BrokerAddress,
+    ) -> None:
+        self.role = role
+        self.store = store
+        self.meta = meta
+        self.put = put
+        self.address = address
         self._progress: dict[int, int] = {}  # level -> next schedule-queue offset (this term)
 
     def reset(self) -> None:
         """A new master starts from the replicated progress."""
-        self._progress = dict(self.broker.store.metadata.delay_offsets)
+        self._progress = dict(self.store.metadata.delay_offsets)
 
     async def run(self) -> None:
         while True:
             await trio.sleep(TICK_S)
-            if not self.broker.is_master:
+            if not self.role.is_master:
                 continue
             moved = {}
-            for level in range(1, len(self.broker.store.delay_levels_ms) + 1):
+            for level in range(1, len(self.store.delay_levels_ms) + 1):
                 try:
                     new = await self._deliver_due(level)
                 except Exception as exc:  # retried at the next tick
@@ -52,14 +69,14 @@ class ScheduleService:
                     break
                 if new is not None:
                     moved[str(level)] = new
-            if moved and self.broker.is_master:
+            if moved and self.role.is_master:
                 try:
-                    await self.broker.meta.write("delay", entries=moved)
+                    await self.meta.write("delay", entries=moved)
                 except DLedgerError as exc:
                     log.warning("delay progress not committed: %s", exc)
 
     async def _deliver_due(self, level: int) -> int | None:
-        store = self.broker.store
+        store = self.store
         queue = store.queue(SCHEDULE_TOPIC, level - 1)
         if queue is None:
             return None
@@ -73,7 +90,7 @@ class ScheduleService:
                 due.append(self._restore(store.commitlog.read(phys, size)))
             if not due:
                 break
-            await self.broker.sender.put(due)
+            await self.put(due)
             offset += len(due)
             self._progress[level] = offset
         return offset if offset != start else None
@@ -84,5 +101,5 @@ class ScheduleService:
         msg.topic = props.pop(MessageConst.PROPERTY_REAL_TOPIC, msg.topic)
         msg.queue_id = int(props.pop(MessageConst.PROPERTY_REAL_QUEUE_ID, msg.queue_id))
         props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
-        msg.store_host = self.broker.store_host
+        msg.store_host = self.address.store_host
         return msg

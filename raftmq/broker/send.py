@@ -28,7 +28,12 @@ from raftmq.protocol.msgid import create_message_id
 from raftmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
-    from raftmq.broker.controller import BrokerController
+    from raftmq.broker.address import BrokerAddress
+    from raftmq.broker.role import BrokerRole
+    from raftmq.broker.stats import BrokerStats
+    from raftmq.broker.store.messagestore import MessageStore
+    from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
+    from raftmq.broker.topic_config_manager import TopicConfigManager
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker's own topics. A client's
 # message in the schedule topic would be delivered to whatever topic and queue its
@@ -91,23 +96,43 @@ def _append_failure(code: Code) -> tuple[int, str]:
 
 
 class SendProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        role: BrokerRole,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        address: BrokerAddress,
+        stats: BrokerStats,
+        *,
+        cluster_name: str,
+        broker_name: str,
+        max_message_size: int,
+    ) -> None:
+        self.role = role
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.address = address
+        self.stats = stats
+        self.cluster_name = cluster_name
+        self.broker_name = broker_name
+        self.max_message_size = max_message_size
 
     async def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
+        if not self.role.is_master:
+            return self.role.not_master(request)
         send_header(request)
         topic = text(request, "topic")
-        config = await broker.topic_for_send(
+        config = await self.topics.for_send(
             topic, text(request, "defaultTopic", ""), integer(request, "defaultTopicQueueNums", 4)
         )
         queue_id = self._queue_id(request, config)
         if topic.startswith(RETRY_PREFIX):
-            max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(topic))
+            default_max = self.groups.max_reconsume_times(topic)
+            max_times = integer(request, "maxReconsumeTimes", default_max)
             if integer(request, "reconsumeTimes", 0) > max_times:  # to the DLQ past the limit
-                dlq = await broker.ensure_dlq(topic[len(RETRY_PREFIX) :])
+                dlq = await self.topics.ensure_dlq(topic[len(RETRY_PREFIX) :])
                 topic, queue_id = dlq.topic_name, 0
         messages = self._messages(request, connection, topic, queue_id)
         return self._response(request, queue_id, await self.put(messages))
@@ -116,12 +141,11 @@ class SendProcessor:
         """The common send — one message to an existing topic on the master — without a
         task: queued to DLedger here and answered from its completion. Anything else
         (or anything wrong) returns False and takes `send`, which explains errors."""
-        broker = self.broker
-        if not broker.is_master or request.code == RequestCode.SEND_BATCH_MESSAGE:
+        if not self.role.is_master or request.code == RequestCode.SEND_BATCH_MESSAGE:
             return False
         send_header(request)
         topic = request.ext_fields.get("topic")
-        config = broker.store.metadata.topics.get(topic)
+        config = self.topics.get(topic)
         if config is None or topic.startswith(RETRY_PREFIX) or boolean(request, "batch"):
             return False
         try:
@@ -137,7 +161,7 @@ class SendProcessor:
                 response = request.make_response(*_append_failure(code))
             connection.respond(request, response)
 
-        broker.store.commitlog.put_nowait(records, done)
+        self.store.commitlog.put_nowait(records, done)
         return True
 
     def _queue_id(self, request: RemotingCommand, config) -> int:
@@ -163,7 +187,6 @@ class SendProcessor:
     def _messages(
         self, request: RemotingCommand, connection: Connection, topic: str, queue_id: int
     ) -> list[MessageExt]:
-        broker = self.broker
         if request.code == RequestCode.SEND_BATCH_MESSAGE or boolean(request, "batch"):
             items = decode_batch(request.body)
         else:
@@ -175,7 +198,7 @@ class SendProcessor:
             # would drop it silently; refuse it as a broker with
             # rejectTransactionMessage=true does.
             raise BadRequest(
-                f"the broker[{broker.config.broker_name}] sending transaction message is "
+                f"the broker[{self.broker_name}] sending transaction message is "
                 "forbidden: transactional messages are not supported here",
                 ResponseCode.NO_PERMISSION,
             )
@@ -184,14 +207,13 @@ class SendProcessor:
         reconsume = integer(request, "reconsumeTimes", 0)
         messages = []
         for flag, body, properties in items:
-            if len(body) > broker.config.max_message_size:
+            if len(body) > self.max_message_size:
                 raise BadRequest(
-                    f"message body size {len(body)} exceeds maxMessageSize "
-                    f"{broker.config.max_message_size}",
+                    f"message body size {len(body)} exceeds maxMessageSize {self.max_message_size}",
                     ResponseCode.MESSAGE_ILLEGAL,
                 )
             properties.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
-            properties[MessageConst.PROPERTY_CLUSTER] = broker.config.broker_cluster_name
+            properties[MessageConst.PROPERTY_CLUSTER] = self.cluster_name
             msg = MessageExt(
                 topic=topic,
                 body=body,
@@ -201,17 +223,17 @@ class SendProcessor:
                 sysflag=sysflag,
                 born_timestamp=born_timestamp,
                 born_host=born,
-                store_host=broker.store_host,
+                store_host=self.address.store_host,
                 reconsume_times=reconsume,
             )
             messages.append(self.schedule_if_delayed(msg))
         return messages
 
     def _response(self, request: RemotingCommand, queue_id: int, results) -> RemotingCommand:
-        broker = self.broker
-        broker.stats_put += len(results)
+        self.stats.put_messages += len(results)
+        store_host = self.address.store_host
         ext = {
-            "msgId": ",".join(create_message_id(broker.store_host, p) for p, _q in results),
+            "msgId": ",".join(create_message_id(store_host, p) for p, _q in results),
             "queueId": str(queue_id),
             "queueOffset": str(results[0][1]),
             "MSG_REGION": "DefaultRegion",
@@ -225,14 +247,14 @@ class SendProcessor:
         level = msg.delay_time_level
         if level <= 0 or msg.topic.startswith(DLQ_PREFIX):
             return msg
-        level = min(level, len(self.broker.store.delay_levels_ms))
+        level = min(level, len(self.store.delay_levels_ms))
         msg.properties[MessageConst.PROPERTY_REAL_TOPIC] = msg.topic
         msg.properties[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic, msg.queue_id = SCHEDULE_TOPIC, level - 1
         return msg
 
     def _records(self, messages: list[MessageExt]) -> list[bytes]:
-        now = self.broker.store.now_ms()
+        now = self.store.now_ms()
         records = []
         for msg in messages:
             msg.store_timestamp = now
@@ -245,7 +267,7 @@ class SendProcessor:
     async def put(self, messages: list[MessageExt]) -> list[tuple[int, int]]:
         records = self._records(messages)
         try:
-            return await self.broker.store.commitlog.put(records)
+            return await self.store.commitlog.put(records)
         except DLedgerError as exc:
             code, remark = _append_failure(exc.code)
             raise BadRequest(remark, code) from None
@@ -253,25 +275,24 @@ class SendProcessor:
     async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: a message the consumer failed goes to %RETRY%group
         after a delay, or to %DLQ%group once it has been retried too often."""
-        broker = self.broker
-        if not broker.is_master:
-            return broker.not_master(request)
+        if not self.role.is_master:
+            return self.role.not_master(request)
         offset = integer(request, "offset")
         group = text(request, "group")
         delay_level = integer(request, "delayLevel", 0)
         try:
-            msg, _size = codec.decode(broker.store.message_at(offset))
+            msg, _size = codec.decode(self.store.message_at(offset))
         except (IndexError, codec.MessageFormatError):
             raise BadRequest(f"look message by offset failed, {offset}") from None
         retry_topic = msg.get_property(MessageConst.PROPERTY_RETRY_TOPIC)
         if retry_topic is None:
             msg.put_property(MessageConst.PROPERTY_RETRY_TOPIC, msg.topic)
-        max_times = integer(request, "maxReconsumeTimes", broker.max_reconsume_times(group))
+        max_times = integer(request, "maxReconsumeTimes", self.groups.max_reconsume_times(group))
         if msg.reconsume_times >= max_times or delay_level < 0:
-            dlq = await broker.ensure_dlq(group)
+            dlq = await self.topics.ensure_dlq(group)
             msg.topic, msg.queue_id = dlq.topic_name, 0
         else:
-            retry = await broker.ensure_retry_topic(group)
+            retry = await self.topics.ensure_retry_topic(group)
             msg.topic, msg.queue_id = retry.topic_name, random.randrange(retry.write_queue_nums)
             level = delay_level if delay_level > 0 else 3 + msg.reconsume_times
             msg.properties[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(level)
@@ -280,7 +301,7 @@ class SendProcessor:
         )
         msg.put_property(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID, origin)
         msg.reconsume_times += 1
-        msg.store_host = broker.store_host
+        msg.store_host = self.address.store_host
         msg.sysflag = msg.sysflag & ~MessageSysFlag.MULTI_TAGS_FLAG
         await self.put([self.schedule_if_delayed(msg)])
         return request.make_response(ResponseCode.SUCCESS)

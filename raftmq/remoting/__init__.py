@@ -8,7 +8,8 @@ talk to stock servers. Modules, smallest first:
 - `command`: RemotingCommand
 - `codec`: one frame to and from bytes (`encode`, `decode`); RemotingError
 - `frames`: streams of frames (sans-IO FrameDecoder; trio FrameReader, FrameWriter)
-- `processor`: the processor signature and ProcessorTable
+- `processor`: the processor signature, the Dispatcher protocol, ProcessorTable and
+  the SYSTEM_ERROR answer to a failed processor
 - `connection`: one connection, either end (requests both ways, opaque matching)
 - `server`, `client`: RemotingServer and RemotingClient
 """
@@ -20,7 +21,14 @@ from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from raftmq.remoting.connection import Connection
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from raftmq.remoting.frames import FrameDecoder
-from raftmq.remoting.processor import Processor, ProcessorTable, not_supported
+from raftmq.remoting.processor import (
+    Dispatcher,
+    Processor,
+    ProcessorTable,
+    as_dispatcher,
+    not_supported,
+    system_error,
+)
 from raftmq.remoting.server import RemotingServer, listen_host
 
 __all__ = [
@@ -28,6 +36,7 @@ __all__ = [
     "FLAG_RESPONSE",
     "MAX_FRAME_BYTES",
     "Connection",
+    "Dispatcher",
     "FrameDecoder",
     "LanguageCode",
     "MQVersion",
@@ -42,9 +51,11 @@ __all__ = [
     "RequestCode",
     "ResponseCode",
     "SerializeType",
+    "as_dispatcher",
     "decode",
     "encode",
     "listen_host",
     "not_supported",
     "parse_address",
+    "system_error",
 ]

@@ -48,7 +48,7 @@ from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from raftmq.remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
-from raftmq.remoting.processor import Processor, not_supported
+from raftmq.remoting.processor import Dispatcher, Processor, as_dispatcher, system_error
 from raftmq.streams.deadlines import DeadlineReaper
 
 __all__ = ["DEFAULT_MAX_PENDING_BYTES", "DEFAULT_MAX_RUNNING_REQUESTS", "Connection"]
@@ -77,8 +77,8 @@ class _Call:
 class Connection:
     """A connected trio stream speaking remoting; `run()` drives it until it closes.
 
-    `processor` answers requests from the peer; None answers every request
-    REQUEST_CODE_NOT_SUPPORTED (a client that serves nothing). `on_close(connection)`
+    `processor` answers requests from the peer (see `as_dispatcher`); None answers
+    every request REQUEST_CODE_NOT_SUPPORTED (a client that serves nothing). `on_close(connection)`
     is called once, when the I/O has ended. Hashable by identity, so a broker can key
     its client tables by connection.
     """
@@ -86,7 +86,7 @@ class Connection:
     def __init__(
         self,
         stream: trio.abc.Stream,
-        processor: Processor | None = None,
+        processor: Dispatcher | Processor | None = None,
         *,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
@@ -95,7 +95,7 @@ class Connection:
         receive_size: int = RECEIVE_CHUNK,
     ) -> None:
         self._stream = stream
-        self._processor = processor
+        self._dispatcher = as_dispatcher(processor)
         self._max_frame_bytes = max_frame_bytes
         self._max_pending_bytes = max_pending_bytes
         self._max_running = max_running_requests
@@ -283,7 +283,7 @@ class Connection:
         on_response = self._on_response
         start_soon = self._tasks.start_soon
         process = self._process
-        inline = getattr(self._processor, "inline", None)
+        inline = self._dispatcher.inline
         try:
             while True:
                 commands = await reader.receive_batch()
@@ -292,7 +292,7 @@ class Connection:
                 for command in commands:
                     if command.flag & FLAG_RESPONSE:
                         on_response(command)
-                    elif inline is None or not self._try_inline(inline, command):
+                    elif not self._try_inline(inline, command):
                         if self._running >= self._max_running:
                             self._refuse_busy(command)
                         else:
@@ -318,7 +318,9 @@ class Connection:
         call.event.set()
 
     # ------------------------------------------------------------------ serving
-    def _try_inline(self, inline, request: RemotingCommand) -> bool:
+    def _try_inline(
+        self, inline: Callable[[RemotingCommand, Connection], bool], request: RemotingCommand
+    ) -> bool:
         try:
             return inline(request, self)
         except Exception:  # the task path will answer it, with the error if it recurs
@@ -339,19 +341,10 @@ class Connection:
             self._running -= 1
 
     async def _answer(self, request: RemotingCommand) -> None:
-        processor = self._processor
         try:
-            if processor is None:
-                response = not_supported(request)
-            else:
-                response = await processor(request, self)
+            response = await self._dispatcher(request, self)
         except Exception as exc:  # one bad request must not take the connection down
-            log.exception(
-                "processor failed on request code %s from %s", request.code, self.remote_address
-            )
-            response = request.make_response(
-                ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-            )
+            response = system_error(request, exc, self.remote_address)
         self.respond(request, response)
 
     def respond(self, request: RemotingCommand, response: RemotingCommand | None) -> None:

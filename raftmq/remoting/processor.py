@@ -9,12 +9,20 @@ request's opaque and serialize type and the response flag on whatever is returne
 `ProcessorTable` is `NettyRemotingAbstract.processorTable` with its
 `defaultRequestProcessor`: a code with no processor and no default is answered
 REQUEST_CODE_NOT_SUPPORTED with Java's exact remark.
+
+A connection hands its requests to a `Dispatcher`: a processor that may also take a
+request synchronously, in the read loop (`inline`). `ProcessorTable` is one; a
+plain processor becomes one through `as_dispatcher`.
+
+Whatever a processor raises that it did not turn into an answer itself is a bug,
+answered by `system_error`, the one place that maps an exception to SYSTEM_ERROR.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import RemotingCommand
@@ -22,7 +30,16 @@ from raftmq.remoting.command import RemotingCommand
 if TYPE_CHECKING:
     from raftmq.remoting.connection import Connection
 
-__all__ = ["Processor", "ProcessorTable", "not_supported"]
+__all__ = [
+    "Dispatcher",
+    "Processor",
+    "ProcessorTable",
+    "as_dispatcher",
+    "not_supported",
+    "system_error",
+]
+
+log = logging.getLogger(__name__)
 
 Processor = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
 InlineProcessor = Callable[[RemotingCommand, "Connection"], bool]
@@ -35,8 +52,39 @@ def not_supported(request: RemotingCommand) -> RemotingCommand:
     )
 
 
+def system_error(request: RemotingCommand, exc: Exception, peer: str = "?") -> RemotingCommand:
+    """The answer to a request whose processor failed unexpectedly: logged with its
+    traceback, answered SYSTEM_ERROR with the exception as remark (as
+    `processRequestCommand` does), and the connection carries on."""
+    log.error("processor failed on request code %s from %s", request.code, peer, exc_info=exc)
+    return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """What a connection hands each request to."""
+
+    def inline(self, request: RemotingCommand, connection: Connection) -> bool:
+        """Take `request` synchronously, from the connection's read loop, and answer it
+        through `connection.respond` later: True if taken; False leaves it to `__call__`
+        in a task of its own."""
+
+    async def __call__(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand | None:
+        """Answer `request` (None: answered later through `connection`, or oneway)."""
+
+
+def as_dispatcher(processor: Dispatcher | Processor | None) -> Dispatcher:
+    """`processor` as a dispatcher: a plain processor takes every request in a task; None
+    answers every request REQUEST_CODE_NOT_SUPPORTED (an end that serves nothing)."""
+    if isinstance(processor, Dispatcher):
+        return processor
+    return ProcessorTable(default=processor)
+
+
 class ProcessorTable:
-    """A processor that routes each request by code; unknown codes are not supported.
+    """A dispatcher that routes each request by code; unknown codes are not supported.
 
     table = ProcessorTable({RequestCode.HEART_BEAT: heartbeat})
     table.register(RequestCode.SEND_MESSAGE_V2, send)

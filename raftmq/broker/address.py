@@ -1,0 +1,21 @@
+"""Where this broker is reached: its address for clients and name servers, and the
+store host written into every message it stores (what an offset msgId names)."""
+
+from __future__ import annotations
+
+
+class BrokerAddress:
+    """brokerIP1 and the listen port; the port is known once the remoting server listens
+    (a configured port 0 picks a free one)."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.ip = ip
+        self.port = port
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        return (self.ip, self.port)
