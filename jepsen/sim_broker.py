@@ -7,8 +7,9 @@ producer and consumers see. Nothing broker-side is re-implemented: each replica 
 a real `MessageStore` — the `DLedgerCommitLog` whose append hook assigns queue and
 physical offsets on the leader, ConsumeQueue dispatch up to the commit index,
 metadata records applied in log order, RocketMQ's pull status rules, recovery of the
-ConsumeQueue files after a crash — over a `SimServer`, the part of `DLedgerServer`
-the store uses, carried out by the simulator. ConsumeQueue files live in a temporary
+ConsumeQueue files after a crash — over a `SimServer`, the store's replicated-log
+protocol (`broker.store.replicated_log`, which `DLedgerServer` implements) carried
+out by the simulator. ConsumeQueue files live in a temporary
 directory; every crash is a power cut for them as for the log: each file keeps what
 the last dispatch checkpoint fsynced plus a random part of what came after (the
 store's recovery cuts the queues back to the checkpoint and the recovered log).
@@ -38,6 +39,7 @@ from raftmq.broker.store.commitlog import BODY_OFFSET
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
 from raftmq.broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
+from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.sim.checks import Checker, InvariantViolation
 from raftmq.dledger.sim.schedule import Schedule, run
@@ -51,9 +53,9 @@ DISPATCH_CHUNK = (1, 16)  # entries dispatched per event: followers and new lead
 CHECKPOINT_CHANCE = 0.02  # per workload step: a random replica takes a dispatch checkpoint
 
 
-class SimServer:
-    """What MessageStore and DLedgerCommitLog use of a DLedgerServer, for one simulated
-    replica: its store and core, and appends carried out by the simulator."""
+class SimServer(ReplicatedLog):
+    """The replicated log under one simulated replica's MessageStore: its store and
+    core, and appends carried out by the simulator."""
 
     def __init__(self, cluster, node) -> None:
         self.cluster = cluster

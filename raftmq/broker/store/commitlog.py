@@ -21,9 +21,11 @@ import struct
 from collections.abc import Callable, Iterator
 
 import attrs
+import trio
 
+from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.dledger.codes import Code, EntryType
-from raftmq.dledger.server import DLedgerServer
+from raftmq.dledger.server import DLedgerError
 from raftmq.dledger.store import entry as dentry
 from raftmq.protocol import message as codec
 
@@ -129,9 +131,9 @@ class DLedgerCommitLog:
     rebuilds it from the ConsumeQueues each time this node becomes master.
     """
 
-    def __init__(self, server: DLedgerServer) -> None:
-        self.server = server
-        self.store = server.store
+    def __init__(self, replicated_log: ReplicatedLog) -> None:
+        self.replicated_log = replicated_log
+        self.store = replicated_log.store
         self.next_offsets: dict[tuple[str, int], int] = {}
         self._assigned: dict[int, int] = {}  # physical offset -> queue offset, until taken
         self.store.append_hook = self._place
@@ -157,7 +159,19 @@ class DLedgerCommitLog:
     async def put(self, records: list[bytes]) -> list[tuple[int, int]]:
         """Append records as one request; returns (physical offset, queue offset) of
         each once a quorum has it on disk. Raises dledger's DLedgerError."""
-        return self._claim(await self.server.append_batch(records))
+        appended = trio.Event()
+        outcome: list = []
+
+        def finished(code: Code, placed) -> None:
+            outcome[:] = [code, placed]
+            appended.set()
+
+        self.replicated_log.append_nowait(records, finished)
+        await appended.wait()
+        code, placed = outcome
+        if code is not Code.SUCCESS:
+            raise DLedgerError(code)
+        return self._claim(placed)
 
     def put_nowait(self, records: list[bytes], done: Callable[[Code, list | None], None]) -> None:
         """`put` with a callback: `done(code, [(physical offset, queue offset)] or None)`."""
@@ -165,7 +179,7 @@ class DLedgerCommitLog:
         def finished(code: Code, placed) -> None:
             done(code, self._claim(placed) if code is Code.SUCCESS else None)
 
-        self.server.append_nowait(records, finished)
+        self.replicated_log.append_nowait(records, finished)
 
     def _claim(self, placed: list[tuple[int, int]]) -> list[tuple[int, int]]:
         assigned = self._assigned

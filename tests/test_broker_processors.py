@@ -1,0 +1,211 @@
+"""Request processors built from their parts, over a one-replica log in memory: no
+DLedger group, no sockets, no name server.
+
+Each processor gets only what it uses (the role, the store, the managers); here the
+replicated log under the store is `OneReplicaLog`, a real implementation of the
+store's replicated-log protocol in which every append commits at once.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from raftmq.broker.address import BrokerAddress
+from raftmq.broker.admin_requests import AdminRequests
+from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
+from raftmq.broker.controller import answer_refusals
+from raftmq.broker.metawriter import MetaWriter
+from raftmq.broker.pull import PullProcessor
+from raftmq.broker.role import BrokerRole
+from raftmq.broker.send import SendProcessor
+from raftmq.broker.stats import BrokerStats
+from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
+from raftmq.broker.store.metadata import builtin_topics
+from raftmq.broker.store.replicated_log import ReplicatedLog
+from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
+from raftmq.broker.topic_config_manager import TopicConfigManager
+from raftmq.dledger.codes import Code, EntryType
+from raftmq.dledger.store.memory import MemoryLogStore
+from raftmq.protocol import message as codec
+from raftmq.protocol.headers import to_send_v2
+from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
+
+
+class _CommitIndex:
+    committed_index = -1
+
+
+class OneReplicaLog(ReplicatedLog):
+    """A replicated log of one replica, in memory: an append is committed at once."""
+
+    TERM = 1
+
+    def __init__(self) -> None:
+        self.store = MemoryLogStore()
+        self.replica = _CommitIndex()
+        self._commit_handlers = []
+
+    def add_commit_handler(self, handler) -> None:
+        self._commit_handlers.append(handler)
+
+    def add_retention_limit(self, limit) -> None:
+        """Nothing to hold back: this log has no retention."""
+
+    def append_nowait(self, bodies, callback) -> None:
+        placed = self.store.append_leader(self.TERM, [(EntryType.NORMAL, b) for b in bodies])
+        self.replica.committed_index = self.store.end_index
+        for handler in self._commit_handlers:
+            handler(self.replica.committed_index)
+        callback(Code.SUCCESS, placed)
+
+
+class NoNameServers:
+    """A broker that registers with no name server: announcing is done at once."""
+
+    async def register_now(self) -> None:
+        pass
+
+    def register_soon(self) -> None:
+        pass
+
+
+class Peer:
+    """The one thing the processors here ask of the connection a request came on."""
+
+    remote_address = "10.0.0.7:50123"
+
+
+class Broker:
+    """The parts of one broker, wired as the controller wires them."""
+
+    def __init__(self, root, auto_create: bool = True) -> None:
+        self.log = OneReplicaLog()
+        self.store = MessageStore(
+            self.log, root, builtin_topics("C", "broker-p", 4), parse_delay_levels("1s 5s")
+        )
+        self.role = BrokerRole("broker-p", "n0", 1, lambda: None)
+        address = BrokerAddress("10.0.0.1", 10911)
+        meta = MetaWriter(self.store, address)
+        metadata = self.store.metadata
+        self.topics = TopicConfigManager(metadata, meta, NoNameServers(), auto_create)
+        self.groups = SubscriptionGroupManager(metadata, meta, auto_create)
+        self.offsets = ConsumerOffsetManager(metadata, meta, self.role)
+        self.stats = BrokerStats()
+        parts = (self.role, self.store, self.topics, self.groups)
+        self.send = SendProcessor(
+            *parts,
+            address,
+            self.stats,
+            cluster_name="C",
+            broker_name="broker-p",
+            max_message_size=1024,
+        )
+        self.pull = PullProcessor(*parts, self.offsets, self.stats, long_polling_enable=False)
+        self.admin = AdminRequests(
+            *parts,
+            self.offsets,
+            self.stats,
+            broker_name="broker-p",
+            dledger_metadata=lambda: {},
+        )
+
+    async def call(self, handler, code: int, ext: dict, body: bytes = b"") -> RemotingCommand:
+        request = RemotingCommand(code=code, ext_fields={k: str(v) for k, v in ext.items()})
+        request.body = body
+        return await answer_refusals(handler)(request, Peer())
+
+    async def send_message(self, topic: str, body: bytes) -> RemotingCommand:
+        header = to_send_v2(
+            {"producerGroup": "PG", "topic": topic, "queueId": 0, "properties": "TAGS\x01a"}
+        )
+        return await self.call(self.send.send, RequestCode.SEND_MESSAGE_V2, header, body)
+
+    async def pull_messages(self, topic: str, offset: int, group: str = "CG") -> RemotingCommand:
+        ext = {"consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": offset}
+        return await self.call(self.pull.pull, RequestCode.PULL_MESSAGE, ext)
+
+
+@pytest.fixture
+async def broker(nursery, tmp_path) -> Broker:
+    broker = Broker(tmp_path)
+    await nursery.start(broker.store.run)  # the dispatcher: metadata writes wait for it
+    broker.role.become_master(OneReplicaLog.TERM)
+    return broker
+
+
+async def dispatched(broker: Broker) -> None:
+    with trio.fail_after(5):
+        while broker.store.dispatched_index < broker.log.store.end_index:
+            await trio.sleep(0.001)
+
+
+async def test_a_send_is_stored_at_the_next_queue_offset_and_pulled_back(broker):
+    await broker.call(
+        broker.admin.create_topic, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "T"}
+    )
+    first = await broker.send_message("T", b"one")
+    second = await broker.send_message("T", b"two")
+    assert (first.code, second.code) == (ResponseCode.SUCCESS, ResponseCode.SUCCESS)
+    assert (first.ext_fields["queueOffset"], second.ext_fields["queueOffset"]) == ("0", "1")
+    await dispatched(broker)
+    pulled = await broker.pull_messages("T", 0)
+    assert pulled.code == ResponseCode.SUCCESS
+    messages = codec.decode_all(pulled.body)
+    assert [(m.body, m.queue_offset, m.born_host) for m in messages] == [
+        (b"one", 0, ("10.0.0.7", 50123)),
+        (b"two", 1, ("10.0.0.7", 50123)),
+    ]
+    assert messages[0].msg_id == first.ext_fields["msgId"]
+    assert (broker.stats.put_messages, broker.stats.got_messages) == (2, 2)
+
+
+async def test_a_slave_refuses_writes_and_names_itself(broker):
+    broker.role.become_slave(2)
+    refused = await broker.send_message("T", b"x")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert refused.remark.startswith("not master: broker-p member n0 is a slave")
+    created = await broker.call(
+        broker.admin.create_topic, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "T"}
+    )
+    assert created.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert broker.topics.get("T") is None
+
+
+async def test_admin_topics_and_groups_go_through_the_log(broker):
+    bad = await broker.call(
+        broker.admin.create_topic, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "a b"}
+    )
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in bad.remark
+    ext = {"topic": "T", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+    created = await broker.call(broker.admin.create_topic, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+    assert created.code == ResponseCode.SUCCESS
+    topics = await broker.call(broker.admin.all_topics, RequestCode.GET_ALL_TOPIC_CONFIG, {})
+    table = json.loads(topics.body)["topicConfigTable"]
+    assert table["T"]["writeQueueNums"] == 2 and "RMQ_SYS_RAFTMQ_META" not in table
+    group = {"groupName": "off", "consumeEnable": False, "retryMaxTimes": 3}
+    made = await broker.call(
+        broker.admin.create_group,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        {},
+        json.dumps(group).encode(),
+    )
+    assert made.code == ResponseCode.SUCCESS
+    groups = await broker.call(
+        broker.admin.all_groups, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}
+    )
+    assert json.loads(groups.body)["subscriptionGroupTable"]["off"]["retryMaxTimes"] == 3
+    refused = await broker.pull_messages("T", 0, group="off")
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert broker.groups.max_reconsume_times("%RETRY%off") == 3
+
+
+async def test_a_send_to_an_unknown_topic_is_refused_without_auto_create(nursery, tmp_path):
+    broker = Broker(tmp_path, auto_create=False)
+    await nursery.start(broker.store.run)
+    broker.role.become_master(OneReplicaLog.TERM)
+    refused = await broker.send_message("Nowhere", b"x")
+    assert refused.code == ResponseCode.TOPIC_NOT_EXIST
+    assert broker.log.store.empty  # nothing was appended
