@@ -1,5 +1,5 @@
-"""Request processors built from their parts, over a one-replica log in memory: no
-DLedger group, no sockets, no name server.
+"""Request processors and the message store built from their parts, over a one-replica
+log in memory: no DLedger group, no sockets, no name server.
 
 Each processor gets only what it uses (the role, the store, the managers); here the
 replicated log under the store is `OneReplicaLog`, a real implementation of the
@@ -22,7 +22,7 @@ from raftmq.broker.pull import PullProcessor
 from raftmq.broker.role import BrokerRole
 from raftmq.broker.send import SendProcessor
 from raftmq.broker.stats import BrokerStats
-from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
+from raftmq.broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
@@ -209,3 +209,35 @@ async def test_a_send_to_an_unknown_topic_is_refused_without_auto_create(nursery
     refused = await broker.send_message("Nowhere", b"x")
     assert refused.code == ResponseCode.TOPIC_NOT_EXIST
     assert broker.log.store.empty  # nothing was appended
+
+
+def test_a_log_reset_past_the_dispatcher_moves_it_to_the_new_beginning(tmp_path):
+    """A follower silent past the leader's retention has its log reset to the leader's
+    first entry (DLedger's TRUNCATE with reset). The dispatcher, below that beginning,
+    continues from it instead of scanning entries the log no longer has (an
+    IndexError), and the queues start where the log does, as after retention."""
+    broker = Broker(tmp_path)
+    store, log = broker.store, broker.log
+
+    def append(body: bytes) -> None:
+        msg = codec.MessageExt(topic="T", body=body, queue_id=0, born_host=("10.0.0.7", 1))
+        store.commitlog.put_nowait([codec.encode(msg)], lambda code, placed: None)
+
+    for i in range(5):
+        append(b"before %d" % i)
+    store.dispatch_some(100)
+    queue = store.queues.find("T", 0)
+    assert (queue.min_offset, queue.max_offset) == (0, 5)
+    # the leader's log begins at index 20, with queue offset 30 of T/0 there
+    log.store.reset(20, log.store.end_pos + (1 << 20), OneReplicaLog.TERM)
+    store.commitlog.reset_offsets({("T", 0): 30})
+    append(b"the leader's first")
+    assert store.dispatch_some(100) == 1
+    assert store.dispatched_index == 20
+    assert (queue.min_offset, queue.max_offset) == (30, 31)
+    moved = store.get_message("T", 0, 0, 32)
+    assert (moved.status, moved.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, 30)
+    found = store.get_message("T", 0, 30, 32)
+    assert found.status == GetStatus.FOUND
+    assert codec.decode(found.records[0])[0].body == b"the leader's first"
+    store.checkpoint_work()()  # the checkpoint finds the dispatcher's position in the log

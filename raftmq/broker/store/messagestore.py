@@ -12,6 +12,12 @@ notices the log's moved beginning (`trim_queues`) at each dispatch step, on ever
 replica, and before any read of a queue, and trims every ConsumeQueue's head to
 it as RocketMQ's CleanConsumeQueueService does. A pull below a queue's head then
 gets OFFSET_TOO_SMALL with the new head, never an entry whose message is gone.
+
+Retention never deletes what this replica has not dispatched (its limit is the
+dispatch checkpoint), but a follower silent for longer than the leader's retention
+has its whole log reset to the leader's first entry: the beginning then jumps past
+the dispatcher, which continues from it, and the queues are trimmed as after
+retention (the entries in between were never here to dispatch).
 """
 
 from __future__ import annotations
@@ -173,13 +179,23 @@ class MessageStore:
 
     def trim_queues(self) -> None:
         """Drop from every queue the entries for messages retention deleted from the
-        log, once per move of the log's beginning (a comparison when it did not move).
+        log, once per move of the log's beginning (a comparison when it did not move),
+        and move the dispatcher up to a beginning that a reset moved past it.
 
         After a restart the same rule gives the same heads again, as the log's new
         beginning is saved before its files are deleted."""
         store = self.replicated_log.store
         if store.begin_index == self._trimmed_begin:
             return
+        if self.dispatched_index < store.begin_index - 1:
+            log.warning(
+                "log reset to begin at index %d: dispatch skips %d..%d, which this replica"
+                " never held",
+                store.begin_index,
+                self.dispatched_index + 1,
+                store.begin_index - 1,
+            )
+            self.dispatched_index = store.begin_index - 1
         self.queues.trim_head(store.end_pos if store.empty else store.pos_at(store.begin_index))
         self._trimmed_begin = store.begin_index
 
@@ -232,7 +248,6 @@ class MessageStore:
                     with trio.move_on_at(next_checkpoint):
                         await self._commit_moved.wait()
                     self._commit_moved = trio.Event()
-                self.trim_queues()
                 self.dispatch_some(DISPATCH_CHUNK)
                 if trio.current_time() >= next_checkpoint:
                     await durably(self.checkpoint_work())
@@ -247,6 +262,7 @@ class MessageStore:
 
     def dispatch_some(self, limit: int) -> int:
         """Dispatch up to `limit` committed entries; returns how many."""
+        self.trim_queues()  # a reset may have moved the log's beginning past `first`
         first = self.dispatched_index + 1
         last = min(self.dispatch_target, first + limit - 1)
         if last < first:
