@@ -33,16 +33,10 @@ from raftmq.protocol.message import (
     encode,
     java_string_hash,
     patch_offsets,
+    properties_tags_code,
     properties_to_string,
-    read_offset_msg_id,
-    read_physical_offset,
-    read_properties,
-    read_queue_id,
-    read_queue_offset,
+    read_dispatch_fields,
     read_store_timestamp,
-    read_sysflag,
-    read_tags_code,
-    read_total_size,
     store_timestamp_position,
     string_to_properties,
     tags_code,
@@ -73,7 +67,7 @@ def stored(msg: MessageExt) -> MessageExt:
 def roundtrip(msg: MessageExt) -> None:
     raw = encode(msg)
     decoded, size = decode(raw, check_crc=True)
-    assert size == len(raw) == read_total_size(raw)
+    assert size == len(raw) == read_dispatch_fields(raw)[0]
     assert decoded == stored(msg)
     assert encode(decoded) == raw
 
@@ -285,13 +279,20 @@ messages = st.builds(
 def test_roundtrip_property(msg):
     roundtrip(msg)
     raw = encode(msg)
-    assert read_queue_offset(raw) == msg.queue_offset
-    assert read_physical_offset(raw) == msg.physical_offset
-    assert read_queue_id(raw) == msg.queue_id
+    total, queue_id, queue_offset, sysflag, store_timestamp, topic, properties = (
+        read_dispatch_fields(raw)
+    )
+    assert (total, queue_id, queue_offset, sysflag, store_timestamp, topic) == (
+        len(raw),
+        msg.queue_id,
+        msg.queue_offset,
+        stored(msg).sysflag,
+        msg.store_timestamp,
+        msg.topic,
+    )
+    assert string_to_properties(properties.decode()) == msg.properties
+    assert properties_tags_code(properties) == tags_code(msg.properties.get("TAGS"))
     assert read_store_timestamp(raw) == msg.store_timestamp
-    assert read_sysflag(raw) == stored(msg).sysflag
-    assert read_properties(raw) == msg.properties
-    assert read_offset_msg_id(raw) == create_message_id(msg.store_host, msg.physical_offset)
     head, _ = decode(raw, read_body=False)
     assert head.body is None and head.topic == msg.topic
 
@@ -380,9 +381,15 @@ def test_java_string_hash(text, expected):
 def test_tags_code_of_a_record():
     assert tags_code(None) == 0 and tags_code("") == 0
     raw = encode(MessageExt(topic="t", properties={"TAGS": "TagA || TagB"}))
-    assert read_tags_code(raw) == java_string_hash("TagA || TagB")  # the whole string
-    assert read_tags_code(encode(MessageExt(topic="t"))) == 0
-    assert read_tags_code(GOLDEN_V4) == 97
+    assert record_tags_code(raw) == java_string_hash("TagA || TagB")  # the whole string
+    assert record_tags_code(encode(MessageExt(topic="t"))) == 0
+    assert record_tags_code(GOLDEN_V4) == 97
+    after = encode(MessageExt(topic="t", properties={"XTAGS": "no", "TAGS": "yes"}))
+    assert record_tags_code(after) == java_string_hash("yes")
+
+
+def record_tags_code(raw: bytes) -> int:
+    return properties_tags_code(read_dispatch_fields(raw)[6])
 
 
 # --- in-place patching (the DLedger append path) -----------------------------------
@@ -394,9 +401,8 @@ def test_patch_offsets_visible_through_decode():
     patch_offsets(buf, 41, entry_pos + 48)
     msg, _ = decode(buf, check_crc=True)
     assert msg == attrs.evolve(GOLDEN_V4_MSG, queue_offset=41, physical_offset=entry_pos + 48)
-    assert read_queue_offset(buf) == 41
-    assert read_physical_offset(buf) == entry_pos + 48
-    assert read_offset_msg_id(buf) == "0A00000200002A9F00000000C0000030"
+    assert read_dispatch_fields(buf)[2] == 41
+    assert msg.msg_id == "0A00000200002A9F00000000C0000030"
     assert buf[:20] == GOLDEN_V4[:20] and buf[36:] == GOLDEN_V4[36:]  # nothing else moved
 
 

@@ -241,3 +241,12 @@ def test_a_log_reset_past_the_dispatcher_moves_it_to_the_new_beginning(tmp_path)
     assert found.status == GetStatus.FOUND
     assert codec.decode(found.records[0])[0].body == b"the leader's first"
     store.checkpoint_work()()  # the checkpoint finds the dispatcher's position in the log
+
+
+async def test_a_message_placed_without_a_queue_offset_is_an_error_not_offset_0(tmp_path):
+    """A queue offset is assigned exactly once, when the leader places the message; an
+    append that comes back without one is a broken invariant, never queue offset 0."""
+    broker = Broker(tmp_path)
+    broker.log.store.append_hook = None  # placed behind the CommitLog's back
+    with pytest.raises(AssertionError, match="no queue offset was assigned"):
+        await broker.store.commitlog.put([codec.encode(codec.MessageExt(topic="T"))])

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from raftmq.protocol.msgid import Host, create_message_id, message_id_from_bytes, pack_ip, unpack_ip
+from raftmq.protocol.msgid import Host, create_message_id, pack_ip, unpack_ip
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, MessageDecoder.MESSAGE_MAGIC_CODE (V1)
 MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, 5.x, for topics longer than 127 bytes
@@ -56,6 +56,7 @@ BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, the filler at the end of a CommitLo
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+_PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
 
 # Fixed positions (MessageDecoder's *_POSITION constants). Everything after the born
 # host moves by 12 bytes when the born host is IPv6.
@@ -75,6 +76,7 @@ TOPIC_MAX_BYTES = 127  # V1's signed byte
 PROPERTIES_MAX_BYTES = 0x7FFF  # a signed short
 
 _HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP, 48 bytes
+_DISPATCH_HEAD = struct.Struct(">iiiiiqqi")  # TOTALSIZE .. SYSFLAG
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
@@ -662,32 +664,6 @@ def patch_offsets(buf, queue_offset: int, physical_offset: int, offset: int = 0)
     struct.pack_into(">qq", view, offset + QUEUE_OFFSET_POSITION, queue_offset, physical_offset)
 
 
-def _fixed(buf, offset: int, fmt: struct.Struct, position: int) -> int:
-    view = _as_view(buf)
-    _locate(view, offset)
-    return fmt.unpack_from(view, offset + position)[0]
-
-
-def read_total_size(buf, offset: int = 0) -> int:
-    return _fixed(buf, offset, _INT, TOTAL_SIZE_POSITION)
-
-
-def read_queue_id(buf, offset: int = 0) -> int:
-    return _fixed(buf, offset, _INT, QUEUE_ID_POSITION)
-
-
-def read_queue_offset(buf, offset: int = 0) -> int:
-    return _fixed(buf, offset, _LONG, QUEUE_OFFSET_POSITION)
-
-
-def read_physical_offset(buf, offset: int = 0) -> int:
-    return _fixed(buf, offset, _LONG, PHYSICAL_OFFSET_POSITION)
-
-
-def read_sysflag(buf, offset: int = 0) -> int:
-    return _fixed(buf, offset, _INT, SYSFLAG_POSITION)
-
-
 def store_timestamp_position(sysflag: int) -> int:
     """Where STORETIMESTAMP sits: 56, or 68 behind an IPv6 born host. (RocketMQ's
     MESSAGE_STORE_TIMESTAMP_POSITION is the constant 56; recovery code that reads it
@@ -702,22 +678,41 @@ def read_store_timestamp(buf, offset: int = 0) -> int:
     return _LONG.unpack_from(view, offset + store_timestamp_position(sysflag))[0]
 
 
-def read_offset_msg_id(buf, offset: int = 0) -> str:
-    """The offset msgId of an encoded record, from its raw store host and PHYSICALOFFSET."""
-    view = _as_view(buf)
-    _total, _magic, sysflag = _locate(view, offset)
-    store_len = _host_widths(sysflag)[1]
-    start = offset + store_timestamp_position(sysflag) + 8
-    store_host = bytes(view[start : start + store_len + 4])
-    (physical_offset,) = _LONG.unpack_from(view, offset + PHYSICAL_OFFSET_POSITION)
-    return message_id_from_bytes(store_host, physical_offset)
+def read_dispatch_fields(buf, offset: int = 0) -> tuple[int, int, int, int, int, str, bytes]:
+    """(TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, topic, raw properties)
+    of the V1 record at `offset`, read where `encode` put them: what the broker's
+    append hook and dispatcher need, once per message on every replica, where `decode`
+    would cost too much. Only the magic is checked, as the records read this way are
+    ones the broker itself encoded; MessageFormatError for anything but a V1 message."""
+    total, magic, _crc, queue_id, _flag, queue_offset, _phys, sysflag = _DISPATCH_HEAD.unpack_from(
+        buf, offset
+    )
+    if magic != MESSAGE_MAGIC_CODE:
+        raise MessageFormatError(f"not a V1 message at offset {offset}")
+    timestamp_pos = offset + store_timestamp_position(sysflag)
+    (store_timestamp,) = _LONG.unpack_from(buf, timestamp_pos)
+    # STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED_TX_OFFSET, then bodyLen
+    body_len_pos = timestamp_pos + 8 + _host_widths(sysflag)[1] + 4 + 4 + 8
+    (body_len,) = _INT.unpack_from(buf, body_len_pos)
+    topic_pos = body_len_pos + 4 + body_len
+    topic_end = topic_pos + 1 + buf[topic_pos]
+    topic = str(buf[topic_pos + 1 : topic_end], "utf-8")
+    (properties_len,) = _SHORT.unpack_from(buf, topic_end)
+    properties = bytes(buf[topic_end + 2 : topic_end + 2 + properties_len])
+    return total, queue_id, queue_offset, sysflag, store_timestamp, topic, properties
 
 
-def read_properties(buf, offset: int = 0) -> dict[str, str]:
-    """The properties of a record (`MessageDecoder.decodeProperties`), body unread."""
-    return decode(buf, offset, read_body=False)[0].properties
+_TAGS_PREFIX = (MessageConst.PROPERTY_TAGS + NAME_VALUE_SEPARATOR).encode()
 
 
-def read_tags_code(buf, offset: int = 0) -> int:
-    """The ConsumeQueue tagsCode of a record: hashCode of its TAGS property, or 0."""
-    return tags_code(read_properties(buf, offset).get(MessageConst.PROPERTY_TAGS))
+def properties_tags_code(properties: bytes) -> int:
+    """The ConsumeQueue tagsCode of raw PROPERTIES bytes: hashCode of the TAGS value, or
+    0 without one; found in the bytes, without parsing every property."""
+    at = properties.find(_TAGS_PREFIX)
+    while at > 0 and properties[at - 1 : at] != _PROPERTY_SEPARATOR_BYTES:
+        at = properties.find(_TAGS_PREFIX, at + 1)  # the end of another name ("XTAGS")
+    if at < 0:
+        return 0
+    start = at + len(_TAGS_PREFIX)
+    end = properties.find(_PROPERTY_SEPARATOR_BYTES, start)
+    return tags_code(properties[start : end if end >= 0 else None].decode())

@@ -10,9 +10,10 @@ leader's bytes at the leader's positions, every replica holds the same offsets a
 the same msgIds.
 
 Reads here are raw: `read` by physical offset (what ConsumeQueue entries and
-msgIds point at) and `DLedgerCommitLog.scan` of committed entries for the dispatcher, which skips
-the NOOP entries a new DLedger leader appends (RocketMQ's scanner does not know
-them).
+msgIds point at) and `DLedgerCommitLog.scan` of committed entries for the
+dispatcher, which skips the NOOP entries a new DLedger leader appends (RocketMQ's
+scanner does not know them). The record layout is read by the message codec
+(`protocol.message.read_dispatch_fields`), not here.
 """
 
 from __future__ import annotations
@@ -32,11 +33,9 @@ from raftmq.protocol import message as codec
 BODY_OFFSET = dentry.HEADER_SIZE  # DLedgerEntry.BODY_OFFSET: physical offset = pos + 48
 
 _INT = struct.Struct(">i")
-_LONG = struct.Struct(">q")
-_QUEUE_OFFSETS = struct.Struct(">qq")
-_TAGS = (codec.MessageConst.PROPERTY_TAGS + codec.NAME_VALUE_SEPARATOR).encode()
-_SEPARATOR = codec.PROPERTY_SEPARATOR.encode()
-_TRANSACTION_NO_OFFSET = (
+# Half and rolled-back transactional messages get no queue offset and no ConsumeQueue
+# entry (RocketMQ's CommitLog and dispatcher skip them alike).
+TRANSACTIONS_WITHOUT_QUEUE_OFFSET = (
     codec.MessageSysFlag.TRANSACTION_PREPARED_TYPE,
     codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
 )
@@ -57,43 +56,18 @@ class DispatchRequest:
     store_timestamp: int
 
 
-_HEAD = struct.Struct(">iiiiiqqi")  # TOTALSIZE .. SYSFLAG
-_BORN_V6 = codec.MessageSysFlag.BORNHOST_V6_FLAG
-_STORE_V6 = codec.MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-_SHORT = struct.Struct(">h")
-
-
-def _layout(view, offset: int) -> tuple[int, int, int]:
-    """(sysflag, store timestamp position, topic length position) of a record the broker
-    itself wrote (V1 magic), without a full decode."""
-    (sysflag,) = _INT.unpack_from(view, offset + codec.SYSFLAG_POSITION)
-    return (sysflag, *_positions(view, offset, sysflag))
-
-
-def _positions(view, offset: int, sysflag: int) -> tuple[int, int]:
-    ts_pos = offset + codec.BORN_HOST_POSITION + (20 if sysflag & _BORN_V6 else 8)
-    body_len_pos = ts_pos + (40 if sysflag & _STORE_V6 else 28)  # + hosts, reconsume, tx
-    (body_len,) = _INT.unpack_from(view, body_len_pos)
-    return ts_pos, body_len_pos + 4 + body_len
-
-
 def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest:
     """The dispatch fields of the record at `offset` of `view` (a committed entry body).
 
     The tags code is the hash of the TAGS property, or for a delayed message in
     the schedule topic its delivery time (which RocketMQ keeps there instead).
     """
-    total, magic, _crc, queue_id, _flag, queue_offset, _phys, sysflag = _HEAD.unpack_from(
-        view, offset
-    )
-    if magic != codec.MESSAGE_MAGIC_CODE:
-        raise codec.MessageFormatError(f"not a V1 message at physical offset {physical_offset}")
-    ts_pos, topic_pos = _positions(view, offset, sysflag)
-    (store_timestamp,) = _LONG.unpack_from(view, ts_pos)
-    topic_end = topic_pos + 1 + view[topic_pos]
-    topic = str(view[topic_pos + 1 : topic_end], "utf-8")
-    (props_len,) = _SHORT.unpack_from(view, topic_end)
-    properties = bytes(view[topic_end + 2 : topic_end + 2 + props_len])
+    try:
+        total, queue_id, queue_offset, sysflag, store_timestamp, topic, properties = (
+            codec.read_dispatch_fields(view, offset)
+        )
+    except codec.MessageFormatError as exc:
+        raise codec.MessageFormatError(f"{exc} (physical offset {physical_offset})") from None
     return DispatchRequest(
         topic,
         queue_id,
@@ -101,26 +75,9 @@ def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest
         physical_offset,
         total,
         sysflag,
-        _tags_code(properties) if properties else 0,
+        codec.properties_tags_code(properties) if properties else 0,
         store_timestamp,
     )
-
-
-def _tags_code(properties: bytes) -> int:
-    at = properties.find(_TAGS)
-    if at < 0 or (at > 0 and properties[at - 1 : at] != _SEPARATOR):
-        return 0
-    start = at + len(_TAGS)
-    end = properties.find(_SEPARATOR, start)
-    return codec.tags_code(properties[start : end if end >= 0 else None].decode())
-
-
-def topic_and_queue(body: bytes) -> tuple[str, int]:
-    """(topic, queueId) of an encoded record (the append hook's lookup)."""
-    _sysflag, _ts, topic_pos = _layout(body, 0)
-    topic_len = body[topic_pos]
-    (queue_id,) = _INT.unpack_from(body, codec.QUEUE_ID_POSITION)
-    return body[topic_pos + 1 : topic_pos + 1 + topic_len].decode(), queue_id
 
 
 class DLedgerCommitLog:
@@ -139,16 +96,16 @@ class DLedgerCommitLog:
         self.store.append_hook = self._place
 
     def _place(self, body_pos: int, body: bytes) -> bytes:
-        key = topic_and_queue(body)
-        (sysflag,) = _INT.unpack_from(body, codec.SYSFLAG_POSITION)
-        if codec.MessageSysFlag.get_transaction_value(sysflag) in _TRANSACTION_NO_OFFSET:
+        _total, queue_id, _q, sysflag, _ts, topic, _props = codec.read_dispatch_fields(body)
+        if codec.MessageSysFlag.get_transaction_value(sysflag) in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
             queue_offset = 0
         else:
+            key = (topic, queue_id)
             queue_offset = self.next_offsets.get(key, 0)
             self.next_offsets[key] = queue_offset + 1
         self._assigned[body_pos] = queue_offset
         record = bytearray(body)  # the entry codec concatenates it; no copy back to bytes
-        _QUEUE_OFFSETS.pack_into(record, codec.QUEUE_OFFSET_POSITION, queue_offset, body_pos)
+        codec.patch_offsets(record, queue_offset, body_pos)
         return record
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
@@ -182,8 +139,20 @@ class DLedgerCommitLog:
         self.replicated_log.append_nowait(records, finished)
 
     def _claim(self, placed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """(physical offset, queue offset) of appended entries, each claimed once: a queue
+        offset is assigned to a message exactly once, when the leader places it."""
         assigned = self._assigned
-        return [(pos + BODY_OFFSET, assigned.pop(pos + BODY_OFFSET, 0)) for _i, pos in placed]
+        claimed = []
+        for _index, pos in placed:
+            physical_offset = pos + BODY_OFFSET
+            queue_offset = assigned.pop(physical_offset, None)
+            if queue_offset is None:
+                raise AssertionError(
+                    f"no queue offset was assigned to the message at physical offset "
+                    f"{physical_offset} (claimed twice, or placed in an earlier term)"
+                )
+            claimed.append((physical_offset, queue_offset))
+        return claimed
 
     def read(self, physical_offset: int, size: int) -> bytes:
         """The record of `size` bytes at `physical_offset` (IndexError if not stored)."""

@@ -30,7 +30,11 @@ from pathlib import Path
 import attrs
 import trio
 
-from raftmq.broker.store.commitlog import DispatchRequest, DLedgerCommitLog
+from raftmq.broker.store.commitlog import (
+    TRANSACTIONS_WITHOUT_QUEUE_OFFSET,
+    DispatchRequest,
+    DLedgerCommitLog,
+)
 from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue, ConsumeQueueTable
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import ReplicatedLog
@@ -45,10 +49,6 @@ CHECKPOINT_INTERVAL_S = 5.0
 DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
 MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
-_SKIPPED_TRANSACTIONS = (
-    codec.MessageSysFlag.TRANSACTION_PREPARED_TYPE,
-    codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
-)
 
 
 def checkpoint_position(root: Path) -> int:
@@ -283,7 +283,8 @@ class MessageStore:
         return last - first + 1
 
     def _dispatch(self, request: DispatchRequest) -> None:
-        if codec.MessageSysFlag.get_transaction_value(request.sysflag) in _SKIPPED_TRANSACTIONS:
+        transaction = codec.MessageSysFlag.get_transaction_value(request.sysflag)
+        if transaction in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
             return
         queue = self.queues.find_or_create(request.topic, request.queue_id)
         if request.queue_offset < queue.max_offset and len(queue):
