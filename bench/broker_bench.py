@@ -28,7 +28,7 @@ import trio
 
 from bench.dledger_bench import percentile
 from bench.rss import peak_rss_mib
-from raftmq.protocol.headers import to_send_v2
+from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.codec import encode_header
 from raftmq.tools.broker_local import LocalCluster
@@ -41,21 +41,7 @@ _FRAME = struct.Struct(">II")  # length, serialize type << 24 | header length
 
 
 def _send_request(queue_id: int, body: bytes) -> RemotingCommand:
-    ext = to_send_v2(
-        {
-            "producerGroup": "BENCH_PG",
-            "topic": TOPIC,
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": QUEUES,
-            "queueId": queue_id,
-            "sysFlag": 0,
-            "bornTimestamp": int(time.time() * 1000),
-            "flag": 0,
-            "properties": "",
-            "reconsumeTimes": 0,
-            "unitMode": "false",
-        }
-    )
+    ext = send_header_v2("BENCH_PG", TOPIC, queue_id, born_timestamp_ms=int(time.time() * 1000))
     return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body)
 
 

@@ -17,7 +17,7 @@ from raftmq.broker.config import load_broker_config
 from raftmq.broker.controller import BrokerController
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.server import NamesrvServer
-from raftmq.protocol.headers import to_send_v2
+from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from raftmq.tools.dledger_local import free_ports
 
@@ -113,21 +113,8 @@ class InProcessGroup:
             return await client.invoke(request, 10.0)
 
     async def send(self, broker, topic: str, body: bytes, queue_id: int = 0, props: str = ""):
-        ext = to_send_v2(
-            {
-                "producerGroup": "PG",
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "defaultTopicQueueNums": 4,
-                "queueId": queue_id,
-                "sysFlag": 0,
-                "bornTimestamp": int(time.time() * 1000),
-                "flag": 0,
-                "properties": props,
-                "reconsumeTimes": 0,
-                "unitMode": "false",
-            }
-        )
+        born_ms = int(time.time() * 1000)
+        ext = send_header_v2("PG", topic, queue_id, born_timestamp_ms=born_ms, properties=props)
         return await self.call(broker, RequestCode.SEND_MESSAGE_V2, ext, body)
 
     async def pull(self, broker, topic: str, queue_id: int, offset: int, **extra):

@@ -11,7 +11,7 @@ import trio
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.protocol import message as codec
-from raftmq.protocol.headers import to_send_v2
+from raftmq.protocol.headers import send_header_v2, to_send_v2
 from raftmq.protocol.message import MessageConst
 from raftmq.remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
@@ -19,6 +19,14 @@ from tests.inprocess_broker import InProcessGroup
 
 async def group(nursery, tmp_path, **conf) -> InProcessGroup:
     return await InProcessGroup(nursery, tmp_path, **conf).start()
+
+
+# CommitLog segments of 64 KiB and ConsumeQueue files of 16 entries: retention has
+# whole files to delete after a few hundred KiB
+SMALL_FILES = {
+    "mappedFileSizeCommitLog": str(64 << 10),
+    "mappedFileSizeConsumeQueue": str(16 * ENTRY_SIZE),
+}
 
 
 async def create_topic(g: InProcessGroup, topic: str, queues: int = 4) -> None:
@@ -131,19 +139,7 @@ async def test_bad_requests_get_codes_and_remarks(nursery, tmp_path):
     refused = await g.send(slave, "T", b"x")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert refused.remark.startswith("not master")
-    half = to_send_v2(
-        {
-            "producerGroup": "PG",
-            "topic": "T",
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": 4,
-            "queueId": 0,
-            "sysFlag": 4,
-            "bornTimestamp": 0,
-            "flag": 0,
-            "reconsumeTimes": 0,
-        }
-    )
+    half = send_header_v2("PG", "T", 0, born_timestamp_ms=0, sys_flag=4)
     prepared = await g.call(master, RequestCode.SEND_MESSAGE_V2, half, b"half")  # sysFlag 4
     assert prepared.code == ResponseCode.NO_PERMISSION
     assert "sending transaction message is forbidden" in prepared.remark
@@ -224,12 +220,7 @@ async def test_retention_moves_every_replicas_queue_heads_and_pulls_jump_past_th
     a queue's head is the first entry whose message is still there, on every replica
     and after a restart. A pull below it is told where to go (PULL_OFFSET_MOVED) in one
     round trip, instead of crawling through the deleted messages one pull each."""
-    g = await group(
-        nursery,
-        tmp_path,
-        mappedFileSizeCommitLog=str(64 << 10),
-        mappedFileSizeConsumeQueue=str(16 * ENTRY_SIZE),
-    )
+    g = await group(nursery, tmp_path, **SMALL_FILES)
     await create_topic(g, "T", 1)
     master = g.master()
     for i in range(160):  # about 1 KiB each: three segments and more
@@ -340,12 +331,7 @@ async def test_a_follower_reset_past_retention_dispatches_from_the_leaders_begin
     dispatcher then continues from that entry (not from the entry after its old end,
     which no longer exists) and its queues start where the log does, as after its own
     retention: a pull below the head moves on, the head itself is served."""
-    g = await group(
-        nursery,
-        tmp_path,
-        mappedFileSizeCommitLog=str(64 << 10),
-        mappedFileSizeConsumeQueue=str(16 * ENTRY_SIZE),
-    )
+    g = await group(nursery, tmp_path, **SMALL_FILES)
     await create_topic(g, "T", 1)
     master = g.master()
     for i in range(8):

@@ -30,7 +30,7 @@ from raftmq.broker.topic_config_manager import TopicConfigManager
 from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.protocol import message as codec
-from raftmq.protocol.headers import to_send_v2
+from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
 
 
@@ -104,13 +104,7 @@ class Broker:
             max_message_size=1024,
         )
         self.pull = PullProcessor(*parts, self.offsets, self.stats, long_polling_enable=False)
-        self.admin = AdminRequests(
-            *parts,
-            self.offsets,
-            self.stats,
-            broker_name="broker-p",
-            dledger_metadata=lambda: {},
-        )
+        self.admin = AdminRequests(self.role, self.topics, self.groups)
 
     async def call(self, handler, code: int, ext: dict, body: bytes = b"") -> RemotingCommand:
         request = RemotingCommand(code=code, ext_fields={k: str(v) for k, v in ext.items()})
@@ -118,9 +112,7 @@ class Broker:
         return await answer_refusals(handler)(request, Peer())
 
     async def send_message(self, topic: str, body: bytes) -> RemotingCommand:
-        header = to_send_v2(
-            {"producerGroup": "PG", "topic": topic, "queueId": 0, "properties": "TAGS\x01a"}
-        )
+        header = send_header_v2("PG", topic, 0, born_timestamp_ms=0, properties="TAGS\x01a")
         return await self.call(self.send.send, RequestCode.SEND_MESSAGE_V2, header, body)
 
     async def pull_messages(self, topic: str, offset: int, group: str = "CG") -> RemotingCommand:

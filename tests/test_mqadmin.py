@@ -16,7 +16,7 @@ import trio
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
 from raftmq.client.mqadmin import main
 from raftmq.client.route import BrokerData
-from raftmq.protocol.headers import to_send_v2
+from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
@@ -63,21 +63,12 @@ async def wait_route(admin: Admin, topic: str):
 
 async def send(address: str, topic: str, body: bytes, queue_id: int) -> str:
     """One SEND_MESSAGE_V2, as a Java producer sends it; returns the offset msgId."""
-    header = to_send_v2(
-        {
-            "producerGroup": "mqadmin-test",
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": 4,
-            "queueId": queue_id,
-            "sysFlag": 0,
-            "bornTimestamp": int(time.time() * 1000),
-            "flag": 0,
-            "properties": properties_to_string({"TAGS": "TagA", "KEYS": body.decode()}),
-            "reconsumeTimes": 0,
-            "unitMode": False,
-            "batch": False,
-        }
+    header = send_header_v2(
+        "mqadmin-test",
+        topic,
+        queue_id,
+        born_timestamp_ms=int(time.time() * 1000),
+        properties=properties_to_string({"TAGS": "TagA", "KEYS": body.decode()}),
     )
     async with RemotingClient(address) as client:
         response = await client.invoke(

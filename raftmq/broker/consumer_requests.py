@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import attrs
+
 from raftmq.broker.headers import BadRequest, integer, json_body, text
 from raftmq.broker.store.metadata import RETRY_PREFIX
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
@@ -27,22 +29,14 @@ if TYPE_CHECKING:
     from raftmq.broker.topic_config_manager import TopicConfigManager
 
 
+@attrs.define
 class ConsumerRequests:
-    def __init__(
-        self,
-        role: BrokerRole,
-        clients: ClientManager,
-        store: MessageStore,
-        topics: TopicConfigManager,
-        groups: SubscriptionGroupManager,
-        offsets: ConsumerOffsetManager,
-    ) -> None:
-        self.role = role
-        self.clients = clients
-        self.store = store
-        self.topics = topics
-        self.groups = groups
-        self.offsets = offsets
+    role: BrokerRole
+    clients: ClientManager
+    store: MessageStore  # queue offsets and store times
+    topics: TopicConfigManager  # retry topics, created on a group's first heartbeat
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
 
     async def heartbeat(self, request: RemotingCommand, connection: Connection):
         try:

@@ -27,6 +27,7 @@ from pathlib import Path
 import trio
 
 from raftmq.broker.address import BrokerAddress
+from raftmq.broker.admin_queries import AdminQueries
 from raftmq.broker.admin_requests import AdminRequests
 from raftmq.broker.clients import ClientManager
 from raftmq.broker.config import BrokerConfig
@@ -166,11 +167,11 @@ class BrokerController:
         consumer = ConsumerRequests(
             self.role, self.clients, store, self.topics, self.groups, self.offsets
         )
-        admin = AdminRequests(
+        admin = AdminRequests(self.role, self.topics, self.groups)
+        queries = AdminQueries(
             self.role,
             store,
             self.topics,
-            self.groups,
             self.offsets,
             self.stats,
             broker_name=self.config.broker_name,
@@ -199,10 +200,10 @@ class BrokerController:
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.create_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
-            RequestCode.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
-            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message,
-            RequestCode.GET_TOPIC_STATS_INFO: admin.topic_stats,
-            RequestCode.GET_CONSUME_STATS: admin.consume_stats,
+            RequestCode.GET_BROKER_RUNTIME_INFO: queries.runtime_info,
+            RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message,
+            RequestCode.GET_TOPIC_STATS_INFO: queries.topic_stats,
+            RequestCode.GET_CONSUME_STATS: queries.consume_stats,
         }
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from raftmq.broker.headers import integer, text
@@ -62,25 +63,15 @@ def subscription_codes(expression: str | None) -> frozenset[int] | None:
     return None if not tags or "*" in tags else frozenset(tags_code(t) for t in tags)
 
 
+@attrs.define
 class PullProcessor:
-    def __init__(
-        self,
-        role: BrokerRole,
-        store: MessageStore,
-        topics: TopicConfigManager,
-        groups: SubscriptionGroupManager,
-        offsets: ConsumerOffsetManager,
-        stats: BrokerStats,
-        *,
-        long_polling_enable: bool,
-    ) -> None:
-        self.role = role
-        self.store = store
-        self.topics = topics
-        self.groups = groups
-        self.offsets = offsets
-        self.stats = stats
-        self.long_polling_enable = long_polling_enable
+    role: BrokerRole
+    store: MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager  # commits a pull carries
+    stats: BrokerStats
+    long_polling_enable: bool = attrs.field(kw_only=True)
 
     async def pull(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         role = self.role

@@ -11,26 +11,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import attrs
+
 from raftmq.remoting import RemotingCommand, ResponseCode
 
 
+@attrs.define
 class BrokerRole:
-    def __init__(
-        self,
-        broker_name: str,
-        self_id: str,
-        slave_broker_id: int,
-        leader_id: Callable[[], str | None],
-    ) -> None:
-        assert slave_broker_id > 0, "brokerId 0 is the master's"
-        self.broker_name = broker_name
-        self.self_id = self_id
-        self.slave_broker_id = slave_broker_id
-        self._leader_id = leader_id
-        self.is_master = False
-        self.broker_id = slave_broker_id
-        self.term = 0  # the DLedger term of the current role; registrations carry it
-        self.master_since: float | None = None  # time.monotonic() of becoming master
+    broker_name: str
+    self_id: str  # the DLedger member id
+    slave_broker_id: int
+    _leader_id: Callable[[], str | None]  # the DLedger leader's member id, if known
+    is_master: bool = attrs.field(default=False, init=False)
+    broker_id: int = attrs.field(init=False)
+    term: int = attrs.field(default=0, init=False)  # the DLedger term of the current role
+    master_since: float | None = attrs.field(default=None, init=False)  # time.monotonic()
+
+    def __attrs_post_init__(self) -> None:
+        assert self.slave_broker_id > 0, "brokerId 0 is the master's"
+        self.broker_id = self.slave_broker_id
 
     def not_master(self, request: RemotingCommand) -> RemotingCommand | None:
         """The answer to a request only a master serves, on a slave (None if oneway)."""

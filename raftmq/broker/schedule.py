@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from raftmq.broker.store.metadata import SCHEDULE_TOPIC
@@ -33,23 +34,17 @@ TICK_S = 0.1
 BATCH = 64
 
 
+@attrs.define
 class ScheduleService:
     """`put` stores messages as a send does (SendProcessor.put), on the master."""
 
-    def __init__(
-        self,
-        role: BrokerRole,
-        store: MessageStore,
-        meta: MetaWriter,
-        put: Callable[[list[codec.MessageExt]], Awaitable[object]],
-        address: BrokerAddress,
-    ) -> None:
-        self.role = role
-        self.store = store
-        self.meta = meta
-        self.put = put
-        self.address = address
-        self._progress: dict[int, int] = {}  # level -> next schedule-queue offset (this term)
+    role: BrokerRole
+    store: MessageStore
+    meta: MetaWriter  # the replicated progress
+    put: Callable[[list[codec.MessageExt]], Awaitable[object]]
+    address: BrokerAddress
+    # level -> next schedule-queue offset (this term)
+    _progress: dict[int, int] = attrs.field(factory=dict, init=False)
 
     def reset(self) -> None:
         """A new master starts from the replicated progress."""

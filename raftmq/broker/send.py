@@ -18,6 +18,8 @@ import random
 import struct
 from typing import TYPE_CHECKING
 
+import attrs
+
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.dledger.codes import Code
@@ -95,29 +97,17 @@ def _append_failure(code: Code) -> tuple[int, str]:
     return ResponseCode.SYSTEM_ERROR, f"append failed: {code.name}"
 
 
+@attrs.define
 class SendProcessor:
-    def __init__(
-        self,
-        role: BrokerRole,
-        store: MessageStore,
-        topics: TopicConfigManager,
-        groups: SubscriptionGroupManager,
-        address: BrokerAddress,
-        stats: BrokerStats,
-        *,
-        cluster_name: str,
-        broker_name: str,
-        max_message_size: int,
-    ) -> None:
-        self.role = role
-        self.store = store
-        self.topics = topics
-        self.groups = groups
-        self.address = address
-        self.stats = stats
-        self.cluster_name = cluster_name
-        self.broker_name = broker_name
-        self.max_message_size = max_message_size
+    role: BrokerRole
+    store: MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager  # their retry limits
+    address: BrokerAddress
+    stats: BrokerStats
+    cluster_name: str = attrs.field(kw_only=True)
+    broker_name: str = attrs.field(kw_only=True)
+    max_message_size: int = attrs.field(kw_only=True)
 
     async def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         if not self.role.is_master:

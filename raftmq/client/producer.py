@@ -38,7 +38,7 @@ import trio
 from raftmq.client.errors import RouteNotFoundError, SendError
 from raftmq.client.instance import ClientInstance, backoff_delays, local_ip
 from raftmq.client.route import MessageQueue, TopicRouteData
-from raftmq.protocol.headers import to_send_v2
+from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import MessageConst, MessageSysFlag, properties_to_string
 from raftmq.protocol.msgid import UniqIdGenerator
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
@@ -49,8 +49,6 @@ __all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch", "s
 log = logging.getLogger(__name__)
 
 # The auto-create template topic (`TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`).
-DEFAULT_TOPIC = "TBW102"
-DEFAULT_TOPIC_QUEUE_NUMS = 4
 COMPRESS_LEVEL = 5  # DefaultMQProducer's `compressLevel`
 
 
@@ -126,22 +124,15 @@ def send_request(
     code: int, group: str, mq: MessageQueue, body: bytes, properties: str, sysflag: int
 ) -> RemotingCommand:
     """A SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request for `mq` (one attempt's bytes)."""
-    header = to_send_v2(
-        {
-            "producerGroup": group,
-            "topic": mq.topic,
-            "defaultTopic": DEFAULT_TOPIC,
-            "defaultTopicQueueNums": DEFAULT_TOPIC_QUEUE_NUMS,
-            "queueId": mq.queue_id,
-            "sysFlag": sysflag,
-            "bornTimestamp": int(time.time() * 1000),
-            "flag": 0,
-            "properties": properties,
-            "reconsumeTimes": 0,
-            "unitMode": False,
-            "batch": code == RequestCode.SEND_BATCH_MESSAGE,
-            "brokerName": mq.broker_name,
-        }
+    header = send_header_v2(
+        group,
+        mq.topic,
+        mq.queue_id,
+        born_timestamp_ms=int(time.time() * 1000),
+        properties=properties,
+        sys_flag=sysflag,
+        batch=code == RequestCode.SEND_BATCH_MESSAGE,
+        broker_name=mq.broker_name,
     )
     return RemotingCommand(code, ext_fields=header, body=body)
 

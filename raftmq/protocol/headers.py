@@ -30,6 +30,43 @@ SEND_V2_FIELD_NAMES = {
 }
 SEND_V2_LETTERS = {name: letter for letter, name in SEND_V2_FIELD_NAMES.items()}
 
+# The topic a broker creates new topics from when a producer sends to an unknown one
+# (MixAll.AUTO_CREATE_TOPIC_KEY_TOPIC), and the queues a producer asks for then.
+DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
+
+def send_header_v2(
+    producer_group: str,
+    topic: str,
+    queue_id: int,
+    *,
+    born_timestamp_ms: int,
+    properties: str = "",
+    sys_flag: int = 0,
+    batch: bool = False,
+    broker_name: str | None = None,
+) -> dict[str, object]:
+    """The ext fields of a SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request, as a RocketMQ
+    producer fills them (DefaultMQProducerImpl.sendKernelImpl) for a first attempt."""
+    header: dict[str, object] = {
+        "producerGroup": producer_group,
+        "topic": topic,
+        "defaultTopic": DEFAULT_TOPIC,
+        "defaultTopicQueueNums": DEFAULT_TOPIC_QUEUE_NUMS,
+        "queueId": queue_id,
+        "sysFlag": sys_flag,
+        "bornTimestamp": born_timestamp_ms,
+        "flag": 0,
+        "properties": properties,
+        "reconsumeTimes": 0,
+        "unitMode": False,
+        "batch": batch,
+    }
+    if broker_name is not None:
+        header["brokerName"] = broker_name
+    return to_send_v2(header)
+
 
 def to_send_v2(header: Mapping[str, object]) -> dict[str, object]:
     """A SendMessageRequestHeader (field name -> value) under the V2 letters."""

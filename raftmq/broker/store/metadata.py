@@ -24,9 +24,10 @@ from pathlib import Path
 
 import attrs
 
+from raftmq.protocol.headers import DEFAULT_TOPIC
+
 META_TOPIC = "RMQ_SYS_RAFTMQ_META"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-DEFAULT_TOPIC = "TBW102"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 
