@@ -88,9 +88,9 @@ class DLedgerCommitLog:
     rebuilds it from the ConsumeQueues each time this node becomes master.
     """
 
-    def __init__(self, replicated_log: ReplicatedLog) -> None:
-        self.replicated_log = replicated_log
-        self.store = replicated_log.store
+    def __init__(self, server: ReplicatedLog) -> None:
+        self.server = server
+        self.store = server.store
         self.next_offsets: dict[tuple[str, int], int] = {}
         self._assigned: dict[int, int] = {}  # physical offset -> queue offset, until taken
         self.store.append_hook = self._place
@@ -123,7 +123,7 @@ class DLedgerCommitLog:
             outcome[:] = [code, placed]
             appended.set()
 
-        self.replicated_log.append_nowait(records, finished)
+        self.server.append_nowait(records, finished)
         await appended.wait()
         code, placed = outcome
         if code is not Code.SUCCESS:
@@ -136,7 +136,7 @@ class DLedgerCommitLog:
         def finished(code: Code, placed) -> None:
             done(code, self._claim(placed) if code is Code.SUCCESS else None)
 
-        self.replicated_log.append_nowait(records, finished)
+        self.server.append_nowait(records, finished)
 
     def _claim(self, placed: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """(physical offset, queue offset) of appended entries, each claimed once: a queue

@@ -97,17 +97,20 @@ def parse_delay_levels(text: str) -> list[int]:
 
 
 class MessageStore:
+    """The CommitLog, ConsumeQueues and metadata over `server`, the replicated log (a
+    DLedgerServer, or anything else that speaks `replicated_log.ReplicatedLog`)."""
+
     def __init__(
         self,
-        replicated_log: ReplicatedLog,
+        server: ReplicatedLog,
         root: Path,
         builtin_topics: dict[str, TopicConfig],
         delay_levels_ms: list[int],
         queue_file_entries: int = DEFAULT_FILE_ENTRIES,
     ) -> None:
-        self.replicated_log = replicated_log
+        self.server = server
         self.root = root
-        self.commitlog = DLedgerCommitLog(replicated_log)
+        self.commitlog = DLedgerCommitLog(server)
         self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
         self.metadata = Metadata(builtin_topics)
         self.delay_levels_ms = delay_levels_ms
@@ -121,8 +124,8 @@ class MessageStore:
         self._meta_applied = trio.Event()
         self._dispatch_moved = trio.Event()
         self._recover()
-        replicated_log.add_commit_handler(lambda _index: self._commit_moved.set())
-        replicated_log.add_retention_limit(lambda: self.checkpointed_index)
+        server.add_commit_handler(lambda _index: self._commit_moved.set())
+        server.add_retention_limit(lambda: self.checkpointed_index)
 
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
@@ -134,7 +137,7 @@ class MessageStore:
         may have lost a different part of what came after it; the highest position a
         queue still points at says nothing about the others. Without a checkpoint
         (a new store, or one from before checkpoints) every queue is rebuilt."""
-        store = self.replicated_log.store
+        store = self.server.store
         resume = min(checkpoint_position(self.root), store.end_pos)
         for queue in self.queues.queues.values():
             queue.truncate_physical(resume)
@@ -161,7 +164,7 @@ class MessageStore:
         durable in the queues, and the snapshot never runs ahead of them; retention
         may delete up to there (`checkpointed_index`), as a restart dispatches again
         from there and must find the log."""
-        store = self.replicated_log.store
+        store = self.server.store
         first = self.dispatched_index + 1
         position = store.pos_at(first) if first <= store.end_index else store.end_pos
         sync_queues = self.queues.sync_plan()
@@ -184,7 +187,7 @@ class MessageStore:
 
         After a restart the same rule gives the same heads again, as the log's new
         beginning is saved before its files are deleted."""
-        store = self.replicated_log.store
+        store = self.server.store
         if store.begin_index == self._trimmed_begin:
             return
         if self.dispatched_index < store.begin_index - 1:
@@ -202,7 +205,7 @@ class MessageStore:
     def first_index_at(self, position: int) -> int:
         """The first entry placed at or after byte `position` of the log (the entry of
         a message at physical offset P is the one at P - 48)."""
-        store = self.replicated_log.store
+        store = self.server.store
         low, high = store.begin_index, store.end_index + 1
         while low < high:
             mid = (low + high) // 2
@@ -223,13 +226,13 @@ class MessageStore:
     @property
     def dispatch_target(self) -> int:
         """The last index that may be dispatched: committed and present here."""
-        return min(self.replicated_log.replica.committed_index, self.replicated_log.store.end_index)
+        return min(self.server.replica.committed_index, self.server.store.end_index)
 
     def caught_up(self) -> bool:
         """Every entry this replica holds is committed and dispatched. For a new leader
         (its NOOP among them) the ConsumeQueues are then final: it may become master."""
-        end = self.replicated_log.store.end_index
-        return self.replicated_log.replica.committed_index >= end and self.dispatched_index >= end
+        end = self.server.store.end_index
+        return self.server.replica.committed_index >= end and self.dispatched_index >= end
 
     def take_over_offsets(self) -> None:
         """A new master's queue offset table, rebuilt from its ConsumeQueues."""
@@ -248,6 +251,7 @@ class MessageStore:
                     with trio.move_on_at(next_checkpoint):
                         await self._commit_moved.wait()
                     self._commit_moved = trio.Event()
+                self.trim_queues()
                 self.dispatch_some(DISPATCH_CHUNK)
                 if trio.current_time() >= next_checkpoint:
                     await durably(self.checkpoint_work())
