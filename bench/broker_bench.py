@@ -30,6 +30,7 @@ from bench.dledger_bench import percentile
 from bench.rss import peak_rss_mib
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.codec import encode_header
+from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalCluster
 
 TOPIC = "BenchTopic"
@@ -55,7 +56,7 @@ async def _produce(address: str, size: int, window: int, duration_s: float) -> t
     the same write, and it only parses what it needs (the code and opaque), so the
     generator's own CPU, on the cores the brokers use, stays small. A request is
     the same SEND_MESSAGE_V2 frame a RocketMQ client sends, its header encoded once."""
-    host, _, port = address.rpartition(":")
+    host, port = parse_address(address)
     padding = os.urandom(max(0, size - _BORN.size))
     latencies: list[float] = []
     errors = [0]
@@ -79,7 +80,7 @@ async def _produce(address: str, size: int, window: int, duration_s: float) -> t
                 sent_at[opaque] = now
             return b"".join(frames)
 
-        async with await trio.open_tcp_stream(host, int(port)) as stream:
+        async with await trio.open_tcp_stream(host, port) as stream:
             await stream.send_all(requests(share))
             buffer = bytearray()
             while sent_at:

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Mapping
 
 import trio
 
+from raftmq.streams.address import parse_address
+
 __all__ = ["Link", "LinkProxy", "ProxyNet"]
 
 Link = tuple[str, str]
@@ -91,13 +93,6 @@ def _abort(stream: trio.SocketStream) -> None:
     stream.socket.close()
 
 
-def _split(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected host:port, got {address!r}")
-    return host, int(port)
-
-
 class LinkProxy:
     """Accepts on `host:port` (127.0.0.1 and a free port by default) and forwards each
     connection to `upstream` ("host:port").
@@ -116,7 +111,7 @@ class LinkProxy:
         self, upstream: str, rng: random.Random, *, host: str = "127.0.0.1", port: int = 0
     ) -> None:
         self.upstream = upstream
-        self._upstream = _split(upstream)
+        self._upstream = parse_address(upstream)
         self._rng = rng
         self.host = host
         self._bind_port = port
@@ -305,7 +300,7 @@ class LinkProxy:
 def _bind(listen: Mapping[Link, str] | None, link: Link) -> dict:
     if listen is None or link not in listen:
         return {}
-    host, port = _split(listen[link])
+    host, port = parse_address(listen[link])
     return {"host": host, "port": port}
 
 

@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from raftmq.remoting import RemotingClient, RemotingConnectError
+from raftmq.streams.address import parse_address
 from raftmq.tools.broker_drill import run_drill
 from raftmq.tools.broker_local import LocalCluster
 
@@ -70,14 +71,14 @@ async def test_a_broker_listens_on_its_bind_address_and_advertises_brokerip1(tmp
     async with LocalCluster(
         tmp_path, nodes=1, hosts=["127.0.0.2"], advertised=["127.0.0.3"]
     ) as cluster:
-        port = cluster.broker_addrs["n0"].rpartition(":")[2]
-        assert cluster.broker_addrs["n0"] == f"127.0.0.2:{port}"
+        host, port = parse_address(cluster.broker_addrs["n0"])
+        assert host == "127.0.0.2"
         assert await cluster.master_address() == f"127.0.0.3:{port}"
         assert (await cluster.member_state("n0"))["dLegerRole"] == "LEADER"
         for elsewhere in ("127.0.0.1", "127.0.0.3"):
             with pytest.raises(RemotingConnectError):
                 async with RemotingClient(f"{elsewhere}:{port}"):
                     pass
-        dledger_port = int(cluster.peer_addrs["n0"].rpartition(":")[2])
+        dledger_port = parse_address(cluster.peer_addrs["n0"])[1]
         with pytest.raises(OSError):
             await trio.open_tcp_stream("127.0.0.1", dledger_port)

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from jepsen.proxy import LinkProxy, ProxyNet
+from raftmq.streams.address import parse_address
 from raftmq.tools.dledger_local import free_ports
 
 QUIET_S = 0.15  # how long "nothing arrives" is watched for
@@ -65,8 +66,7 @@ async def start_proxy(nursery: trio.Nursery, upstream: str, seed: int = 1) -> Li
 
 
 async def dial(address: str) -> trio.SocketStream:
-    host, port = address.rsplit(":", 1)
-    return await trio.open_tcp_stream(host, int(port))
+    return await trio.open_tcp_stream(*parse_address(address))
 
 
 async def receive_exactly(stream: trio.SocketStream, n: int) -> bytes:
