@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.processes
 def test_the_broker_benchmark_measures_every_phase(tmp_path):
     out = tmp_path / "rows.json"
     command = [sys.executable, "-m", "bench", "broker", "--duration", "1"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 import trio
 
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
@@ -12,23 +13,8 @@ from raftmq.namesrv.config import NamesrvConfig
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst
 from raftmq.remoting import RequestCode, ResponseCode
+from tests.helpers import create_topic, group, status, wait_for
 from tests.inprocess_broker import InProcessGroup
-
-
-async def group(nursery, tmp_path, **conf) -> InProcessGroup:
-    return await InProcessGroup(nursery, tmp_path, **conf).start()
-
-
-async def create_topic(g: InProcessGroup, topic: str, queues: int = 4) -> None:
-    ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
-    response = await g.call(g.master(), RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
-    assert response.code == ResponseCode.SUCCESS, response.remark
-
-
-async def wait_for(predicate, timeout_s: float = 5.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_path):
@@ -54,10 +40,6 @@ async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_pat
         assert [m.msg_id for m in messages] == [e["msgId"] for e in sent if e["queueId"] == "1"]
         for m in messages:  # the physical offset written by the append hook is the real one
             assert broker.store.message_at(m.physical_offset)[:4] == codec.encode(m)[:4]
-
-
-def status(response) -> tuple[int, str]:
-    return response.code, response.ext_fields["nextBeginOffset"]
 
 
 async def test_pull_status_table(nursery, tmp_path):
@@ -295,6 +277,7 @@ async def test_send_back_retries_after_a_delay_then_dead_letters(nursery, tmp_pa
     await wait_for(lambda: b.store.max_offset("%DLQ%CG", 0) == 1)
 
 
+@pytest.mark.slow  # waits out the name server's expiry twice
 async def test_brokers_stay_registered_past_the_name_servers_expiry(nursery, tmp_path):
     expiring = NamesrvConfig(
         listen_port=0,

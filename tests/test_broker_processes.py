@@ -5,7 +5,6 @@ of its own."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import pytest
@@ -15,6 +14,8 @@ from raftmq.remoting import RemotingClient, RemotingConnectError
 from raftmq.streams.address import parse_address
 from raftmq.tools.broker_drill import run_drill
 from raftmq.tools.broker_local import LocalCluster
+
+pytestmark = pytest.mark.processes
 
 
 async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
@@ -45,7 +46,7 @@ async def test_a_second_broker_on_the_same_store_refuses_to_start(tmp_path):
         assert cluster.procs["n0"].poll() is None  # the first one is untouched
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace injects the EIO")
+@pytest.mark.requires("strace")  # it injects the EIO
 @pytest.mark.parametrize("after", [3, 12])
 async def test_a_failed_fsync_stops_the_broker_with_the_disk_status(tmp_path, after):
     """Every fsync the broker makes (log, term and vote, checkpoints, ConsumeQueues) that

@@ -17,6 +17,7 @@ group behind peer-link proxies, producers and consumers recording a history.
 import json
 import os
 
+import pytest
 import trio
 from hypothesis import HealthCheck, given, note, settings
 
@@ -32,6 +33,7 @@ def _explain(results: dict, config: RunConfig) -> str:
     return f"{summary(results, config)}\nrun directory: {config.run_dir}"
 
 
+@pytest.mark.processes
 async def test_a_seeded_run_with_every_fault_class_loses_nothing(tmp_path):
     config = RunConfig(
         run_dir=tmp_path / "run",
@@ -51,6 +53,7 @@ async def test_a_seeded_run_with_every_fault_class_loses_nothing(tmp_path):
         assert (config.run_dir / name).stat().st_size > 0
 
 
+@pytest.mark.processes
 async def test_the_negative_control_sees_acknowledged_messages_lost(tmp_path):
     """Page-cache acks plus three coordinated power cuts (every node killed at once,
     its unsynced writes dropped): lost messages must be reported."""
@@ -74,6 +77,7 @@ async def test_the_negative_control_sees_acknowledged_messages_lost(tmp_path):
     assert saved["lost"]["count"] == results["lost"]["count"]
 
 
+@pytest.mark.processes
 async def test_client_link_faults_bite_and_lose_nothing(tmp_path):
     schedule = [
         (2.5, "leader", "blackhole", 2.5),
@@ -118,6 +122,7 @@ async def test_client_link_faults_bite_and_lose_nothing(tmp_path):
     assert slowed and min(slowed) >= 2 * 0.020, "at least 20 ms each way"
 
 
+@pytest.mark.processes
 @settings(
     max_examples=20 if LONG else 2,
     deadline=None,
