@@ -102,12 +102,12 @@ def machine(load_at_start: tuple[float, float, float]) -> str:
 
 def _measured(system: str, size_key: str, size: int, measure, *args) -> dict:
     """A row from ``measure(*args)``; a system that fails gets a row naming the error, so
-    one peer's failure never loses the figures of the others."""
+    one peer's failure never loses the figures of the others (the exit status is then 1)."""
     try:
         return measure(*args)
     except Exception as exc:  # a benchmark row, not a crash: the table still prints
         print(f"{system}, {size} B failed: {exc!r}", file=sys.stderr, flush=True)
-        return {"system": system, size_key: size, "notes": f"failed: {exc!r}"}
+        return {"system": system, size_key: size, "error": repr(exc), "notes": f"failed: {exc!r}"}
 
 
 def run_dledger(args) -> list[dict]:
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{row['system']} {row[size_key]} B: {row['notes']}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
-    return 0
+    return 1 if any("error" in row for row in rows) else 0
 
 
 if __name__ == "__main__":
