@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from jepsen.checker import check
-from jepsen.cluster import JepsenCluster
+from jepsen.cluster import CLIENT_FRAME_HEADER_BYTES, PEER_FRAME_HEADER_BYTES, JepsenCluster
 from jepsen.history import Recorder
 from jepsen.nemesis import Nemesis, Step, plan
 from jepsen.proxy import ProxyNet
@@ -95,8 +95,13 @@ async def run(config: RunConfig) -> dict:
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
         async with (
-            ProxyNet(cluster.peer_links(), rng) as net,
-            ProxyNet(cluster.client_links(), rng, cluster.client_proxies()) as clients,
+            ProxyNet(cluster.peer_links(), rng, frame_header_bytes=PEER_FRAME_HEADER_BYTES) as net,
+            ProxyNet(
+                cluster.client_links(),
+                rng,
+                cluster.client_proxies(),
+                frame_header_bytes=CLIENT_FRAME_HEADER_BYTES,
+            ) as clients,
         ):
             cluster.net, cluster.clients = net, clients
             async with cluster:
