@@ -96,7 +96,8 @@ class Nemesis:
         self.nodes = list(cluster.ids)
         self.quorum = len(self.nodes) // 2 + 1
         self.injected: list[dict] = []  # what each step actually did, for the report
-        self.errors: list[str] = []  # steps that could not be carried out (e.g. a failed restart)
+        # Process errors (a node that would not restart, a wrong exit status): each fails the run.
+        self.errors: list[str] = []
         self.active: str | None = None  # for the progress line
         self._ids = 0
 
