@@ -19,6 +19,7 @@ import pytest
 
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
+from raftmq.dledger.store.base import StoreClosed
 from raftmq.dledger.store.file import FileLogStore, StoreCorruption, _NoFastStart
 from raftmq.dledger.store.memory import MemoryLogStore
 
@@ -136,6 +137,26 @@ def test_segments_are_preallocated_and_named_by_their_start_offset(written):
         1,
     )
     assert not (path / "begin").exists()
+
+
+def test_a_closed_store_says_so_instead_of_reading_nothing(written):
+    """Its owner closes it on the way out, a disk failure included, while other tasks
+    still unwind: they get a defined error (it used to be KeyError from a cleared table)."""
+    path, _snapshot, _entries = written
+    store = open_store(path)
+    store.close()
+    assert store.closed
+    for read_after_close in (
+        lambda: store.pos_at(0),
+        lambda: store.get(0),
+        lambda: store.read_at(0, 8),
+        lambda: store.read_encoded(0, 1 << 20),
+        lambda: store.append_leader(9, [(NORMAL, body(0))]),
+        lambda: store.truncate(50),
+    ):
+        with pytest.raises(StoreClosed):
+            read_after_close()
+    assert names(path / "data") == [f"{i * SEGMENT_BYTES:020d}" for i in range(12)]
 
 
 # ------------------------------------------------------------------------------ recovery

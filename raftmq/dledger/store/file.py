@@ -71,7 +71,13 @@ import attrs
 
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
-from raftmq.dledger.store.base import InconsistentAppend, LogStore, SyncPlan, validate_continuation
+from raftmq.dledger.store.base import (
+    InconsistentAppend,
+    LogStore,
+    StoreClosed,
+    SyncPlan,
+    validate_continuation,
+)
 from raftmq.dledger.store.meta import atomic_write, format_properties, fsync_dir, parse_properties
 
 log = logging.getLogger(__name__)
@@ -353,7 +359,6 @@ class FileLogStore(LogStore):
         self._dirs_dirty = False
         self._returned_dirty: list[tuple[list[int], list[int], bool]] = []
         self._dir_fds: list[int] = []
-        self._closed = False
         self.recovery = RecoveryReport()
         try:
             for directory in (self.data_dir, self.index_dir):
@@ -368,7 +373,12 @@ class FileLogStore(LogStore):
     def recovered_truncated_bytes(self) -> int:
         return self.recovery.truncated_bytes
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreClosed(f"{self.base_dir} is closed")
+
     def _check_range(self, index: int) -> None:
+        self._check_open()
         if not self.begin_index <= index <= self.end_index:
             raise IndexError(f"index {index} outside [{self.begin_index}, {self.end_index}]")
 
@@ -417,6 +427,7 @@ class FileLogStore(LogStore):
         return codec.decode(seg.map, pos - seg.start)
 
     def read_at(self, pos: int, size: int) -> bytes:
+        self._check_open()
         seg = self._data.get(pos - pos % self.segment_size)
         if seg is None or pos < self._before_pos or pos + size > self.end_pos or size < 0:
             raise IndexError(f"bytes [{pos}, {pos + size}) are not in the log")
@@ -497,6 +508,7 @@ class FileLogStore(LogStore):
     def append_leader(
         self, term: int, items: list[tuple[EntryType, bytes]]
     ) -> list[tuple[int, int]]:
+        self._check_open()
         if not items:
             return []
         if term < self.end_term:
@@ -536,6 +548,7 @@ class FileLogStore(LogStore):
         return placed
 
     def append_encoded(self, blob: bytes) -> int:
+        self._check_open()
         chain = self.end_chain if not self.empty or self._before_chain is not None else None
         staged = validate_continuation(
             blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
@@ -612,6 +625,7 @@ class FileLogStore(LogStore):
                 self._dirty_index.add(seg.start)
 
     def truncate(self, from_index: int) -> None:
+        self._check_open()
         if from_index < self.begin_index:
             raise IndexError(f"cannot truncate at {from_index} before begin {self.begin_index}")
         self.generation += 1
@@ -788,9 +802,9 @@ class FileLogStore(LogStore):
 
     def close(self) -> None:
         """Unmap and close; unsynced writes stay in the page cache (no fsync here)."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         for table in (self._data, self._index):
             for seg in table.values():
                 seg.close()
