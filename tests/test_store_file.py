@@ -667,6 +667,20 @@ def test_truncate_then_reopen(written, reference, cut):
         store.close()
 
 
+def test_the_store_asserts_that_nothing_committed_is_truncated(written):
+    """The index the opener vouched for as committed is a floor for truncation: cutting
+    at or below it would drop an entry a quorum may rely on, a bug in the caller."""
+    path, _snapshot, _entries = written
+    store = open_store(path, committed_index=80)
+    try:
+        with pytest.raises(AssertionError, match="committed index 80"):
+            store.truncate(80)
+        store.truncate(81)
+        assert store.end_index == 80
+    finally:
+        store.close()
+
+
 def test_entries_appended_after_a_truncation_do_not_resurrect_old_ones(written, reference):
     path, _snapshot, _entries = written
     store = open_store(path)

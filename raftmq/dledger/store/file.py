@@ -122,6 +122,8 @@ class FileLogStore(LogStore):
         self.end_chain = 0
         self.generation = 0
 
+        # The highest index the caller vouched for as committed: never truncated.
+        self.committed_floor = committed_index
         self._commit = GroupCommit()
         self._dir_handles: list[SyncHandle] = []
         self.recovery = RecoveryReport()
@@ -310,7 +312,7 @@ class FileLogStore(LogStore):
                 self._write_data(pos, b"".join(group))
         self._write_index(first, b"".join(index_parts))
         self._add_runs(first, (term,))
-        self._set_end(index - 1, term, end_pos, chain)
+        self._extend(first, index - 1, term, end_pos, chain)
         return placed
 
     def append_encoded(self, blob: bytes) -> int:
@@ -339,7 +341,7 @@ class FileLogStore(LogStore):
         self._write_data(group_pos, view[group_start : last_offset + last_size])
         self._write_index(staged[0][3], b"".join(index_parts))
         self._add_runs(staged[0][3], (s[4] for s in staged))
-        self._set_end(last_index, last_term, last_pos + last_size, last_chain)
+        self._extend(staged[0][3], last_index, last_term, last_pos + last_size, last_chain)
         return len(staged)
 
     # ---------------------------------------------------------------------------- removal
@@ -386,6 +388,9 @@ class FileLogStore(LogStore):
         self._check_open()
         if from_index < self.begin_index:
             raise IndexError(f"cannot truncate at {from_index} before begin {self.begin_index}")
+        assert from_index > self.committed_floor, (
+            f"truncating at {from_index} would drop committed index {self.committed_floor}"
+        )
         self.generation += 1
         if from_index > self.end_index:
             return
@@ -415,6 +420,16 @@ class FileLogStore(LogStore):
         self._run_term.clear()
         self._set_end(begin_index - 1, before_term, begin_pos, 0)
         self.generation += 1
+
+    def _extend(
+        self, first_index: int, end_index: int, end_term: int, end_pos: int, end_chain: int
+    ) -> None:
+        """The end after appending entries first_index..end_index: indexes follow on,
+        positions and terms never go back."""
+        assert first_index == self.end_index + 1 <= end_index + 1, (first_index, self.end_index)
+        assert end_pos > self.end_pos or first_index > end_index, (end_pos, self.end_pos)
+        assert end_term >= self.end_term, (end_term, self.end_term)
+        self._set_end(end_index, end_term, end_pos, end_chain)
 
     def _set_end(self, end_index: int, end_term: int, end_pos: int, end_chain: int) -> None:
         self.end_index, self.end_term, self.end_pos, self.end_chain = (
@@ -471,6 +486,13 @@ class FileLogStore(LogStore):
 
     # ---------------------------------------------------------------------------- durability
     def sync_plan(self) -> SyncPlan:
+        tail = self._data.get(self.end_pos - self.end_pos % self.segment_size)
+        if tail is not None:  # nothing is durable past the end: truncations clamp it
+            durable = self._commit.synced_lengths.get(tail.path, 0)
+            assert durable <= tail.written_bytes == self.end_pos - tail.start, (
+                f"{tail.path}: {durable} bytes synced, {tail.written_bytes} written,"
+                f" the log ends at {self.end_pos - tail.start}"
+            )
         return self._commit.plan(
             self.end_index, self.generation, self._data, self._index, self._dir_handles
         )
