@@ -184,6 +184,7 @@ class FileLogStore(LogStore):
         return self._index_entry(index)[1]
 
     def chain_at(self, index: int) -> int:
+        self._check_range(index)
         pos = self._index_entry(index)[1]
         seg = self._data[pos - pos % self.segment_size]
         return _CHAIN.unpack_from(seg.map, pos - seg.start + codec.CHAIN_OFFSET)[0]
