@@ -23,6 +23,7 @@ from raftmq.dledger.sim.cluster import NetworkConditions
 from raftmq.dledger.sim.disk import FileStores, SimFileSystem
 from raftmq.dledger.sim.schedule import Fault, Schedule, run
 from raftmq.dledger.store.file import FileLogStore
+from tests.helpers import fault_lists
 
 SEGMENT_BYTES = 4096
 INDEX_SEGMENT_BYTES = 32 * 64
@@ -99,19 +100,7 @@ KINDS = ("crash", "restart", "partition", "heal", "pause", "resume")
 
 @st.composite
 def crash_schedules(draw, size: int = 3):
-    faults = draw(
-        st.lists(
-            st.builds(
-                Fault,
-                at_ms=st.integers(0, 3000).map(float),
-                kind=st.sampled_from(KINDS),
-                nodes=st.lists(
-                    st.integers(0, size - 1), min_size=1, max_size=size, unique=True
-                ).map(tuple),
-            ),
-            max_size=16,
-        )
-    )
+    faults = draw(fault_lists(KINDS, size, 3000, size, 16))
     conditions = NetworkConditions(
         drop=draw(st.sampled_from([0.0, 0.01, 0.1])), max_delay_ms=draw(st.sampled_from([1, 5]))
     )

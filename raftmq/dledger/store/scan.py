@@ -76,16 +76,11 @@ class Scan:
         self.stop_pos, self.reason, self.failed = pos, reason, True
 
     def run(self) -> None:
-        store = self.store
-        seg_size = store.segment_size
-        data = store._data
-        index_table = store._index
-        isz = store.index_segment_size
-        pos = self.start_pos
-        prev_end = self.prev_end
-        expected = self.expected_index
-        term = self.before_term
-        chain = self.before_chain
+        store = self.store  # locals: the loop runs once per entry in the log
+        seg_size, isz = store.segment_size, store.index_segment_size
+        data, index_table = store._data, store._index
+        pos, prev_end, expected = self.start_pos, self.prev_end, self.expected_index
+        term, chain = self.before_term, self.before_chain
         index_seg = None
         run_first, run_term = self.run_first, self.run_term
         while True:
