@@ -408,6 +408,7 @@ class FileLogStore(LogStore):
         self._set_end(from_index - 1, end_term, end_pos, end_chain)
 
     def reset(self, begin_index: int, begin_pos: int, before_term: int) -> None:
+        self._check_open()
         for table in (self._data, self._index):
             for start in sorted(table):
                 self._delete_segment(table, start)
