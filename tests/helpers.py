@@ -1,10 +1,14 @@
-"""What the rule tests share: the 3-peer group and a `Replica` of it to feed by hand."""
+"""What the tests share: the 3-peer group and a `Replica` of it to feed by hand, and the
+hypothesis strategy for the simulator's fault lists."""
 
 import random
+
+from hypothesis import strategies as st
 
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.sim.schedule import Fault
 from raftmq.dledger.store.memory import MemoryLogStore
 
 GROUP = "g"
@@ -22,3 +26,20 @@ def make_replica(
     for n, t in enumerate(log_terms):
         store.append_leader(t, [(EntryType.NORMAL, f"e{n}".encode())])
     return Replica(config, store, random.Random(0), term, vote_for)
+
+
+def fault_lists(kinds, size: int, until_ms: int, max_nodes: int, max_faults: int):
+    """Lists of up to `max_faults` faults of `kinds`, each at a whole ms up to `until_ms`
+    against 1..`max_nodes` distinct members of a group of `size`."""
+    return st.lists(
+        st.builds(
+            Fault,
+            at_ms=st.integers(0, until_ms).map(float),
+            kind=st.sampled_from(kinds),
+            nodes=st.lists(
+                st.integers(0, size - 1), min_size=1, max_size=max_nodes, unique=True
+            ).map(tuple),
+            keep_unsynced=st.integers(0, 3),
+        ),
+        max_size=max_faults,
+    )

@@ -15,7 +15,8 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from raftmq.dledger.sim.cluster import NetworkConditions
-from raftmq.dledger.sim.schedule import Fault, Schedule, run
+from raftmq.dledger.sim.schedule import Schedule, run
+from tests.helpers import fault_lists
 
 KINDS = ("crash", "restart", "pause", "resume", "partition", "one_way", "heal")
 
@@ -23,20 +24,7 @@ KINDS = ("crash", "restart", "pause", "resume", "partition", "one_way", "heal")
 @st.composite
 def schedules(draw, size: int):
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=len(KINDS), unique=True))
-    faults = draw(
-        st.lists(
-            st.builds(
-                Fault,
-                at_ms=st.integers(0, 6000).map(float),
-                kind=st.sampled_from(kinds),
-                nodes=st.lists(
-                    st.integers(0, size - 1), min_size=1, max_size=size // 2 + 1, unique=True
-                ).map(tuple),
-                keep_unsynced=st.integers(0, 3),
-            ),
-            max_size=12,
-        )
-    )
+    faults = draw(fault_lists(kinds, size, 6000, size // 2 + 1, 12))
     conditions = NetworkConditions(
         drop=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
         duplicate=draw(st.sampled_from([0.0, 0.02, 0.1])),
