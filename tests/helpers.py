@@ -2,7 +2,7 @@
 
 - the DLedger rule tests' 3-peer group and a `Replica` of it to feed by hand;
 - the broker tests' in-process group (`tests.inprocess_broker`) and its calls;
-- the simulation tests' fault schedules;
+- the simulation tests' fault lists and schedules;
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
 
 The fakes the client tests run against are in `tests.client_fakes`.
@@ -82,24 +82,28 @@ KINDS = ("crash", "restart", "pause", "resume", "partition", "one_way", "heal")
 SIM_SEEDS = st.integers(0, 2**32 - 1)
 
 
+def fault_lists(kinds, size: int, until_ms: int, max_nodes: int, max_faults: int):
+    """Lists of up to `max_faults` faults of `kinds`, each at a whole ms up to `until_ms`
+    against 1..`max_nodes` distinct members of a group of `size`."""
+    return st.lists(
+        st.builds(
+            Fault,
+            at_ms=st.integers(0, until_ms).map(float),
+            kind=st.sampled_from(kinds),
+            nodes=st.lists(
+                st.integers(0, size - 1), min_size=1, max_size=max_nodes, unique=True
+            ).map(tuple),
+            keep_unsynced=st.integers(0, 3),
+        ),
+        max_size=max_faults,
+    )
+
+
 @st.composite
 def schedules(draw, size: int):
     """Fault schedules for `size` replicas, over the network conditions hypothesis draws."""
     kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=len(KINDS), unique=True))
-    faults = draw(
-        st.lists(
-            st.builds(
-                Fault,
-                at_ms=st.integers(0, 6000).map(float),
-                kind=st.sampled_from(kinds),
-                nodes=st.lists(
-                    st.integers(0, size - 1), min_size=1, max_size=size // 2 + 1, unique=True
-                ).map(tuple),
-                keep_unsynced=st.integers(0, 3),
-            ),
-            max_size=12,
-        )
-    )
+    faults = draw(fault_lists(kinds, size, 6000, size // 2 + 1, 12))
     conditions = NetworkConditions(
         drop=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
         duplicate=draw(st.sampled_from([0.0, 0.02, 0.1])),

@@ -25,4 +25,6 @@ def test_the_broker_benchmark_measures_every_phase(tmp_path):
         assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert row["single_p50_ms"] > 0 and row["failover_ms"] > 0
         assert row["peak_rss_mib"] > 0
+        assert row["cpu_leader_us"] > 0 and row["cpu_follower_us"] > 0
+        assert row["cpu_generator_us"] > 0
     assert "| raftmq broker R3" in run.stdout
