@@ -60,9 +60,6 @@ class KeyTable:
         assert not by_name.keys() & self.unused, "a key is both used and unused"
         return by_name
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._by_name
-
     def field(self, name: str) -> str:
         """The attribute that key `name` sets."""
         return self._by_name[name].field
