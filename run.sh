@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The two entry points a fresh machine needs: `./run.sh demo` and `./run.sh test`.
+# The two entry points a fresh machine needs: `./run.sh demo` and `./run.sh test`
+# (`./run.sh test fast` leaves out the tests that start real processes, and the slow ones).
 # Each creates .venv (once) and installs the project into it (again only when
 # pyproject.toml changed), so running either twice costs nothing extra.
 set -euo pipefail
@@ -30,6 +31,11 @@ case "$cmd" in
     test)
         bootstrap
         "$venv/bin/ruff" check .
+        if [ "${1:-}" = fast ]; then
+            # everything that starts no real process, but the few slow ones: well under a minute
+            shift
+            exec "$venv/bin/python" -m pytest -q -m "not processes and not slow" "$@"
+        fi
         exec "$venv/bin/python" -m pytest -q "$@"
         ;;
     bench)
@@ -37,7 +43,7 @@ case "$cmd" in
         exec "$venv/bin/python" -m bench "$@"
         ;;
     *)
-        echo "usage: ./run.sh demo | test [pytest args] | bench dledger|broker|spark [--duration S] [--json PATH]" >&2
+        echo "usage: ./run.sh demo | test [fast] [pytest args] | bench dledger|broker|spark [--duration S] [--json PATH]" >&2
         exit 2
         ;;
 esac

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -33,6 +34,9 @@ COLUMNS = [
     ("single_p50_ms", "single p50 ms"),
     ("failover_ms", "failover ms"),
     ("peak_rss_mib", "RSS MiB/node"),
+    ("cpu_leader_us", "CPU µs/msg leader"),
+    ("cpu_follower_us", "per follower"),
+    ("cpu_generator_us", "generator"),
 ]
 
 
@@ -47,6 +51,9 @@ BROKER_COLUMNS = [
     ("e2e_p99_ms", "e2e p99 ms"),
     ("failover_ms", "failover ms"),
     ("peak_rss_mib", "RSS MiB/node"),
+    ("cpu_leader_us", "CPU µs/msg leader"),
+    ("cpu_follower_us", "per follower"),
+    ("cpu_generator_us", "generator"),
 ]
 
 
@@ -63,7 +70,7 @@ SPARK_COLUMNS = [
 def _cell(key: str, value) -> str:
     if value is None:
         return "-"
-    if key.endswith("_per_s") or key == "failover_ms":
+    if key.endswith("_per_s") or key == "failover_ms" or key.startswith("cpu_"):
         return f"{round(value):,}"
     if isinstance(value, float):
         return f"{value:.2f}" if value < 10 else f"{value:.1f}"
@@ -82,9 +89,25 @@ def table(rows: list[dict], columns=COLUMNS) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    cpus = len(__import__("os").sched_getaffinity(0))
-    return f"{platform.machine()}, {cpus} cores, Python {platform.python_version()}, {date.today()}"
+def machine(load_at_start: tuple[float, float, float]) -> str:
+    """The line printed above the table: what ran it, and how busy the machine was when
+    the run began (other work on the same cores moves every absolute figure)."""
+    cpus = len(os.sched_getaffinity(0))
+    load = " ".join(f"{x:.2f}" for x in load_at_start)
+    return (
+        f"{platform.machine()}, {cpus} cores, Python {platform.python_version()}, "
+        f"{date.today()}; load average at the start {load}"
+    )
+
+
+def _measured(system: str, size_key: str, size: int, measure, *args) -> dict:
+    """A row from ``measure(*args)``; a system that fails gets a row naming the error, so
+    one peer's failure never loses the figures of the others (the exit status is then 1)."""
+    try:
+        return measure(*args)
+    except Exception as exc:  # a benchmark row, not a crash: the table still prints
+        print(f"{system}, {size} B failed: {exc!r}", file=sys.stderr, flush=True)
+        return {"system": system, size_key: size, "error": repr(exc), "notes": f"failed: {exc!r}"}
 
 
 def run_dledger(args) -> list[dict]:
@@ -94,17 +117,19 @@ def run_dledger(args) -> list[dict]:
     for payload in (128, 1024):
         print(f"raftmq dledger, {payload} B ...", file=sys.stderr, flush=True)
         rows.append(
-            trio.run(
-                dledger_bench.measure, payload, args.duration, args.window, args.failover_trials
+            _measured(
+                dledger_bench.SYSTEM, "payload", payload, trio.run, dledger_bench.measure,
+                payload, args.duration, args.window, args.failover_trials,
             )
-        )
+        )  # fmt: skip
         print(f"PySyncObj, {payload} B ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-pysyncobj-") as tmp:
             rows.append(
-                peer_pysyncobj.measure(
-                    payload, args.duration, args.window, args.failover_trials, Path(tmp)
+                _measured(
+                    peer_pysyncobj.SYSTEM, "payload", payload, peer_pysyncobj.measure,
+                    payload, args.duration, args.window, args.failover_trials, Path(tmp),
                 )
-            )
+            )  # fmt: skip
     return rows
 
 
@@ -115,20 +140,29 @@ def run_broker(args) -> list[dict]:
     for size in (128, 1024):
         print(f"raftmq broker, {size} B ...", file=sys.stderr, flush=True)
         rows.append(
-            trio.run(broker_bench.measure, size, args.duration, args.window, args.failover_trials)
-        )
+            _measured(
+                broker_bench.SYSTEM, "size", size, trio.run, broker_bench.measure,
+                size, args.duration, args.window, args.failover_trials,
+            )
+        )  # fmt: skip
         if args.no_peer:
             continue
         print(f"NATS JetStream, {size} B ...", file=sys.stderr, flush=True)
-        nats_jetstream.ensure_installed()
-        with tempfile.TemporaryDirectory(prefix="bench-nats-") as tmp:
-            row = nats_jetstream.run_throughput(size, args.window, args.duration, Path(tmp))
-            if size == 1024 and args.failover_trials:
-                failover = nats_jetstream.run_failover(args.failover_trials, Path(tmp))
-                row["failover_ms"] = failover["failover_ms"]
-            row["peak_rss_mib"] = max(row["peak_rss_mib"])
-            rows.append(row)
+        rows.append(_measured(nats_jetstream.SYSTEM, "size", size, _nats_row, size, args))
     return rows
+
+
+def _nats_row(size: int, args) -> dict:
+    from bench import nats_jetstream
+
+    nats_jetstream.ensure_installed()
+    with tempfile.TemporaryDirectory(prefix="bench-nats-") as tmp:
+        row = nats_jetstream.run_throughput(size, args.window, args.duration, Path(tmp))
+        if size == 1024 and args.failover_trials:
+            failover = nats_jetstream.run_failover(args.failover_trials, Path(tmp))
+            row["failover_ms"] = failover["failover_ms"]
+    row["peak_rss_mib"] = max(row["peak_rss_mib"])
+    return row
 
 
 def run_spark(args) -> list[dict]:
@@ -158,20 +192,21 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--per-trigger", type=int, default=20_000, help="maxMessagesPerTrigger")
     sp.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    load_at_start = os.getloadavg()
     if args.what == "broker":
         rows, columns, size_key = run_broker(args), BROKER_COLUMNS, "size"
     elif args.what == "spark":
         rows, columns, size_key = run_spark(args), SPARK_COLUMNS, "size"
     else:
         rows, columns, size_key = run_dledger(args), COLUMNS, "payload"
-    print(f"\n{machine()}\n")
+    print(f"\n{machine(load_at_start)}\n")
     print(table(rows, columns))
     for row in rows:
         if row.get("notes"):
             print(f"\n{row['system']} {row[size_key]} B: {row['notes']}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
-    return 0
+    return 1 if any("error" in row for row in rows) else 0
 
 
 if __name__ == "__main__":

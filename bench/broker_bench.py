@@ -26,15 +26,18 @@ import time
 
 import trio
 
+from bench import cpu
 from bench.dledger_bench import percentile
 from bench.rss import peak_rss_mib
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.codec import encode_header
+from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalCluster
 
 TOPIC = "BenchTopic"
 QUEUES = 8
+SYSTEM = "raftmq broker R3 (SYNC_FLUSH, fsync on a quorum)"
 CONNECTIONS = 4
 _BORN = struct.Struct(">d")
 _FRAME = struct.Struct(">II")  # length, serialize type << 24 | header length
@@ -53,7 +56,7 @@ async def _produce(address: str, size: int, window: int, duration_s: float) -> t
     the same write, and it only parses what it needs (the code and opaque), so the
     generator's own CPU, on the cores the brokers use, stays small. A request is
     the same SEND_MESSAGE_V2 frame a RocketMQ client sends, its header encoded once."""
-    host, _, port = address.rpartition(":")
+    host, port = parse_address(address)
     padding = os.urandom(max(0, size - _BORN.size))
     latencies: list[float] = []
     errors = [0]
@@ -77,7 +80,7 @@ async def _produce(address: str, size: int, window: int, duration_s: float) -> t
                 sent_at[opaque] = now
             return b"".join(frames)
 
-        async with await trio.open_tcp_stream(host, int(port)) as stream:
+        async with await trio.open_tcp_stream(host, port) as stream:
             await stream.send_all(requests(share))
             buffer = bytearray()
             while sent_at:
@@ -212,15 +215,18 @@ async def measure(size: int, duration_s: float, window: int, failover_trials: in
             await _produce(address, size, 16, 1.0)  # warm up
             stop = trio.Event()
             consumed: dict = {}
+            meter = cpu.CpuMeter(_roles(cluster, master))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_consume, address, stop, consumed)
+                meter.restart()
                 rate, latencies, errors = await _produce(address, size, window, duration_s)
+                cpu_figures = meter.per_message_us(len(latencies))
                 stop.set()
             single_rate, single, _ = await _produce(address, size, 1, min(duration_s, 3.0))
             rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
             failovers = await _failover_trials(cluster, failover_trials)
     return {
-        "system": "raftmq broker R3 (SYNC_FLUSH, fsync on a quorum)",
+        "system": SYSTEM,
         "size": size,
         "window": window,
         "acked_per_s": rate,
@@ -232,5 +238,18 @@ async def measure(size: int, duration_s: float, window: int, failover_trials: in
         "failover_ms": statistics.median(failovers) if failovers else None,
         "failover_trials_ms": [round(f) for f in failovers],
         "peak_rss_mib": max((r for r in rss if r is not None), default=None),
-        "notes": f"single-send rate {single_rate:.0f}/s",
+        **cpu.columns(cpu_figures),
+        "notes": f"single-send rate {single_rate:.0f}/s; the generator's CPU includes the "
+        "pullers that read from the master meanwhile",
     }
+
+
+def _roles(cluster: LocalCluster, master: str) -> dict[str, int]:
+    """The processes whose CPU a message costs: the group's members, the name server
+    (idle under load, so its figure shows what registration costs), and this process,
+    which generates the load."""
+    roles = {"leader": cluster.pid(master), "namesrv": cluster.pid("namesrv")}
+    for node in cluster.ids:
+        if node != master:
+            roles[f"follower {node}"] = cluster.pid(node)
+    return {**roles, "generator": os.getpid()}

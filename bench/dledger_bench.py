@@ -20,12 +20,14 @@ import tempfile
 
 import trio
 
+from bench import cpu
 from bench.rss import peak_rss_mib
 from raftmq.dledger.codes import Code
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.rpc_client import RpcClient
 from raftmq.tools.dledger_local import LocalGroup
 
+SYSTEM = "raftmq dledger (fsync)"
 CONNECTIONS = 4
 
 
@@ -132,7 +134,11 @@ async def measure(payload: int, duration_s: float, window: int, failover_trials:
             address = group.peers[leader["selfId"]]
             term_before = leader["term"]
             await _closed_loop(address, "bench", body, 64, 1, 1.0)  # warm up
+            roles = {"leader": group.pid(leader["selfId"]), "generator": os.getpid()}
+            roles |= {f"follower {n}": group.pid(n) for n in group.ids if n != leader["selfId"]}
+            meter = cpu.CpuMeter(roles)
             rate, full = await _closed_loop(address, "bench", body, window, 1, duration_s)
+            cpu_figures = meter.per_message_us(len(full))
             batch_rate, _ = await _closed_loop(
                 address, "bench", body, window // 8 or 1, 32, duration_s
             )
@@ -143,7 +149,7 @@ async def measure(payload: int, duration_s: float, window: int, failover_trials:
             rss = [peak_rss_mib(group.pid(n)) for n in group.ids]
             failovers = await _failover_trials(group, failover_trials) if failover_trials else []
     return {
-        "system": "raftmq dledger (fsync)",
+        "system": SYSTEM,
         "payload": payload,
         "appends_per_s": round(rate),
         "batched_appends_per_s": round(batch_rate),
@@ -155,6 +161,7 @@ async def measure(payload: int, duration_s: float, window: int, failover_trials:
         "failover_ms": round(statistics.median(failovers)) if failovers else None,
         "failover_trials_ms": [round(f) for f in failovers],
         "peak_rss_mib": max((r for r in rss if r is not None), default=None),
+        **cpu.columns(cpu_figures),
         "window": window,
         "elections_during_load": term_after - term_before,
     }

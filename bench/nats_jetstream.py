@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import cpu
 from bench.rss import peak_rss_mib
 
 VERSION = "2.15.1"
@@ -338,20 +339,29 @@ class _Cluster:
         _run_pub(["-mode=create", f"-url={self.url(0)}"], timeout=90.0)
 
 
-def _run_pub(args: list[str], timeout: float) -> dict[str, Any]:
-    """Run the Go publisher to completion and return the JSON it prints."""
+def _run_pub(args: list[str], timeout: float, during=None) -> dict[str, Any]:
+    """Run the Go publisher to completion and return the JSON it prints; ``during(pid)``,
+    if given, runs while the publisher does (it samples the processes' CPU)."""
     cmd = [str(_publisher()), f"-stream={STREAM}", f"-subject={SUBJECT}", *args]
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         cmd,
         stdin=subprocess.DEVNULL,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         preexec_fn=_die_with_parent,
     )
+    try:
+        if during is not None:
+            during(proc.pid)
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
+        raise RuntimeError(f"{' '.join(cmd)} failed: {stderr.strip()}")
+    return json.loads(stdout)
 
 
 # ---------------------------------------------------------------------------- measurement
@@ -365,6 +375,20 @@ def run_throughput(size: int, window: int, duration_s: float, workdir: Path) -> 
     with _Cluster(Path(workdir)) as cluster:
         cluster.create_stream()
         leader = cluster.settled_leader()
+        roles = {"leader": cluster.pid(leader)}
+        roles |= {f"follower {_NAMES[i]}": cluster.pid(i) for i in range(3) if i != leader}
+        meters: list[cpu.CpuMeter] = []
+
+        def measure_window(publisher_pid: int) -> None:
+            # The publisher's warm-up and window start when it starts, give or take
+            # its connection set-up (milliseconds).
+            meter = cpu.CpuMeter({**roles, "generator": publisher_pid})
+            time.sleep(warmup_s)
+            meter.restart()
+            time.sleep(duration_s)
+            meter.stop()
+            meters.append(meter)
+
         out = _run_pub(
             [
                 "-mode=pub",
@@ -375,6 +399,7 @@ def run_throughput(size: int, window: int, duration_s: float, workdir: Path) -> 
                 f"-duration={duration_s}s",
             ],
             timeout=warmup_s + duration_s + 120.0,
+            during=measure_window,
         )
         rss = [peak_rss_mib(cluster.pid(i)) for i in range(3)]
     notes = (
@@ -396,6 +421,7 @@ def run_throughput(size: int, window: int, duration_s: float, workdir: Path) -> 
         "p99_ms": float(out["p99_ms"]) if out["p99_ms"] is not None else None,
         "errors": out["errors"],
         "peak_rss_mib": rss,
+        **cpu.columns(meters[0].per_message_us(int(out["acked"]))),
         "notes": notes,
     }
 

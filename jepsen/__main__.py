@@ -1,6 +1,7 @@
 """`python -m jepsen run ...` (a fault-injection run) and `python -m jepsen check RUN_DIR`.
 
-Exit status: 0 when every safety check passed, 1 when one failed, 2 for bad arguments.
+Exit status: 0 when every check passed (the safety checks, and no process errors such as a
+node that would not restart), 1 when one failed, 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def _recheck(run_dir: Path) -> int:
     ops = history_file.load(run_dir / "history.jsonl")
     final = json.loads((run_dir / "final.json").read_text())
     replicas = json.loads((run_dir / "replicas.json").read_text())
-    results = check(ops, final, replicas)
     previous = json.loads((run_dir / "results.json").read_text())
+    results = check(ops, final, replicas, previous.get("run", {}))
     results["run"] = previous.get("run", {})
     meta = previous.get("meta", {"command": f"python -m jepsen check {run_dir}"})
     write_report(run_dir, ops, results, meta)

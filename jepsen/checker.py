@@ -1,10 +1,15 @@
 """Checkers for a queue history against the logs read after the run (reference chaos.md §5.3).
 
-`check(history, final, replicas)` returns one entry per check, each
+`check(history, final, replicas, run)` returns one entry per check, each
 `{"valid": True | False | None, "fatal": bool, "count": int, "examples": [...], ...}`, and a
 top-level `"valid"` that is True only if every fatal check passed. `valid` None marks an
 informational check (it measures, it cannot fail). Every check is one pass over the history or
 the logs (plus sorting), so a million-op history checks in seconds.
+
+Besides the history and the logs, two fatal checks judge what the runner saw itself (`run`): a
+member serving bytes that are not a message, and process errors (a node that would not restart,
+or exited with a status its fault does not explain). Neither loses a message by itself, but a
+run that shows one has found a bug, and CI must not call it valid.
 
 Client outcomes are read conservatively, as the runner records them: a send is acknowledged only
 on `ok`, definitely absent only on `fail`, and indeterminate on `info` or no completion at all.
@@ -27,13 +32,20 @@ EXAMPLES = 10
 Log = dict[int, list[tuple[int, str]]]
 
 
-def check(history: list[dict], final: Mapping, replicas: Mapping) -> dict:
+def check(
+    history: list[dict], final: Mapping, replicas: Mapping, run: Mapping | None = None
+) -> dict:
     """Run every check; `final` is queue -> [(offset, message id)] read through the master after
-    the faults healed, `replicas` is node -> such a dict read from each node directly."""
+    the faults healed, `replicas` is node -> such a dict read from each node directly, and `run`
+    the runner's own record (the results' `run` section): its `read_errors` (replies that did
+    not decode) and `errors` (process errors, from the nemesis) fail the run."""
     facts = Facts.build(
         history, normalise_log(final), {n: normalise_log(r) for n, r in replicas.items()}
     )
-    results = {name: run(facts) for name, run in CHECKS.items()}
+    results = {name: judge(facts) for name, judge in CHECKS.items()}
+    run = run or {}
+    results["unreadable_replies"] = verdict(list(run.get("read_errors", [])))
+    results["process_errors"] = verdict(list(run.get("errors", [])))
     valid = all(r["valid"] for r in results.values() if r["fatal"])
     return {"valid": valid, **results}
 

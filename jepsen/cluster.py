@@ -29,11 +29,17 @@ from pathlib import Path
 import trio
 
 from jepsen.proxy import Link, ProxyNet
+from raftmq.dledger.net.frames import HEADER_SIZE
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from raftmq.tools.broker_local import LocalCluster
 
 EXIT_DISK = 4  # mqbroker's exit status for a store it refuses to open (broker.cli)
 CLIENT = "client"  # the producers' and consumers' end of every client link
+# The bytes of a frame before those its 4-byte length counts, on each kind of link, so
+# that the proxies cut inside frames: DLedger's header is the length and a channel
+# byte; RocketMQ remoting's length counts everything after itself.
+PEER_FRAME_HEADER_BYTES = HEADER_SIZE
+CLIENT_FRAME_HEADER_BYTES = 4
 MEMBER_STATE_TIMEOUT_S = 0.5
 
 

@@ -96,7 +96,8 @@ class Nemesis:
         self.nodes = list(cluster.ids)
         self.quorum = len(self.nodes) // 2 + 1
         self.injected: list[dict] = []  # what each step actually did, for the report
-        self.errors: list[str] = []  # steps that could not be carried out (e.g. a failed restart)
+        # Process errors (a node that would not restart, a wrong exit status): each fails the run.
+        self.errors: list[str] = []
         self.active: str | None = None  # for the progress line
         self._ids = 0
 
@@ -332,13 +333,17 @@ class Nemesis:
             net.reset(links)
         else:
             node = rng.choice(self.nodes)
-            cut = [link for link in links if link[0] == node]
+            links = [link for link in links if link[0] == node]
             nbytes = rng.randint(1, 4096)
             self._start(fault_id, step, [node], f"cut {node}'s links after {nbytes} B", True)
-            net.cut_after(cut, nbytes)
+            cuts_before = net.cuts(links)
+            net.cut_after(links, nbytes)
         await trio.sleep(step.duration_s)
+        detail = "healed"
+        if step.variant == "cut-mid-frame":
+            detail = self._record_cuts(net.cuts(links) - cuts_before)
         net.heal()
-        self._stop(fault_id, step, self.nodes)
+        self._stop(fault_id, step, self.nodes, detail)
 
     async def _client(self, step: Step, rng: random.Random, fault_id: int) -> None:
         """Faults on the links from producers and consumers to the leader's broker or to
@@ -362,10 +367,21 @@ class Nemesis:
         else:
             nbytes = rng.randint(1, 4096)
             self._start(fault_id, step, targets, f"cut client requests after {nbytes} B", True)
+            cuts_before = clients.cuts(links)
             clients.cut_after(links, nbytes)
         await trio.sleep(step.duration_s)
+        detail = "healed"
+        if step.variant == "cut-mid-frame":
+            detail = self._record_cuts(clients.cuts(links) - cuts_before)
         clients.heal()
-        self._stop(fault_id, step, targets)
+        self._stop(fault_id, step, targets, detail)
+
+    def _record_cuts(self, cut: int) -> str:
+        """A cut bites only if a frame crosses a link while it is armed: say whether one did."""
+        self.injected[-1]["cut_connections"] = cut
+        if not cut:
+            return "healed; no frame crossed the links, nothing was cut"
+        return f"healed; {cut} connection(s) cut inside a frame"
 
     # ------------------------------------------------------------------ healing
     async def heal_all(self) -> str:

@@ -24,10 +24,14 @@ Modes (see `LinkProxy`), each applied at once to live and new connections:
   nothing flows, as after a SYN retransmitted into a partition.
 * refuse (after `reset`): every live connection is reset (RST) and each new one is
   accepted and reset at once, so clients fail fast instead of waiting.
-* cut: forward n more bytes from client to upstream, then close that connection
-  mid-stream (usually mid-frame); then back to pass. The close is a FIN, not an
-  RST, so the n bytes are sure to arrive (an RST may discard what is still in
-  flight) and the receiver sees its stream end inside a frame.
+* cut: forward about n more bytes from client to upstream, then close the connection
+  that carried them inside a frame; then back to pass. The proxy knows where the
+  frames of each connection begin (every frame starts with a 4-byte big-endian
+  length; see `_Frames`), so a count that lands on a frame boundary moves one byte
+  on, into the next frame: a cut between two frames would be an ordinary close, not
+  the fault. The upstream gets a FIN, not an RST, so the bytes are sure to arrive (an
+  RST may discard what is still in flight) and the receiver reads its stream ending
+  inside a frame rather than a reset.
 
 No mode buffers without bound: each direction reads a chunk of at most 64 KiB,
 keeps at most `_IN_FLIGHT` chunks between its reader and writer (the latency
@@ -46,6 +50,8 @@ from collections.abc import Iterable, Mapping
 
 import trio
 
+from raftmq.streams.address import parse_address
+
 __all__ = ["Link", "LinkProxy", "ProxyNet"]
 
 Link = tuple[str, str]
@@ -59,6 +65,7 @@ _IN_FLIGHT = 16
 # and accepts again rather than dying and taking every link of the run down with it.
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _RESOURCE_RETRY_S = 0.1
+_LENGTH_BYTES = 4  # every frame starts with its length, 4 bytes big-endian
 
 
 class _Mode(enum.Enum):
@@ -68,19 +75,79 @@ class _Mode(enum.Enum):
     CUT = "cut"
 
 
+class _Frames:
+    """Where the frames of one direction of a connection begin and end, so that a cut
+    lands inside one.
+
+    Every frame starts with a 4-byte big-endian length that counts the bytes after the
+    frame's first `header_bytes`: 4 for RocketMQ remoting (the length counts what
+    follows it), 5 for DLedger's peer links (a channel byte, then `length` bytes of
+    payload). The proxy validates nothing: it only needs to know where frames end.
+    """
+
+    __slots__ = ("_header_bytes", "_left", "_length")
+
+    def __init__(self, header_bytes: int) -> None:
+        assert header_bytes >= _LENGTH_BYTES, header_bytes
+        self._header_bytes = header_bytes
+        self._length = b""  # the current frame's length field, while not all of it is in
+        self._left = 0  # bytes of the current frame after its length field still to come
+
+    def advance(self, data: bytes) -> None:
+        """Account for `data` having been forwarded."""
+        _, self._length, self._left = self._scan(data)
+
+    def cut_point(self, data: bytes, n_bytes: int) -> int | None:
+        """The first offset p >= n_bytes of `data` such that forwarding data[:p] leaves
+        the stream inside a frame, or None if `data` holds no such offset."""
+        ends = self._scan(data)[0]
+        for p in (n_bytes, n_bytes + 1):  # frames are >= 4 bytes: two ends never touch
+            if p <= len(data) and p not in ends:
+                return p
+        return None
+
+    def _scan(self, data: bytes) -> tuple[list[int], bytes, int]:
+        """The offsets p of `data` at which the stream, once data[:p] has gone, is
+        between two frames; and the state after all of `data`."""
+        length, left = self._length, self._left
+        ends = [] if length or left else [0]
+        pos, size = 0, len(data)
+        while pos < size:
+            if left:
+                step = min(left, size - pos)
+                left -= step
+            else:
+                step = min(_LENGTH_BYTES - len(length), size - pos)
+                length += data[pos : pos + step]
+                if len(length) == _LENGTH_BYTES:
+                    left = self._header_bytes - _LENGTH_BYTES + int.from_bytes(length, "big")
+                    length = b""
+            pos += step
+            if not length and not left:
+                ends.append(pos)
+        return ends, length, left
+
+
 class _Conn:
-    """One proxied connection: the scope that `reset` cancels, and how to close it."""
+    """One proxied connection: the scope that `reset` cancels, how to close it, and
+    where its client-to-upstream frames end."""
 
-    __slots__ = ("graceful", "scope")
+    __slots__ = ("frames", "graceful", "scope")
 
-    def __init__(self) -> None:
+    def __init__(self, frame_header_bytes: int) -> None:
         self.scope = trio.CancelScope()
         # True once both directions ended cleanly or a cut ended it: close with FIN.
         # Otherwise (reset, a peer's error, shutdown) close with RST.
         self.graceful = False
+        self.frames = _Frames(frame_header_bytes)
 
 
 def _close(stream: trio.SocketStream) -> None:
+    """Close with a FIN. The write side is shut down first: closing a socket that still
+    holds bytes it has not read (a reply the proxy had no time to forward) sends an RST
+    instead of a FIN, and the peer would read a reset, not the end of its stream."""
+    with contextlib.suppress(OSError):  # already shut down, or the peer is gone
+        stream.socket.shutdown(socket.SHUT_WR)
     stream.socket.close()
 
 
@@ -91,16 +158,10 @@ def _abort(stream: trio.SocketStream) -> None:
     stream.socket.close()
 
 
-def _split(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"expected host:port, got {address!r}")
-    return host, int(port)
-
-
 class LinkProxy:
     """Accepts on `host:port` (127.0.0.1 and a free port by default) and forwards each
-    connection to `upstream` ("host:port").
+    connection to `upstream` ("host:port"), whose protocol's frames begin with a 4-byte
+    length counting what follows their first `frame_header_bytes` (see `_Frames`).
 
     Run it with `await nursery.start(proxy.serve)`; cancelling that nursery closes
     the listener and resets every connection. The mode methods are synchronous and
@@ -113,10 +174,19 @@ class LinkProxy:
     """
 
     def __init__(
-        self, upstream: str, rng: random.Random, *, host: str = "127.0.0.1", port: int = 0
+        self,
+        upstream: str,
+        rng: random.Random,
+        *,
+        frame_header_bytes: int,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
+        if frame_header_bytes < _LENGTH_BYTES:
+            raise ValueError(f"a frame header holds at least its {_LENGTH_BYTES}-byte length")
         self.upstream = upstream
-        self._upstream = _split(upstream)
+        self._frame_header_bytes = frame_header_bytes
+        self._upstream = parse_address(upstream)
         self._rng = rng
         self.host = host
         self._bind_port = port
@@ -127,6 +197,7 @@ class LinkProxy:
         self._cut_budget = 0
         self._changed = trio.Event()
         self._live: set[_Conn] = set()
+        self.cuts = 0  # connections cut inside a frame, for the nemesis's record
 
     @property
     def address(self) -> str:
@@ -168,8 +239,10 @@ class LinkProxy:
         self._jitter_s = jitter_ms / 1000
 
     def cut_after(self, n_bytes: int) -> None:
-        """Forward `n_bytes` more client-to-upstream bytes (over all connections), then
-        close the connection that carried the last of them and go back to pass."""
+        """Forward `n_bytes` more client-to-upstream bytes (over all connections), or
+        one more if the n-th ends a frame, then close the connection that carried the
+        last of them inside a frame, count it in `cuts` and go back to pass. If no
+        connection sends that much, nothing is cut until the mode changes."""
         if n_bytes < 0:
             raise ValueError("n_bytes must be >= 0")
         self._cut_budget = n_bytes
@@ -214,7 +287,7 @@ class LinkProxy:
                     _abort(client)
                     continue
                 # Registered before the task runs, so a reset in between still reaches it.
-                conn = _Conn()
+                conn = _Conn(self._frame_header_bytes)
                 self._live.add(conn)
                 nursery.start_soon(self._handle, conn, client)
 
@@ -270,6 +343,17 @@ class LinkProxy:
             except trio.BrokenResourceError:
                 conn.scope.cancel()
 
+    def _cut(self, frames: _Frames, data: bytes) -> tuple[bytes, bool]:
+        """What of `data` to forward while a cut is armed, and whether to cut after it."""
+        cut_at = frames.cut_point(data, self._cut_budget)
+        if cut_at is None:
+            self._cut_budget = max(0, self._cut_budget - len(data))
+            return data, False
+        self._cut_budget = 0
+        self._set_mode(_Mode.PASS)
+        self.cuts += 1
+        return data[:cut_at], True
+
     async def _write(
         self,
         conn: _Conn,
@@ -283,13 +367,10 @@ class LinkProxy:
                 # Chunks already read when a blackhole starts are held, like packets in flight.
                 await self._unblocked()
                 cut = False
-                if to_upstream and self._mode is _Mode.CUT:
-                    if len(data) >= self._cut_budget:
-                        data, cut = data[: self._cut_budget], True
-                        self._cut_budget = 0
-                        self._set_mode(_Mode.PASS)
-                    else:
-                        self._cut_budget -= len(data)
+                if to_upstream:
+                    if self._mode is _Mode.CUT:
+                        data, cut = self._cut(conn.frames, data)
+                    conn.frames.advance(data)
                 if data:
                     await dst.send_all(data)
                 if cut:
@@ -305,7 +386,7 @@ class LinkProxy:
 def _bind(listen: Mapping[Link, str] | None, link: Link) -> dict:
     if listen is None or link not in listen:
         return {}
-    host, port = _split(listen[link])
+    host, port = parse_address(listen[link])
     return {"host": host, "port": port}
 
 
@@ -315,7 +396,8 @@ class ProxyNet:
     `links[(src, dst)]` is dst's real address; src must dial `address(src, dst)`, which
     is `listen[(src, dst)]` if given ("host:port", for a src that cannot be told where
     to dial, such as clients that take a broker's address from the name server), else
-    a free port on 127.0.0.1.
+    a free port on 127.0.0.1. Every link speaks a protocol whose frames start with a
+    4-byte length counting what follows their first `frame_header_bytes`.
     """
 
     def __init__(
@@ -323,9 +405,13 @@ class ProxyNet:
         links: Mapping[Link, str],
         rng: random.Random,
         listen: Mapping[Link, str] | None = None,
+        *,
+        frame_header_bytes: int,
     ) -> None:
         self._proxies = {
-            link: LinkProxy(upstream, rng, **_bind(listen, link))
+            link: LinkProxy(
+                upstream, rng, frame_header_bytes=frame_header_bytes, **_bind(listen, link)
+            )
             for link, upstream in links.items()
         }
         self._nodes = {node for link in links for node in link}
@@ -396,9 +482,14 @@ class ProxyNet:
             proxy.reset()
 
     def cut_after(self, links: Iterable[Link], n_bytes: int) -> None:
-        """On each of `links`, cut the connection carrying the n-th byte from now."""
+        """On each of `links`, cut the connection carrying the n-th byte from now inside
+        a frame (see `LinkProxy.cut_after`)."""
         for proxy in self._select(links):
             proxy.cut_after(n_bytes)
+
+    def cuts(self, links: Iterable[Link]) -> int:
+        """Connections cut inside a frame on `links` so far."""
+        return sum(proxy.cuts for proxy in self._select(links))
 
     def heal(self) -> None:
         """Every link back to pass with no latency."""

@@ -57,11 +57,14 @@ def write_report(run_dir: str | Path, history: list[dict], results: dict, meta: 
 
 
 def format_summary(results: dict, meta: dict) -> str:
-    """One screen: verdict, what the run did, the headline numbers and the safety table."""
+    """One screen: verdict (and the checks that failed), what the run did, the headline numbers
+    and the table of checks."""
     counts = results["counts"]
     settings = "  ".join(f"{k}={v}" for k, v in meta.items() if k != "command" and is_plain(v))
+    fatal = {name: r for name, r in results.items() if isinstance(r, dict) and r.get("fatal")}
+    failed = ", ".join(name for name, result in fatal.items() if not result["valid"])
     lines = [
-        f"raftmq jepsen: {'VALID ✓' if results['valid'] else 'INVALID ✗'}",
+        f"raftmq jepsen: {'VALID ✓' if results['valid'] else f'INVALID ✗ (failed: {failed})'}",
         *([settings] if settings else []),
         f"operations={counts['operations']}  faults={fault_summary(counts['faults'])}",
         "attempted={attempted} acknowledged={acknowledged} failed={failed} "
@@ -76,17 +79,17 @@ def format_summary(results: dict, meta: dict) -> str:
         "",
         f"{'check':<28} {'result':<6} count",
     ]
-    for name, result in results.items():
-        if isinstance(result, dict) and result.get("fatal"):
-            mark = "✓" if result["valid"] else "✗"
-            lines.append(f"{name:<28} {mark:<6} {result['count']}")
+    for name, result in fatal.items():
+        mark = "✓" if result["valid"] else "✗"
+        lines.append(f"{name:<28} {mark:<6} {result['count']}")
     lines += ["", f"reproduce: {meta.get('command', '(not recorded)')}"]
     return "\n".join(lines)
 
 
 def process_errors_line(errors: list[str]) -> str:
     """What the nemesis saw go wrong with the processes themselves (a node that would not
-    restart, a wrong exit status): not a safety violation, but a finding."""
+    restart, a wrong exit status). Not a safety violation, but a bug all the same: the
+    `process_errors` check fails the run over it, and this line says which."""
     if not errors:
         return "process errors: none"
     more = f" (+{len(errors) - 1} more in results.json)" if len(errors) > 1 else ""

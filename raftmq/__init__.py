@@ -4,7 +4,9 @@ One import package holds the whole distribution so that installing it adds no
 generic top-level name (``broker``, ``client``, ``streams``) to site-packages.
 Dependencies point one way; ``tests/test_import_contract.py`` keeps them so:
 
-    streams, remoting        the wire's plumbing (no raftmq imports but streams)
+    streams                  imported by all, importing none: byte-stream plumbing and the
+                             text of configs (Java properties, host:port, the config keys)
+    remoting                 the RocketMQ wire protocol (imports streams)
     protocol                 what client and broker both speak: message codec, msgId, headers
     dledger                  the replicated log; knows nothing of messages
     namesrv                  the route registry

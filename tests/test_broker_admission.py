@@ -11,8 +11,8 @@ import trio
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC
 from raftmq.protocol import message as codec
 from raftmq.remoting import RequestCode, ResponseCode
+from tests.helpers import create_topic, group, status, wait_for
 from tests.inprocess_broker import InProcessGroup
-from tests.test_broker_inprocess import create_topic, group, status, wait_for
 
 
 async def test_a_slave_behind_keeps_the_consumer_where_it_is(nursery, tmp_path):

@@ -14,12 +14,8 @@ from raftmq.protocol import message as codec
 from raftmq.protocol.headers import send_header_v2, to_send_v2
 from raftmq.protocol.message import MessageConst
 from raftmq.remoting import RequestCode, ResponseCode
+from tests.helpers import create_topic, group, status, wait_for
 from tests.inprocess_broker import InProcessGroup
-
-
-async def group(nursery, tmp_path, **conf) -> InProcessGroup:
-    return await InProcessGroup(nursery, tmp_path, **conf).start()
-
 
 # CommitLog segments of 64 KiB and ConsumeQueue files of 16 entries: retention has
 # whole files to delete after a few hundred KiB
@@ -27,18 +23,6 @@ SMALL_FILES = {
     "mappedFileSizeCommitLog": str(64 << 10),
     "mappedFileSizeConsumeQueue": str(16 * ENTRY_SIZE),
 }
-
-
-async def create_topic(g: InProcessGroup, topic: str, queues: int = 4) -> None:
-    ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
-    response = await g.call(g.master(), RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
-    assert response.code == ResponseCode.SUCCESS, response.remark
-
-
-async def wait_for(predicate, timeout_s: float = 5.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_path):
@@ -64,10 +48,6 @@ async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_pat
         assert [m.msg_id for m in messages] == [e["msgId"] for e in sent if e["queueId"] == "1"]
         for m in messages:  # the physical offset written by the append hook is the real one
             assert broker.store.message_at(m.physical_offset)[:4] == codec.encode(m)[:4]
-
-
-def status(response) -> tuple[int, str]:
-    return response.code, response.ext_fields["nextBeginOffset"]
 
 
 async def test_pull_status_table(nursery, tmp_path):
@@ -303,6 +283,7 @@ async def test_send_back_retries_after_a_delay_then_dead_letters(nursery, tmp_pa
     await wait_for(lambda: b.store.max_offset("%DLQ%CG", 0) == 1)
 
 
+@pytest.mark.slow  # waits out the name server's expiry twice
 async def test_brokers_stay_registered_past_the_name_servers_expiry(nursery, tmp_path):
     expiring = NamesrvConfig(
         listen_port=0,
@@ -317,6 +298,7 @@ async def test_brokers_stay_registered_past_the_name_servers_expiry(nursery, tmp
     assert "broker-t" in g.namesrv.routes.broker_addr_table
 
 
+@pytest.mark.slow  # waits out the rejoin it expects
 @pytest.mark.xfail(
     strict=True,
     reason="DLedger: a follower whose log was reset defers its TRUNCATE answer until an"

@@ -6,7 +6,7 @@ import json
 
 from raftmq.broker.locks import QueueLocks
 from raftmq.remoting import RequestCode, ResponseCode
-from tests.test_broker_inprocess import group
+from tests.helpers import group
 
 Q0, Q1 = ("T", "broker-t", 0), ("T", "broker-t", 1)
 

@@ -5,15 +5,17 @@ of its own."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import pytest
 import trio
 
 from raftmq.remoting import RemotingClient, RemotingConnectError
+from raftmq.streams.address import parse_address
 from raftmq.tools.broker_drill import run_drill
 from raftmq.tools.broker_local import LocalCluster
+
+pytestmark = pytest.mark.processes
 
 
 async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
@@ -44,7 +46,7 @@ async def test_a_second_broker_on_the_same_store_refuses_to_start(tmp_path):
         assert cluster.procs["n0"].poll() is None  # the first one is untouched
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace injects the EIO")
+@pytest.mark.requires("strace")  # it injects the EIO
 @pytest.mark.parametrize("after", [3, 12])
 async def test_a_failed_fsync_stops_the_broker_with_the_disk_status(tmp_path, after):
     """Every fsync the broker makes (log, term and vote, checkpoints, ConsumeQueues) that
@@ -70,14 +72,14 @@ async def test_a_broker_listens_on_its_bind_address_and_advertises_brokerip1(tmp
     async with LocalCluster(
         tmp_path, nodes=1, hosts=["127.0.0.2"], advertised=["127.0.0.3"]
     ) as cluster:
-        port = cluster.broker_addrs["n0"].rpartition(":")[2]
-        assert cluster.broker_addrs["n0"] == f"127.0.0.2:{port}"
+        host, port = parse_address(cluster.broker_addrs["n0"])
+        assert host == "127.0.0.2"
         assert await cluster.master_address() == f"127.0.0.3:{port}"
         assert (await cluster.member_state("n0"))["dLegerRole"] == "LEADER"
         for elsewhere in ("127.0.0.1", "127.0.0.3"):
             with pytest.raises(RemotingConnectError):
                 async with RemotingClient(f"{elsewhere}:{port}"):
                     pass
-        dledger_port = int(cluster.peer_addrs["n0"].rpartition(":")[2])
+        dledger_port = parse_address(cluster.peer_addrs["n0"])[1]
         with pytest.raises(OSError):
             await trio.open_tcp_stream("127.0.0.1", dledger_port)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import trio
 
 from raftmq.namesrv.config import NamesrvConfig
@@ -17,6 +18,7 @@ from raftmq.namesrv.routes import MASTER_ID
 from raftmq.namesrv.server import NamesrvServer
 from raftmq.remoting import RequestCode
 from raftmq.tools.dledger_local import free_ports
+from tests.helpers import wait_for
 from tests.inprocess_broker import InProcessGroup
 
 TIMEOUT_MS = 1500  # registerBrokerTimeoutMills: how long each attempt at the hung one lasts
@@ -55,17 +57,12 @@ class HungNamesrv:
         await trio.sleep_forever()
 
 
-async def wait_for(predicate, timeout_s: float) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.005)
-
-
 def master_addr(namesrv: NamesrvServer) -> str | None:
     broker = namesrv.routes.broker_addr_table.get("broker-t")
     return None if broker is None else broker["brokerAddrs"].get(MASTER_ID)
 
 
+@pytest.mark.slow  # waits out registration timeouts at the hung name server
 async def test_a_hung_name_server_delays_no_other_and_gets_one_connection(nursery, tmp_path):
     hung = await HungNamesrv().start(nursery)
     g = await InProcessGroup(

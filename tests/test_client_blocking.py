@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import trio
-from test_client_fakes import group_of, start_namesrv
 
 from raftmq.client import (
     BlockingProducer,
@@ -14,6 +13,7 @@ from raftmq.client import (
     PullStatus,
     SendError,
 )
+from tests.client_fakes import group_of, start_namesrv
 
 MQ = MessageQueue("T", "broker-a", 0)
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 import trio
-from test_client_fakes import group_of, start_namesrv
 
 from raftmq.client import MessageQueue, MQBrokerError, Producer, PullConsumer, PullStatus
 from raftmq.remoting import RequestCode
+from tests.client_fakes import group_of, start_namesrv
 
 MQ = MessageQueue("T", "broker-a", 1)
 

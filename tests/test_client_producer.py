@@ -9,11 +9,11 @@ from collections import Counter
 
 import pytest
 import trio
-from test_client_fakes import group_of, inflated, register_request, start_namesrv
 
 from raftmq.client import Message, MessageQueue, Producer, SendError, SendStatus
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.tools.dledger_local import free_ports
+from tests.client_fakes import group_of, inflated, register_request, start_namesrv
 
 TOPIC = "T"
 

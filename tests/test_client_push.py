@@ -8,11 +8,11 @@ import json
 from collections import Counter
 
 import trio
-from test_client_fakes import group_of, start_namesrv
 
 from raftmq.client import MessageQueue, Producer, PullConsumer, PushConsumer
 from raftmq.protocol.message import MessageExt
 from raftmq.remoting import RequestCode
+from tests.client_fakes import group_of, start_namesrv
 
 GROUP = "CG"
 TOPICS = {"T": 4, f"%RETRY%{GROUP}": 1}

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import trio
-from test_client_fakes import register_request, start_namesrv
 
 from raftmq.client.errors import RouteNotFoundError
 from raftmq.client.route import MessageQueue, RouteCache, parse_route
 from raftmq.remoting import RemotingClient, RemotingCommand
 from raftmq.tools.dledger_local import free_ports
+from tests.client_fakes import register_request, start_namesrv
 
 JAVA_BODY = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},'

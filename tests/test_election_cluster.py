@@ -9,8 +9,6 @@ is declared dead after maxHeartBeatLeak = 3 beats. Each scenario is one fixed se
 import random
 import statistics
 
-from helpers import GROUP, make_replica
-
 from raftmq.dledger.codes import Code, EntryType, PushType, Role, VoteResult
 from raftmq.dledger.core.messages import (
     HeartBeatRequest,
@@ -21,6 +19,7 @@ from raftmq.dledger.core.messages import (
 )
 from raftmq.dledger.sim.cluster import SimCluster
 from raftmq.dledger.store.memory import MemoryLogStore
+from tests.helpers import GROUP, make_replica
 
 HB = 100.0  # DLedgerConfig.heartbeat_interval_ms default
 LEAK = 3  # DLedgerConfig.max_heartbeat_leak default

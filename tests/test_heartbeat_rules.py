@@ -6,8 +6,6 @@ INCONSISTENT_LEADER, TERM_NOT_READY), and the leader reacts to the answers.
 Time is driven by `tick(now)`; the defaults are a 100 ms beat and a leak of 3.
 """
 
-from helpers import GROUP, make_replica
-
 from raftmq.dledger.codes import Code, Role, VoteResult
 from raftmq.dledger.core.messages import (
     HeartBeatRequest,
@@ -16,6 +14,7 @@ from raftmq.dledger.core.messages import (
     VoteResponse,
 )
 from raftmq.dledger.core.replica import Replica
+from tests.helpers import GROUP, make_replica
 
 
 def heartbeat(replica, leader, term, now=0.0):

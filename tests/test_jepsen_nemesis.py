@@ -48,6 +48,9 @@ class ClientNet:
     def cut_after(self, links, n_bytes):
         self.calls.append(("cut", links, n_bytes))
 
+    def cuts(self, links):
+        return sum(call[0] == "cut" for call in self.calls)  # every cut bit at once
+
     def heal(self):
         self.calls.append(("heal",))
 
@@ -97,3 +100,6 @@ async def test_client_faults_drive_only_the_client_links_then_heal(
     [fault] = faults(history.ops)
     assert (fault.kind, fault.targets, fault.stopped) == ("client", hit, True)
     assert fault.majority_ok is progress
+    # A cut records whether a frame crossed the link while it was armed.
+    cut = 1 if variant == "cut-mid-frame" else None
+    assert nemesis.injected[0].get("cut_connections") == cut

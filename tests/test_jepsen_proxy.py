@@ -1,4 +1,5 @@
-"""The fault proxy over real sockets: an echo server behind it, a client in front.
+"""The fault proxy over real sockets: an echo server (or one that reads remoting frames)
+behind it, a client in front; and where a cut falls among frames.
 
 Every wait is bounded: "nothing arrives" is a read under a short `move_on_after`,
 and each test runs under `fail_after`, so a regression fails instead of hanging.
@@ -6,6 +7,7 @@ and each test runs under `fail_after`, so a regression fails instead of hanging.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import socket
@@ -14,10 +16,14 @@ import struct
 import pytest
 import trio
 
-from jepsen.proxy import LinkProxy, ProxyNet
+from jepsen.proxy import LinkProxy, ProxyNet, _Frames
+from raftmq.remoting import RemotingCommand, RemotingError, RequestCode, encode
+from raftmq.remoting.frames import FrameReader
+from raftmq.streams.address import parse_address
 from raftmq.tools.dledger_local import free_ports
 
 QUIET_S = 0.15  # how long "nothing arrives" is watched for
+REMOTING_HEADER_BYTES = 4  # the bytes of a remoting frame before those its length counts
 LIMIT_S = 5
 
 
@@ -59,14 +65,13 @@ async def start_echo(nursery: trio.Nursery) -> Echo:
 
 
 async def start_proxy(nursery: trio.Nursery, upstream: str, seed: int = 1) -> LinkProxy:
-    proxy = LinkProxy(upstream, random.Random(seed))
+    proxy = LinkProxy(upstream, random.Random(seed), frame_header_bytes=REMOTING_HEADER_BYTES)
     await nursery.start(proxy.serve)
     return proxy
 
 
 async def dial(address: str) -> trio.SocketStream:
-    host, port = address.rsplit(":", 1)
-    return await trio.open_tcp_stream(host, int(port))
+    return await trio.open_tcp_stream(*parse_address(address))
 
 
 async def receive_exactly(stream: trio.SocketStream, n: int) -> bytes:
@@ -209,8 +214,8 @@ async def test_latency_delays_each_direction_and_keeps_order(proxy):
 
 
 async def test_jitter_draws_from_the_given_rng():
-    first = LinkProxy("127.0.0.1:1", random.Random(7))
-    second = LinkProxy("127.0.0.1:1", random.Random(7))
+    first = LinkProxy("127.0.0.1:1", random.Random(7), frame_header_bytes=REMOTING_HEADER_BYTES)
+    second = LinkProxy("127.0.0.1:1", random.Random(7), frame_header_bytes=REMOTING_HEADER_BYTES)
     for proxy in (first, second):
         proxy.latency(10, jitter_ms=20)
     delays = [first._delay() for _ in range(5)]
@@ -220,6 +225,8 @@ async def test_jitter_draws_from_the_given_rng():
 
 
 async def test_cut_after_forwards_exactly_n_bytes_over_the_link(proxy, echo):
+    """The count spans connections; these bytes read as the start of one long frame
+    per connection, so the n-th byte is inside a frame and the cut falls right after it."""
     with trio.fail_after(LIMIT_S):
         first = await dial(proxy.address)
         proxy.cut_after(10)
@@ -268,8 +275,10 @@ async def test_upstream_down_resets_the_client(nursery):
 
 async def test_bad_arguments():
     with pytest.raises(ValueError):
-        LinkProxy("nowhere", random.Random(0))
-    proxy = LinkProxy("127.0.0.1:1", random.Random(0))
+        LinkProxy("nowhere", random.Random(0), frame_header_bytes=REMOTING_HEADER_BYTES)
+    with pytest.raises(ValueError):
+        LinkProxy("127.0.0.1:1", random.Random(0), frame_header_bytes=3)
+    proxy = LinkProxy("127.0.0.1:1", random.Random(0), frame_header_bytes=REMOTING_HEADER_BYTES)
     with pytest.raises(RuntimeError):
         _ = proxy.address
     with pytest.raises(ValueError):
@@ -328,7 +337,9 @@ EVERY_LINK = {(s, d) for s in NODES for d in NODES if s != d}
 
 async def test_proxynet_addresses_one_way_grudge_and_heal(servers):
     with trio.fail_after(LIMIT_S):
-        async with ProxyNet(all_links(servers), random.Random(3)) as net:
+        async with ProxyNet(
+            all_links(servers), random.Random(3), frame_header_bytes=REMOTING_HEADER_BYTES
+        ) as net:
             addresses = {net.address(s, d) for s, d in EVERY_LINK}
             assert len(addresses) == len(EVERY_LINK)
             assert await working_links(net) == EVERY_LINK
@@ -351,14 +362,18 @@ async def test_proxynet_addresses_one_way_grudge_and_heal(servers):
 
 async def test_proxynet_reset_cut_and_latency_on_chosen_links(servers):
     with trio.fail_after(LIMIT_S):
-        async with ProxyNet(all_links(servers), random.Random(3)) as net:
+        async with ProxyNet(
+            all_links(servers), random.Random(3), frame_header_bytes=REMOTING_HEADER_BYTES
+        ) as net:
             net.reset([("a", "c")])
             assert await working_links(net) == EVERY_LINK - {("a", "c")}
             net.heal()
 
             net.cut_after([("b", "c")], 0)
-            assert not await link_works(net, "b", "c")  # cut before the first byte
+            assert not await link_works(net, "b", "c")  # cut after the byte that opens a frame
+            assert net.cuts([("b", "c")]) == 1
             assert await link_works(net, "b", "c")  # then back to pass
+            assert net.cuts([("a", "b"), ("b", "c")]) == 1
 
             net.set_latency(60, links=[("c", "a")])
             start = trio.current_time()
@@ -377,7 +392,9 @@ async def test_proxynet_listens_where_told_for_clients_that_cannot_be_redirected
     links = {("client", "a"): servers["a"].address, ("client", "b"): servers["b"].address}
     listen = {("client", "a"): f"127.0.0.2:{port}"}
     with trio.fail_after(LIMIT_S):
-        async with ProxyNet(links, random.Random(3), listen) as net:
+        async with ProxyNet(
+            links, random.Random(3), listen, frame_header_bytes=REMOTING_HEADER_BYTES
+        ) as net:
             assert net.address("client", "a") == f"127.0.0.2:{port}"
             assert net.address("client", "b").startswith("127.0.0.1:")
             assert await link_works(net, "client", "a")
@@ -388,7 +405,110 @@ async def test_proxynet_listens_where_told_for_clients_that_cannot_be_redirected
 
 async def test_proxynet_rejects_unknown_nodes_and_passes_body_errors_through(servers):
     with pytest.raises(KeyError):
-        async with ProxyNet(all_links(servers), random.Random(3)) as net:
+        async with ProxyNet(
+            all_links(servers), random.Random(3), frame_header_bytes=REMOTING_HEADER_BYTES
+        ) as net:
             with pytest.raises(ValueError):
                 net.apply({"a": {"zz"}})
             raise KeyError("from the body")  # not wrapped in an ExceptionGroup
+
+
+# -- cutting a request frame --------------------------------------------------------
+
+
+class FrameServer:
+    """Reads remoting frames as a broker does and records how each connection ended.
+
+    With `flood_bytes` it also writes that much to every client, which the test never
+    reads, so the proxy holds unread replies when it cuts (as it does in front of a broker
+    answering pipelined requests): closing a socket with unread bytes sends an RST.
+    """
+
+    def __init__(self, flood_bytes: int = 0) -> None:
+        self.flood_bytes = flood_bytes
+        self.frames: list[int] = []  # frames decoded, per connection
+        self.endings: list[str] = []
+        self.ended = trio.Event()
+        self.address = ""
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        index = len(self.frames)
+        self.frames.append(0)
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.flood_bytes:
+                    nursery.start_soon(self._flood, stream)
+                try:
+                    async for _ in FrameReader(stream):
+                        self.frames[index] += 1
+                    self.endings.append("end of stream")
+                except RemotingError as exc:
+                    self.endings.append(str(exc))
+                except trio.BrokenResourceError as exc:
+                    self.endings.append(f"broken: {exc.__cause__!r}")
+                nursery.cancel_scope.cancel()
+        finally:
+            self.ended.set()
+
+    async def _flood(self, stream: trio.SocketStream) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(b"r" * self.flood_bytes)
+
+
+async def start_frame_server(nursery: trio.Nursery, flood_bytes: int = 0) -> FrameServer:
+    server = FrameServer(flood_bytes)
+    serve = functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    [listener] = await nursery.start(serve)
+    server.address = f"127.0.0.1:{listener.socket.getsockname()[1]}"
+    return server
+
+
+def request(body_bytes: int) -> bytes:
+    return encode(RemotingCommand(RequestCode.SEND_MESSAGE, body=b"m" * body_bytes))
+
+
+@pytest.mark.parametrize("on_boundary", [False, True])
+async def test_a_cut_ends_a_request_frame_halfway_even_with_replies_unread(nursery, on_boundary):
+    """What the client-link cut-mid-frame fault must do every time a request crosses the
+    link: the broker reads a frame that stops halfway, then the end of the stream — not
+    a reset (the proxy holds replies it has not read) and not a clean end between frames
+    (the byte count landing on a frame boundary)."""
+    with trio.fail_after(LIMIT_S):
+        server = await start_frame_server(nursery, flood_bytes=8 * 1024 * 1024)
+        proxy = await start_proxy(nursery, server.address)
+        client = await dial(proxy.address)
+        frame = request(200)
+        await client.send_all(frame)
+        while not server.frames or not server.frames[0]:
+            await trio.sleep(0.005)
+        await trio.sleep(0.2)  # the flood fills the proxy's buffers: replies wait unread
+        proxy.cut_after(len(frame) if on_boundary else len(frame) // 2)
+        with contextlib.suppress(trio.BrokenResourceError):
+            await client.send_all(frame * 2)  # one chunk holding two requests
+        await server.ended.wait()
+        assert server.endings[0].startswith("stream ended inside a frame"), server.endings
+        assert server.frames[0] == (2 if on_boundary else 1)
+        assert (proxy.cuts, proxy.mode) == (1, "pass")
+
+
+def test_the_cut_point_moves_off_a_frame_boundary_by_one_byte():
+    frame = request(10)
+    two = frame + frame
+    frames = _Frames(REMOTING_HEADER_BYTES)
+    assert frames.cut_point(two, 5) == 5  # inside the first frame: cut right there
+    assert frames.cut_point(two, len(frame)) == len(frame) + 1  # between: into the next
+    assert frames.cut_point(two, 0) == 1  # a fresh connection is between frames too
+    assert frames.cut_point(two, len(two)) is None  # the chunk ends between frames
+    assert frames.cut_point(two, len(two) + 1) is None  # not reached in this chunk
+    frames.advance(two[:3])  # mid length field
+    assert frames.cut_point(two[3:], 0) == 0  # already inside a frame: cut at once
+    assert frames.cut_point(two[3:], len(frame) - 3) == len(frame) - 2
+    # The length field split across chunks, and DLedger's 5-byte header.
+    dledger = struct.pack(">IB", 3, 1) + b"abc"
+    frames = _Frames(5)
+    for i, byte in enumerate(dledger[:-1]):
+        assert frames.cut_point(bytes([byte]), 0) == (1 if i == 0 else 0), i
+        frames.advance(bytes([byte]))
+    assert frames.cut_point(dledger[-1:], 1) is None  # its last byte ends the frame
+    frames.advance(dledger[-1:])
+    assert frames.cut_point(dledger, 0) == 1

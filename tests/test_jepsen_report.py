@@ -5,6 +5,7 @@ import json
 import os
 import xml.etree.ElementTree as ET
 
+from jepsen.__main__ import main as jepsen_main
 from jepsen.checker import check
 from jepsen.history import Recorder
 from jepsen.report import format_summary, linear_ticks, write_report
@@ -21,10 +22,10 @@ class Clock:
         return self.t
 
 
-def faulty_run():
+def faulty_run(history_path=os.devnull):
     """Sends through a kill and a partition: some fail or time out, most succeed."""
     clock = Clock()
-    rec = Recorder(os.devnull, clock=clock)
+    rec = Recorder(history_path, clock=clock)
     log = []
     process = 0
     for i in range(40):
@@ -97,11 +98,38 @@ def test_ticks_are_round_numbers():
     assert linear_ticks(0, 0.35) == [0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35]
 
 
-def test_summary_lists_process_errors(tmp_path):
-    """A node that would not restart, or stopped with the wrong status, is a finding the
-    summary shows even though no safety check failed."""
-    results = check(*faulty_run())
-    assert "process errors: none" in format_summary(results, META)
-    results["run"] = {"errors": ["n1 under fsync EIO exited with status 3, not 4", "n2 x"]}
+def test_a_process_error_fails_the_run(tmp_path):
+    """A node that would not restart, or stopped with the wrong status, fails the run though
+    no safety check did: the verdict names the check, the table marks it, the line shows it,
+    and checking the run directory again exits non-zero."""
+    history, final, replicas = faulty_run(tmp_path / "history.jsonl")
+    clean = check(history, final, replicas, {"errors": []})
+    assert clean["valid"] is True and clean["process_errors"]["count"] == 0
+    assert "process errors: none" in format_summary({**clean, "run": {"errors": []}}, META)
+
+    errors = ["n1 under fsync EIO exited with status 1, not 4", "n2 exited at start"]
+    record = {"errors": errors, "read_errors": []}
+    results = check(history, final, replicas, record)
+    assert results["valid"] is False
+    assert results["process_errors"] == {
+        "valid": False, "fatal": True, "count": 2, "examples": errors
+    }  # fmt: skip
+    failed = [n for n, r in results.items() if isinstance(r, dict) and r["valid"] is False]
+    assert failed == ["process_errors"]  # every safety check passed
+    results["run"] = record
     summary = format_summary(results, META)
-    assert "process errors: 2: n1 under fsync EIO exited with status 3, not 4 (+1 more" in summary
+    assert summary.startswith("raftmq jepsen: INVALID ✗ (failed: process_errors)\n")
+    assert "process errors: 2: n1 under fsync EIO exited with status 1, not 4 (+1 more" in summary
+    assert any(line.split() == ["process_errors", "✗", "2"] for line in summary.splitlines())
+
+    write_report(tmp_path, history, results, META)
+    (tmp_path / "final.json").write_text(json.dumps(final))
+    (tmp_path / "replicas.json").write_text(json.dumps(replicas))
+    assert jepsen_main(["check", str(tmp_path)]) == 1
+    assert json.loads((tmp_path / "results.json").read_text())["process_errors"]["count"] == 2
+
+
+def test_a_reply_that_is_not_a_message_fails_the_run():
+    results = check(*faulty_run(), {"read_errors": ["n2 jepsen/0 at 7: bad magic"]})
+    assert results["valid"] is False
+    assert results["unreadable_replies"]["examples"] == ["n2 jepsen/0 at 7: bad magic"]

@@ -22,8 +22,6 @@ from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, Respon
 from raftmq.tools.broker_local import LocalCluster
 from raftmq.tools.dledger_local import free_ports
 
-pytestmark = pytest.mark.processes
-
 CLUSTER = "RaftCluster"
 
 
@@ -152,6 +150,7 @@ def test_group_members_reports_silent_members():
 # ---------------------------------------------------------------------- one cluster
 
 
+@pytest.mark.processes
 async def test_cluster_list(cluster):
     env = {**os.environ, "NAMESRV_ADDR": cluster.namesrv_addr}
     completed = await mqadmin("clusterList", env=env)  # -n from the environment
@@ -169,6 +168,7 @@ async def test_cluster_list(cluster):
     assert {(r[0], r[1], r[4]) for r in rows} == {(CLUSTER, cluster.broker_name, "V4_9_8")}
 
 
+@pytest.mark.processes
 async def test_update_topic_shows_in_route_and_list(cluster):
     master = cluster.broker_addrs[await cluster.wait_master()]
     completed = await mqadmin(
@@ -194,11 +194,13 @@ async def test_update_topic_shows_in_route_and_list(cluster):
         assert "Orders" in await admin.topic_list()
 
 
+@pytest.mark.processes
 def test_unknown_topic_exits_1(cluster, capsys):
     assert main(["topicRoute", "-n", cluster.namesrv_addr, "-t", "NoSuchTopic"]) == 1
     assert "code 17 (TOPIC_NOT_EXIST)" in capsys.readouterr().err
 
 
+@pytest.mark.processes
 async def test_topic_status_and_consumer_progress(cluster):
     master = cluster.broker_addrs[await cluster.wait_master()]
     async with Admin(cluster.namesrv_addr) as admin:
@@ -270,6 +272,7 @@ def check_dledger_rows(completed, cluster, leader: str, unreachable: str | None 
     assert len({r[5] for r in rows if r[1] != unreachable}) == 1  # one term
 
 
+@pytest.mark.processes
 async def test_failover_keeps_messages_findable_and_shows_in_dledger_status(cluster):
     """Runs last: it kills the master."""
     old = await cluster.wait_master()

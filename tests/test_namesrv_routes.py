@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftmq.namesrv.config import config_from_keys, parse_properties
+from raftmq.namesrv.config import load_config
 from raftmq.namesrv.routes import RouteInfoManager
 
 CLUSTER = "DefaultCluster"
@@ -157,13 +157,20 @@ def test_cluster_info_topic_list_and_order_conf():
     assert info["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": A0, "1": A1}
 
 
-def test_config_keys():
-    text = "# comment\nlistenPort = 9877\nbrokerChannelExpiredTime=1000\nrocketmqHome=/x\n"
-    config = config_from_keys(parse_properties(text))
+def test_config_keys(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("# comment\nlistenPort = 9877\nbrokerChannelExpiredTime=1000\nrocketmqHome=/x")
+    config, warnings = load_config(str(path))
     assert (config.listen_port, config.broker_channel_expired_time_ms) == (9877, 1000)
-    with pytest.raises(ValueError, match="unknown key 'listenport'"):
-        config_from_keys({"listenport": "1"})
-    with pytest.raises(ValueError, match="listenPort='x' is not an integer"):
-        config_from_keys({"listenPort": "x"})
-    with pytest.raises(ValueError, match="expected key=value"):
-        parse_properties("listenPort\n")
+    assert warnings == [f"{path}: rocketmqHome: accepted, not used by raftmq"]
+    for text, problem in [
+        ("listenport=1", "listenport='1': unknown key (did you mean listenPort?)"),
+        ("listenPort=x", "listenPort='x': not an integer"),
+        ("listenPort=70000", "listenPort='70000': out of range 0..65535"),
+        ("scanNotActiveBrokerInterval=0", "scanNotActiveBrokerInterval='0': must be at least 1"),
+        ("listenPort\n", "listenPort='': not an integer"),  # a key alone has the empty value
+    ]:
+        path.write_text(text)
+        with pytest.raises(ValueError) as info:
+            load_config(str(path))
+        assert str(info.value) == f"{path}: {problem}"

@@ -178,6 +178,7 @@ async def test_mqnamesrv_process(tmp_path):
         proc.stderr.close()
 
 
+@pytest.mark.processes
 def test_mqnamesrv_refuses_unknown_key(tmp_path):
     conf = tmp_path / "namesrv.conf"
     conf.write_text("listenPort=0\nbrokerChanelExpiredTime=1000\n")
@@ -188,4 +189,5 @@ def test_mqnamesrv_refuses_unknown_key(tmp_path):
         timeout=30,
     )
     assert result.returncode == 2
-    assert "unknown key 'brokerChanelExpiredTime'" in result.stderr
+    assert f"{conf}: brokerChanelExpiredTime='1000': unknown key" in result.stderr
+    assert "(did you mean brokerChannelExpiredTime?)" in result.stderr

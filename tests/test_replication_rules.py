@@ -8,8 +8,6 @@ drive `Replica`s directly.
 
 import random
 
-from helpers import GROUP, make_replica
-
 from raftmq.dledger.codes import Code, EntryType, PushType, Role
 from raftmq.dledger.config import PAGE_CACHE
 from raftmq.dledger.core.messages import (
@@ -23,6 +21,7 @@ from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.sim.cluster import NetworkConditions, SimCluster
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.memory import MemoryLogStore
+from tests.helpers import GROUP, make_replica
 
 HB = 100.0
 

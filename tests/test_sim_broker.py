@@ -13,8 +13,7 @@ from hypothesis import given, note, settings
 from jepsen.sim_broker import run_broker
 from raftmq.dledger.sim.cluster import Variant
 from raftmq.dledger.sim.schedule import Fault, Schedule
-from tests.test_sim_negative_controls import majority_power_cut
-from tests.test_sim_properties import SEEDS, schedules
+from tests.helpers import SIM_SEEDS, majority_power_cut, schedules
 
 EXAMPLES = settings(max_examples=max(6, settings.default.max_examples // 3))
 
@@ -27,13 +26,14 @@ def summary(model) -> str:
 
 
 @EXAMPLES
-@given(schedules(3), SEEDS)
+@given(schedules(3), SIM_SEEDS)
 def test_three_brokers_keep_messages_and_offsets(schedule, seed):
     note(summary(run_broker(schedule, seed)))
 
 
+@pytest.mark.slow  # five brokers per example
 @EXAMPLES
-@given(schedules(5), SEEDS)
+@given(schedules(5), SIM_SEEDS)
 def test_five_brokers_keep_messages_and_offsets(schedule, seed):
     note(summary(run_broker(schedule, seed)))
 

@@ -14,6 +14,7 @@ from raftmq.dledger.codes import Code
 from raftmq.dledger.sim.checks import InvariantViolation
 from raftmq.dledger.sim.cluster import SimCluster, Variant
 from raftmq.dledger.sim.schedule import Fault, Schedule, run
+from tests.helpers import majority_power_cut
 
 HB = 100.0
 ACK_BEFORE_FSYNC = Variant(ack_before_fsync=True)
@@ -83,22 +84,6 @@ def test_same_crash_schedule_with_fsync_before_ack_keeps_every_acknowledged_appe
     lost = burst_then_crash_leader_and_follower(cluster)
     assert lost == []
     assert len(cluster.checker.acked) >= 11
-
-
-def majority_power_cut(isolated: int) -> Schedule:
-    """Cut one replica off, then the other two lose power together while the client
-    keeps appending, and come back: the isolated one lacks their latest appends."""
-    others = tuple(i for i in range(3) if i != isolated)
-    return Schedule(
-        3,
-        (
-            Fault(1000, "partition", (isolated,)),
-            Fault(1500, "crash", others),
-            Fault(1600, "restart", others),
-        ),
-        duration_ms=2500,
-        heal_ms=1500,
-    )
 
 
 def violations(schedule, variant, seeds) -> dict[int, str]:

@@ -11,51 +11,21 @@ which hypothesis cannot record at a usable speed; the schedule itself still shri
 
 import random
 
+import pytest
 from hypothesis import given, note
-from hypothesis import strategies as st
 
-from raftmq.dledger.sim.cluster import NetworkConditions
-from raftmq.dledger.sim.schedule import Fault, Schedule, run
-
-KINDS = ("crash", "restart", "pause", "resume", "partition", "one_way", "heal")
+from raftmq.dledger.sim.schedule import Schedule, run
+from tests.helpers import SIM_SEEDS, schedules
 
 
-@st.composite
-def schedules(draw, size: int):
-    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=len(KINDS), unique=True))
-    faults = draw(
-        st.lists(
-            st.builds(
-                Fault,
-                at_ms=st.integers(0, 6000).map(float),
-                kind=st.sampled_from(kinds),
-                nodes=st.lists(
-                    st.integers(0, size - 1), min_size=1, max_size=size // 2 + 1, unique=True
-                ).map(tuple),
-                keep_unsynced=st.integers(0, 3),
-            ),
-            max_size=12,
-        )
-    )
-    conditions = NetworkConditions(
-        drop=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
-        duplicate=draw(st.sampled_from([0.0, 0.02, 0.1])),
-        min_delay_ms=0.1,
-        max_delay_ms=draw(st.sampled_from([0.5, 2.0, 20.0])),
-    )
-    return Schedule(size, tuple(faults), conditions)
-
-
-SEEDS = st.integers(0, 2**32 - 1)
-
-
-@given(schedules(3), SEEDS)
+@given(schedules(3), SIM_SEEDS)
 def test_three_replicas_stay_safe_and_recover(schedule, seed):
     cluster = run(schedule, random.Random(seed))
     note(f"leader changes: {cluster.checker.leader_changes}, acked: {len(cluster.checker.acked)}")
 
 
-@given(schedules(5), SEEDS)
+@pytest.mark.slow  # five replicas per example; three run in the fast tier
+@given(schedules(5), SIM_SEEDS)
 def test_five_replicas_stay_safe_and_recover(schedule, seed):
     run(schedule, random.Random(seed))
 

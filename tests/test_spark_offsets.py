@@ -195,15 +195,15 @@ class Answers:
 
 
 def stream_reader(monkeypatch, session, **options):
-    pytest.importorskip("pyspark")
     from raftmq.client.spark import source
 
     monkeypatch.setattr(source, "session_for", lambda *args: session)
     return source.RocketMQStreamReader(SourceOptions.parse({**BASE, **options}, streaming=True))
 
 
+@pytest.mark.requires("pyspark")
 def test_the_driver_asks_again_while_a_lagging_member_answers(monkeypatch):
-    limits = pytest.importorskip("pyspark.sql.streaming.datasource")
+    from pyspark.sql.streaming import datasource as limits
 
     lagging, caught_up = (
         {A0: Bounds(0, 40), A1: Bounds(0, 9)},
@@ -220,10 +220,11 @@ def test_the_driver_asks_again_while_a_lagging_member_answers(monkeypatch):
         stuck.latestOffset({A0: 50, A1: 0}, limits.ReadAllAvailable())
 
 
+@pytest.mark.requires("pyspark")
 def test_the_stream_reader_pickles_and_plans_with_spark_limits(monkeypatch):
     import pickle
 
-    limits = pytest.importorskip("pyspark.sql.streaming.datasource")
+    from pyspark.sql.streaming import datasource as limits
 
     session = Answers(
         {A0: Bounds(0, 10), A1: Bounds(0, 30)}, {A0: Bounds(0, 99), A1: Bounds(0, 99)}

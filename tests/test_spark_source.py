@@ -24,12 +24,9 @@ import pytest
 import trio
 
 from raftmq.client import Message, MessageQueue, Producer, PullConsumer, SendError
-from raftmq.client.spark import RocketMQSource
 from raftmq.tools.broker_local import LocalCluster
 
-pytestmark = pytest.mark.processes
-
-pyspark_sql = pytest.importorskip("pyspark.sql")
+pytestmark = [pytest.mark.processes, pytest.mark.requires("pyspark", "java")]
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +41,15 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spark():
+    from pyspark.sql import SparkSession
+
+    from raftmq.client.spark import RocketMQSource
+
     saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's raftmq and pyarrow
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     session = (
-        pyspark_sql.SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2]")
         .appName("raftmq-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -154,6 +155,8 @@ def check_exactly_once(rows, acked: dict[str, bytes], ends: dict, maybe: set[byt
 def test_pyspark_finds_the_source_by_its_module_name():
     """pyspark's lookup: every top-level `pyspark_*` module's DefaultSource, by its name."""
     from pyspark.sql.datasource import DataSource
+
+    from raftmq.client.spark import RocketMQSource
 
     root = Path(__file__).parents[1]
     found = {

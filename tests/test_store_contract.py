@@ -1,8 +1,9 @@
 """The LogStore contract, run against the memory store and the file store alike.
 
-The simulator uses MemoryLogStore and real nodes use FileLogStore, so any
-difference between them visible through the interface (positions, chains,
-what a rejected append leaves behind) would make the simulation lie.
+The simulator uses MemoryLogStore, or FileLogStore on its simulated disk, and real
+nodes use FileLogStore on the operating system's, so any difference between them
+visible through the interface (positions, chains, what a rejected append leaves
+behind) would make the simulation lie.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import itertools
 import pytest
 
 from raftmq.dledger.codes import EntryType
+from raftmq.dledger.sim.disk import SimFileSystem
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import InconsistentAppend, LogStore
 from raftmq.dledger.store.file import FileLogStore
@@ -19,7 +21,7 @@ from raftmq.dledger.store.memory import MemoryLogStore
 
 SEGMENT_BYTES = 1024
 INDEX_SEGMENT_BYTES = 32 * 16
-KINDS = ("memory", "file")
+KINDS = ("memory", "file", "simulated-file")
 NORMAL = EntryType.NORMAL
 
 
@@ -37,6 +39,7 @@ def make(tmp_path):
                 tmp_path / f"store{next(counter)}",
                 segment_size=SEGMENT_BYTES,
                 index_segment_size=INDEX_SEGMENT_BYTES,
+                fs=SimFileSystem() if kind == "simulated-file" else None,
             )
         stores.append(store)
         return store

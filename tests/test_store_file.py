@@ -19,8 +19,11 @@ import pytest
 
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
-from raftmq.dledger.store.file import FileLogStore, StoreCorruption, _NoFastStart
+from raftmq.dledger.store import recovery
+from raftmq.dledger.store.base import StoreClosed
+from raftmq.dledger.store.file import FileLogStore, StoreCorruption
 from raftmq.dledger.store.memory import MemoryLogStore
+from raftmq.dledger.store.scan import NoFastStart
 
 SEGMENT_BYTES = 10 * 1024
 INDEX_SEGMENT_BYTES = 32 * 16
@@ -138,6 +141,26 @@ def test_segments_are_preallocated_and_named_by_their_start_offset(written):
     assert not (path / "begin").exists()
 
 
+def test_a_closed_store_says_so_instead_of_reading_nothing(written):
+    """Its owner closes it on the way out, a disk failure included, while other tasks
+    still unwind: they get a defined error (it used to be KeyError from a cleared table)."""
+    path, _snapshot, _entries = written
+    store = open_store(path)
+    store.close()
+    assert store.closed
+    for read_after_close in (
+        lambda: store.pos_at(0),
+        lambda: store.get(0),
+        lambda: store.read_at(0, 8),
+        lambda: store.read_encoded(0, 1 << 20),
+        lambda: store.append_leader(9, [(NORMAL, body(0))]),
+        lambda: store.truncate(50),
+    ):
+        with pytest.raises(StoreClosed):
+            read_after_close()
+    assert names(path / "data") == [f"{i * SEGMENT_BYTES:020d}" for i in range(12)]
+
+
 # ------------------------------------------------------------------------------ recovery
 def test_normal_recovery_restores_the_same_log(written):
     path, snapshot, entries = written
@@ -147,7 +170,7 @@ def test_normal_recovery_restores_the_same_log(written):
         assert [store.get(i) for i in range(COUNT)] == entries
         assert [store.term_at(i) for i in range(COUNT)] == [term_of(n) for n in range(COUNT)]
         assert store.first_index_of_term(75) == 60
-        assert store.recovered_truncated_bytes == 0
+        assert store.recovery.truncated_bytes == 0
         assert store.recovery.cut_pos is None and store.recovery.index_entries_rewritten == 0
         # no checkpoint: the scan starts at the third-to-last data segment (entry 81)
         assert (store.recovery.trusted_entries, store.recovery.verified_entries) == (81, 19)
@@ -186,7 +209,7 @@ def test_deleting_the_last_two_data_files_shrinks_the_log_and_its_index(written,
         assert read(last_index_file, 32 * (90 - 80), 32 * 6) == bytes(32 * 6)
         # the filler that pointed at the missing file went too (it is past the end):
         # [-1][1024] has its last non-zero byte at offset 6
-        assert store.recovered_truncated_bytes == 7
+        assert store.recovery.truncated_bytes == 7
         assert store.append_leader(4, [(NORMAL, body(90))]) == [(90, entry_pos(90))]
     finally:
         store.close()
@@ -224,7 +247,7 @@ def test_a_torn_last_entry_is_cut(written, reference):
     try:
         assert state(store) == prefix_state(reference, 98)
         # entry 99 opened segment 11, so segment 10's filler after 98 goes too
-        assert store.recovered_truncated_bytes == ENTRY_BYTES // 2 + 7
+        assert store.recovery.truncated_bytes == ENTRY_BYTES // 2 + 7
         assert store.recovery.cut_pos == entry_pos(99)
         assert not store.recovery.valid_data_after_cut
         # the segment holding only the torn entry is gone, and so is its index entry
@@ -235,7 +258,7 @@ def test_a_torn_last_entry_is_cut(written, reference):
         store.close()
     store = open_store(path)  # a second recovery finds a clean log
     try:
-        assert store.end_index == 98 and store.recovered_truncated_bytes == 0
+        assert store.end_index == 98 and store.recovery.truncated_bytes == 0
     finally:
         store.close()
 
@@ -250,7 +273,7 @@ def test_a_torn_entry_inside_a_segment_is_zeroed_on_disk(written, reference):
     store = open_store(path)
     try:
         assert state(store) == prefix_state(reference, 94)
-        assert store.recovered_truncated_bytes == 700
+        assert store.recovery.truncated_bytes == 700
         assert read(data_file(path, 10), offset, SEGMENT_BYTES - offset) == bytes(
             SEGMENT_BYTES - offset
         )
@@ -272,7 +295,7 @@ def test_data_after_a_lost_page_is_scrubbed_so_it_cannot_come_back(written, refe
         # counted from the end to the last non-zero byte: 95's zeroed header included,
         # plus segment 11, which held only entry 99
         filler_end = PER_SEGMENT * ENTRY_BYTES + 7
-        assert store.recovered_truncated_bytes == (filler_end - offset) + ENTRY_BYTES
+        assert store.recovery.truncated_bytes == (filler_end - offset) + ENTRY_BYTES
         assert read(data_file(path, 10), offset, SEGMENT_BYTES - offset) == bytes(
             SEGMENT_BYTES - offset
         )
@@ -336,7 +359,7 @@ def test_damage_past_the_committed_index_is_cut_and_reported(written, reference)
         assert state(store) == prefix_state(reference, 49)
         assert store.recovery.valid_data_after_cut  # damage, not a torn write
         assert len(names(path / "data")) == seg + 1
-        assert store.recovered_truncated_bytes > 40 * ENTRY_BYTES
+        assert store.recovery.truncated_bytes > 40 * ENTRY_BYTES
     finally:
         store.close()
 
@@ -443,10 +466,10 @@ def open_with_full_scan(path: Path, **kwargs) -> FileLogStore:
     """Open the way recovery did before fast starts: checking every entry."""
 
     def refuse(*_args):
-        raise _NoFastStart("full scan for comparison")
+        raise NoFastStart("full scan for comparison")
 
     with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(FileLogStore, "_plan_fast_start", refuse)
+        patched.setattr(recovery, "plan_fast_start", refuse)
         store = open_store(path, **kwargs)
     assert store.recovery.trusted_entries == 0
     return store
@@ -640,6 +663,20 @@ def test_truncate_then_reopen(written, reference, cut):
         store.append_leader(9, [(NORMAL, b"after")])
         reference.append_leader(9, [(NORMAL, b"after")])
         assert state(store) == state(reference)
+    finally:
+        store.close()
+
+
+def test_the_store_asserts_that_nothing_committed_is_truncated(written):
+    """The index the opener vouched for as committed is a floor for truncation: cutting
+    at or below it would drop an entry a quorum may rely on, a bug in the caller."""
+    path, _snapshot, _entries = written
+    store = open_store(path, committed_index=80)
+    try:
+        with pytest.raises(AssertionError, match="committed index 80"):
+            store.truncate(80)
+        store.truncate(81)
+        assert store.end_index == 80
     finally:
         store.close()
 

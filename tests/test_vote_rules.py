@@ -8,7 +8,6 @@ learned its leader from a heartbeat records it as its vote.
 """
 
 import pytest
-from helpers import GROUP, make_replica
 
 from raftmq.dledger.codes import Code, ParseResult, Role, VoteResult
 from raftmq.dledger.core.election import VoteRound
@@ -19,6 +18,7 @@ from raftmq.dledger.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+from tests.helpers import GROUP, make_replica
 
 
 def vote(replica, candidate, term, end_index, end_term, now=0.0, sender=None):

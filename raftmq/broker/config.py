@@ -36,8 +36,6 @@ are not used; as a slave the broker registers as `slave_broker_id`.
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
 import os
 import re
 from collections.abc import Callable
@@ -45,9 +43,20 @@ from collections.abc import Callable
 import attrs
 
 from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ENTRY_SIZE
-from raftmq.dledger.config import FSYNC, PAGE_CACHE, DLedgerConfig, parse_peers
-from raftmq.namesrv.config import parse_properties
-from raftmq.streams.address import parse_address
+from raftmq.dledger.config import FSYNC, PAGE_CACHE, DLedgerConfig
+from raftmq.dledger.config import KEYS as DLEDGER_KEYS
+from raftmq.streams.address import parse_address_list, parse_peers
+from raftmq.streams.config_keys import (
+    Key,
+    KeyTable,
+    boolean,
+    choice,
+    file_path,
+    integer,
+    ip_address,
+    read_config_file,
+    text,
+)
 
 __all__ = ["BrokerConfig", "load_broker_config"]
 
@@ -60,11 +69,10 @@ _DERIVED_DLEDGER_KEYS = frozenset(
      "preferredLeaderIds", "mappedFileSizeForEntryData", "fileReservedHours",
      "recordSyncedLengths"}
 )  # fmt: skip
-_DLEDGER_FIELDS = attrs.fields_dict(DLedgerConfig)
 DLEDGER_PASSTHROUGH_KEYS = frozenset(
-    key
-    for key, name in DLedgerConfig.keys().items()
-    if _DLEDGER_FIELDS[name].type == "int" and key not in _DERIVED_DLEDGER_KEYS
+    key.name
+    for key, field in zip(DLEDGER_KEYS.keys, attrs.fields(DLedgerConfig), strict=True)
+    if field.type == "int" and key.name not in _DERIVED_DLEDGER_KEYS
 )
 
 # RocketMQ 4.x keys with no effect here, grouped by why.
@@ -201,76 +209,23 @@ class BrokerConfig:
     def dledger_config(self) -> DLedgerConfig:
         """The replica's DLedgerConfig, derived as RocketMQ's DLedgerCommitLog does."""
         self._require_dledger()
-        values: dict[str, object] = {
-            "group": self.dleger_group or self.broker_name,
-            "selfId": self.dleger_self_id,
-            "peers": dict(self.dleger_peers or {}),
-            "storeBaseDir": self.store_path_dledger_commit_log or self.store_path_root_dir,
-            "storeType": "FILE",
-            "flushDiskType": self.flush_disk_type,
-            "mappedFileSizeForEntryData": self.mapped_file_size_commit_log,
-            "fileReservedHours": self.file_reserved_time + 1,
-            "recordSyncedLengths": self.record_synced_lengths,
-            **self.dledger_overrides,
+        assert self.dleger_self_id is not None
+        passed_through = {
+            DLEDGER_KEYS.field(key): value for key, value in self.dledger_overrides.items()
         }
-        if self.preferred_leader_id:
-            values["preferredLeaderIds"] = self.preferred_leader_id
-        return DLedgerConfig.from_keys(values)
-
-
-def _text(value: str) -> str:
-    if not value:
-        raise ValueError("must not be empty")
-    return value
-
-
-def _path(value: str) -> str:
-    return os.path.expanduser(_text(value))
-
-
-def _bool(value: str) -> bool:
-    lowered = value.lower()
-    if lowered not in ("true", "false"):
-        raise ValueError("expected true or false")
-    return lowered == "true"
-
-
-def _int(low: int, high: int | None = None) -> Callable[[str], int]:
-    def convert(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise ValueError("not an integer") from None
-        if high is not None and not low <= number <= high:
-            raise ValueError(f"out of range {low}..{high}")
-        if number < low:
-            raise ValueError(f"must be at least {low}")
-        return number
-
-    return convert
-
-
-def _choice(*options: str) -> Callable[[str], str]:
-    def convert(value: str) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}")
-        return value
-
-    return convert
-
-
-def _ip(value: str) -> str:
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise ValueError("expected an IP address, like 0.0.0.0 or 127.0.0.2") from None
-
-
-def _namesrv(value: str) -> tuple[str, ...]:
-    addresses = tuple(filter(None, (a.strip() for a in value.split(";"))))
-    for address in addresses:
-        parse_address(address)
-    return addresses
+        return DLedgerConfig(
+            group=self.dleger_group or self.broker_name,
+            self_id=self.dleger_self_id,
+            peers=dict(self.dleger_peers or {}),
+            store_base_dir=self.store_path_dledger_commit_log or self.store_path_root_dir,
+            store_type="FILE",
+            flush_disk_type=self.flush_disk_type,
+            mapped_file_size_for_entry_data=self.mapped_file_size_commit_log,
+            file_reserved_hours=self.file_reserved_time + 1,
+            record_synced_lengths=self.record_synced_lengths,
+            preferred_leader_ids=self.preferred_leader_id or (),
+            **passed_through,
+        )
 
 
 def _self_id(value: str) -> str:
@@ -286,49 +241,49 @@ def _delay_levels(value: str) -> str:
     return value
 
 
-_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
-    "brokerClusterName": ("broker_cluster_name", _text),
-    "brokerName": ("broker_name", _text),
-    "brokerId": ("broker_id", _int(0)),
-    "listenPort": ("listen_port", _int(0, 65535)),
-    "bindAddress": ("bind_address", _ip),
-    "brokerIP1": ("broker_ip1", _ip),  # it is packed into every msgId: no host names
-    "namesrvAddr": ("namesrv_addr", _namesrv),
-    "storePathRootDir": ("store_path_root_dir", _path),
-    "brokerRole": ("broker_role", _choice(*BROKER_ROLES)),
-    "flushDiskType": ("flush_disk_type", _choice(FSYNC, PAGE_CACHE)),
-    "enableDLegerCommitLog": ("enable_dleger_commit_log", _bool),
-    "dLegerGroup": ("dleger_group", _text),
-    "dLegerPeers": ("dleger_peers", parse_peers),
-    "dLegerSelfId": ("dleger_self_id", _self_id),
-    "preferredLeaderId": ("preferred_leader_id", _text),
-    "storePathDLedgerCommitLog": ("store_path_dledger_commit_log", _path),
-    "mappedFileSizeCommitLog": ("mapped_file_size_commit_log", _int(1)),
-    "mappedFileSizeConsumeQueue": ("mapped_file_size_consume_queue", _int(ENTRY_SIZE)),
-    "defaultTopicQueueNums": ("default_topic_queue_nums", _int(1)),
-    "autoCreateTopicEnable": ("auto_create_topic_enable", _bool),
-    "autoCreateSubscriptionGroup": ("auto_create_subscription_group", _bool),
-    "longPollingEnable": ("long_polling_enable", _bool),
-    "registerBrokerTimeoutMills": ("register_broker_timeout_mills", _int(1)),
-    "registerNameServerPeriod": ("register_name_server_period", _int(1)),
-    "maxMessageSize": ("max_message_size", _int(1)),
-    "messageDelayLevel": ("message_delay_level", _delay_levels),
-    "fileReservedTime": ("file_reserved_time", _int(0)),
-    "recordSyncedLengths": ("record_synced_lengths", _bool),
-}
+_DLEDGER_PASSTHROUGH = [Key(key, key, integer(1)) for key in sorted(DLEDGER_PASSTHROUGH_KEYS)]
+# The broker's keys; DLedger's own keys pass through under their names, into dledger_overrides.
+KEYS = KeyTable(
+    [
+        Key("brokerClusterName", "broker_cluster_name", text),
+        Key("brokerName", "broker_name", text),
+        Key("brokerId", "broker_id", integer(0)),
+        Key("listenPort", "listen_port", integer(0, 65535)),
+        Key("bindAddress", "bind_address", ip_address),
+        Key("brokerIP1", "broker_ip1", ip_address),  # packed into every msgId: no host names
+        Key("namesrvAddr", "namesrv_addr", parse_address_list),
+        Key("storePathRootDir", "store_path_root_dir", file_path),
+        Key("brokerRole", "broker_role", choice(BROKER_ROLES)),
+        Key("flushDiskType", "flush_disk_type", choice((FSYNC, PAGE_CACHE))),
+        Key("enableDLegerCommitLog", "enable_dleger_commit_log", boolean),
+        Key("dLegerGroup", "dleger_group", text),
+        Key("dLegerPeers", "dleger_peers", parse_peers),
+        Key("dLegerSelfId", "dleger_self_id", _self_id),
+        Key("preferredLeaderId", "preferred_leader_id", text),
+        Key("storePathDLedgerCommitLog", "store_path_dledger_commit_log", file_path),
+        Key("mappedFileSizeCommitLog", "mapped_file_size_commit_log", integer(1)),
+        Key("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue", integer(ENTRY_SIZE)),
+        Key("defaultTopicQueueNums", "default_topic_queue_nums", integer(1)),
+        Key("autoCreateTopicEnable", "auto_create_topic_enable", boolean),
+        Key("autoCreateSubscriptionGroup", "auto_create_subscription_group", boolean),
+        Key("longPollingEnable", "long_polling_enable", boolean),
+        Key("registerBrokerTimeoutMills", "register_broker_timeout_mills", integer(1)),
+        Key("registerNameServerPeriod", "register_name_server_period", integer(1)),
+        Key("maxMessageSize", "max_message_size", integer(1)),
+        Key("messageDelayLevel", "message_delay_level", _delay_levels),
+        Key("fileReservedTime", "file_reserved_time", integer(0)),
+        Key("recordSyncedLengths", "record_synced_lengths", boolean),
+        *_DLEDGER_PASSTHROUGH,
+    ],
+    unused=UNUSED_KEYS,
+    aliases=ALIASES,
+)
 
 # Keys that only matter with enableDLegerCommitLog=true.
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
      "storePathDLedgerCommitLog", "recordSyncedLengths", *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
-
-
-def _nearest(key: str) -> str:
-    known = [*_KEYS, *DLEDGER_PASSTHROUGH_KEYS, *UNUSED_KEYS, *ALIASES]
-    by_lower = {k.lower(): k for k in known}
-    close = difflib.get_close_matches(key.lower(), by_lower, n=1, cutoff=0.6)
-    return f" (did you mean {by_lower[close[0]]}?)" if close else ""
 
 
 def load_broker_config(
@@ -343,34 +298,14 @@ def load_broker_config(
     """
     given: dict[str, tuple[str, str]] = {}  # key -> (source, value); later sources win
     if path is not None:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ValueError(f"cannot read config {path}: {exc.strerror or exc}") from None
-        given.update((k, (path, v)) for k, v in parse_properties(text, path).items())
+        given.update((k, (path, v)) for k, v in read_config_file(path).items())
     given.update((k, ("-D", v)) for k, v in (overrides or {}).items())
     if namesrv_override is not None:
         given["namesrvAddr"] = ("-n", namesrv_override)
 
-    kwargs: dict[str, object] = {}
-    overrides_for_dledger: dict[str, int] = {}
-    warnings: list[str] = []
-    for key, (source, value) in given.items():
-        name = ALIASES.get(key, key)
-        try:
-            if name in _KEYS:
-                attribute, convert = _KEYS[name]
-                kwargs[attribute] = convert(value)
-            elif name in DLEDGER_PASSTHROUGH_KEYS:
-                overrides_for_dledger[name] = _int(1)(value)
-            elif name in UNUSED_KEYS:
-                warnings.append(f"{source}: {key}: accepted, not used by raftmq")
-            else:
-                raise ValueError(f"unknown key{_nearest(key)}")
-        except ValueError as exc:
-            raise ValueError(f"{source}: {key}={value!r}: {exc}") from None
-    config = BrokerConfig(**kwargs, dledger_overrides=overrides_for_dledger)
+    fields, warnings = KEYS.read(given)
+    for_dledger = {key: fields.pop(key) for key in DLEDGER_PASSTHROUGH_KEYS if key in fields}
+    config = BrokerConfig(**fields, dledger_overrides=for_dledger)
 
     def where(key: str) -> str:
         return given[key][0] if key in given else (path or "<defaults>")

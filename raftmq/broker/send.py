@@ -28,6 +28,7 @@ from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id
 from raftmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from raftmq.streams.address import parse_address
 
 if TYPE_CHECKING:
     from raftmq.broker.address import BrokerAddress
@@ -50,12 +51,6 @@ _NOT_LEADER = {
     Code.LEADER_NOT_READY,
     Code.DISK_FULL,
 }
-
-
-def parse_host(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    return (host if host and ":" not in host else "127.0.0.1"), int(port or 0)
 
 
 def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
@@ -192,7 +187,7 @@ class SendProcessor:
                 "forbidden: transactional messages are not supported here",
                 ResponseCode.NO_PERMISSION,
             )
-        born = parse_host(connection.remote_address)
+        born = parse_address(connection.remote_address)  # the producer: the born host
         born_timestamp = integer(request, "bornTimestamp", 0)
         reconsume = integer(request, "reconsumeTimes", 0)
         messages = []

@@ -29,11 +29,11 @@ from raftmq.client.connections import ConnectionPool
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import parse_namesrv_addrs
 from raftmq.client.route import MASTER_ID, BrokerData, TopicRouteData, _quote_bare_keys, parse_route
-from raftmq.dledger.config import parse_peers
 from raftmq.protocol.message import MessageExt, MessageFormatError, decode
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.streams.address import parse_peers
 
 __all__ = [
     "UNREACHABLE",

@@ -36,6 +36,7 @@ from raftmq.remoting import (
     not_supported,
 )
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.streams.address import parse_address_list
 
 __all__ = ["ClientInstance", "backoff_delays", "local_ip", "parse_namesrv_addrs"]
 
@@ -63,9 +64,7 @@ def local_ip() -> str:
 
 def parse_namesrv_addrs(namesrv_addr: str | Sequence[str]) -> list[str]:
     """A list, or RocketMQ's `namesrvAddr` form: addresses joined by ';'."""
-    if isinstance(namesrv_addr, str):
-        namesrv_addr = namesrv_addr.split(";")
-    addrs = [a.strip() for a in namesrv_addr if a.strip()]
+    addrs = list(parse_address_list(namesrv_addr))
     if not addrs:
         raise ValueError("no name server address given")
     return addrs

@@ -19,10 +19,11 @@ import trio
 
 from raftmq.dledger.client import ClientError, DLedgerClient, body_for_json
 from raftmq.dledger.codes import Code
-from raftmq.dledger.config import DLedgerConfig, parse_peers
+from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.server import DiskFailure, DLedgerServer
 from raftmq.dledger.store.file import StoreCorruption
 from raftmq.dledger.tuning import tune_for_serving
+from raftmq.streams.address import parse_peers
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_STORAGE = 0, 1, 2, 3, 4
 
@@ -79,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _server_config(args) -> DLedgerConfig:
-    values: dict[str, object] = {
+    values: dict[str, str] = {
         "group": args.group,
         "selfId": args.id,
         "peers": args.peers,
@@ -94,7 +95,7 @@ def _server_config(args) -> DLedgerConfig:
         if not sep:
             raise ValueError(f"--config {item!r}: expected KEY=VALUE")
         values[key] = value
-    return DLedgerConfig.from_keys(values)
+    return DLedgerConfig.from_keys(values, "command line")
 
 
 async def _run_server(config: DLedgerConfig) -> None:

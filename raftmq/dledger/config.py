@@ -8,26 +8,15 @@ dead leader in 200-300 ms, and the vote gaps are scaled to match.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import attrs
+
+from raftmq.streams.address import parse_peers
+from raftmq.streams.config_keys import Key, KeyTable, boolean, integer, number
 
 FSYNC = "SYNC_FLUSH"  # acknowledge an entry only once fsynced (RocketMQ's flushDiskType name)
 PAGE_CACHE = "ASYNC_FLUSH"  # acknowledge once written to the page cache, as DLedger does
-
-
-def parse_peers(text: str) -> dict[str, str]:
-    """DLedger's peers string `n0-host:port;n1-host:port` to an ordered {id: address}."""
-    peers: dict[str, str] = {}
-    for item in filter(None, (p.strip() for p in text.split(";"))):
-        node_id, sep, address = item.partition("-")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not host or not port.isdigit():
-            raise ValueError(f"bad peer {item!r}: expected id-host:port")
-        if node_id in peers:
-            raise ValueError(f"peer id {node_id!r} appears twice")
-        peers[node_id] = address
-    if not peers:
-        raise ValueError("no peers given")
-    return peers
 
 
 def _key(name: str):
@@ -108,26 +97,19 @@ class DLedgerConfig:
         return list(self.peers)
 
     @classmethod
-    def keys(cls) -> dict[str, str]:
-        """DLedger key name -> attribute name."""
-        return {f.metadata["key"]: f.name for f in attrs.fields(cls)}
+    def from_keys(cls, values: Mapping[str, str], source: str = "<config>") -> DLedgerConfig:
+        """Build from DLedger-named keys and their text (`peers` in DLedger's string form);
+        a bad key or value is a ValueError naming `source`, the key and the value."""
+        fields, _ = KEYS.read_text(values, source)
+        return cls(**fields)
 
-    @classmethod
-    def from_keys(cls, values: dict[str, object]) -> DLedgerConfig:
-        """Build from DLedger-named keys (`peers` may be DLedger's string form)."""
-        names = cls.keys()
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise ValueError(f"unknown DLedger keys: {', '.join(unknown)}")
-        kwargs = {}
-        for key, value in values.items():
-            name = names[key]
-            if name == "peers" and isinstance(value, str):
-                value = parse_peers(value)
-            field_type = attrs.fields_dict(cls)[name].type
-            if field_type == "int" and isinstance(value, str):
-                value = int(value)
-            elif field_type == "float" and isinstance(value, str):
-                value = float(value)
-            kwargs[name] = value
-        return cls(**kwargs)
+
+def _reader(field: attrs.Attribute) -> Callable[[str], object]:
+    if field.name == "peers":
+        return parse_peers
+    # str fields take the text as it is; preferredLeaderIds' converter splits its list
+    return {"int": integer(), "float": number, "bool": boolean}.get(field.type, str)
+
+
+# DLedger's key names (DLedgerConfig's field metadata) and how each one's text is read.
+KEYS = KeyTable(Key(f.metadata["key"], f.name, _reader(f)) for f in attrs.fields(DLedgerConfig))

@@ -39,10 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config)
+        config, warnings = load_config(args.config)
     except ValueError as exc:
         print(f"mqnamesrv: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for warning in warnings:
+        print(f"mqnamesrv: warning: {warning}", file=sys.stderr)
     if args.printConfigItem:
         print(config)
         return EXIT_OK

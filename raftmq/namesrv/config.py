@@ -9,17 +9,19 @@ Keys (defaults in brackets):
 - `scanNotActiveBrokerInterval` [5000]: ms between scans (5.x `NamesrvConfig` key).
 
 A few Java keys with no meaning here (`rocketmqHome`, `kvConfigPath`, ...) are accepted
-and ignored; any other key, or a value that is not a number where one is needed, is an
-error naming the key, so a typo does not silently run with a default.
+with a warning; any other key, or a value that is not a number where one is needed, is an
+error naming the file, key and value, so a typo does not silently run with a default.
 """
 
 from __future__ import annotations
 
 import attrs
 
-__all__ = ["NamesrvConfig", "load_config", "parse_properties"]
+from raftmq.streams.config_keys import Key, KeyTable, integer, read_config_file
 
-IGNORED_KEYS = frozenset(
+__all__ = ["NamesrvConfig", "load_config"]
+
+UNUSED_KEYS = frozenset(
     {
         "rocketmqHome",
         "kvConfigPath",
@@ -49,56 +51,21 @@ class NamesrvConfig:
     scan_not_active_broker_interval_ms: int = 5_000
 
 
-_INT_KEYS = {
-    "listenPort": "listen_port",
-    "brokerChannelExpiredTime": "broker_channel_expired_time_ms",
-    "scanNotActiveBrokerInterval": "scan_not_active_broker_interval_ms",
-}
+KEYS = KeyTable(
+    [
+        Key("listenPort", "listen_port", integer(0, 65535)),
+        Key("bindAddress", "bind_address", str),  # empty, like 0.0.0.0, is every interface
+        Key("brokerChannelExpiredTime", "broker_channel_expired_time_ms", integer(1)),
+        Key("scanNotActiveBrokerInterval", "scan_not_active_broker_interval_ms", integer(1)),
+    ],
+    unused=UNUSED_KEYS,
+)
 
 
-def parse_properties(text: str, source: str = "<config>") -> dict[str, str]:
-    """Java `Properties` lite: `key=value` (or `key: value`) lines, `#`/`!` comments."""
-    values: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        positions = [i for i in (line.find("="), line.find(":")) if i > 0]
-        if not positions:
-            raise ValueError(f"{source}:{lineno}: expected key=value, got {raw!r}")
-        cut = min(positions)
-        values[line[:cut].strip()] = line[cut + 1 :].strip()
-    return values
-
-
-def config_from_keys(values: dict[str, str], source: str = "<config>") -> NamesrvConfig:
-    kwargs: dict[str, object] = {}
-    for key, value in values.items():
-        if key in IGNORED_KEYS:
-            continue
-        if key == "bindAddress":
-            kwargs["bind_address"] = value
-        elif key in _INT_KEYS:
-            try:
-                number = int(value)
-            except ValueError:
-                raise ValueError(f"{source}: {key}={value!r} is not an integer") from None
-            low = 0 if key == "listenPort" else 1
-            if number < low or (key == "listenPort" and number > 65535):
-                raise ValueError(f"{source}: {key}={number} is out of range")
-            kwargs[_INT_KEYS[key]] = number
-        else:
-            known = ", ".join(sorted(["bindAddress", *_INT_KEYS]))
-            raise ValueError(f"{source}: unknown key {key!r} (known: {known})")
-    return NamesrvConfig(**kwargs)
-
-
-def load_config(path: str | None) -> NamesrvConfig:
+def load_config(path: str | None) -> tuple[NamesrvConfig, list[str]]:
+    """The config in `path` (None: the defaults), and warnings for keys that have no effect.
+    Raises ValueError naming the file, key and value."""
     if path is None:
-        return NamesrvConfig()
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ValueError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    return config_from_keys(parse_properties(text, path), path)
+        return NamesrvConfig(), []
+    fields, warnings = KEYS.read_text(read_config_file(path), path)
+    return NamesrvConfig(**fields), warnings

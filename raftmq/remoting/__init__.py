@@ -14,7 +14,7 @@ talk to stock servers. Modules, smallest first:
 - `server`, `client`: RemotingServer and RemotingClient
 """
 
-from raftmq.remoting.client import RemotingClient, parse_address
+from raftmq.remoting.client import RemotingClient
 from raftmq.remoting.codec import MAX_FRAME_BYTES, decode, encode
 from raftmq.remoting.codes import LanguageCode, MQVersion, RequestCode, ResponseCode, SerializeType
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
@@ -56,6 +56,5 @@ __all__ = [
     "encode",
     "listen_host",
     "not_supported",
-    "parse_address",
     "system_error",
 ]

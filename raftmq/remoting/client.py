@@ -31,7 +31,7 @@ from raftmq.remoting.errors import RemotingConnectError
 from raftmq.remoting.processor import Processor
 from raftmq.streams.address import parse_address
 
-__all__ = ["RemotingClient", "parse_address"]
+__all__ = ["RemotingClient"]
 
 
 class RemotingClient:

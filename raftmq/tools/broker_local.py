@@ -20,6 +20,7 @@ from pathlib import Path
 import trio
 
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.streams.address import parse_address
 from raftmq.tools.dledger_local import free_ports, stop_process
 
 LOOPBACK = "127.0.0.1"
@@ -91,12 +92,13 @@ class LocalCluster:
             "scanNotActiveBrokerInterval=1000\n"
         )
         for node in self.ids:
+            bind_host, listen_port = parse_address(self.broker_addrs[node])
             conf = {
                 "brokerClusterName": self.cluster_name,
                 "brokerName": self.broker_name,
-                "listenPort": self.broker_addrs[node].rpartition(":")[2],
-                "bindAddress": self.broker_addrs[node].rpartition(":")[0],
-                "brokerIP1": self.client_addrs[node].rpartition(":")[0],
+                "listenPort": str(listen_port),
+                "bindAddress": bind_host,
+                "brokerIP1": parse_address(self.client_addrs[node])[0],
                 "namesrvAddr": self.namesrv_addr,
                 "storePathRootDir": str(self.store_dir(node)),
                 "enableDLegerCommitLog": "true",

@@ -19,7 +19,8 @@ import trio
 
 from raftmq.dledger.net.codec import FrameError, decode_rpc, encode_rpc
 from raftmq.dledger.net.frames import MAX_FRAME_BYTES, RPC, FrameReader, FrameWriter
-from raftmq.dledger.net.tcp import parse_address, set_nodelay
+from raftmq.dledger.net.tcp import set_nodelay
+from raftmq.streams.address import parse_address
 from raftmq.streams.deadlines import DeadlineReaper
 
 __all__ = ["RpcClient", "RpcTimeout", "RpcUnavailable"]

@@ -39,7 +39,7 @@ from raftmq.dledger.net.codec import (
 from raftmq.dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
 from raftmq.streams.address import parse_address
 
-__all__ = ["PeerTransport", "RpcHandler", "parse_address", "set_nodelay"]
+__all__ = ["PeerTransport", "RpcHandler", "set_nodelay"]
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,9 @@ what a crash keeps) comes from one `random.Random`, and events are ordered by
 Durability is modelled the way a power cut treats a real machine: a crash keeps the
 hard state (the driver fsyncs it before sending anything that depends on it) and
 whatever the store's last completed fsync covered — optionally plus a prefix of the
-writes since, as a page cache that flushed part of its dirty data would.
+writes since, as a page cache that flushed part of its dirty data would. With
+`stores=sim.disk.FileStores` each log is the real file store over a simulated disk,
+and a crash tears its files and runs its recovery.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from raftmq.dledger.config import PAGE_CACHE, DLedgerConfig
 from raftmq.dledger.core.messages import REQUESTS
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.sim.checks import Checker, InvariantViolation
-from raftmq.dledger.store.memory import MemoryLogStore
+from raftmq.dledger.sim.disk import MemoryStores
+from raftmq.dledger.store.base import LogStore
 
 LIVELOCK_EVENTS = 20000  # events without virtual time moving: the replicas are spinning
 PAGE_CACHE_FLUSH_MS = 10  # DLedger's flushFileInterval: page-cache mode fsyncs this often
@@ -46,7 +49,7 @@ class Variant:
 
 
 class SimNode:
-    def __init__(self, node_id: str, replica: Replica, store: MemoryLogStore, hard_state) -> None:
+    def __init__(self, node_id: str, replica: Replica, store: LogStore, hard_state) -> None:
         self.id = node_id
         self.replica = replica
         self.store = store
@@ -69,6 +72,7 @@ class SimCluster:
         fsync_ms: tuple[float, float] = (0.2, 2.0),
         segment_size: int = 4096,
         config_overrides: dict | None = None,
+        stores=MemoryStores,
     ) -> None:
         self.rng = rng
         self.conditions = conditions or NetworkConditions()
@@ -93,11 +97,13 @@ class SimCluster:
         # live node has handled an event, `completed(node_id, handle, code, positions)`
         # for every client append's outcome.
         self.observers: list = []
+        # What each log is kept in and what a crash leaves of it (`sim.disk`).
+        self.stores = stores(rng, segment_size)
         for node_id in self.ids:
-            self.nodes[node_id] = self._boot(node_id, MemoryLogStore(segment_size), (0, None))
+            self.nodes[node_id] = self._boot(node_id, self.stores.fresh(node_id), (0, None))
 
     # ------------------------------------------------------------------ nodes
-    def _boot(self, node_id: str, store: MemoryLogStore, hard_state) -> SimNode:
+    def _boot(self, node_id: str, store: LogStore, hard_state) -> SimNode:
         config = DLedgerConfig(self_id=node_id, **self._config_kwargs)
         replica = Replica(
             config, store, random.Random(self.rng.random()), hard_state[0], hard_state[1], self.now
@@ -113,7 +119,7 @@ class SimCluster:
             return
         node.alive = False
         node.held.clear()
-        node.store = node.store.crashed(keep_unsynced)
+        node.store = self.stores.crashed(node, keep_unsynced)
         if self.variant.forget_vote_on_crash:
             node.hard_state = (node.hard_state[0], None)
         self.checker.crashed(node_id)

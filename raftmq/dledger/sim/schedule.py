@@ -16,6 +16,7 @@ import attrs
 from raftmq.dledger.codes import Code
 from raftmq.dledger.sim.checks import InvariantViolation
 from raftmq.dledger.sim.cluster import NetworkConditions, SimCluster, Variant
+from raftmq.dledger.sim.disk import MemoryStores
 
 
 @attrs.frozen
@@ -61,11 +62,15 @@ class Appends:
 
 
 def run(
-    schedule: Schedule, rng: random.Random, variant: Variant | None = None, workload=Appends
+    schedule: Schedule,
+    rng: random.Random,
+    variant: Variant | None = None,
+    workload=Appends,
+    stores=MemoryStores,
 ) -> SimCluster:
-    """Play `schedule` with `workload(cluster)`; raises InvariantViolation on any safety or
-    liveness failure."""
-    cluster = SimCluster(schedule.size, rng, schedule.conditions, variant)
+    """Play `schedule` with `workload(cluster)` on logs kept by `stores` (`sim.disk`);
+    raises InvariantViolation on any safety or liveness failure."""
+    cluster = SimCluster(schedule.size, rng, schedule.conditions, variant, stores=stores)
     client = workload(cluster)
     ids = cluster.ids
     faults = sorted(schedule.faults, key=lambda f: f.at_ms)

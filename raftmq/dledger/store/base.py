@@ -23,6 +23,11 @@ class InconsistentAppend(ValueError):
     """A follower was asked to append entries that do not continue its log."""
 
 
+class StoreClosed(ValueError):
+    """The store was closed (its owner stopped, perhaps on a disk failure): nothing can
+    be read from or written to it any more. A ValueError, as I/O on a closed file is."""
+
+
 def validate_continuation(
     blob, next_index: int, end_pos: int, end_term: int, prev_chain: int | None, segment_size: int
 ) -> list[tuple[int, int, int, int, int, int, int]]:
@@ -89,6 +94,10 @@ class LogStore(abc.ABC):
     # DLedger's AppendHook, through which RocketMQ writes a message's physical offset
     # (entry pos + 48) into the message itself. Followers store the leader's bytes.
     append_hook: Callable[[int, bytes], bytes] | None = None
+    # Set by `close()`. The log's owner closes it on the way out, also after a disk
+    # failure, while other tasks may still be unwinding: they check this rather than
+    # read from a store whose files are gone.
+    closed: bool = False
 
     @property
     def empty(self) -> bool:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from raftmq.streams.properties import format_properties, parse_properties
+
 TERM_KEY = "currTerm"
 VOTE_KEY = "voteLeader"
-
-# Java's Properties.store escapes these with a backslash; ids never contain line breaks.
-_ESCAPED = {"\\": "\\\\", ":": "\\:", "=": "\\=", "#": "\\#", "!": "\\!"}
-_UNESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -44,56 +42,6 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def _escape(text: str) -> str:
-    if any(c in text for c in "\r\n"):
-        raise ValueError(f"a property value cannot hold a line break: {text!r}")
-    return "".join(_ESCAPED.get(c, c) for c in text)
-
-
-def _unescape(text: str) -> str:
-    out = []
-    chars = iter(text)
-    for c in chars:
-        if c == "\\":
-            nxt = next(chars, "")
-            out.append(_UNESCAPED.get(nxt, nxt))
-        else:
-            out.append(c)
-    return "".join(out)
-
-
-def format_properties(pairs: dict[str, str]) -> str:
-    return "".join(f"{key}={_escape(value)}\n" for key, value in pairs.items())
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """The key=value pairs of a properties file as DLedger's Java code writes it.
-
-    Comments (`#`, `!`) and blank lines are skipped, and `:` works as a separator,
-    so a file written by Java's Properties.store (with its date comment) parses too.
-    Line continuations are not supported; nothing we read uses them.
-    """
-    pairs = {}
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not line or line[0] in "#!":
-            continue
-        cut = len(line)
-        escaped = False
-        for i, c in enumerate(line):
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c in "=:":
-                cut = i
-                break
-        key = _unescape(line[:cut].rstrip())
-        value = _unescape(line[cut + 1 :].lstrip()) if cut < len(line) else ""
-        pairs[key] = value
-    return pairs
 
 
 class TermVoteFile:

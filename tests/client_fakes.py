@@ -1,4 +1,4 @@
-"""A name server and in-memory broker members for the client tests (this module holds no tests).
+"""A name server and in-memory broker members for the client tests.
 
 `FakeBroker` is a real remoting server that answers the requests a client sends the
 way a raftmq broker group member does — sends, long-polling pulls, offsets, heartbeats

@@ -1,0 +1,200 @@
+"""The file layer under the file store: everything it asks of the operating system.
+
+The store reads and writes its segments through shared memory maps and makes them
+durable with fdatasync; it lists, sizes, creates and deletes segment files, fsyncs
+their directories, and replaces the small `begin` file atomically. Those calls, and
+nothing else, go through a `FileSystem`, so the same store runs over the real one
+(`OsFileSystem`, here) and over the simulator's (`raftmq.dledger.sim.disk`), which
+keeps durable and volatile bytes apart and at a crash keeps only what was fsynced
+plus a torn prefix of the rest.
+
+A segment's `map` is a writable buffer of the file's full size (an mmap: slicing it
+gives bytes, assigning a slice writes through), so the store's hot paths index it
+directly, with no call through the layer per read or write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+from pathlib import Path
+from typing import Protocol
+
+from raftmq.dledger.store.meta import atomic_write, fsync_dir
+
+_CHUNK_BYTES = 1 << 20  # unit of scanning for leftovers
+_ZERO_CHUNK = bytes(_CHUNK_BYTES)
+
+# Page-cache hints for the maps. The segment being appended to is RANDOM: a write
+# fault with readahead would pull the zero pages after the end into the page cache,
+# where SEEK_DATA then reports them as data and recovery has to read them. Full
+# segments are NORMAL so that a lagging follower's reads get readahead, and
+# recovery's scan is SEQUENTIAL. None where the platform has no such advice.
+RANDOM = getattr(mmap, "MADV_RANDOM", None)
+NORMAL = getattr(mmap, "MADV_NORMAL", None)
+SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
+
+
+class SyncHandle(Protocol):
+    """An open file or directory that can be made durable, from any thread."""
+
+    def sync(self) -> None: ...
+    def dup(self) -> SyncHandle: ...
+    def close(self) -> None: ...
+
+
+class SegmentFile(Protocol):
+    """A preallocated file mapped shared in full."""
+
+    path: str
+    map: mmap.mmap
+    handle: SyncHandle  # fdatasync of the file
+
+    def nonzero_end(self, start: int, end: int) -> int: ...
+    def advise(self, advice: int | None) -> None: ...
+    def close(self) -> None: ...
+
+
+class FileSystem(Protocol):
+    def makedirs(self, directory: Path) -> None: ...
+    def names(self, directory: Path) -> list[str]: ...
+    def size(self, path: Path) -> int: ...
+    def mtime(self, path: str) -> float: ...
+    def open_segment(self, path: Path, size_bytes: int, create: bool) -> SegmentFile: ...
+    def unlink(self, path: str) -> None: ...
+    def dir_handle(self, directory: Path) -> SyncHandle: ...
+    def sync_dir(self, directory: Path) -> None: ...
+    def read_text(self, path: Path) -> str: ...
+    def atomic_write(self, path: Path, data: bytes) -> None: ...
+
+
+class _OsHandle:
+    __slots__ = ("data_only", "fd")
+
+    def __init__(self, fd: int, data_only: bool) -> None:
+        self.fd = fd
+        self.data_only = data_only  # a data file needs fdatasync, a directory fsync
+
+    def sync(self) -> None:
+        if self.data_only:
+            os.fdatasync(self.fd)
+        else:
+            os.fsync(self.fd)
+
+    def dup(self) -> _OsHandle:
+        return _OsHandle(os.dup(self.fd), self.data_only)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _OsSegment:
+    __slots__ = ("handle", "map", "path")
+
+    def __init__(self, path: Path, fd: int, mapped: mmap.mmap) -> None:
+        self.path = str(path)
+        self.handle = _OsHandle(fd, data_only=True)
+        self.map = mapped
+
+    def close(self) -> None:
+        self.map.close()
+        self.handle.close()
+
+    def advise(self, advice: int | None) -> None:
+        if advice is not None:
+            with contextlib.suppress(OSError):  # advice is only a hint
+                self.map.madvise(advice)
+
+    def nonzero_end(self, start: int, end: int) -> int:
+        """One past the last non-zero byte in [start, end) of the file, or `start` if all zero.
+
+        Recovery asks this of the rest of the last segment on every start, so it skips
+        what the filesystem reports as holes (preallocated, never-written extents on
+        ext4 and xfs) and reads the rest with pread, a memcmp per chunk, instead of
+        faulting the whole segment into the map.
+        """
+        fd = self.handle.fd
+        # Readahead would pull the zero pages after each data range into the page cache,
+        # where they count as data for the next SEEK_DATA; turn it off while we look.
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        try:
+            return _nonzero_end_by_ranges(fd, start, end)
+        finally:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_NORMAL)
+
+
+def _nonzero_end_by_ranges(fd: int, start: int, end: int) -> int:
+    last = start
+    off = start
+    while off < end:
+        try:
+            data = os.lseek(fd, off, os.SEEK_DATA)
+            hole = os.lseek(fd, data, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but holes up to the end of the file
+                break
+            data, hole = off, end  # no hole reporting here: read it all
+        if data >= end:
+            break
+        last = max(last, _read_nonzero_end(fd, data, min(hole, end)))
+        off = hole
+    return last
+
+
+def _read_nonzero_end(fd: int, start: int, end: int) -> int:
+    """Like nonzero_end for one range it reads in full; -1 if the range is all zero."""
+    last = -1
+    while start < end:
+        n = min(end - start, _CHUNK_BYTES)
+        chunk = os.pread(fd, n, start)
+        if chunk != (_ZERO_CHUNK if n == _CHUNK_BYTES else bytes(n)):
+            last = start + len(chunk.rstrip(b"\0"))
+        start += n
+    return last
+
+
+class OsFileSystem:
+    """The operating system's files: preallocated, mapped shared, fdatasync'd."""
+
+    def makedirs(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def names(self, directory: Path) -> list[str]:
+        return [path.name for path in directory.iterdir()]
+
+    def size(self, path: Path) -> int:
+        return path.stat().st_size
+
+    def mtime(self, path: str) -> float:
+        return os.stat(path).st_mtime
+
+    def open_segment(self, path: Path, size_bytes: int, create: bool) -> _OsSegment:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o644)
+        try:
+            if create:
+                try:
+                    os.posix_fallocate(fd, 0, size_bytes)
+                except OSError:  # filesystems without fallocate: a sparse file of the right size
+                    os.ftruncate(fd, size_bytes)
+            mapped = mmap.mmap(fd, size_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        return _OsSegment(path, fd, mapped)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def dir_handle(self, directory: Path) -> _OsHandle:
+        return _OsHandle(os.open(directory, os.O_RDONLY | os.O_DIRECTORY), data_only=False)
+
+    def sync_dir(self, directory: Path) -> None:
+        fsync_dir(directory)
+
+    def read_text(self, path: Path) -> str:
+        return path.read_text()
+
+    def atomic_write(self, path: Path, data: bytes) -> None:
+        atomic_write(path, data)

@@ -1,0 +1,67 @@
+"""Retention: deleting the data segments at the front of the log that nobody needs.
+
+DLedger's CleanSpaceService deletes files by age alone; here a segment goes only
+when it is old enough *and* every entry in it is below the index the caller keeps
+from, so retention never cuts off a follower or the broker's own recovery.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+
+from raftmq.dledger.store.segments import INDEX_SIZE
+
+log = logging.getLogger(__name__)
+
+
+def delete_expired(
+    store, keep_from_index: int, older_than_s: float, now: float | None = None
+) -> int:
+    """Delete whole data segments holding only entries below `keep_from_index` whose
+    files were last written more than `older_than_s` seconds ago; returns how many.
+
+    Only a prefix of segments goes, never the one the log ends in. The new
+    beginning is saved before any file is deleted, so a crash in between leaves
+    files that the next recovery finishes deleting. Unlike DLedger's
+    CleanSpaceService this honours `keep_from_index` (the caller's
+    min(committed, slowest follower's match)): no follower is cut off by it.
+    """
+    now = time.time() if now is None else now
+    seg_size = store.segment_size
+    tail_start = store.end_pos - store.end_pos % seg_size
+    doomed = []
+    for start in sorted(store._data):
+        if start >= tail_start:
+            break
+        if store._first_index_from(start + seg_size) - 1 >= keep_from_index:
+            break
+        if now - store.fs.mtime(store._data[start].path) < older_than_s:
+            break
+        doomed.append(start)
+    if not doomed:
+        return 0
+    new_pos = doomed[-1] + seg_size
+    new_begin = store._first_index_from(new_pos)
+    if new_begin != store.begin_index:
+        before_term, before_chain = store.term_at(new_begin - 1), store.chain_at(new_begin - 1)
+        store._set_begin(new_begin, new_pos, before_term, before_chain)
+    else:
+        store._before_pos = new_pos
+    store._save_begin()
+    for start in doomed:
+        store._delete_segment(store._data, start)
+    first_index_byte = INDEX_SIZE * store.begin_index
+    for start in sorted(store._index):
+        if start + store.index_segment_size <= first_index_byte:
+            store._delete_segment(store._index, start)
+    k = bisect.bisect_right(store._run_first, store.begin_index) - 1
+    if k > 0:
+        del store._run_first[:k], store._run_term[:k]
+    log.info(
+        "retention deleted %d data segments; the log now begins at %d",
+        len(doomed),
+        store.begin_index,
+    )
+    return len(doomed)
