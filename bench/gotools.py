@@ -6,13 +6,14 @@ and on a 2-core machine its CPU is taken from the servers.  NATS's publisher
 built the same way, so the generators' costs in one run are comparable.
 
 How they are built: ``go build`` of ``bench/<name>/main.go`` in GOPATH mode against
-``/usr/share/gocode``, where Debian's ``golang-*-dev`` packages put their source, so no
-Go module is fetched at build or run time.  The binary goes into
-``~/.cache/raftmq-bench``, named by a hash of its source, so an edit is never stale and
-a second run builds nothing.
+``bench/gopath`` (what the tools share, ``raftmqbench/...``) and ``/usr/share/gocode``,
+where Debian's ``golang-*-dev`` packages put their source, so no Go module is fetched
+at build or run time.  The binary goes into ``~/.cache/raftmq-bench``, named by a hash
+of its source and the shared source, so an edit is never stale and a second run builds
+nothing.
 
 How they run: each prints one JSON object on stdout and exits; a failure is a non-zero
-status with the reason on stderr.
+status with the reason on stderr (``raftmqbench/report``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Any
 
 #: Where Debian's golang-*-dev packages put their source; the tools build against it.
 GOPATH = Path("/usr/share/gocode")
+#: The Go packages the tools share, a GOPATH tree of its own.
+SHARED_GOPATH = Path(__file__).resolve().with_name("gopath")
 GO_PACKAGE = "golang-go"
 #: Loaded before any fork: a child between fork and exec should do as little as it can.
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -72,9 +75,11 @@ class GoTool:
         return Path(__file__).resolve().with_name(self.name) / "main.go"
 
     def binary(self) -> Path:
-        """The built tool, named by its source's hash so that an edit is never stale."""
-        digest = hashlib.sha256(self.source.read_bytes()).hexdigest()[:12]
-        return cache_dir() / f"{self.name}-{digest}"
+        """The built tool, named by its sources' hash so that an edit is never stale."""
+        digest = hashlib.sha256(self.source.read_bytes())
+        for shared in sorted(SHARED_GOPATH.rglob("*.go")):
+            digest.update(shared.read_bytes())
+        return cache_dir() / f"{self.name}-{digest.hexdigest()[:12]}"
 
     def missing(self) -> str | None:
         """None when the tool is built or can be, else what its build lacks."""
@@ -106,7 +111,8 @@ class GoTool:
             raise RuntimeError(missing)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-        env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(GOPATH)}
+        gopath = f"{SHARED_GOPATH}{os.pathsep}{GOPATH}"
+        env = {**os.environ, "GO111MODULE": "off", "GOPATH": gopath}
         try:
             subprocess.run(["go", "build", "-o", str(tmp), str(self.source)], env=env, check=True)
             os.replace(tmp, out)

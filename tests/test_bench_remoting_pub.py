@@ -12,12 +12,13 @@ import time
 
 import pytest
 
+from bench import broker_bench
 from bench.broker_bench import GO_GENERATOR
 from raftmq.remoting import LanguageCode, RequestCode, ResponseCode
 from raftmq.remoting.codec import encode
 from raftmq.remoting.frames import FrameDecoder
 
-pytestmark = pytest.mark.skipif(
+needs_go = pytest.mark.skipif(
     GO_GENERATOR.missing() is not None, reason=str(GO_GENERATOR.missing())
 )
 
@@ -69,6 +70,7 @@ def _run(server: _Server, **flags) -> dict:
     return GO_GENERATOR.run(args, timeout_s=60.0)
 
 
+@needs_go
 def test_sends_java_send_message_v2_requests_round_robin_within_the_window():
     server = _Server()
     try:
@@ -109,6 +111,7 @@ def test_sends_java_send_message_v2_requests_round_robin_within_the_window():
     assert len(bodies) == 1  # one random padding, sent with every message
 
 
+@needs_go
 def test_counts_refused_sends_as_errors_with_the_first_remark():
     server = _Server(ResponseCode.SYSTEM_ERROR, "store is full")
     try:
@@ -119,3 +122,14 @@ def test_counts_refused_sends_as_errors_with_the_first_remark():
     assert out["errors"] == out["sent"] == len(server.requests) > 0
     assert out["first_error"] == f"code {ResponseCode.SYSTEM_ERROR}: store is full"
     assert all(len(r.body) == 8 for r in server.requests)
+
+
+def test_the_benchmark_falls_back_to_the_python_generator_without_go(monkeypatch):
+    def no_go(tool):
+        raise RuntimeError("no Go toolchain")
+
+    monkeypatch.setattr(type(GO_GENERATOR), "ensure", no_go)
+    chosen, why = broker_bench.generators("auto")
+    assert chosen == [broker_bench.PYTHON] and "no Go toolchain" in why
+    assert broker_bench.generators("both") == ([broker_bench.GO, broker_bench.PYTHON], None)
+    assert broker_bench.generators("python") == ([broker_bench.PYTHON], None)

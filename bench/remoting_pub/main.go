@@ -33,10 +33,10 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
-	"sort"
 	"strconv"
 	"time"
+
+	"raftmqbench/report"
 )
 
 const (
@@ -82,23 +82,13 @@ func main() {
 	flag.DurationVar(&f.deadline, "deadline", 30*time.Second, "wait this long for the last responses")
 	flag.Parse()
 	if f.queues < 1 || f.window < 1 || f.conns < 1 || f.duration <= 0 {
-		fail(errors.New("-queues, -window, -conns and -duration must be positive"))
+		report.Fail("remoting_pub", errors.New("-queues, -window, -conns and -duration must be positive"))
 	}
 	if f.conns > f.window {
 		f.conns = f.window
 	}
 	out, err := run(f)
-	if err != nil {
-		fail(err)
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
-		fail(err)
-	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "remoting_pub:", err)
-	os.Exit(1)
+	report.Print("remoting_pub", out, err)
 }
 
 func run(f flags) (map[string]any, error) {
@@ -147,33 +137,17 @@ func run(f flags) (map[string]any, error) {
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	sort.Float64s(all.latenciesMs)
 	out := map[string]any{
 		"sent":        all.sent,
 		"acked":       all.acked,
 		"errors":      all.errors,
 		"acked_per_s": float64(all.acked) / f.duration.Seconds(),
-		"p50_ms":      pct(all.latenciesMs, 0.50),
-		"p99_ms":      pct(all.latenciesMs, 0.99),
-		"max_ms":      pct(all.latenciesMs, 1),
 	}
+	report.AddLatencies(out, all.latenciesMs)
 	if all.firstError != "" {
 		out["first_error"] = all.firstError
 	}
 	return out, nil
-}
-
-// pct is the percentile as the Python benchmarks take it: sorted[min(n-1, int(q*n))].
-func pct(sorted []float64, q float64) any {
-	n := len(sorted)
-	if n == 0 {
-		return nil
-	}
-	i := int(q * float64(n))
-	if i > n-1 {
-		i = n - 1
-	}
-	return sorted[i]
 }
 
 // connection is one TCP connection's share of the window, run by one goroutine.
