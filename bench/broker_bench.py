@@ -11,8 +11,12 @@ For each message size, against real `mqnamesrv` and `mqbroker` processes:
   would), median of trials.
 
 The load generator speaks the remoting protocol directly (no client library in the
-measurement) and runs in this process, on the same two cores as the three brokers,
-as NATS's Go publisher does in the same run.
+measurement), on the same two cores as the three brokers. It is Go
+(`bench/remoting_pub`, built as NATS's publisher is in the same run) wherever Debian's
+Go toolchain can be had, so that the generators' CPU is comparable; else the same
+pipelined generator in Python, in this process. Each row names the generator that ran,
+and CPU per message is counted per role: master, followers, name server, generator and
+(with the Go generator) this process, which runs the pullers.
 """
 
 from __future__ import annotations
@@ -21,16 +25,23 @@ import json
 import os
 import statistics
 import struct
+import subprocess
 import tempfile
 import time
 
 import trio
 
-from bench import cpu
+from bench import cpu, gotools
 from bench.dledger_bench import percentile
 from bench.rss import peak_rss_mib
 from raftmq.protocol.headers import send_header_v2
-from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting import (
+    LanguageCode,
+    RemotingClient,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+)
 from raftmq.remoting.codec import encode_header
 from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalCluster
@@ -39,13 +50,24 @@ TOPIC = "BenchTopic"
 QUEUES = 8
 SYSTEM = "raftmq broker R3 (SYNC_FLUSH, fsync on a quorum)"
 CONNECTIONS = 4
+GO = "go"
+PYTHON = "python"
+GO_GENERATOR = gotools.GoTool("remoting_pub")
 _BORN = struct.Struct(">d")
 _FRAME = struct.Struct(">II")  # length, serialize type << 24 | header length
 
 
 def _send_request(queue_id: int, body: bytes) -> RemotingCommand:
+    """A SEND_MESSAGE_V2 request as a RocketMQ 4.9 Java producer sends one message, with
+    no properties (NATS's publishes carry no headers); the same header as the Go
+    generator's (bench/remoting_pub)."""
     ext = send_header_v2("BENCH_PG", TOPIC, queue_id, born_timestamp_ms=int(time.time() * 1000))
-    return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body)
+    return RemotingCommand(
+        code=RequestCode.SEND_MESSAGE_V2,
+        language=LanguageCode.JAVA,
+        ext_fields=ext,
+        body=body,
+    )
 
 
 async def _produce(address: str, size: int, window: int, duration_s: float) -> tuple:
@@ -206,50 +228,156 @@ async def _failover_trials(cluster: LocalCluster, trials: int) -> list[float]:
     return results
 
 
-async def measure(size: int, duration_s: float, window: int, failover_trials: int) -> dict:
+def generators(choice: str) -> tuple[list[str], str | None]:
+    """The generators a run measures with (GO, PYTHON or both, in that order) and, when
+    "auto" fell back to Python, why.  "auto" installs and builds Go's generator if it can."""
+    assert choice in ("auto", GO, PYTHON, "both"), choice
+    if choice == "auto":
+        try:
+            GO_GENERATOR.ensure()
+        except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+            return [PYTHON], f"the Go generator could not be built ({exc})"
+        return [GO], None
+    return ([GO, PYTHON] if choice == "both" else [choice]), None
+
+
+async def measure(
+    size: int, duration_s: float, window: int, failover_trials: int, generator: str = GO
+) -> dict:
+    """One row: the load phase with `generator` (GO or PYTHON) while the pullers consume,
+    a single-send phase with the same generator, RSS, then `failover_trials` kills."""
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         async with LocalCluster(tmp) as cluster:
             await cluster.create_topic(TOPIC, QUEUES)
             master = await cluster.wait_master()
             address = cluster.broker_addrs[master]
-            await _produce(address, size, 16, 1.0)  # warm up
+            roles = _roles(cluster, master)
+            await _sends(generator, address, size, 16, 1.0)  # warm up, before the pullers
             stop = trio.Event()
             consumed: dict = {}
-            meter = cpu.CpuMeter(_roles(cluster, master))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_consume, address, stop, consumed)
-                meter.restart()
-                rate, latencies, errors = await _produce(address, size, window, duration_s)
-                cpu_figures = meter.per_message_us(len(latencies))
+                if generator == GO:
+                    load, cpu_figures = await trio.to_thread.run_sync(
+                        _go_load, address, size, window, duration_s, roles
+                    )
+                else:
+                    load, cpu_figures = await _python_load(address, size, window, duration_s, roles)
                 stop.set()
-            single_rate, single, _ = await _produce(address, size, 1, min(duration_s, 3.0))
+            single = await _sends(generator, address, size, 1, min(duration_s, 3.0))
             rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
             failovers = await _failover_trials(cluster, failover_trials)
+    if generator == GO:
+        notes = (
+            f"load from the Go generator (bench/remoting_pub, {CONNECTIONS} connections); "
+            "the puller CPU is this process's, which reads from the master meanwhile"
+        )
+    else:
+        notes = (
+            f"load from the Python generator in this process ({CONNECTIONS} connections); "
+            "its CPU includes the pullers that read from the master meanwhile"
+        )
+    notes += f"; single-send rate {single['acked_per_s']:.0f}/s"
+    if load.get("first_error"):
+        notes += f"; first error: {load['first_error']}"
     return {
         "system": SYSTEM,
+        "generator": generator,
         "size": size,
         "window": window,
-        "acked_per_s": rate,
-        "p50_ms": percentile(latencies, 0.5),
-        "p99_ms": percentile(latencies, 0.99),
-        "errors": errors,
-        "single_p50_ms": percentile(single, 0.5),
+        "acked_per_s": load["acked_per_s"],
+        "p50_ms": load["p50_ms"],
+        "p99_ms": load["p99_ms"],
+        "errors": load["errors"],
+        "single_p50_ms": single["p50_ms"],
         **consumed,
         "failover_ms": statistics.median(failovers) if failovers else None,
         "failover_trials_ms": [round(f) for f in failovers],
         "peak_rss_mib": max((r for r in rss if r is not None), default=None),
         **cpu.columns(cpu_figures),
-        "notes": f"single-send rate {single_rate:.0f}/s; the generator's CPU includes the "
-        "pullers that read from the master meanwhile",
+        "cpu_puller_us": cpu_figures.get("puller"),
+        "notes": notes,
     }
 
 
+async def _python_load(
+    address: str, size: int, window: int, duration_s: float, roles: dict[str, int]
+) -> tuple[dict, dict[str, float]]:
+    """The load phase from this process: its figures, and CPU per message per role."""
+    meter = cpu.CpuMeter({**roles, "generator": os.getpid()})
+    load = await _python_run(address, size, window, duration_s)
+    return load, meter.per_message_us(load["acked"])
+
+
+async def _python_run(address: str, size: int, window: int, duration_s: float) -> dict:
+    """`_produce`'s figures under the names the Go generator prints."""
+    rate, latencies, errors = await _produce(address, size, window, duration_s)
+    return {
+        "acked": len(latencies),
+        "acked_per_s": rate,
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
+        "errors": errors,
+    }
+
+
+async def _sends(generator: str, address: str, size: int, window: int, duration_s: float) -> dict:
+    """`window` sends in flight from `generator` (GO or PYTHON), CPU not measured: the
+    warm-up, and the single-send phase (window 1)."""
+    if generator == GO:
+        return await trio.to_thread.run_sync(_go_run, address, size, window, duration_s)
+    return await _python_run(address, size, window, duration_s)
+
+
+def _go_load(
+    address: str, size: int, window: int, duration_s: float, roles: dict[str, int]
+) -> tuple[dict, dict[str, float]]:
+    """The load phase from the Go generator (run in a thread while the pullers run in
+    this process): its figures, and CPU per message per role over its measured window."""
+    warmup_s = _go_warmup_s(duration_s)
+    meters: list[cpu.CpuMeter] = []
+
+    def measure_window(generator_pid: int) -> None:
+        # The generator's warm-up and window start when it starts, give or take its
+        # connection set-up (milliseconds).
+        meter = cpu.CpuMeter({**roles, "generator": generator_pid, "puller": os.getpid()})
+        time.sleep(warmup_s)
+        meter.restart()
+        time.sleep(duration_s)
+        meter.stop()
+        meters.append(meter)
+
+    load = _go_run(address, size, window, duration_s, during=measure_window)
+    return load, meters[0].per_message_us(int(load["acked"]))
+
+
+def _go_run(address: str, size: int, window: int, duration_s: float, during=None) -> dict:
+    """Run the Go generator once; the JSON it prints (acked, acked_per_s, errors,
+    first_error, p50_ms, p99_ms, max_ms)."""
+    warmup_s = _go_warmup_s(duration_s)
+    args = [
+        f"-addr={address}",
+        f"-topic={TOPIC}",
+        f"-queues={QUEUES}",
+        f"-size={size}",
+        f"-window={window}",
+        f"-conns={CONNECTIONS}",
+        f"-warmup={warmup_s}s",
+        f"-duration={duration_s}s",
+    ]
+    return GO_GENERATOR.run(args, timeout_s=warmup_s + duration_s + 60.0, during=during)
+
+
+def _go_warmup_s(duration_s: float) -> float:
+    """As NATS's publisher: a short warm-up, so connection set-up does not dilute the rate."""
+    return min(1.0, max(0.2, duration_s * 0.2))
+
+
 def _roles(cluster: LocalCluster, master: str) -> dict[str, int]:
-    """The processes whose CPU a message costs: the group's members, the name server
-    (idle under load, so its figure shows what registration costs), and this process,
-    which generates the load."""
+    """The group's processes whose CPU a message costs: its members, and the name server
+    (idle under load, so its figure shows what registration costs)."""
     roles = {"leader": cluster.pid(master), "namesrv": cluster.pid("namesrv")}
     for node in cluster.ids:
         if node != master:
             roles[f"follower {node}"] = cluster.pid(node)
-    return {**roles, "generator": os.getpid()}
+    return roles

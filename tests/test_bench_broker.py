@@ -27,4 +27,7 @@ def test_the_broker_benchmark_measures_every_phase(tmp_path):
         assert row["peak_rss_mib"] > 0
         assert row["cpu_leader_us"] > 0 and row["cpu_follower_us"] > 0
         assert row["cpu_generator_us"] > 0
+        # the Go generator wherever Go can be had; then this process only pulls
+        assert row["generator"] in ("go", "python")
+        assert row["generator"] == "python" or row["cpu_puller_us"] > 0
     assert "| raftmq broker R3" in run.stdout

@@ -11,16 +11,15 @@ package main
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"sort"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"raftmqbench/report"
 )
 
 type flags struct {
@@ -70,17 +69,11 @@ func main() {
 	default:
 		err = fmt.Errorf("unknown -mode %q", f.mode)
 	}
-	if err != nil {
-		fail(err)
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
-		fail(err)
-	}
+	report.Print("nats_pub", out, err)
 }
 
 func fail(err error) {
-	fmt.Fprintln(os.Stderr, "nats_pub:", err)
-	os.Exit(1)
+	report.Fail("nats_pub", err)
 }
 
 func payload(size int) []byte {
@@ -192,33 +185,17 @@ func pub(nc *nats.Conn, f flags) (any, error) {
 	case <-time.After(f.deadline):
 		return nil, errors.New("acks for the last publishes never came")
 	}
-	sort.Float64s(lat)
 	out := map[string]any{
 		"sent":        sent,
 		"acked":       acked,
 		"errors":      errs,
 		"acked_per_s": float64(acked) / f.duration.Seconds(),
-		"p50_ms":      pct(lat, 0.50),
-		"p99_ms":      pct(lat, 0.99),
-		"max_ms":      pct(lat, 1),
 	}
+	report.AddLatencies(out, lat)
 	if firstErr != nil {
 		out["first_error"] = firstErr.Error()
 	}
 	return out, nil
-}
-
-// pct is the percentile as the Python benchmarks take it: sorted[min(n-1, int(q*n))].
-func pct(sorted []float64, q float64) any {
-	n := len(sorted)
-	if n == 0 {
-		return nil
-	}
-	i := int(q * float64(n))
-	if i > n-1 {
-		i = n - 1
-	}
-	return sorted[i]
 }
 
 // failover proves the stream takes writes, kills -9 the process -kill-pid (the stream

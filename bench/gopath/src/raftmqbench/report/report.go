@@ -1,0 +1,48 @@
+// Package report is how the benchmarks' Go tools (bench/nats_pub, bench/remoting_pub) hand
+// their figures to Python: one JSON object on stdout and exit status 0, or the reason on
+// stderr and exit status 1; latency percentiles taken as the Python benchmarks take them.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// Print writes out as the tool's whole output, or fails with err if there is one.
+func Print(tool string, out any, err error) {
+	if err == nil {
+		err = json.NewEncoder(os.Stdout).Encode(out)
+	}
+	if err != nil {
+		Fail(tool, err)
+	}
+}
+
+// Fail ends the tool with err as its reason.
+func Fail(tool string, err error) {
+	fmt.Fprintf(os.Stderr, "%s: %v\n", tool, err)
+	os.Exit(1)
+}
+
+// AddLatencies sorts latenciesMs and sets out's p50_ms, p99_ms and max_ms (null when empty).
+func AddLatencies(out map[string]any, latenciesMs []float64) {
+	sort.Float64s(latenciesMs)
+	out["p50_ms"] = percentile(latenciesMs, 0.50)
+	out["p99_ms"] = percentile(latenciesMs, 0.99)
+	out["max_ms"] = percentile(latenciesMs, 1)
+}
+
+// percentile is sorted[min(n-1, int(q*n))], as bench/dledger_bench.py's percentile.
+func percentile(sorted []float64, q float64) any {
+	n := len(sorted)
+	if n == 0 {
+		return nil
+	}
+	i := int(q * float64(n))
+	if i > n-1 {
+		i = n - 1
+	}
+	return sorted[i]
+}
