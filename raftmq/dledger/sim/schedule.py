@@ -34,6 +34,7 @@ class Schedule:
     append_every_ms: float = 10.0
     duration_ms: float = 6000.0
     heal_ms: float = 4000.0
+    hard_state_fsync_ms: tuple[float, float] | None = None  # see SimCluster
 
 
 class Appends:
@@ -65,7 +66,13 @@ def run(
 ) -> SimCluster:
     """Play `schedule` with `workload(cluster)`; raises InvariantViolation on any safety or
     liveness failure."""
-    cluster = SimCluster(schedule.size, rng, schedule.conditions, variant)
+    cluster = SimCluster(
+        schedule.size,
+        rng,
+        schedule.conditions,
+        variant,
+        hard_state_fsync_ms=schedule.hard_state_fsync_ms,
+    )
     client = workload(cluster)
     ids = cluster.ids
     faults = sorted(schedule.faults, key=lambda f: f.at_ms)
