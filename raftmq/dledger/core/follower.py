@@ -44,11 +44,7 @@ class FollowerReplication:
     ) -> None:
         store = self.store
         resp = PushResponse(
-            self.config.group,
-            self.self_id,
-            req.local_id,
-            self.leader_id,
-            self.term,
+            *self._answer_header(req.local_id),
             code,
             req.type,
             index,

@@ -100,17 +100,7 @@ class Heartbeats:
 
     def _on_heartbeat(self, req: HeartBeatRequest, now: float) -> None:
         code = self._accept_leader(req.leader_id, req.term, now)
-        self._send(
-            HeartBeatResponse(
-                self.config.group,
-                self.self_id,
-                req.local_id,
-                self.leader_id,
-                self.term,
-                code,
-                seq=req.seq,
-            )
-        )
+        self._send(HeartBeatResponse(*self._answer_header(req.local_id), code, seq=req.seq))
 
     def _accept_leader(self, leader: str, term: int, now: float) -> Code:
         """DLedger's heartbeat checks, shared by pushes: may this leader talk to us now?"""

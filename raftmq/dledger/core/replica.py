@@ -51,10 +51,10 @@ from raftmq.dledger.core.timers import Timer
 from raftmq.dledger.core.transfer import LeadershipTransfer, Transfer
 from raftmq.dledger.store.base import LogStore
 
-H, L = Heartbeats, LeaderReplication  # short names for the timer table below
-
 
 class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, LeadershipTransfer):
+    """The state all parts share, the events a driver feeds, and the role changes."""
+
     def __init__(
         self,
         config: DLedgerConfig,
@@ -147,6 +147,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
             self._hb_round.answers[msg.remote_id] = Code.NETWORK_ERROR
         elif isinstance(msg, PushRequest) and self.role is Role.LEADER and msg.term == self.term:
             self.progress[msg.remote_id].stall()
+        self._check_invariants()
 
     def append(self, handle: int, bodies: list[bytes], now: float) -> Code:
         """Append one client request's entries as leader; see `append_batch`."""
@@ -229,6 +230,11 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
 
     def _send(self, msg) -> None:
         self._out.messages.append(msg)
+
+    def _answer_header(self, to: str) -> tuple:
+        """DLedger's base fields of an answer from us to `to`: group, sender, receiver,
+        the leader we know and our term."""
+        return (self.config.group, self.self_id, to, self.leader_id, self.term)
 
     def _save_hard_state(self) -> None:
         self._out.hard_state = (self.term, self.vote_for)
@@ -337,21 +343,36 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
     # Everything a replica does because time passed, in the order a tick does it: the
     # role's own timers first, then those of every role. See `timers`.
     _LEADER_TIMERS = (
-        Timer("heartbeat round", Role.LEADER, H._heartbeat_round_due_ms, H._finish_heartbeat_round),
-        Timer("heartbeat", Role.LEADER, H._heartbeat_due_ms, H._send_heartbeats),
-        Timer("commit push", Role.LEADER, L._commit_push_due_ms, L._send_commit_updates),
-        Timer("lease", Role.LEADER, H._lease_expiry_ms, H._lose_lease),
+        Timer(
+            "heartbeat round",
+            Role.LEADER,
+            Heartbeats._heartbeat_round_due_ms,
+            Heartbeats._finish_heartbeat_round,
+        ),
+        Timer("heartbeat", Role.LEADER, Heartbeats._heartbeat_due_ms, Heartbeats._send_heartbeats),
+        Timer(
+            "commit push",
+            Role.LEADER,
+            LeaderReplication._commit_push_due_ms,
+            LeaderReplication._send_commit_updates,
+        ),
+        Timer("lease", Role.LEADER, Heartbeats._lease_expiry_ms, Heartbeats._lose_lease),
         Timer(
             "preferred leader",
             Role.LEADER,
             LeadershipTransfer._preferred_check_due_ms,
             LeadershipTransfer._check_preferred_leader,
         ),
-        Timer("replication", Role.LEADER, L._replication_due_ms, L._replicate_all),
+        Timer(
+            "replication",
+            Role.LEADER,
+            LeaderReplication._replication_due_ms,
+            LeaderReplication._replicate_all,
+        ),
     )
     _TIMERS = (
         *_LEADER_TIMERS,
-        Timer("leader lost", Role.FOLLOWER, H._leader_lost_ms, H._lose_leader),
+        Timer("leader lost", Role.FOLLOWER, Heartbeats._leader_lost_ms, Heartbeats._lose_leader),
         Timer("campaign", Role.CANDIDATE, Election._campaign_due_ms, Election._campaign),
         Timer("vote round", Role.CANDIDATE, Election._round_due_ms, Election._finish_round),
         Timer("pending appends", None, _pending_due_ms, _expire_pending),

@@ -84,11 +84,7 @@ class LeadershipTransfer:
         self._check_transfer(now)
 
     def _answer_transfer(self, to: str, seq: int, code: Code) -> None:
-        self._send(
-            LeadershipTransferResponse(
-                self.config.group, self.self_id, to, self.leader_id, self.term, code, seq=seq
-            )
-        )
+        self._send(LeadershipTransferResponse(*self._answer_header(to), code, seq=seq))
 
     def _transfer_due_ms(self) -> float | None:
         """A transfer times out at its deadline; a transferee that has caught up moves on
