@@ -109,6 +109,7 @@ class _Effects:
         self.server = server
 
     def save_hard_state(self, term: int, vote_for: str | None) -> None:
+        assert self.server._hard_state_to_save is None, "the hand-off never overlaps saves"
         self.server._hard_state_to_save = (term, vote_for)
         self.server._hard_state_ready.set()
 
