@@ -67,13 +67,11 @@ class VoteRound:
             return ParseResult.REVOTE_IMMEDIATELY
         return ParseResult.WAIT_TO_VOTE_NEXT
 
-    def backoff_ms(
-        self, result: ParseResult, heartbeat_leak_ms: float, max_vote_ms: float
-    ) -> float:
+    def backoff_ms(self, result: ParseResult, lease_ms: float, max_vote_ms: float) -> float:
         """Extra wait before the next round on top of the random vote gap."""
         if result is ParseResult.WAIT_TO_REVOTE:
             if self.count(VoteResult.REJECT_ALREADY_HAS_LEADER):
-                return heartbeat_leak_ms
+                return lease_ms
             valid = len(self.results) - self.count(VoteResult.UNKNOWN)
             if is_quorum(valid, self.peer_count):  # others have newer logs: let them win
                 return max_vote_ms
