@@ -220,7 +220,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
             self._advance_commit()
         self._check_invariants()
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ shared by the parts
     def _rand(self, low: float, high: float) -> float:
         return low + self.rng.random() * (high - low)
 
