@@ -97,7 +97,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self.last_send_heartbeat_ms = float("-inf")
         self._pending = PendingAppends()
         self._next_preferred_check_ms = now_ms
-        self._commit_push_at: float | None = None
+        self._commit_push_at_ms: float | None = None
         self._now = now_ms
         # follower
         self.leader_verified_index = -1  # our log agrees with the leader's up to here
@@ -327,7 +327,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
     def _leave_leadership(self) -> None:
         self.progress.clear()
         self._hb_round = None
-        self._commit_push_at = None
+        self._commit_push_at_ms = None
 
     _HANDLERS = {
         VoteRequest: Election._on_vote_request,

@@ -19,7 +19,7 @@ COMMIT_LINGER_MS = 2.0
 
 
 class LeaderReplication:
-    """Part of `Replica`: `progress` per follower, `_commit_push_at` for COMMIT pushes."""
+    """Part of `Replica`: `progress` per follower, `_commit_push_at_ms` for COMMIT pushes."""
 
     def _replicate_all(self, now: float) -> None:
         if self.role is not Role.LEADER:
@@ -197,15 +197,15 @@ class LeaderReplication:
         self.committed_index = index
         self._out.committed_index = index
         self._out.completions.extend(self._pending.resolve(index, self._entry_term))
-        if self.role is Role.LEADER and self._commit_push_at is None:
-            self._commit_push_at = self._now + COMMIT_LINGER_MS
+        if self.role is Role.LEADER and self._commit_push_at_ms is None:
+            self._commit_push_at_ms = self._now + COMMIT_LINGER_MS
 
     def _commit_push_due_ms(self) -> float | None:
-        return self._commit_push_at
+        return self._commit_push_at_ms
 
     def _send_commit_updates(self, now: float) -> None:
         """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
-        self._commit_push_at = None
+        self._commit_push_at_ms = None
         for peer, prog in self.progress.items():
             if (
                 prog.state is PushType.APPEND
