@@ -103,6 +103,7 @@ class FollowerReplication:
             assert self.committed_index <= pre, (self.committed_index, pre)
             store.reset(pre + 1, req.reset_pos, req.pre_log_term)
             self._after_truncation(pre)
+            self._after_local_append()  # the answer waits for the new beginning to be durable
         cut = self._first_disagreement(pre, req.term_runs, req.leader_end_index)
         if cut <= store.end_index:
             store.truncate(cut)
