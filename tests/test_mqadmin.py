@@ -97,6 +97,25 @@ def test_usage_errors_exit_2(monkeypatch, capsys):
     assert "give either -b (a broker) or -c (a cluster)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["help"], ["-h"], ["--help"]])
+def test_help_flags_list_the_commands(argv, capsys):
+    """They answered "The sub command --help not exist." """
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("The most commonly used mqadmin commands are:")
+
+
+def test_help_for_one_command(capsys):
+    assert main(["-h", "updateTopic"]) == 0
+    assert "usage: mqadmin updateTopic" in capsys.readouterr().out
+
+
+def test_a_name_server_without_a_port_is_a_usage_error(capsys):
+    """`-n localhost` raised a traceback from inside trio.run."""
+    assert main(["clusterList", "-n", "localhost"]) == 2
+    err = capsys.readouterr().err
+    assert err == "mqadmin: -n 'localhost': bad address 'localhost': expected host:port\n"
+
+
 def test_nothing_reachable_exits_3(capsys):
     (port,) = free_ports(1)
     assert main(["clusterList", "-n", f"127.0.0.1:{port}"]) == 3

@@ -32,6 +32,7 @@ import trio
 
 from raftmq.client.admin import Admin, UnreachableError
 from raftmq.client.errors import MQBrokerError, MQClientError
+from raftmq.client.instance import parse_namesrv_addrs
 from raftmq.client.route import TopicRouteData
 from raftmq.protocol.message import MessageExt, MessageSysFlag
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
@@ -409,12 +410,15 @@ def _failure(command: Command, exc: Exception) -> int:
     return status
 
 
+_HELP = ("help", "-h", "--help")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
+    if not argv or (argv[0] in _HELP and len(argv) == 1):
         _print_commands()
         return EXIT_OK
-    if argv[0] == "help" and len(argv) == 2:
+    if argv[0] in _HELP and len(argv) == 2:
         command = _find(argv[1])
         if command is None:
             print(f"The sub command {argv[1]} not exist.", file=sys.stderr)
@@ -434,6 +438,11 @@ def main(argv: list[str] | None = None) -> int:
     if not namesrv:
         parser.print_usage(sys.stderr)
         print("mqadmin: no name server: give -n or set NAMESRV_ADDR", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        parse_namesrv_addrs(namesrv)
+    except ValueError as exc:
+        print(f"mqadmin: -n {namesrv!r}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
     async def run() -> int:
