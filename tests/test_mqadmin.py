@@ -5,6 +5,7 @@ most of the time); the test that kills the master runs last. The CLI runs as a
 subprocess where its output and exit status are the point, in process elsewhere.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,9 @@ import time
 import pytest
 import trio
 
+from raftmq.client import Producer, PushConsumer
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
+from raftmq.client.errors import MQBrokerError
 from raftmq.client.mqadmin import main
 from raftmq.client.route import BrokerData
 from raftmq.protocol.headers import send_header_v2
@@ -248,6 +251,233 @@ async def test_topic_status_and_consumer_progress(cluster):
             1,
         )
         assert queue.diff == stats.diff_total == 2
+
+
+@pytest.mark.processes
+async def test_stats_bodies_are_maps_keyed_by_message_queue(cluster):
+    """GET_TOPIC_STATS_INFO and GET_CONSUME_STATS as fastjson writes them for Java's
+    admin: `offsetTable` maps MessageQueue objects to the offsets."""
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Shaped", 1, 1, broker_addr=master)
+        await wait_route(admin, "Shaped")
+    await send(master, "Shaped", b"one", 0)
+    async with RemotingClient(master) as client:  # the raw bodies
+        stats = await client.invoke(
+            RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": "Shaped"}), 5
+        )
+        commit = {"consumerGroup": "Shaper", "topic": "Shaped", "queueId": 0, "commitOffset": 1}
+        await client.invoke(
+            RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=commit), 5
+        )
+        consume = await client.invoke(
+            RemotingCommand(RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": "Shaper"}),
+            5,
+        )
+    mq = json.dumps({"brokerName": cluster.broker_name, "queueId": 0, "topic": "Shaped"})
+    mq = mq.replace(" ", "")
+    assert stats.body.decode() == (
+        '{"offsetTable":{' + mq + ':{"lastUpdateTimestamp":0,"maxOffset":1,"minOffset":0}}}'
+    )
+    assert consume.body.decode() == (
+        '{"offsetTable":{' + mq + ':{"brokerOffset":1,"consumerOffset":1,"lastTimestamp":0}},'
+        '"consumeTps":0.0}'
+    )
+
+
+@pytest.mark.processes
+async def test_delete_topic_removes_it_from_brokers_and_name_server(cluster):
+    """The name server kept the route after the brokers dropped the topic; now
+    DELETE_TOPIC_IN_NAMESRV drops it at once."""
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Doomed", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Doomed")
+        completed = await mqadmin(
+            "deleteTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", "Doomed"
+        )
+        assert completed.returncode == 0, completed.stderr
+        assert completed.stdout.decode() == (
+            f"delete topic [Doomed] from cluster [{CLUSTER}] success.\n"
+            "delete topic [Doomed] from NameServer success.\n"
+        )
+        with pytest.raises(MQBrokerError) as gone:
+            await admin.topic_route("Doomed")
+        assert gone.value.code == ResponseCode.TOPIC_NOT_EXIST
+        assert "Doomed" not in await admin.topic_list()
+        with trio.fail_after(10):  # every replica applies the deletion from the log
+            for address in cluster.broker_addrs.values():
+                while "Doomed" in await topic_configs(admin, address):
+                    await trio.sleep(0.05)
+    usage = await mqadmin("deleteTopic", "-n", cluster.namesrv_addr, "-t", "Doomed")
+    assert usage.returncode == 2  # -c is required, as in RocketMQ
+
+
+async def topic_configs(admin: Admin, address: str) -> dict:
+    response = await admin.call(address, RequestCode.GET_ALL_TOPIC_CONFIG)
+    return json.loads(response.body)["topicConfigTable"]
+
+
+@pytest.mark.processes
+async def test_update_and_delete_subscription_group(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    completed = await mqadmin(
+        "updateSubGroup", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-g", "billing",
+        "-r", "3", "-q", "2", "-s", "false",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.decode() == (
+        f"create subscription group to {master} success.\n"
+        "SubscriptionGroupConfig [groupName=billing, consumeEnable=false, "
+        "consumeFromMinEnable=false, consumeBroadcastEnable=false, retryQueueNums=2, "
+        "retryMaxTimes=3, brokerId=0, whichBrokerWhenConsumeSlowly=1, "
+        "notifyConsumerIdsChangedEnable=true]\n"
+    )
+    async with Admin(cluster.namesrv_addr) as admin:
+        with trio.fail_after(10):  # through the log: on every replica
+            for address in cluster.broker_addrs.values():
+                while "billing" not in await admin.subscription_groups(address):
+                    await trio.sleep(0.05)
+        config = (await admin.subscription_groups(master))["billing"]
+        assert (config["retryMaxTimes"], config["consumeEnable"]) == (3, False)
+        async with RemotingClient(master) as client:  # consumeEnable=false: no pulls
+            header = {
+                "consumerGroup": "billing", "topic": "Orders", "queueId": 0, "queueOffset": 0,
+                "maxMsgNums": 1, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                "subscription": "*", "subVersion": 0,
+            }  # fmt: skip
+            pulled = await client.invoke(
+                RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=header), 5
+            )
+        assert pulled.code == ResponseCode.NO_PERMISSION
+
+        completed = await mqadmin(
+            "deleteSubGroup", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-g", "billing"
+        )
+        assert completed.returncode == 0, completed.stderr
+        lines = completed.stdout.decode().splitlines()
+        assert lines[0] == (
+            f"delete subscription group [billing] from broker [{master}] "
+            f"in cluster [{CLUSTER}] success."
+        )
+        assert lines[1:] == [
+            f"delete topic [%RETRY%billing] from cluster [{CLUSTER}] success.",
+            "delete topic [%RETRY%billing] from NameServer success.",
+            f"delete topic [%DLQ%billing] from cluster [{CLUSTER}] success.",
+            "delete topic [%DLQ%billing] from NameServer success.",
+        ]
+        assert "billing" not in await admin.subscription_groups(master)
+
+
+@pytest.mark.processes
+async def test_get_and_update_broker_config(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    slaves = sorted(a for a in cluster.broker_addrs.values() if a != master)
+    completed = await mqadmin("getBrokerConfig", "-n", cluster.namesrv_addr, "-b", master)
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.decode().splitlines()
+    assert lines[0] == f"============{master}============"
+    assert f"{'brokerName':<50}=  {cluster.broker_name}" in lines
+    assert f"{'autoCreateTopicEnable':<50}=  true" in lines
+    assert lines[-1] == ""
+
+    env = {**os.environ, "NAMESRV_ADDR": cluster.namesrv_addr}
+    completed = await mqadmin(
+        "updateBrokerConfig", "-c", CLUSTER, "-k", "autoCreateTopicEnable", "-v", "false", env=env
+    )
+    assert completed.returncode == 0, completed.stderr
+    updated = [line.split(", ")[1] for line in completed.stdout.decode().splitlines()]
+    assert completed.stdout.decode().startswith("update broker config success, ")
+    assert sorted(updated) == sorted(cluster.broker_addrs.values())
+    try:
+        async with Admin(cluster.namesrv_addr) as admin:
+            (broker,) = (await admin.cluster_info()).broker_datas(CLUSTER)
+        assert broker.addresses() == [master, *slaves] or sorted(broker.addresses()[1:]) == slaves
+        completed = await mqadmin("getBrokerConfig", "-c", CLUSTER, env=env)
+        lines = completed.stdout.decode().splitlines()
+        assert [line for line in lines if line.startswith("====")] == [
+            f"============Master: {master}============",
+            *(
+                f"============My Master: {master}=====Slave: {s}============"
+                for s in broker.addresses()[1:]
+            ),
+        ]
+        assert lines.count(f"{'autoCreateTopicEnable':<50}=  false") == 3
+        header = send_header_v2("p", "NeverCreated", 0, born_timestamp_ms=0, properties="")
+        async with RemotingClient(master) as client:  # no auto-creation now
+            response = await client.invoke(
+                RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=b"x"), 5
+            )
+        assert response.code == ResponseCode.TOPIC_NOT_EXIST
+    finally:
+        await mqadmin(
+            "updateBrokerConfig",
+            "-c",
+            CLUSTER,
+            "-k",
+            "autoCreateTopicEnable",
+            "-v",
+            "true",
+            env=env,
+        )
+
+    refused = await mqadmin(
+        "updateBrokerConfig", "-b", master, "-k", "listenPort", "-v", "1", env=env
+    )
+    assert refused.returncode == 1
+    err = refused.stderr.decode()
+    assert "listenPort: cannot change at run time" in err and err.count("\n") == 1
+
+
+@pytest.mark.processes
+async def test_consumer_and_producer_connections(cluster):
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Connected", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Connected")
+
+    async def handle(msgs) -> bool:
+        return True
+
+    async with (
+        Producer(cluster.namesrv_addr, "shop") as producer,
+        PushConsumer(cluster.namesrv_addr, "audit", "Connected", handle, "TagA || TagB"),
+    ):
+        await producer.send("Connected", b"x")  # learns the route, then heartbeats
+        with trio.fail_after(10):
+            while True:
+                consumers = await mqadmin(
+                    "consumerConnection", "-n", cluster.namesrv_addr, "-g", "audit"
+                )
+                producers = await mqadmin(
+                    "producerConnection",
+                    "-n",
+                    cluster.namesrv_addr,
+                    "-g",
+                    "shop",
+                    "-t",
+                    "Connected",
+                )
+                if consumers.returncode == producers.returncode == 0:
+                    break
+                await trio.sleep(0.1)
+    lines = consumers.stdout.decode().splitlines()
+    row = lines[0].split()
+    assert row[0] == "001" and row[3:] == ["PYTHON", "V4_9_8"]
+    assert lines[1:] == [
+        "",
+        "Below is subscription:",
+        f"001  Topic: {'Connected':<40} SubExpression: TagA || TagB",
+        f"002  Topic: {'%RETRY%audit':<40} SubExpression: *",  # as Java's consumers do
+        "ConsumeType: CONSUME_PASSIVELY",
+        "MessageModel: CLUSTERING",
+        "ConsumeFromWhere: CONSUME_FROM_LAST_OFFSET",
+    ]
+    (line,) = producers.stdout.decode().splitlines()
+    assert line.split()[0] == "0001" and line.split()[3:] == ["PYTHON", "V4_9_8"]
+    gone = await mqadmin("consumerConnection", "-n", cluster.namesrv_addr, "-g", "audit")
+    assert gone.returncode == 1  # it unregistered on the way out
+    assert "code 206 (CONSUMER_NOT_ONLINE): the consumer group[audit] not online" in (
+        gone.stderr.decode()
+    )
 
 
 async def stable_members(admin: Admin, not_leader: str | None = None):

@@ -2,16 +2,18 @@
 
 GET_BROKER_RUNTIME_INFO (28, with the DLedger member's state: dLegerSelfId,
 dLegerRole, dLegerTerm, dLegerLedgerEndIndex, dLegerCommittedIndex),
-VIEW_MESSAGE_BY_ID (33), GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS (208).
+VIEW_MESSAGE_BY_ID (33), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
+GET_CONSUMER_CONNECTION_LIST (203) and GET_PRODUCER_CONNECTION_LIST (204).
 Every replica answers them from what it holds.
 
-Where Java serializes a map keyed by MessageQueue (which fastjson writes as
-non-standard JSON with object keys), the two stats replies here carry a list of
-objects under the same name, each with topic, brokerName and queueId.
+The two stats replies are maps keyed by MessageQueue, written as fastjson writes them
+for Java's admin (`TopicStatsTable`, `ConsumeStats`): non-standard JSON whose keys are
+objects, `{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}}`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,7 @@ from raftmq.broker.headers import integer, json_body, text
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
+    from raftmq.broker.clients import ClientInfo, ClientManager
     from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
     from raftmq.broker.role import BrokerRole
     from raftmq.broker.stats import BrokerStats
@@ -30,6 +33,32 @@ if TYPE_CHECKING:
 VERSION_DESC = "V4_9_8"
 
 
+def _dumps(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def queue_map_body(entries: list[tuple[str, str, int, dict]], **fields) -> bytes:
+    """A JSON object whose `offsetTable` maps MessageQueue objects, as fastjson writes
+    them (sorted keys), to their values; `fields` are the object's other members.
+    `entries` are (topic, brokerName, queueId, value)."""
+    table = ",".join(
+        _dumps({"brokerName": b, "queueId": q, "topic": t}) + ":" + _dumps(v)
+        for t, b, q, v in entries
+    )
+    rest = "".join(f",{_dumps(k)}:{_dumps(v)}" for k, v in sorted(fields.items()))
+    return ("{" + f'"offsetTable":{{{table}}}' + rest + "}").encode()
+
+
+def _connection(info: ClientInfo) -> dict:
+    """A `Connection` of RocketMQ's connection lists."""
+    return {
+        "clientAddr": info.connection.remote_address,
+        "clientId": info.client_id,
+        "language": info.language,
+        "version": info.version,
+    }
+
+
 @attrs.define
 class AdminQueries:
     role: BrokerRole
@@ -37,6 +66,7 @@ class AdminQueries:
     topics: TopicConfigManager
     offsets: ConsumerOffsetManager
     stats: BrokerStats
+    clients: ClientManager
     broker_name: str = attrs.field(kw_only=True)
     dledger_metadata: Callable[[], dict] = attrs.field(kw_only=True)  # DLedgerServer.metadata
 
@@ -78,37 +108,66 @@ class AdminQueries:
         config = self.topics.get(topic)
         if config is None:
             return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        rows = []
-        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
-            rows.append(
+        entries = [
+            (
+                topic,
+                self.broker_name,
+                queue_id,
                 {
-                    "topic": topic,
-                    "brokerName": self.broker_name,
-                    "queueId": queue_id,
                     "minOffset": store.min_offset(topic, queue_id),
                     "maxOffset": store.max_offset(topic, queue_id),
                     "lastUpdateTimestamp": 0,
-                }
+                },
             )
-        return request.make_response(ResponseCode.SUCCESS, body=json_body({"offsetTable": rows}))
+            for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))
+        ]
+        return request.make_response(ResponseCode.SUCCESS, body=queue_map_body(entries))
 
     async def consume_stats(self, request: RemotingCommand, connection: Connection):
         group = text(request, "consumerGroup")
         only = request.ext_fields.get("topic")
-        rows = []
+        entries = []
         for (topic, queue_id), offset in sorted(self.offsets.offsets_of_group(group).items()):
             if only and topic != only:
                 continue
-            rows.append(
-                {
-                    "topic": topic,
-                    "brokerName": self.broker_name,
-                    "queueId": queue_id,
-                    "brokerOffset": self.store.max_offset(topic, queue_id),
-                    "consumerOffset": self.offsets.query(group, topic, queue_id) or offset,
-                    "lastTimestamp": 0,
-                }
+            progress = {
+                "brokerOffset": self.store.max_offset(topic, queue_id),
+                "consumerOffset": self.offsets.query(group, topic, queue_id) or offset,
+                "lastTimestamp": 0,
+            }
+            entries.append((topic, self.broker_name, queue_id, progress))
+        body = queue_map_body(entries, consumeTps=0.0)
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def consumer_connections(self, request: RemotingCommand, connection: Connection):
+        """ConsumerConnection: the group's members, their subscriptions and modes."""
+        group = text(request, "consumerGroup")
+        members = list(self.clients.groups.get(group, {}).values())
+        if not members:
+            return request.make_response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
             )
-        return request.make_response(
-            ResponseCode.SUCCESS, body=json_body({"offsetTable": rows, "consumeTps": 0.0})
-        )
+        latest = max(members, key=lambda m: m.last_update_ms)
+        subscriptions = {}
+        for member in members:
+            for sub in member.subscriptions:
+                subscriptions.setdefault(str(sub.get("topic")), sub)
+        body = {
+            "connectionSet": [_connection(m) for m in members],
+            "subscriptionTable": subscriptions,
+            "consumeType": latest.consume_type,
+            "messageModel": latest.message_model,
+            "consumeFromWhere": latest.consume_from_where,
+        }
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
+
+    async def producer_connections(self, request: RemotingCommand, connection: Connection):
+        """ProducerConnection: the members of a producer group that heartbeat here."""
+        group = text(request, "producerGroup")
+        members = list(self.clients.producers.get(group, {}).values())
+        if not members:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
+            )
+        body = {"connectionSet": [_connection(m) for m in members]}
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))

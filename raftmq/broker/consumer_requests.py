@@ -43,7 +43,10 @@ class ConsumerRequests:
             data = json.loads(request.body or b"{}")
         except ValueError as exc:
             raise BadRequest(f"heartbeat body is not JSON: {exc}") from None
-        groups = self.clients.heartbeat(data, connection, self.store.now_ms())
+        language = getattr(request.language, "name", str(request.language))
+        groups = self.clients.heartbeat(
+            data, connection, self.store.now_ms(), language, int(request.version)
+        )
         if self.role.is_master:
             for group in groups:
                 if self.topics.get(RETRY_PREFIX + group) is None:
@@ -53,7 +56,8 @@ class ConsumerRequests:
 
     async def unregister_client(self, request: RemotingCommand, connection: Connection):
         group = request.ext_fields.get("consumerGroup")
-        self.clients.unregister(text(request, "clientID"), group)
+        producer_group = request.ext_fields.get("producerGroup")
+        self.clients.unregister(text(request, "clientID"), group, producer_group)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def consumer_list(self, request: RemotingCommand, connection: Connection):

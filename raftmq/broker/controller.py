@@ -167,13 +167,14 @@ class BrokerController:
         consumer = ConsumerRequests(
             self.role, self.clients, store, self.topics, self.groups, self.offsets
         )
-        admin = AdminRequests(self.role, self.topics, self.groups)
+        admin = AdminRequests(self.role, self.topics, self.groups, self.config)
         queries = AdminQueries(
             self.role,
             store,
             self.topics,
             self.offsets,
             self.stats,
+            self.clients,
             broker_name=self.config.broker_name,
             dledger_metadata=self.dledger.metadata,
         )
@@ -200,10 +201,15 @@ class BrokerController:
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.create_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
+            RequestCode.GET_BROKER_CONFIG: admin.broker_config,
+            RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: queries.runtime_info,
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message,
             RequestCode.GET_TOPIC_STATS_INFO: queries.topic_stats,
             RequestCode.GET_CONSUME_STATS: queries.consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: queries.consumer_connections,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: queries.producer_connections,
         }
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from raftmq.client.admin import Admin, UnreachableError
+from raftmq.client.admin import DLQ_PREFIX, RETRY_PREFIX, Admin, UnreachableError
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import parse_namesrv_addrs
 from raftmq.client.route import TopicRouteData
@@ -114,18 +114,10 @@ def _perm_string(perm: int) -> str:
     _opt("-o", "order", "set topic's order(true|false)", default="false"),
 )
 async def update_topic(admin: Admin, args: argparse.Namespace) -> None:
-    if (args.brokerAddr is None) == (args.clusterName is None):
-        raise UsageError("give either -b (a broker) or -c (a cluster)")
-    order = args.order.strip().lower() == "true"
+    order = _java_bool(args.order)
     topic = args.topic.strip()
     targets = await admin.create_topic(
-        topic,
-        args.readQueueNums,
-        args.writeQueueNums,
-        args.perm,
-        cluster=args.clusterName,
-        broker_addr=args.brokerAddr,
-        order=order,
+        topic, args.readQueueNums, args.writeQueueNums, args.perm, order=order, **_targets(args)
     )
     for address in targets:
         print(f"create topic to {address} success.")
@@ -201,6 +193,22 @@ async def topic_list(admin: Admin, args: argparse.Namespace) -> None:
         names = sorted(route.brokers)
         cluster = (info.cluster_of(names[0]) if names else None) or ""
         _row(fmt, cluster, topic, "")
+
+
+@_command(
+    "deleteTopic",
+    "Delete topic from broker and NameServer.",
+    _opt("-t", "topic", "topic name", required=True),
+    _opt("-c", "clusterName", "delete topic from which cluster", required=True),
+)
+async def delete_topic(admin: Admin, args: argparse.Namespace) -> None:
+    await _delete_topic(admin, args.topic.strip(), args.clusterName.strip())
+
+
+async def _delete_topic(admin: Admin, topic: str, cluster: str) -> None:
+    await admin.delete_topic(topic, cluster)
+    print(f"delete topic [{topic}] from cluster [{cluster}] success.")
+    print(f"delete topic [{topic}] from NameServer success.")
 
 
 # ---------------------------------------------------------------------- brokers
@@ -290,6 +298,59 @@ async def dledger_status(admin: Admin, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _targets(args: argparse.Namespace) -> dict:
+    """-b or -c, exactly one, as Admin's keyword arguments."""
+    if (args.brokerAddr is None) == (args.clusterName is None):
+        raise UsageError("give either -b (a broker) or -c (a cluster)")
+    if args.brokerAddr is not None:
+        return {"broker_addr": args.brokerAddr.strip()}
+    return {"cluster": args.clusterName.strip()}
+
+
+@_command(
+    "getBrokerConfig",
+    "Get broker config by cluster or special broker.",
+    _opt("-b", "brokerAddr", "get which broker"),
+    _opt("-c", "clusterName", "get which cluster"),
+)
+async def get_broker_config(admin: Admin, args: argparse.Namespace) -> None:
+    target = _targets(args)
+    if "broker_addr" in target:
+        await _print_config(
+            admin, f"============{target['broker_addr']}============", target["broker_addr"]
+        )
+        return
+    for broker in (await admin.cluster_info()).broker_datas(target["cluster"]):
+        master = broker.master
+        if master is not None:
+            await _print_config(admin, f"============Master: {master}============", master)
+        for address in broker.addresses():
+            if address != master:
+                label = f"============My Master: {master}=====Slave: {address}============"
+                await _print_config(admin, label, address)
+
+
+async def _print_config(admin: Admin, label: str, address: str) -> None:
+    print(label)
+    for key, value in (await admin.broker_config(address)).items():
+        _row("%-50s=  %s", key, value)
+    print()
+
+
+@_command(
+    "updateBrokerConfig",
+    "Update broker's config",
+    _opt("-b", "brokerAddr", "update which broker"),
+    _opt("-c", "clusterName", "update which cluster"),
+    _opt("-k", "key", "config key", required=True),
+    _opt("-v", "value", "config value", required=True),
+)
+async def update_broker_config(admin: Admin, args: argparse.Namespace) -> None:
+    key, value = args.key.strip(), args.value.strip()
+    for address in await admin.update_broker_config(key, value, **_targets(args)):
+        print(f"update broker config success, {address}")
+
+
 # ---------------------------------------------------------------------- consumers, messages
 
 
@@ -328,6 +389,139 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
     print()
     print(f"Consume TPS: {stats.consume_tps}")
     print(f"Diff Total: {stats.diff_total}")
+
+
+def _java_bool(text: str) -> bool:
+    """Boolean.parseBoolean: "true" in any case is true, anything else false."""
+    return text.strip().lower() == "true"
+
+
+@_command(
+    "updateSubGroup",
+    "Update or create subscription group",
+    _opt("-b", "brokerAddr", "create subscription group to which broker"),
+    _opt("-c", "clusterName", "create subscription group to which cluster"),
+    _opt("-g", "groupName", "consumer group name", required=True),
+    _opt("-s", "consumeEnable", "consume enable"),
+    _opt("-m", "consumeFromMinEnable", "from min offset"),
+    _opt("-d", "consumeBroadcastEnable", "broadcast"),
+    _opt("-q", "retryQueueNums", "retry queue nums", type=int),
+    _opt("-r", "retryMaxTimes", "retry max times", type=int),
+    _opt("-i", "brokerId", "consumer from which broker id", type=int),
+    _opt("-w", "whichBrokerWhenConsumeSlowly", "which broker id when consume slowly", type=int),
+    _opt("-a", "notifyConsumerIdsChanged", "notify consumerId changed"),
+)
+async def update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
+    """The config starts from SubscriptionGroupConfig's defaults with broadcast and
+    from-min off, as UpdateSubGroupSubCommand's does; each flag given overrides."""
+    target = _targets(args)
+    config = {
+        "groupName": args.groupName.strip(),
+        "consumeEnable": True,
+        "consumeFromMinEnable": False,
+        "consumeBroadcastEnable": False,
+        "retryQueueNums": 1,
+        "retryMaxTimes": 16,
+        "brokerId": 0,
+        "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    }
+    for flag, key in (
+        ("consumeEnable", "consumeEnable"),
+        ("consumeFromMinEnable", "consumeFromMinEnable"),
+        ("consumeBroadcastEnable", "consumeBroadcastEnable"),
+        ("notifyConsumerIdsChanged", "notifyConsumerIdsChangedEnable"),
+    ):
+        if getattr(args, flag) is not None:
+            config[key] = _java_bool(getattr(args, flag))
+    for key in ("retryQueueNums", "retryMaxTimes", "brokerId", "whichBrokerWhenConsumeSlowly"):
+        if getattr(args, key) is not None:
+            config[key] = getattr(args, key)
+    for address in await admin.create_subscription_group(config, **target):
+        print(f"create subscription group to {address} success.")
+    fields = ", ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in config.items()
+    )
+    print(f"SubscriptionGroupConfig [{fields}]")
+
+
+@_command(
+    "deleteSubGroup",
+    "Delete subscription group from broker.",
+    _opt("-b", "brokerAddr", "delete subscription group from which broker"),
+    _opt("-c", "clusterName", "delete subscription group from which cluster"),
+    _opt("-g", "groupName", "subscription group name", required=True),
+)
+async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:
+    """With -c the group's retry and dead-letter topics go too, as RocketMQ's does."""
+    group, target = args.groupName.strip(), _targets(args)
+    for address in await admin.delete_subscription_group(group, **target):
+        if "cluster" in target:
+            print(
+                f"delete subscription group [{group}] from broker [{address}] "
+                f"in cluster [{target['cluster']}] success."
+            )
+        else:
+            print(f"delete subscription group [{group}] from broker [{address}] success.")
+    if "cluster" in target:
+        for prefix in (RETRY_PREFIX, DLQ_PREFIX):
+            await _delete_topic(admin, prefix + group, target["cluster"])
+
+
+def _version_desc(version: int) -> str:
+    """MQVersion.getVersionDesc for 4.x and 5.x: from V4_0_0_SNAPSHOT (212) on, every
+    release follows its snapshot. Older numbers (ali-ons sends 121) are shown as they are."""
+    if version < 212:
+        return str(version)
+    n, release = divmod(version - 212, 2)
+    name = f"V{4 + n // 100}_{n % 100 // 10}_{n % 10}"
+    return name if release else f"{name}_SNAPSHOT"
+
+
+@_command(
+    "consumerConnection",
+    "Query consumer's socket connection, client version and subscription",
+    _opt("-g", "consumerGroup", "consumer group name", required=True),
+)
+async def consumer_connection(admin: Admin, args: argparse.Namespace) -> None:
+    """ConsumerConnectionSubCommand's lines (with the line break it leaves out after
+    "Below is subscription:")."""
+    doc = await admin.consumer_connection(args.consumerGroup.strip())
+    for n, conn in enumerate(doc.get("connectionSet") or (), 1):
+        _row(
+            "%03d  %-32s %-22s %-8s %s",
+            n,
+            conn.get("clientId"),
+            conn.get("clientAddr"),
+            conn.get("language"),
+            _version_desc(int(conn.get("version") or 0)),
+        )
+    print()
+    print("Below is subscription:")
+    for n, sub in enumerate((doc.get("subscriptionTable") or {}).values(), 1):
+        _row("%03d  Topic: %-40s SubExpression: %s", n, sub.get("topic"), sub.get("subString"))
+    print(f"ConsumeType: {doc.get('consumeType')}")
+    print(f"MessageModel: {doc.get('messageModel')}")
+    print(f"ConsumeFromWhere: {doc.get('consumeFromWhere')}")
+
+
+@_command(
+    "producerConnection",
+    "Query producer's socket connection and client version",
+    _opt("-g", "producerGroup", "producer group name", required=True),
+    _opt("-t", "topic", "topic name", required=True),
+)
+async def producer_connection(admin: Admin, args: argparse.Namespace) -> None:
+    doc = await admin.producer_connection(args.producerGroup.strip(), args.topic.strip())
+    for n, conn in enumerate(doc.get("connectionSet") or (), 1):
+        _row(
+            "%04d  %-32s %-22s %-8s %s",
+            n,
+            conn.get("clientId"),
+            conn.get("clientAddr"),
+            conn.get("language"),
+            _version_desc(int(conn.get("version") or 0)),
+        )
 
 
 def _body_text(msg: MessageExt) -> str:
