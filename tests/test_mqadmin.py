@@ -5,6 +5,7 @@ most of the time); the test that kills the master runs last. The CLI runs as a
 subprocess where its output and exit status are the point, in process elsewhere.
 """
 
+import datetime
 import json
 import os
 import subprocess
@@ -14,10 +15,10 @@ import time
 import pytest
 import trio
 
-from raftmq.client import Producer, PushConsumer
+from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
 from raftmq.client.errors import MQBrokerError
-from raftmq.client.mqadmin import main
+from raftmq.client.mqadmin import _timestamp_ms, main
 from raftmq.client.route import BrokerData
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import properties_to_string
@@ -117,6 +118,16 @@ def test_a_name_server_without_a_port_is_a_usage_error(capsys):
     assert main(["clusterList", "-n", "localhost"]) == 2
     err = capsys.readouterr().err
     assert err == "mqadmin: -n 'localhost': bad address 'localhost': expected host:port\n"
+
+
+def test_reset_timestamps_are_now_milliseconds_or_local_time(capsys):
+    assert _timestamp_ms("now") == -1
+    assert _timestamp_ms("1700000000123") == 1700000000123
+    local = datetime.datetime(2024, 3, 1, 12, 30, 5, 250000).timestamp()
+    assert _timestamp_ms("2024-03-01#12:30:05:250") == int(local * 1000)
+    argv = ["resetOffsetByTime", "-n", "127.0.0.1:1", "-g", "G", "-t", "T", "-s", "yesterday"]
+    assert main(argv) == 2
+    assert "-s 'yesterday': expected now, epoch milliseconds or" in capsys.readouterr().err
 
 
 def test_nothing_reachable_exits_3(capsys):
@@ -478,6 +489,76 @@ async def test_consumer_and_producer_connections(cluster):
     assert "code 206 (CONSUMER_NOT_ONLINE): the consumer group[audit] not online" in (
         gone.stderr.decode()
     )
+
+
+@pytest.mark.processes
+async def test_reset_offset_by_time_with_the_group_stopped_and_running(cluster):
+    """Stopped: the offsets are committed by the broker (RocketMQ's admin falls back to
+    writing them itself). Running: the members are told and consume again from there."""
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Rewind", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Rewind")
+        for n in range(3):
+            await send(master, "Rewind", f"m{n}".encode(), 0)
+        await trio.sleep(0.05)
+        middle_ms = int(time.time() * 1000)
+        await trio.sleep(0.05)
+        for n in range(3, 5):
+            await send(master, "Rewind", f"m{n}".encode(), 0)
+
+        completed = await mqadmin(
+            "resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", "rewinder", "-t", "Rewind",
+            "-s", str(middle_ms),
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        lines = completed.stdout.decode().splitlines()
+        assert lines[0] == (
+            "rollback consumer offset by specified group[rewinder], topic[Rewind], "
+            f"force[true], timestamp(string)[{middle_ms}], timestamp(long)[{middle_ms}]"
+        )
+        assert lines[1] == f"{'#brokerName':<40}  {'#queueId':<40}  {'#offset':<40}"
+        assert [line.split() for line in lines[2:]] == [
+            [cluster.broker_name, "0", "3"],
+            [cluster.broker_name, "1", "0"],
+        ]
+        progress = await admin.consumer_progress("rewinder")
+        assert [(q.queue_id, q.consumer_offset) for q in progress.queues] == [(0, 3), (1, 0)]
+        completed = await mqadmin(
+            "resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", "rewinder", "-t", "Rewind",
+            "-s", "now",
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        assert [line.split()[1:] for line in completed.stdout.decode().splitlines()[2:]] == [
+            ["0", "5"],
+            ["1", "0"],
+        ]
+
+        seen: list[bytes] = []
+
+        async def handle(msgs) -> bool:
+            seen.extend(m.body for m in msgs)
+            return True
+
+        async with PushConsumer(
+            cluster.namesrv_addr, "rewinder", "Rewind", handle, "*",
+            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, persist_interval_s=0.1,
+        ):  # fmt: skip
+            await trio.sleep(0.5)
+            assert seen == []  # it starts at the committed end
+            completed = await mqadmin(
+                "resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", "rewinder", "-t",
+                "Rewind", "-s", str(middle_ms),
+            )  # fmt: skip
+            assert completed.returncode == 0, completed.stderr
+            with trio.fail_after(10):
+                while sorted(seen) != [b"m3", b"m4"]:
+                    await trio.sleep(0.05)
+            with trio.fail_after(10):  # and its own commits follow from there
+                while (await admin.consumer_progress("rewinder", "Rewind")).queues[
+                    0
+                ].consumer_offset != 5:
+                    await trio.sleep(0.05)
 
 
 async def stable_members(admin: Admin, not_leader: str | None = None):

@@ -37,7 +37,7 @@ def _dumps(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def queue_map_body(entries: list[tuple[str, str, int, dict]], **fields) -> bytes:
+def queue_map_body(entries: list[tuple[str, str, int, object]], **fields) -> bytes:
     """A JSON object whose `offsetTable` maps MessageQueue objects, as fastjson writes
     them (sorted keys), to their values; `fields` are the object's other members.
     `entries` are (topic, brokerName, queueId, value)."""

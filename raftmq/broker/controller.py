@@ -194,6 +194,7 @@ class BrokerController:
             RequestCode.GET_MIN_OFFSET: consumer.min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer.search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: consumer.earliest_time,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer.reset_offset,
             RequestCode.LOCK_BATCH_MQ: locks.lock,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,

@@ -437,6 +437,27 @@ class Admin:
         address, response = await self._first_answer(masters, "master", code, ext)
         return _loads(response.body, address)
 
+    async def reset_offset_by_time(
+        self, group: str, topic: str, timestamp_ms: int, force: bool = True
+    ) -> list[tuple[str, int, int]]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on the master of every broker group of `topic`:
+        `group`'s offsets move to the first message stored at or after `timestamp_ms`
+        (-1: the end). Returns (brokerName, queueId, new offset), sorted."""
+        route = await self.topic_route(topic)
+        ext = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": force}
+        rows = []
+        for name, broker in sorted(route.brokers.items()):
+            if broker.master is None:
+                raise UnreachableError(f"no master registered for {name}")
+            response = await self.call(
+                broker.master, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext
+            )
+            doc = _loads(response.body, broker.master)
+            rows += [
+                (str(mq["brokerName"]), int(mq["queueId"]), int(o)) for mq, o in _queue_map(doc)
+            ]
+        return sorted(rows)
+
     async def topic_status(self, topic: str) -> list[TopicOffset]:
         """GET_TOPIC_STATS_INFO from every broker group of the topic's route."""
         route = await self.topic_route(topic)

@@ -524,6 +524,47 @@ async def producer_connection(admin: Admin, args: argparse.Namespace) -> None:
         )
 
 
+def _timestamp_ms(text: str) -> int:
+    """`now` (-1: the queue's end), epoch milliseconds, or local time as
+    `yyyy-MM-dd#HH:mm:ss:SSS` (UtilAll.YYYY_MM_DD_HH_MM_SS_SSS)."""
+    if text == "now":
+        return -1
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise UsageError(
+            f"-s {text!r}: expected now, epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+    return int(moment.timestamp() * 1000)
+
+
+@_command(
+    "resetOffsetByTime",
+    "Reset consumer offset by timestamp(without client restart).",
+    _opt("-g", "group", "set the consumer group", required=True),
+    _opt("-t", "topic", "set the topic", required=True),
+    _opt("-s", "timestamp", "set the timestamp[now|currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]",
+         required=True),
+    _opt("-f", "force", "set the force rollback by timestamp switch[true|false]"),
+    _opt("-c", "cplus", "reset c++ client offset (accepted; every client is reset alike)",
+         action="store_true"),
+)  # fmt: skip
+async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
+    group, topic, text = args.group.strip(), args.topic.strip(), args.timestamp.strip()
+    timestamp_ms = _timestamp_ms(text)
+    force = True if args.force is None else _java_bool(args.force)
+    rows = await admin.reset_offset_by_time(group, topic, timestamp_ms, force)
+    print(
+        f"rollback consumer offset by specified group[{group}], topic[{topic}], "
+        f"force[{str(force).lower()}], timestamp(string)[{text}], timestamp(long)[{timestamp_ms}]"
+    )
+    _row("%-40s  %-40s  %-40s", "#brokerName", "#queueId", "#offset")
+    for broker_name, queue_id, offset in rows:
+        _row("%-40s  %-40d  %-40d", broker_name, queue_id, offset)
+
+
 def _body_text(msg: MessageExt) -> str:
     body = msg.body or b""
     if msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
