@@ -561,6 +561,47 @@ async def test_reset_offset_by_time_with_the_group_stopped_and_running(cluster):
                     await trio.sleep(0.05)
 
 
+@pytest.mark.processes
+async def test_send_message_then_consume_message(cluster):
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Mail", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Mail")
+    sent = await mqadmin(
+        "sendMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-p", "hello",
+        "-k", "k1", "-c", "TagA", "-b", cluster.broker_name, "-i", "1",
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    header, row = sent.stdout.decode().splitlines()
+    assert header == f"{'#Broker Name':<32}  {'#QID':<4}  {'#Send Result':<20}    #MsgId"
+    broker_name, qid, status, msg_id = row.split()
+    assert (broker_name, qid, status) == (cluster.broker_name, "1", "SEND_OK")
+    assert len(msg_id) == 32  # the producer's UNIQ_KEY, as Java's getMsgId() gives
+
+    got = await mqadmin(
+        "consumeMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-b", cluster.broker_name,
+        "-i", "1",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    lines = got.stdout.decode().splitlines()
+    assert lines[0] == "Consume ok"
+    assert lines[1].startswith(f"MSGID: {msg_id} MessageExt [brokerName={cluster.broker_name}, ")
+    assert "queueId=1, queueOffset=0," in lines[1] and "tags=TagA, keys=k1]" in lines[1]
+    assert lines[1].endswith(" BODY: hello")
+    mq = f"MessageQueue [topic=Mail, brokerName={cluster.broker_name}, queueId=1]"
+    assert lines[2] == f"{mq} print msg finished. status=NO_NEW_MSG, offset=1"
+
+    every = await mqadmin("consumeMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-c", "5")
+    assert every.returncode == 0, every.stderr
+    assert [line for line in every.stdout.decode().splitlines() if line.startswith("MSGID")] == [
+        lines[1]
+    ]
+    usage = await mqadmin(
+        "sendMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-p", "x", "-i", "0"
+    )
+    assert usage.returncode == 2
+    assert "Broker name must be set if the queue is chosen!" in usage.stderr.decode()
+
+
 async def stable_members(admin: Admin, not_leader: str | None = None):
     """dledger_status once exactly one member leads (not `not_leader`) and every
     reachable member is in its term."""

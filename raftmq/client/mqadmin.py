@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import sys
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 
@@ -31,9 +32,11 @@ import attrs
 import trio
 
 from raftmq.client.admin import DLQ_PREFIX, RETRY_PREFIX, Admin, UnreachableError
+from raftmq.client.consumer import PullConsumer, PullStatus
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import parse_namesrv_addrs
-from raftmq.client.route import TopicRouteData
+from raftmq.client.producer import Producer
+from raftmq.client.route import MessageQueue, TopicRouteData
 from raftmq.protocol.message import MessageExt, MessageSysFlag
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import ResponseCode
@@ -611,6 +614,134 @@ async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
         if n:
             print()
         _print_message(msg)
+
+
+def _mq_text(mq: MessageQueue) -> str:
+    """MessageQueue.toString."""
+    return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
+
+
+@_command(
+    "sendMessage",
+    "Send a message",
+    _opt("-t", "topic", "Topic name", required=True),
+    _opt("-p", "body", "UTF-8 string format of the message body", required=True),
+    _opt("-k", "key", "Message keys"),
+    _opt("-c", "tags", "Message tags"),
+    _opt("-b", "broker", "Send message to target broker"),
+    _opt("-i", "qid", "Send message to target queue", type=int),
+)
+async def send_message(admin: Admin, args: argparse.Namespace) -> None:
+    topic = args.topic.strip()
+    if args.qid is not None and args.broker is None:
+        raise UsageError("Broker name must be set if the queue is chosen!")
+    queue = None if args.qid is None else MessageQueue(topic, args.broker.strip(), args.qid)
+    group = str(int(time.time() * 1000))  # as SendMessageCommand names its producer
+    async with Producer(admin.namesrv_addrs, group) as producer:
+        result = await producer.send(
+            topic,
+            args.body.strip().encode("utf-8"),
+            tags=args.tags and args.tags.strip(),
+            keys=args.key and args.key.strip(),
+            queue=queue,
+        )
+    fmt = "%-32s  %-4s  %-20s    %s"
+    _row(fmt, "#Broker Name", "#QID", "#Send Result", "#MsgId")
+    mq = result.message_queue
+    _row(fmt, mq.broker_name, mq.queue_id, result.status.name, result.msg_id)
+
+
+def _message_line(msg: MessageExt, broker_name: str) -> str:
+    """PrintMessageByQueueCommand.printMessage's line; MessageExt's toString shortened
+    to the fields an operator looks for."""
+    store_host = "{}:{}".format(*msg.store_host)
+    described = (
+        f"MessageExt [brokerName={broker_name}, queueId={msg.queue_id}, "
+        f"queueOffset={msg.queue_offset}, storeTimestamp={msg.store_timestamp}, "
+        f"storeHost={store_host}, msgId={msg.msg_id}, commitLogOffset={msg.physical_offset}, "
+        f"reconsumeTimes={msg.reconsume_times}, topic={msg.topic}, tags={msg.tags}, "
+        f"keys={msg.keys}]"
+    )
+    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {_body_text(msg)}"
+
+
+@_command(
+    "consumeMessage",
+    "Consume message",
+    _opt("-t", "topic", "Topic name", required=True),
+    _opt("-b", "brokerName", "Broker name"),
+    _opt("-i", "queueId", "Queue Id", type=int),
+    _opt("-o", "offset", "Queue offset", type=int),
+    _opt("-g", "consumerGroup", "Consumer group name"),
+    _opt("-s", "beginTimestamp", "Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
+    _opt("-e", "endTimestamp", "End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
+    _opt("-c", "MessageNumber", "Number of message to be consumed", type=int, default=128),
+)
+async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
+    """ConsumeMessageCommand: pull (never commit) up to -c messages, queue by queue, or
+    from one queue (-b, -i) and offset (-o), between two store times (-s, -e)."""
+    if args.MessageNumber <= 0:
+        raise UsageError("please input a positive messageNumber!")
+    if args.queueId is not None and args.brokerName is None:
+        raise UsageError("Please set the brokerName before queueId!")
+    if args.offset is not None and args.queueId is None:
+        raise UsageError("please set queueId before offset!")
+    topic = args.topic.strip()
+    begin_ms = _timestamp_ms(args.beginTimestamp.strip()) if args.beginTimestamp else 0
+    end_ms = _timestamp_ms(args.endTimestamp.strip()) if args.endTimestamp else 0
+    group = (args.consumerGroup or "TOOLS_CONSUMER").strip()
+    async with PullConsumer(admin.namesrv_addrs, group) as consumer:
+
+        async def span(mq: MessageQueue) -> tuple[int, int]:
+            low, high = await consumer.min_offset(mq), await consumer.max_offset(mq)
+            if begin_ms > 0:
+                low = await consumer.search_offset(mq, begin_ms)
+            if end_ms > 0:
+                high = await consumer.search_offset(mq, end_ms)
+            return low, high
+
+        count = args.MessageNumber
+        if args.queueId is None:
+            for mq in await consumer.fetch_queues(topic):
+                if count == 0:
+                    return
+                low, high = await span(mq)
+                if high - low > count:
+                    print(f"The older {count} message of the {mq.queue_id} queue will be provided")
+                    high, count = low + count - 1, 0
+                else:
+                    count -= high - low + 1
+                await _print_queue(consumer, mq, low, high)
+            return
+        mq = MessageQueue(topic, args.brokerName.strip(), args.queueId)
+        low, high = await span(mq)
+        offset = args.offset or 0
+        if offset > high:
+            print(f"{_mq_text(mq)} no matched msg, offset={offset}")
+            return
+        low = max(low, offset)
+        if high - low > count:
+            print(f"The oldler {count} message will be provided")
+            high = low + count - 1
+        await _print_queue(consumer, mq, low, high)
+
+
+async def _print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: int) -> None:
+    """Messages [low, high] of `mq`, a pull at a time, until the queue has no more."""
+    offset = low
+    while offset <= high:
+        result = await consumer.pull(mq, offset, min(32, high - offset + 1))
+        offset = result.next_begin_offset
+        if result.status is PullStatus.FOUND:
+            print("Consume ok")
+            for msg in result.messages:
+                print(_message_line(msg, mq.broker_name))
+        elif result.status is PullStatus.NO_MATCHED_MSG:
+            print(f"{_mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
+        else:
+            status = result.status.name
+            print(f"{_mq_text(mq)} print msg finished. status={status}, offset={offset}")
+            return
 
 
 # ---------------------------------------------------------------------- entry point
