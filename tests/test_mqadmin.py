@@ -602,6 +602,29 @@ async def test_send_message_then_consume_message(cluster):
     assert "Broker name must be set if the queue is chosen!" in usage.stderr.decode()
 
 
+@pytest.mark.processes
+async def test_cluster_rt_sends_to_each_group_topic(cluster):
+    completed = await mqadmin(
+        "clusterRT", "-n", cluster.namesrv_addr, "-a", "4", "-s", "16", "-r", "2", "-i", "0.1"
+    )
+    assert completed.returncode == 0, completed.stderr
+    header, *rows = completed.stdout.decode().splitlines()
+    assert header == (
+        f"{'#Cluster Name':<24}  {'#Broker Name':<24}  {'#RT':<4}  {'#successCount':<8}  "
+        f"{'#failCount':<8}"
+    )
+    assert len(rows) == 2  # one group, two rounds
+    for row in rows:
+        cluster_name, broker_name, rt_ms, sent, failed = row.split()
+        assert (cluster_name, broker_name, sent, failed) == (CLUSTER, cluster.broker_name, "4", "0")
+        assert float(rt_ms) > 0
+    tlog = await mqadmin(
+        "clusterRT", "-n", cluster.namesrv_addr, "-a", "2", "-r", "1", "-p", "true"
+    )
+    (line,) = tlog.stdout.decode().splitlines()
+    assert line.split("|")[1:4] == ["noname", CLUSTER, cluster.broker_name]
+
+
 async def stable_members(admin: Admin, not_leader: str | None = None):
     """dledger_status once exactly one member leads (not `not_leader`) and every
     reachable member is in its term."""

@@ -13,7 +13,8 @@ ours: one row per member of every DLedger group, unreachable members included.
 
 Unlike RocketMQ's, which prints a stack trace and exits 0 whatever happened, the exit
 status says what went wrong: 0 done, 1 a server answered with an error (printed with
-its code and remark), 2 a usage error, 3 nothing that could answer was reached.
+its code and remark), 2 a usage error, 3 nothing that could answer was reached, 130
+interrupted (Ctrl-C); each failure is one line on stderr.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from raftmq.remoting.codes import ResponseCode
 __all__ = ["COMMANDS", "main"]
 
 EXIT_OK, EXIT_ANSWERED_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
 class UsageError(Exception):
@@ -352,6 +354,62 @@ async def update_broker_config(admin: Admin, args: argparse.Namespace) -> None:
     key, value = args.key.strip(), args.value.strip()
     for address in await admin.update_broker_config(key, value, **_targets(args)):
         print(f"update broker config success, {address}")
+
+
+@_command(
+    "clusterRT",
+    "List All clusters Message Send RT.",
+    _opt("-a", "amount", "message amount | default 100", type=int, default=100),
+    _opt("-s", "size", "message size | default 128 Byte", type=int, default=128),
+    _opt("-c", "cluster", "cluster name | default display all cluster"),
+    _opt("-p", "printLog", "print as tlog | default false", default="false"),
+    _opt("-m", "machineRoom", "machine room name | default noname", default="noname"),
+    _opt("-i", "interval", "print interval | default 10 seconds", type=float, default=10.0),
+    _opt("-r", "rounds", "stop after this many rounds | default 0, never (raftmq's)",
+         type=int, default=0),
+)  # fmt: skip
+async def cluster_rt(admin: Admin, args: argparse.Namespace) -> None:
+    """CLusterSendMsgRTCommand: every interval, `amount` sends of `size` bytes to each
+    broker group's own topic (named after the group); the mean time of all but the
+    first, in ms."""
+    if args.amount < 2:
+        raise UsageError("-a: at least 2 messages (the first is not timed)")
+    info = await admin.cluster_info()
+    clusters = [args.cluster.strip()] if args.cluster else sorted(info.clusters)
+    as_tlog = _java_bool(args.printLog)
+    if not as_tlog:
+        _row("%-24s  %-24s  %-4s  %-8s  %-8s", "#Cluster Name", "#Broker Name", "#RT",
+             "#successCount", "#failCount")  # fmt: skip
+    body = b"a" * args.size
+    rounds = 0
+    async with Producer(admin.namesrv_addrs, str(int(time.time() * 1000))) as producer:
+        while True:
+            for cluster in clusters:
+                if cluster not in info.clusters:
+                    print(f"cluster [{cluster}] not exist")
+                    break
+                for broker_name in info.clusters[cluster]:
+                    elapsed_s, sent, failed = 0.0, 0, 0
+                    for n in range(args.amount):
+                        start = time.monotonic()
+                        try:
+                            await producer.send(broker_name, body)
+                            sent += 1
+                        except MQClientError:
+                            failed += 1
+                        if n:
+                            elapsed_s += time.monotonic() - start
+                    rt_ms = elapsed_s * 1000 / (args.amount - 1)
+                    if as_tlog:
+                        now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+                        print(f"{now}|{args.machineRoom}|{cluster}|{broker_name}|{rt_ms:.0f}")
+                    else:
+                        _row("%-24s  %-24s  %-8s  %-16s  %-16s", cluster, broker_name,
+                             f"{rt_ms:.2f}", sent, failed)  # fmt: skip
+            rounds += 1
+            if rounds == args.rounds:
+                return
+            await trio.sleep(args.interval)
 
 
 # ---------------------------------------------------------------------- consumers, messages
@@ -823,6 +881,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except (MQClientError, RemotingConnectError, RemotingTimeoutError) as exc:
         return _failure(command, exc)
+    except KeyboardInterrupt:  # clusterRT runs until interrupted, as RocketMQ's does
+        print(f"mqadmin {command.name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
