@@ -331,6 +331,9 @@ async def topic_configs(admin: Admin, address: str) -> dict:
 @pytest.mark.processes
 async def test_update_and_delete_subscription_group(cluster):
     master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:  # as the group's first heartbeat would
+        await admin.create_topic("%RETRY%billing", 1, 1, cluster=CLUSTER)
+        await wait_route(admin, "%RETRY%billing")
     completed = await mqadmin(
         "updateSubGroup", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-g", "billing",
         "-r", "3", "-q", "2", "-s", "false",
@@ -348,6 +351,8 @@ async def test_update_and_delete_subscription_group(cluster):
             for address in cluster.broker_addrs.values():
                 while "billing" not in await admin.subscription_groups(address):
                     await trio.sleep(0.05)
+        (retry_queues,) = (await admin.topic_route("%RETRY%billing")).queue_datas
+        assert retry_queues.write_queue_nums == retry_queues.read_queue_nums == 2  # -q 2
         config = (await admin.subscription_groups(master))["billing"]
         assert (config["retryMaxTimes"], config["consumeEnable"]) == (3, False)
         async with RemotingClient(master) as client:  # consumeEnable=false: no pulls

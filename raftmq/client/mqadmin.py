@@ -498,12 +498,34 @@ async def update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
     for key in ("retryQueueNums", "retryMaxTimes", "brokerId", "whichBrokerWhenConsumeSlowly"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
-    for address in await admin.create_subscription_group(config, **target):
+    retry_route = None
+    if config["retryQueueNums"] != 1:
+        try:
+            retry_route = await admin.topic_route(RETRY_PREFIX + config["groupName"])
+        except MQBrokerError as exc:
+            print(f"get subscription retry topic route info null: {exc.remark}")
+    targets = await admin.create_subscription_group(config, **target)
+    for address in targets:
         print(f"create subscription group to {address} success.")
+    if retry_route is not None:
+        await _resize_retry_topic(admin, retry_route, config["retryQueueNums"], targets)
     fields = ", ".join(
         f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in config.items()
     )
     print(f"SubscriptionGroupConfig [{fields}]")
+
+
+async def _resize_retry_topic(
+    admin: Admin, route: TopicRouteData, queues: int, targets: list[str]
+) -> None:
+    """The group's retry topic gets `queues` queues on the brokers written to, as
+    UpdateSubGroupSubCommand does for a -q other than the default."""
+    for queue_data in route.queue_datas:
+        master = route.master(queue_data.broker_name)
+        if master in targets and queue_data.write_queue_nums != queues:
+            await admin.create_topic(
+                route.topic, queues, queues, queue_data.perm, broker_addr=master
+            )
 
 
 @_command(
