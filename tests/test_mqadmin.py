@@ -18,7 +18,8 @@ import trio
 from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
 from raftmq.client.errors import MQBrokerError
-from raftmq.client.mqadmin import _timestamp_ms, main
+from raftmq.client.mqadmin import main
+from raftmq.client.mqadmin.commands import parse_timestamp_ms
 from raftmq.client.route import BrokerData
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import properties_to_string
@@ -121,10 +122,10 @@ def test_a_name_server_without_a_port_is_a_usage_error(capsys):
 
 
 def test_reset_timestamps_are_now_milliseconds_or_local_time(capsys):
-    assert _timestamp_ms("now") == -1
-    assert _timestamp_ms("1700000000123") == 1700000000123
+    assert parse_timestamp_ms("now") == -1
+    assert parse_timestamp_ms("1700000000123") == 1700000000123
     local = datetime.datetime(2024, 3, 1, 12, 30, 5, 250000).timestamp()
-    assert _timestamp_ms("2024-03-01#12:30:05:250") == int(local * 1000)
+    assert parse_timestamp_ms("2024-03-01#12:30:05:250") == int(local * 1000)
     argv = ["resetOffsetByTime", "-n", "127.0.0.1:1", "-g", "G", "-t", "T", "-s", "yesterday"]
     assert main(argv) == 2
     assert "-s 'yesterday': expected now, epoch milliseconds or" in capsys.readouterr().err
