@@ -164,10 +164,8 @@ class AdminQueries:
     async def producer_connections(self, request: RemotingCommand, connection: Connection):
         """ProducerConnection: the members of a producer group that heartbeat here."""
         group = text(request, "producerGroup")
-        members = list(self.clients.producers.get(group, {}).values())
-        if not members:
-            return request.make_response(
-                ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist"
-            )
-        body = {"connectionSet": [_connection(m) for m in members]}
-        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
+        if members := self.clients.producers.get(group):
+            body = json_body({"connectionSet": [_connection(m) for m in members.values()]})
+            return request.make_response(ResponseCode.SUCCESS, body=body)
+        remark = f"the producer group[{group}] not exist"
+        return request.make_response(ResponseCode.SYSTEM_ERROR, remark)

@@ -35,41 +35,36 @@ def _value(text: str, i: int) -> tuple[object, int]:
     if text.startswith("{", i):
         return _object(text, i)
     if text.startswith("[", i):
-        return _array(text, i)
+        return _sequence(text, i, "]", _value)
     return _DECODER.raw_decode(text, i)  # a string, number, true, false or null
 
 
-def _expect(text: str, i: int, what: str) -> None:
-    if not text.startswith(what, i):
-        raise ValueError(f"expected {what!r} at character {i}")
-
-
-def _object(text: str, i: int) -> tuple[object, int]:
-    pairs: list[tuple[object, object]] = []
-    i = _skip(text, i + 1)
-    while not text.startswith("}", i):
-        if pairs:
-            _expect(text, i, ",")
-            i = _skip(text, i + 1)
-        key, i = _value(text, i)
-        i = _skip(text, i)
-        _expect(text, i, ":")
-        value, i = _value(text, _skip(text, i + 1))
-        pairs.append((key, value))
-        i = _skip(text, i)
-    if all(isinstance(k, str | int) and not isinstance(k, bool) for k, _ in pairs):
-        return {str(k): v for k, v in pairs}, i + 1
-    return pairs, i + 1
-
-
-def _array(text: str, i: int) -> tuple[list, int]:
+def _sequence(text: str, i: int, close: str, read) -> tuple[list, int]:
+    """The items `read` finds between the bracket at `i` and its `close`, comma-separated."""
     items: list[object] = []
     i = _skip(text, i + 1)
-    while not text.startswith("]", i):
+    while not text.startswith(close, i):
         if items:
-            _expect(text, i, ",")
+            if not text.startswith(",", i):
+                raise ValueError(f"expected ',' at character {i}")
             i = _skip(text, i + 1)
-        item, i = _value(text, i)
+        item, i = read(text, i)
         items.append(item)
         i = _skip(text, i)
     return items, i + 1
+
+
+def _pair(text: str, i: int) -> tuple[tuple[object, object], int]:
+    key, i = _value(text, i)
+    i = _skip(text, i)
+    if not text.startswith(":", i):
+        raise ValueError(f"expected ':' at character {i}")
+    value, i = _value(text, _skip(text, i + 1))
+    return (key, value), i
+
+
+def _object(text: str, i: int) -> tuple[object, int]:
+    pairs, i = _sequence(text, i, "}", _pair)
+    if all(isinstance(k, str | int) and not isinstance(k, bool) for k, _ in pairs):
+        return {str(k): v for k, v in pairs}, i
+    return pairs, i

@@ -15,6 +15,7 @@ from raftmq.client.mqadmin.commands import (
     EXIT_OK,
     EXIT_UNREACHABLE,
     UsageError,
+    broker_or_cluster,
     java_bool,
     option,
     print_row,
@@ -58,8 +59,7 @@ async def cluster_list(admin: Admin, args: argparse.Namespace) -> None:
 @verb(
     "brokerStatus",
     "Fetch broker runtime status data",
-    option("-b", "brokerAddr", "Broker address"),
-    option("-c", "clusterName", "which cluster"),
+    *broker_or_cluster("Broker address", "which cluster"),
 )
 async def broker_status(admin: Admin, args: argparse.Namespace) -> None:
     if args.brokerAddr is not None:
@@ -113,8 +113,7 @@ async def dledger_status(admin: Admin, args: argparse.Namespace) -> int:
 @verb(
     "getBrokerConfig",
     "Get broker config by cluster or special broker.",
-    option("-b", "brokerAddr", "get which broker"),
-    option("-c", "clusterName", "get which cluster"),
+    *broker_or_cluster("get which broker", "get which cluster"),
 )
 async def get_broker_config(admin: Admin, args: argparse.Namespace) -> None:
     target = target_kwargs(args)
@@ -143,8 +142,7 @@ async def _print_config(admin: Admin, label: str, address: str) -> None:
 @verb(
     "updateBrokerConfig",
     "Update broker's config",
-    option("-b", "brokerAddr", "update which broker"),
-    option("-c", "clusterName", "update which cluster"),
+    *broker_or_cluster("update which broker", "update which cluster"),
     option("-k", "key", "config key", required=True),
     option("-v", "value", "config value", required=True),
 )

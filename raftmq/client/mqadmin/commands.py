@@ -57,6 +57,12 @@ def option(flag: str, name: str, help_text: str, **kwargs) -> tuple:
     return (flag, name, help_text, kwargs)
 
 
+def broker_or_cluster(broker_help: str, cluster_help: str) -> tuple[tuple, tuple]:
+    """-b (a broker address) and -c (a cluster), of which a verb takes exactly one
+    (`target_kwargs`)."""
+    return option("-b", "brokerAddr", broker_help), option("-c", "clusterName", cluster_help)
+
+
 def print_row(fmt: str, *values) -> None:
     """One line of a table; the formats are RocketMQ's printf formats, which Python's
     % operator reads the same way."""

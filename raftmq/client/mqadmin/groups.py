@@ -8,6 +8,7 @@ import argparse
 from raftmq.client.admin import DLQ_PREFIX, RETRY_PREFIX, Admin
 from raftmq.client.errors import MQBrokerError
 from raftmq.client.mqadmin.commands import (
+    broker_or_cluster,
     human_ms,
     java_bool,
     option,
@@ -60,8 +61,9 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
 @verb(
     "updateSubGroup",
     "Update or create subscription group",
-    option("-b", "brokerAddr", "create subscription group to which broker"),
-    option("-c", "clusterName", "create subscription group to which cluster"),
+    *broker_or_cluster(
+        "create subscription group to which broker", "create subscription group to which cluster"
+    ),
     option("-g", "groupName", "consumer group name", required=True),
     option("-s", "consumeEnable", "consume enable"),
     option("-m", "consumeFromMinEnable", "from min offset"),
@@ -131,8 +133,10 @@ async def _resize_retry_topic(
 @verb(
     "deleteSubGroup",
     "Delete subscription group from broker.",
-    option("-b", "brokerAddr", "delete subscription group from which broker"),
-    option("-c", "clusterName", "delete subscription group from which cluster"),
+    *broker_or_cluster(
+        "delete subscription group from which broker",
+        "delete subscription group from which cluster",
+    ),
     option("-g", "groupName", "subscription group name", required=True),
 )
 async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:

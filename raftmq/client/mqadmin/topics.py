@@ -7,6 +7,7 @@ import json
 
 from raftmq.client.admin import Admin
 from raftmq.client.mqadmin.commands import (
+    broker_or_cluster,
     human_ms,
     java_bool,
     option,
@@ -25,8 +26,7 @@ def _perm_string(perm: int) -> str:
 @verb(
     "updateTopic",
     "Update or create topic",
-    option("-b", "brokerAddr", "create topic to which broker"),
-    option("-c", "clusterName", "create topic to which cluster"),
+    *broker_or_cluster("create topic to which broker", "create topic to which cluster"),
     option("-t", "topic", "topic name", required=True),
     option("-r", "readQueueNums", "set read queue nums", type=int, default=8),
     option("-w", "writeQueueNums", "set write queue nums", type=int, default=8),
