@@ -202,4 +202,3 @@ class NamesrvProcessor:
     def delete_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
         self.routes.delete_topic(_field(request, "topic"))
         return request.make_response(ResponseCode.SUCCESS)
-
