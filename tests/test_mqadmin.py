@@ -114,6 +114,12 @@ def test_help_for_one_command(capsys):
     assert "usage: mqadmin updateTopic" in capsys.readouterr().out
 
 
+def test_a_broker_without_a_port_is_a_one_line_usage_error(capsys):
+    assert main(["brokerStatus", "-n", "127.0.0.1:1", "-b", "localhost"]) == 2
+    err = capsys.readouterr().err
+    assert err == "mqadmin brokerStatus: bad address 'localhost': expected host:port\n"
+
+
 def test_a_name_server_without_a_port_is_a_usage_error(capsys):
     """`-n localhost` raised a traceback from inside trio.run."""
     assert main(["clusterList", "-n", "localhost"]) == 2

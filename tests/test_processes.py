@@ -171,3 +171,16 @@ def test_server_on_a_busy_port_says_so_in_one_line(tmp_path):
         )
     assert proc.stderr.startswith(f"dledger: n0 cannot listen on 127.0.0.1:{port}: ")
     assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_server_on_a_store_it_cannot_create_says_so_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    store = tmp_path / "file" / "store"
+    proc = dledger(
+        "server",
+        *("--group", "g", "--id", "n0", "--peers", f"n0-127.0.0.1:{free_ports(1)[0]}"),
+        *("--store-base-dir", str(store)),
+        check_code=4,
+    )
+    assert proc.stderr.startswith(f"dledger: refusing to run: --store-base-dir {store}: ")
+    assert "Not a directory" in proc.stderr and proc.stderr.count("\n") == 1

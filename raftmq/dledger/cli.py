@@ -4,8 +4,9 @@ Verbs and flags follow DLedger's own (`--group`, `--id`, `--peers`,
 `--store-base-dir`, `--data`, `--count`, `--index`, `--leader`, `--transferee`).
 Exit status for scripts: 0 success, 1 the group answered with an error code
 (UNKNOWN_GROUP for a wrong `--group`), 2 bad usage, 3 no member (or no leader)
-reachable, or `server` cannot listen on its port, 4 the server refused to start or
-stopped because its disk failed (the message names the file and offset).
+reachable, or `server` cannot listen on its port, 4 the server refused to start (its
+store directory unusable, damaged data: the message names the file and offset) or
+stopped because its disk failed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_STORAGE = 0, 1, 2, 3, 4
 
 class CannotListen(Exception):
     """The server's own peer address could not be bound (in use, not local)."""
+
+
+class StoreUnusable(Exception):
+    """The store directory cannot be created, written or read."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,7 +110,10 @@ def _server_config(args) -> DLedgerConfig:
 
 
 async def _run_server(config: DLedgerConfig) -> None:
-    server = DLedgerServer(config)
+    try:
+        server = DLedgerServer(config)  # opens the store: files only, no sockets
+    except OSError as exc:
+        raise StoreUnusable(f"--store-base-dir {config.store_base_dir}: {exc}") from exc
     address = config.peers[config.self_id]
     try:
         async with trio.open_nursery() as nursery:
@@ -197,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(_run_server, config)
             return EXIT_OK
         return trio.run(_client_verb, args)
-    except (StoreCorruption, DiskFailure, SyncFailed) as exc:
+    except (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as exc:
         print(f"dledger: refusing to run: {exc}", file=sys.stderr)
         return EXIT_STORAGE
     except CannotListen as exc:

@@ -99,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return trio.run(run)
-    except UsageError as exc:
-        parser.print_usage(sys.stderr)
+    except (UsageError, ValueError) as exc:  # ValueError: a bad -b address, msgId, ...
         print(f"mqadmin {command.name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (MQClientError, RemotingConnectError, RemotingTimeoutError) as exc:
