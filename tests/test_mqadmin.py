@@ -612,6 +612,13 @@ async def test_send_message_then_consume_message(cluster):
     )
     assert usage.returncode == 2
     assert "Broker name must be set if the queue is chosen!" in usage.stderr.decode()
+    nowhere = await mqadmin(
+        "sendMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-p", "x", "-b", "NoSuchBroker",
+        "-i", "0",
+    )  # fmt: skip
+    assert nowhere.returncode == 1
+    assert nowhere.stderr.decode().startswith("mqadmin sendMessage failed: ")
+    assert nowhere.stderr.decode().count("\n") == 1
 
 
 @pytest.mark.processes

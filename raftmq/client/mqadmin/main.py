@@ -25,6 +25,7 @@ from raftmq.client.mqadmin.commands import (
 )
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import ResponseCode
+from raftmq.streams.groups import first_leaf
 
 __all__ = ["main"]
 
@@ -84,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR")
     if not namesrv:
-        parser.print_usage(sys.stderr)
         print("mqadmin: no name server: give -n or set NAMESRV_ADDR", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -98,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             return await command.run(admin, args) or EXIT_OK
 
     try:
-        return trio.run(run)
+        try:
+            return trio.run(run)
+        except BaseExceptionGroup as group:  # from a client's nursery: say what went wrong
+            raise first_leaf(group) from None
     except (UsageError, ValueError) as exc:  # ValueError: a bad -b address, msgId, ...
         print(f"mqadmin {command.name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -107,7 +110,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # clusterRT runs until interrupted, as RocketMQ's does
         print(f"mqadmin {command.name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())
