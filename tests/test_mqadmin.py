@@ -644,6 +644,44 @@ async def test_cluster_rt_sends_to_each_group_topic(cluster):
     assert line.split("|")[1:4] == ["noname", CLUSTER, cluster.broker_name]
 
 
+@pytest.mark.processes
+async def test_stats_all_counts_what_was_stored_and_consumed(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:
+        for topic in ("Counted", "Unread"):
+            await admin.create_topic(topic, 2, 2, cluster=CLUSTER)
+            await wait_route(admin, topic)
+    for n in range(3):
+        await send(master, "Counted", f"c{n}".encode(), 0)
+    await send(master, "Unread", b"u", 1)
+    async with RemotingClient(master) as client:
+        for offset in (1, 2):  # two commits: the group consumed 2 of the 3
+            commit = {"consumerGroup": "counter", "topic": "Counted", "queueId": 0,
+                      "commitOffset": offset}  # fmt: skip
+            response = await client.invoke(
+                RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=commit), 5
+            )
+            assert response.code == ResponseCode.SUCCESS
+
+    completed = await mqadmin("statsAll", "-n", cluster.namesrv_addr, "-t", "Counted")
+    assert completed.returncode == 0, completed.stderr
+    header, row = completed.stdout.decode().splitlines()
+    assert header.split() == [
+        "#Topic", "#Consumer", "Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour",
+        "#OutMsg24Hour",
+    ]  # fmt: skip
+    # Only the commit from 1 to 2 is an advance the broker saw: the first had no
+    # earlier offset to move from.
+    assert row.split() == ["Counted", "counter", "1", "0.05", "0.02", "3", "1"]
+    assert row.startswith(f"{'Counted':<64}  {'counter':<64} ")
+
+    completed = await mqadmin("statsAll", "-n", cluster.namesrv_addr, "-a")
+    rows = [line.split() for line in completed.stdout.decode().splitlines()[1:]]
+    assert ["Unread", "0", "0.02", "1", "NO_CONSUMER"] in rows
+    assert "Counted" in [r[0] for r in rows]
+    assert "TBW102" not in [r[0] for r in rows]  # -a: active topics only
+
+
 async def stable_members(admin: Admin, not_leader: str | None = None):
     """dledger_status once exactly one member leads (not `not_leader`) and every
     reachable member is in its term."""

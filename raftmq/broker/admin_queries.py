@@ -3,8 +3,14 @@
 GET_BROKER_RUNTIME_INFO (28, with the DLedger member's state: dLegerSelfId,
 dLegerRole, dLegerTerm, dLegerLedgerEndIndex, dLegerCommittedIndex),
 VIEW_MESSAGE_BY_ID (33), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
-GET_CONSUMER_CONNECTION_LIST (203) and GET_PRODUCER_CONNECTION_LIST (204).
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
+QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315, for `statsAll`).
 Every replica answers them from what it holds.
+
+VIEW_BROKER_STATS_DATA knows RocketMQ's two stats `statsAll` asks for: TOPIC_PUT_NUMS
+(messages of a topic stored in the last minute, hour and day, counted from the queues'
+store times, so every replica agrees and a restart loses nothing) and GROUP_GET_NUMS
+(`topic@group`: what the group consumed, from its offset commits to this master).
 
 The two stats replies are maps keyed by MessageQueue, written as fastjson writes them
 for Java's admin (`TopicStatsTable`, `ConsumeStats`): non-standard JSON whose keys are
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
     from raftmq.broker.topic_config_manager import TopicConfigManager
 
 VERSION_DESC = "V4_9_8"
+STATS_WINDOWS_MS = {"statsMinute": 60_000, "statsHour": 3_600_000, "statsDay": 86_400_000}
 
 
 def _dumps(value) -> str:
@@ -169,3 +176,44 @@ class AdminQueries:
             return request.make_response(ResponseCode.SUCCESS, body=body)
         remark = f"the producer group[{group}] not exist"
         return request.make_response(ResponseCode.SYSTEM_ERROR, remark)
+
+    async def topic_consumed_by(self, request: RemotingCommand, connection: Connection):
+        """GroupList: the groups online with a subscription to the topic, and those that
+        committed an offset on it."""
+        topic = text(request, "topic")
+        groups = self.offsets.groups_of_topic(topic)
+        for group, members in self.clients.groups.items():
+            if any(s.get("topic") == topic for m in members.values() for s in m.subscriptions):
+                groups.add(group)
+        return request.make_response(
+            ResponseCode.SUCCESS, body=json_body({"groupList": sorted(groups)})
+        )
+
+    async def broker_stats(self, request: RemotingCommand, connection: Connection):
+        """BrokerStatsData: sum and per-second rate over the last minute, hour and day."""
+        name, key = text(request, "statsName"), text(request, "statsKey")
+        now_ms = self.store.now_ms()
+        if name == "TOPIC_PUT_NUMS":
+            config = self.topics.get(key)
+            queues = range(config.write_queue_nums) if config is not None else range(0)
+
+            def count(window_ms: int) -> int:
+                since_ms = now_ms - window_ms
+                return sum(
+                    self.store.max_offset(key, q) - self.store.search_offset(key, q, since_ms)
+                    for q in queues
+                )
+        elif name == "GROUP_GET_NUMS" and "@" in key:
+            topic, _, group = key.partition("@")
+
+            def count(window_ms: int) -> int:
+                return self.offsets.consumed.since(topic, group, window_ms, now_ms)
+        else:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"no stats {name} for {key} on this broker"
+            )
+        body = {}
+        for field, window_ms in STATS_WINDOWS_MS.items():
+            total = count(window_ms)
+            body[field] = {"sum": total, "tps": total * 1000 / window_ms, "avgpt": 0.0}
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))

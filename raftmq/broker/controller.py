@@ -211,6 +211,8 @@ class BrokerController:
             RequestCode.GET_CONSUME_STATS: queries.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: queries.consumer_connections,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: queries.producer_connections,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: queries.topic_consumed_by,
+            RequestCode.VIEW_BROKER_STATS_DATA: queries.broker_stats,
         }
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):

@@ -430,8 +430,7 @@ class Admin:
         )
 
     async def _connections(self, topic: str, code: int, ext: dict) -> dict:
-        route = await self.topic_route(topic)
-        masters = [b.master for _, b in sorted(route.brokers.items()) if b.master]
+        masters = await self.route_masters(topic)
         if not masters:
             raise UnreachableError(f"no master registered for the brokers of {topic}")
         address, response = await self._first_answer(masters, "master", code, ext)
@@ -457,6 +456,28 @@ class Admin:
                 (str(mq["brokerName"]), int(mq["queueId"]), int(o)) for mq, o in _queue_map(doc)
             ]
         return sorted(rows)
+
+    async def topic_consumed_by(self, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO on the master of every broker group of `topic`:
+        the groups subscribed to it or with offsets on it, sorted."""
+        groups: set[str] = set()
+        for address in await self.route_masters(topic):
+            response = await self.call(
+                address, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}
+            )
+            groups.update(_loads(response.body, address).get("groupList") or ())
+        return sorted(groups)
+
+    async def broker_stats(self, broker_addr: str, name: str, key: str) -> dict:
+        """VIEW_BROKER_STATS_DATA: {statsMinute, statsHour, statsDay: {sum, tps, avgpt}}."""
+        ext = {"statsName": name, "statsKey": key}
+        response = await self.call(broker_addr, RequestCode.VIEW_BROKER_STATS_DATA, ext)
+        return _loads(response.body, broker_addr)
+
+    async def route_masters(self, topic: str) -> list[str]:
+        """The master of every broker group serving `topic` (the registered ones)."""
+        route = await self.topic_route(topic)
+        return [b.master for _, b in sorted(route.brokers.items()) if b.master is not None]
 
     async def topic_status(self, topic: str) -> list[TopicOffset]:
         """GET_TOPIC_STATS_INFO from every broker group of the topic's route."""

@@ -1,5 +1,5 @@
 """Consumer and producer group verbs: consumerProgress, updateSubGroup, deleteSubGroup,
-consumerConnection, producerConnection, resetOffsetByTime."""
+consumerConnection, producerConnection, resetOffsetByTime, statsAll."""
 
 from __future__ import annotations
 
@@ -234,3 +234,64 @@ async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
     print_row("%-40s  %-40s  %-40s", "#brokerName", "#queueId", "#offset")
     for broker_name, queue_id, offset in rows:
         print_row("%-40s  %-40d  %-40d", broker_name, queue_id, offset)
+
+
+def _day_sum(stats: dict) -> int:
+    """StatsAllSubCommand.compute24HourSum: the day's sum, else the hour's, else the minute's."""
+    for window in ("statsDay", "statsHour", "statsMinute"):
+        total = int((stats.get(window) or {}).get("sum") or 0)
+        if total:
+            return total
+    return 0
+
+
+async def _rates(admin: Admin, masters: list[str], name: str, key: str) -> tuple[float, int]:
+    """(per-second rate over the last minute, messages in the last day) summed over the
+    masters; a master without the stats counts nothing, as in RocketMQ."""
+    tps, day = 0.0, 0
+    for address in masters:
+        try:
+            stats = await admin.broker_stats(address, name, key)
+        except MQBrokerError:
+            continue
+        tps += float((stats.get("statsMinute") or {}).get("tps") or 0)
+        day += _day_sum(stats)
+    return tps, day
+
+
+@verb(
+    "statsAll",
+    "Topic and Consumer tps stats",
+    option("-a", "activeTopic", "print active topic only", action="store_true"),
+    option("-t", "topic", "print select topic only"),
+)
+async def stats_all(admin: Admin, args: argparse.Namespace) -> None:
+    """StatsAllSubCommand's table. OutTPS and OutMsg24Hour count what each group
+    consumed (its committed offsets' advances), where RocketMQ counts what it pulled."""
+    print_row("%-32s  %-32s %12s %11s %11s %14s %14s", "#Topic", "#Consumer Group",
+              "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour", "#OutMsg24Hour")  # fmt: skip
+    only = (args.topic or "").strip()
+    for topic in await admin.topic_list():
+        if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or (only and topic != only):
+            continue
+        try:
+            await _print_topic_stats(admin, topic, args.activeTopic)
+        except MQBrokerError:  # gone since the list was read, or no broker serves it
+            continue
+
+
+async def _print_topic_stats(admin: Admin, topic: str, active_only: bool) -> None:
+    masters = await admin.route_masters(topic)
+    in_tps, in_day = await _rates(admin, masters, "TOPIC_PUT_NUMS", topic)
+    groups = await admin.topic_consumed_by(topic)
+    if not groups:
+        if not active_only or in_day > 0:
+            print_row("%-64s  %-32s %12d %11.2f %11s %14d %14s", topic, "", 0, in_tps, "",
+                      in_day, "NO_CONSUMER")  # fmt: skip
+        return
+    for group in groups:
+        out_tps, out_day = await _rates(admin, masters, "GROUP_GET_NUMS", f"{topic}@{group}")
+        backlog = max(0, (await admin.consumer_progress(group, topic)).diff_total)
+        if not active_only or in_day > 0 or out_day > 0:
+            print_row("%-64s  %-64s %12d %11.2f %11.2f %14d %14d", topic, group, backlog,
+                      in_tps, out_tps, in_day, out_day)  # fmt: skip
