@@ -12,7 +12,8 @@ venv=.venv
 hash=$(sha1sum pyproject.toml | cut -c1-12)
 
 # bootstrap NAME EXTRAS: install the project with EXTRAS ("" or "[dev,...]") unless the
-# stamp for NAME says this pyproject.toml was installed already. pip's progress shows.
+# stamp for NAME says this pyproject.toml was installed already. pip's output (what it
+# downloads, with a progress bar on a terminal) shows.
 bootstrap() {
     local name=$1 extras=$2
     local stamp=$venv/.installed-$name-$hash
@@ -23,8 +24,7 @@ bootstrap() {
     if [ ! -f "$stamp" ]; then
         echo "run.sh: installing raftmq$extras into $venv (first run only)" >&2
         "$venv/bin/python" -m pip install --quiet --upgrade pip
-        "$venv/bin/python" -m pip install --progress-bar on -e ".$extras" |
-            grep -v '^Requirement already satisfied' || true
+        "$venv/bin/python" -m pip install --progress-bar on -e ".$extras"
         rm -f "$venv"/.installed-"$name"-*
         touch "$stamp"
     fi
