@@ -19,6 +19,9 @@ def test_counts_fall_out_of_each_window_by_the_minute():
     assert counts.since("T", "g", HOUR_MS, now) == 1
     assert counts.since("T", "g", DAY_MS, now) == 8
     assert counts.since("T", "nobody", DAY_MS, now) == 0
+    # A commit just before a minute turned still counts in the next minute's window.
+    assert counts.since("T", "g", MINUTE_MS, now + MINUTE_MS + 1_000) == 1
+    assert counts.since("T", "g", MINUTE_MS, now + 2 * MINUTE_MS) == 0
 
 
 def test_a_day_old_minute_is_dropped_when_a_new_minute_starts():

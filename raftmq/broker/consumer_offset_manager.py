@@ -52,7 +52,7 @@ class ConsumedCounts:
     def since(self, topic: str, group: str, window_ms: int, now_ms: int) -> int:
         """Messages counted in the minutes that overlap the last `window_ms`."""
         first = (now_ms - window_ms) // MINUTE_MS
-        return sum(n for m, n in self._minutes.get((topic, group), {}).items() if m > first)
+        return sum(n for m, n in self._minutes.get((topic, group), {}).items() if m >= first)
 
 
 class ConsumerOffsetManager:
