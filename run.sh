@@ -2,12 +2,13 @@
 # The two entry points a fresh machine needs: `./run.sh demo` and `./run.sh test`
 # (`./run.sh test fast` leaves out the tests that start real processes, and the slow ones).
 # Each creates .venv (once) and installs the project into it (again only when
-# pyproject.toml changed), so running either twice costs nothing extra.
+# pyproject.toml, setup.py or the compiled hot path's source changed: the install
+# is what builds the extension), so running either twice costs nothing extra.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 venv=.venv
-stamp=$venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+stamp=$venv/.installed-$(cat pyproject.toml setup.py raftmq/hotpath/_compiled.pyx | sha1sum | cut -c1-12)
 
 bootstrap() {
     if [ ! -x "$venv/bin/python" ]; then

@@ -18,6 +18,8 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from raftmq import hotpath
+from raftmq.hotpath import python as hotpath_python
 from raftmq.remoting import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -37,6 +39,16 @@ from raftmq.remoting.frames import FrameReader
 
 JSON = SerializeType.JSON
 ROCKETMQ = SerializeType.ROCKETMQ
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def frame_splitter(request, monkeypatch):
+    """Every test here runs on the compiled frame splitter and on its Python twin."""
+    if request.param == "python":
+        monkeypatch.setattr(hotpath, "split_frames", hotpath_python.split_frames)
+    elif not hotpath.COMPILED:
+        pytest.skip("the compiled hot path is not in use")
+
 
 # ------------------------------------------------------------------ golden frames
 

@@ -14,12 +14,12 @@ writer sends everything queued while its previous `send_all` was in flight in on
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 
 import trio
 
-from raftmq.remoting.codec import MAX_FRAME_BYTES, check_frame_length, decode_payload, encode_prefix
+from raftmq import hotpath  # imported whole: hotpath.python imports this package back
+from raftmq.remoting.codec import MAX_FRAME_BYTES, decode_payload, encode_prefix
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
 from raftmq.streams.writer import BatchWriter
@@ -27,8 +27,6 @@ from raftmq.streams.writer import BatchWriter
 __all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter"]
 
 RECEIVE_CHUNK = 256 * 1024
-
-_LENGTH = struct.Struct(">I")
 
 
 class FrameDecoder:
@@ -75,23 +73,12 @@ class FrameDecoder:
             src = data
         else:
             src = bytes(data)
-        size = len(src)
-        max_frame = self._max
-        unpack_from = _LENGTH.unpack_from
-        commands = []
-        pos = 0
-        while size - pos >= 4:
-            (length,) = unpack_from(src, pos)
-            check_frame_length(length, max_frame)
-            end = pos + 4 + length
-            if end > size:
-                break
-            commands.append(decode_payload(src, pos + 4, end))
-            pos = end
+        frames, pos = hotpath.split_frames(src, self._max)
+        commands = [decode_payload(src, start, end) for start, end in frames]
         if src is buf:
             if pos:
                 del buf[:pos]
-        elif pos < size:
+        elif pos < len(src):
             self._buf = bytearray(src[pos:] if pos else src)
         return commands
 

@@ -1,0 +1,293 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The compiled twins of `raftmq.hotpath.python`: the same functions, the same bytes.
+
+Each takes its fast path for what clients ordinarily send and hands anything else
+(an odd property list, a value out of range, a ROCKETMQ-serialized request) to its
+Python twin, so the two agree on errors as well as on results.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from raftmq.hotpath import python as _twin
+from raftmq.remoting.codec import check_frame_length
+
+cdef extern from "zlib.h":
+    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int length) nogil
+
+cdef int _JSON = 0
+cdef int _MESSAGE_MAGIC_CODE = -626843481
+cdef int _BORN_V6 = 0x1 << 4
+cdef int _STORE_V6 = 0x1 << 5
+cdef Py_ssize_t _TOPIC_MAX = 127
+cdef Py_ssize_t _PROPERTIES_MAX = 0x7FFF
+cdef Py_ssize_t _MAX_PROPERTIES = 64  # more than this takes the Python path
+cdef bytes _WAIT = b"WAIT"
+cdef bytes _CLUSTER = b"CLUSTER"
+cdef int64_t _INT32_MIN = -(1 << 31)
+cdef int64_t _INT32_MAX = (1 << 31) - 1
+cdef const char *_HEX = b"0123456789ABCDEF"
+
+
+cdef inline void _put32(uint8_t *p, uint32_t v) noexcept nogil:
+    p[0] = v >> 24
+    p[1] = v >> 16
+    p[2] = v >> 8
+    p[3] = v
+
+
+cdef inline void _put64(uint8_t *p, uint64_t v) noexcept nogil:
+    _put32(p, <uint32_t>(v >> 32))
+    _put32(p + 4, <uint32_t>v)
+
+
+def split_frames(src, Py_ssize_t max_frame_bytes):
+    cdef const uint8_t[::1] view = src
+    cdef Py_ssize_t size = view.shape[0]
+    cdef Py_ssize_t pos = 0
+    cdef Py_ssize_t end
+    cdef uint32_t length
+    frames = []
+    while size - pos >= 4:
+        length = (<uint32_t>view[pos] << 24 | <uint32_t>view[pos + 1] << 16
+                  | <uint32_t>view[pos + 2] << 8 | view[pos + 3])
+        if length < 4 or <Py_ssize_t>length + 4 > max_frame_bytes:
+            check_frame_length(length, max_frame_bytes)  # raises the exact error
+        end = pos + 4 + length
+        if end > size:
+            break
+        frames.append((pos + 4, end))
+        pos = end
+    return frames, pos
+
+
+cdef inline bint _int32(object value):
+    return type(value) is int and _INT32_MIN <= value <= _INT32_MAX
+
+
+cdef inline bint _int64(object value):
+    return type(value) is int and -(1 << 63) <= value < (1 << 63)
+
+
+def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue_id, flag,
+                sysflag, born_timestamp_ms, reconsume_times, properties, body):
+    cdef Py_ssize_t starts[64]
+    cdef Py_ssize_t seps[64]
+    cdef Py_ssize_t ends[64]
+    cdef Py_ssize_t count = 0, i, j, pos, item_end, sep, cluster_at = -1
+    cdef Py_ssize_t props_len, out_props, total, body_len, born_len, store_len
+    cdef const uint8_t *p
+    cdef uint8_t *o
+    cdef int flags
+    if not (type(born_host) is bytes and type(store_host) is bytes and type(body) is bytes
+            and type(topic) is str and type(properties) is str and type(cluster) is str
+            and _int32(queue_id) and _int32(flag) and _int32(sysflag)
+            and _int32(reconsume_times) and _int64(born_timestamp_ms)
+            and _int64(store_timestamp_ms)):
+        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+                                 queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
+                                 properties, body)
+    born_len = PyBytes_GET_SIZE(born_host)
+    store_len = PyBytes_GET_SIZE(store_host)
+    try:
+        props = (<str>properties).encode("utf-8")
+        topic_bytes = (<str>topic).encode("utf-8")
+        cluster_bytes = (<str>cluster).encode("utf-8")
+    except UnicodeEncodeError:
+        props = None
+    if (props is None or born_len not in (8, 20) or store_len not in (8, 20)
+            or PyBytes_GET_SIZE(topic_bytes) > _TOPIC_MAX or not cluster_bytes
+            or b"\x02" in cluster_bytes
+            or (born_len == 20 and memcmp(PyBytes_AS_STRING(born_host),
+                                          b"\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0)
+            or (store_len == 20 and memcmp(PyBytes_AS_STRING(store_host),
+                                           b"\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0)):
+        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+                                 queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
+                                 properties, body)
+    # The client's properties: name \x01 value \x02 ...; only the plain shape (every
+    # item named and valued, no name twice, the last item terminated or not) is taken
+    # here, the rest by the twin, which follows Java's lenient parser.
+    p = <const uint8_t *>PyBytes_AS_STRING(props)
+    props_len = PyBytes_GET_SIZE(props)
+    pos = 0
+    out_props = 0
+    while pos < props_len:
+        item_end = pos
+        while item_end < props_len and p[item_end] != 2:
+            item_end += 1
+        sep = pos
+        while sep < item_end and p[sep] != 1:
+            sep += 1
+        if sep == pos or sep >= item_end - 1 or count == _MAX_PROPERTIES:
+            return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster,
+                                     topic, queue_id, flag, sysflag, born_timestamp_ms,
+                                     reconsume_times, properties, body)
+        for j in range(count):
+            if (seps[j] - starts[j] == sep - pos
+                    and memcmp(p + starts[j], p + pos, sep - pos) == 0):
+                return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster,
+                                         topic, queue_id, flag, sysflag, born_timestamp_ms,
+                                         reconsume_times, properties, body)
+        starts[count] = pos
+        seps[count] = sep
+        ends[count] = item_end
+        if sep - pos == 4 and memcmp(p + pos, <const char *>_WAIT, 4) == 0:
+            ends[count] = -1  # dropped
+        elif sep - pos == 7 and memcmp(p + pos, <const char *>_CLUSTER, 7) == 0:
+            cluster_at = count
+        else:
+            out_props += item_end - pos + 1
+        count += 1
+        pos = item_end + 1
+    out_props += 9 + PyBytes_GET_SIZE(cluster_bytes)  # CLUSTER \x01 name \x02
+    if out_props > _PROPERTIES_MAX:
+        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+                                 queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
+                                 properties, body)
+    body_len = PyBytes_GET_SIZE(body)
+    total = (48 + born_len + 8 + store_len + 16 + body_len + 1 + PyBytes_GET_SIZE(topic_bytes)
+             + 2 + out_props)
+    if total > _INT32_MAX:
+        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+                                 queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
+                                 properties, body)
+    flags = (<int>sysflag) & ~(_BORN_V6 | _STORE_V6)
+    if born_len == 20:
+        flags |= _BORN_V6
+    if store_len == 20:
+        flags |= _STORE_V6
+    record = PyBytes_FromStringAndSize(NULL, total)
+    o = <uint8_t *>PyBytes_AS_STRING(record)
+    _put32(o, <uint32_t>total)
+    _put32(o + 4, <uint32_t>_MESSAGE_MAGIC_CODE)
+    _put32(o + 8, <uint32_t>(crc32(0, <const unsigned char *>PyBytes_AS_STRING(body),
+                                   <unsigned int>body_len) & 0x7FFFFFFF))
+    _put32(o + 12, <uint32_t><int>queue_id)
+    _put32(o + 16, <uint32_t><int>flag)
+    _put64(o + 20, 0)  # queue offset: placed by the leader
+    _put64(o + 28, 0)  # physical offset: likewise
+    _put32(o + 36, <uint32_t>flags)
+    _put64(o + 40, <uint64_t><int64_t>born_timestamp_ms)
+    o += 48
+    memcpy(o, PyBytes_AS_STRING(born_host), born_len)
+    o += born_len
+    _put64(o, <uint64_t><int64_t>store_timestamp_ms)
+    o += 8
+    memcpy(o, PyBytes_AS_STRING(store_host), store_len)
+    o += store_len
+    _put32(o, <uint32_t><int>reconsume_times)
+    _put64(o + 4, 0)  # prepared transaction offset
+    _put32(o + 12, <uint32_t>body_len)
+    o += 16
+    memcpy(o, PyBytes_AS_STRING(body), body_len)
+    o += body_len
+    o[0] = <uint8_t>PyBytes_GET_SIZE(topic_bytes)
+    memcpy(o + 1, PyBytes_AS_STRING(topic_bytes), PyBytes_GET_SIZE(topic_bytes))
+    o += 1 + PyBytes_GET_SIZE(topic_bytes)
+    o[0] = <uint8_t>(out_props >> 8)
+    o[1] = <uint8_t>out_props
+    o += 2
+    for i in range(count):
+        if ends[i] < 0:
+            continue
+        if i == cluster_at:
+            memcpy(o, b"CLUSTER\x01", 8)
+            memcpy(o + 8, PyBytes_AS_STRING(cluster_bytes), PyBytes_GET_SIZE(cluster_bytes))
+            o += 8 + PyBytes_GET_SIZE(cluster_bytes)
+        else:
+            memcpy(o, p + starts[i], ends[i] - starts[i])
+            o += ends[i] - starts[i]
+        o[0] = 2
+        o += 1
+    if cluster_at < 0:
+        memcpy(o, b"CLUSTER\x01", 8)
+        memcpy(o + 8, PyBytes_AS_STRING(cluster_bytes), PyBytes_GET_SIZE(cluster_bytes))
+        o += 8 + PyBytes_GET_SIZE(cluster_bytes)
+        o[0] = 2
+    return record
+
+
+cdef Py_ssize_t _decimal(char *out, int64_t value) noexcept:
+    """Write `value` in decimal at `out`; returns the characters written."""
+    cdef char digits[24]
+    cdef Py_ssize_t n = 0, i
+    cdef uint64_t magnitude = <uint64_t>value
+    cdef bint negative = value < 0
+    if negative:
+        magnitude = <uint64_t>0 - magnitude
+    while True:
+        digits[n] = <char>(48 + magnitude % 10)
+        n += 1
+        magnitude //= 10
+        if magnitude == 0:
+            break
+    i = 0
+    if negative:
+        out[0] = 45  # "-"
+        i = 1
+    while n > 0:
+        n -= 1
+        out[i] = digits[n]
+        i += 1
+    return i
+
+
+cdef bytes _HEAD = b'{"code":0,"extFields":{"msgId":"'
+cdef bytes _QUEUE_ID = b'","queueId":"'
+cdef bytes _QUEUE_OFFSET = b'","queueOffset":"'
+cdef bytes _TAIL = (b'","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,'
+                    b'"language":"PYTHON","opaque":')
+cdef bytes _END = b',"serializeTypeCurrentRPC":"JSON","version":409}'
+
+
+def send_responses(list sends, store_host):
+    cdef Py_ssize_t host_len, n, i, length, k
+    cdef const uint8_t *host
+    cdef char *o
+    cdef char *frame
+    cdef bytearray out
+    cdef uint8_t id_bytes[28]
+    if type(store_host) is not bytes or PyBytes_GET_SIZE(store_host) not in (8, 20):
+        return _twin.send_responses(sends, store_host)
+    host = <const uint8_t *>PyBytes_AS_STRING(store_host)
+    host_len = PyBytes_GET_SIZE(store_host)
+    n = len(sends)
+    # The largest frame: 8 + head + msgId (56) + three 20-digit numbers + the rest.
+    out = bytearray(n * (8 + len(_HEAD) + 56 + len(_QUEUE_ID) + len(_QUEUE_OFFSET)
+                         + len(_TAIL) + len(_END) + 3 * 21))
+    o = out
+    for i in range(n):
+        send = sends[i]
+        if not (type(send) is tuple and len(<tuple>send) == 5):
+            return _twin.send_responses(sends, store_host)
+        opaque, serialize_type, queue_id, queue_offset, physical_offset = <tuple>send
+        if not (serialize_type == _JSON and _int32(opaque) and _int64(queue_id)
+                and _int64(queue_offset) and _int64(physical_offset)):
+            return _twin.send_responses(sends, store_host)
+        frame = o
+        o += 8
+        memcpy(o, PyBytes_AS_STRING(_HEAD), len(_HEAD))
+        o += len(_HEAD)
+        memcpy(id_bytes, host, host_len)
+        _put64(id_bytes + host_len, <uint64_t><int64_t>physical_offset)
+        for k in range(host_len + 8):
+            o[0] = _HEX[id_bytes[k] >> 4]
+            o[1] = _HEX[id_bytes[k] & 15]
+            o += 2
+        memcpy(o, PyBytes_AS_STRING(_QUEUE_ID), len(_QUEUE_ID))
+        o += len(_QUEUE_ID)
+        o += _decimal(o, <int64_t>queue_id)
+        memcpy(o, PyBytes_AS_STRING(_QUEUE_OFFSET), len(_QUEUE_OFFSET))
+        o += len(_QUEUE_OFFSET)
+        o += _decimal(o, <int64_t>queue_offset)
+        memcpy(o, PyBytes_AS_STRING(_TAIL), len(_TAIL))
+        o += len(_TAIL)
+        o += _decimal(o, <int64_t>opaque)
+        memcpy(o, PyBytes_AS_STRING(_END), len(_END))
+        o += len(_END)
+        length = o - frame - 4
+        _put32(<uint8_t *>frame, <uint32_t>length)
+        _put32(<uint8_t *>frame + 4, <uint32_t>(length - 4))  # JSON: serialize type 0
+    return bytes(out[: o - <char *>out])
