@@ -17,8 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raftmq import hotpath
-from raftmq.hotpath import python as twin
-from raftmq.remoting.codes import SerializeType
+from raftmq.broker import send_encoding
+from raftmq.remoting import SerializeType, frames
+
+TWINS = {
+    "split_frames": frames.split_frames,
+    "send_record": send_encoding.send_record,
+    "send_responses": send_encoding.send_responses,
+}
 
 try:
     from raftmq.hotpath import _compiled as compiled
@@ -37,7 +43,7 @@ def outcome(function, *args):
 def same(name, *args):
     if compiled is None:
         pytest.skip("the extension is not built")
-    assert outcome(getattr(compiled, name), *args) == outcome(getattr(twin, name), *args)
+    assert outcome(getattr(compiled, name), *args) == outcome(TWINS[name], *args)
 
 
 def test_the_compiled_path_is_the_default():
@@ -46,16 +52,20 @@ def test_the_compiled_path_is_the_default():
     assert compiled is not None, "CI must build the extension"
     if not os.environ.get("RAFTMQ_NO_EXTENSIONS"):
         assert hotpath.COMPILED
-        assert hotpath.send_record is compiled.send_record
+        assert send_encoding.SEND_RECORD is compiled.send_record
+        assert frames.SPLIT_FRAMES is compiled.split_frames
 
 
 def test_no_extensions_selects_the_twins():
-    code = "from raftmq import hotpath; print(hotpath.COMPILED, hotpath.split_frames.__module__)"
+    code = (
+        "from raftmq import hotpath; from raftmq.remoting import frames; "
+        "print(hotpath.COMPILED, frames.SPLIT_FRAMES is frames.split_frames)"
+    )
     env = {**os.environ, "RAFTMQ_NO_EXTENSIONS": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
-    assert out.stdout.split() == ["False", "raftmq.hotpath.python"]
+    assert out.stdout.split() == ["False", "True"]
 
 
 # --------------------------------------------------------------------- frames

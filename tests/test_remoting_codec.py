@@ -19,7 +19,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raftmq import hotpath
-from raftmq.hotpath import python as hotpath_python
 from raftmq.remoting import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -33,6 +32,7 @@ from raftmq.remoting import (
     codec,
     decode,
     encode,
+    frames,
 )
 from raftmq.remoting.codec import decode_payload
 from raftmq.remoting.frames import FrameReader
@@ -45,7 +45,7 @@ ROCKETMQ = SerializeType.ROCKETMQ
 def frame_splitter(request, monkeypatch):
     """Every test here runs on the compiled frame splitter and on its Python twin."""
     if request.param == "python":
-        monkeypatch.setattr(hotpath, "split_frames", hotpath_python.split_frames)
+        monkeypatch.setattr(frames, "SPLIT_FRAMES", frames.split_frames)
     elif not hotpath.COMPILED:
         pytest.skip("the compiled hot path is not in use")
 

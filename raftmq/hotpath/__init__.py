@@ -1,29 +1,28 @@
 """The per-message work of the data path, compiled where the build allows.
 
-`raftmq.hotpath._compiled` is one Cython extension, built by `pip install` (setup.py);
-`raftmq.hotpath.python` holds a pure-Python twin of each of its functions, held to
-the same bytes and errors by property tests. The compiled ones are used unless
-`RAFTMQ_NO_EXTENSIONS=1` is set (aiokafka's convention) or the extension cannot be
-imported, in which case a warning says so once and the twins run: slower, not different.
-
-    split_frames    where the remoting frames in a receive buffer start and end
-    send_record     one sent message's CommitLog record
-    send_responses  the SUCCESS responses to a batch of sends, as one buffer of frames
+`raftmq.hotpath._compiled` is one Cython extension, built by `pip install` (setup.py).
+Every function in it has a pure-Python twin in the layer that owns the work (frame
+splitting in `remoting.frames`, the send path's record and responses in
+`broker.send_encoding`), held to the same results and errors by property tests
+(tests/test_hotpath.py). That layer asks `compiled_or(name, twin)` which one to run:
+the compiled one, unless `RAFTMQ_NO_EXTENSIONS=1` is set (aiokafka's convention) or
+the extension cannot be imported, in which case a warning says so once and the twins
+run — slower, not different. This package imports nothing else of raftmq's, so every
+layer may import it.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 
-from raftmq.hotpath import python
-
-__all__ = ["COMPILED", "send_record", "send_responses", "split_frames"]
+__all__ = ["COMPILED", "compiled_or"]
 
 
-def _implementation():
+def _load():
     if os.environ.get("RAFTMQ_NO_EXTENSIONS"):
-        return python, False
+        return None
     try:
         from raftmq.hotpath import _compiled
     except ImportError as exc:
@@ -33,11 +32,17 @@ def _implementation():
             RuntimeWarning,
             stacklevel=2,
         )
-        return python, False
-    return _compiled, True
+        return None
+    return _compiled
 
 
-_impl, COMPILED = _implementation()
-split_frames = _impl.split_frames
-send_record = _impl.send_record
-send_responses = _impl.send_responses
+_compiled = _load()
+COMPILED = _compiled is not None
+
+
+def compiled_or(name: str, twin: Callable) -> Callable:
+    """The compiled `name` if in use (its fallbacks call `twin`), else `twin` itself."""
+    if _compiled is None:
+        return twin
+    _compiled.TWINS[name] = twin
+    return getattr(_compiled, name)

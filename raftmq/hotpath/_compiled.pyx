@@ -1,17 +1,18 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""The compiled twins of `raftmq.hotpath.python`: the same functions, the same bytes.
+"""The compiled twins of Python functions on the data path: the same results, faster.
 
 Each takes its fast path for what clients ordinarily send and hands anything else
-(an odd property list, a value out of range, a ROCKETMQ-serialized request) to its
-Python twin, so the two agree on errors as well as on results.
+(an odd property list, a value out of range, a ROCKETMQ-serialized request, a bad
+frame length) to its Python twin, found in TWINS (filled by `hotpath.compiled_or`),
+so the two agree on errors as well as on results. This module imports nothing of
+raftmq's: the layers that own the twins import it.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from raftmq.hotpath import python as _twin
-from raftmq.remoting.codec import check_frame_length
+TWINS = {}  # name -> the Python twin, registered by raftmq.hotpath.compiled_or
 
 cdef extern from "zlib.h":
     unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int length) nogil
@@ -53,7 +54,7 @@ def split_frames(src, Py_ssize_t max_frame_bytes):
         length = (<uint32_t>view[pos] << 24 | <uint32_t>view[pos + 1] << 16
                   | <uint32_t>view[pos + 2] << 8 | view[pos + 3])
         if length < 4 or <Py_ssize_t>length + 4 > max_frame_bytes:
-            check_frame_length(length, max_frame_bytes)  # raises the exact error
+            return TWINS["split_frames"](src, max_frame_bytes)  # raises the exact error
         end = pos + 4 + length
         if end > size:
             break
@@ -85,7 +86,7 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
             and _int32(queue_id) and _int32(flag) and _int32(sysflag)
             and _int32(reconsume_times) and _int64(born_timestamp_ms)
             and _int64(store_timestamp_ms)):
-        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+        return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster, topic,
                                  queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
                                  properties, body)
     born_len = PyBytes_GET_SIZE(born_host)
@@ -103,7 +104,7 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
                                           b"\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0)
             or (store_len == 20 and memcmp(PyBytes_AS_STRING(store_host),
                                            b"\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0)):
-        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+        return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster, topic,
                                  queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
                                  properties, body)
     # The client's properties: name \x01 value \x02 ...; only the plain shape (every
@@ -121,13 +122,13 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
         while sep < item_end and p[sep] != 1:
             sep += 1
         if sep == pos or sep >= item_end - 1 or count == _MAX_PROPERTIES:
-            return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster,
+            return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster,
                                      topic, queue_id, flag, sysflag, born_timestamp_ms,
                                      reconsume_times, properties, body)
         for j in range(count):
             if (seps[j] - starts[j] == sep - pos
                     and memcmp(p + starts[j], p + pos, sep - pos) == 0):
-                return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster,
+                return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster,
                                          topic, queue_id, flag, sysflag, born_timestamp_ms,
                                          reconsume_times, properties, body)
         starts[count] = pos
@@ -143,14 +144,14 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
         pos = item_end + 1
     out_props += 9 + PyBytes_GET_SIZE(cluster_bytes)  # CLUSTER \x01 name \x02
     if out_props > _PROPERTIES_MAX:
-        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+        return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster, topic,
                                  queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
                                  properties, body)
     body_len = PyBytes_GET_SIZE(body)
     total = (48 + born_len + 8 + store_len + 16 + body_len + 1 + PyBytes_GET_SIZE(topic_bytes)
              + 2 + out_props)
     if total > _INT32_MAX:
-        return _twin.send_record(store_timestamp_ms, born_host, store_host, cluster, topic,
+        return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster, topic,
                                  queue_id, flag, sysflag, born_timestamp_ms, reconsume_times,
                                  properties, body)
     flags = (<int>sysflag) & ~(_BORN_V6 | _STORE_V6)
@@ -250,7 +251,7 @@ def send_responses(list sends, store_host):
     cdef bytearray out
     cdef uint8_t id_bytes[28]
     if type(store_host) is not bytes or PyBytes_GET_SIZE(store_host) not in (8, 20):
-        return _twin.send_responses(sends, store_host)
+        return TWINS["send_responses"](sends, store_host)
     host = <const uint8_t *>PyBytes_AS_STRING(store_host)
     host_len = PyBytes_GET_SIZE(store_host)
     n = len(sends)
@@ -261,11 +262,11 @@ def send_responses(list sends, store_host):
     for i in range(n):
         send = sends[i]
         if not (type(send) is tuple and len(<tuple>send) == 5):
-            return _twin.send_responses(sends, store_host)
+            return TWINS["send_responses"](sends, store_host)
         opaque, serialize_type, queue_id, queue_offset, physical_offset = <tuple>send
         if not (serialize_type == _JSON and _int32(opaque) and _int64(queue_id)
                 and _int64(queue_offset) and _int64(physical_offset)):
-            return _twin.send_responses(sends, store_host)
+            return TWINS["send_responses"](sends, store_host)
         frame = o
         o += 8
         memcpy(o, PyBytes_AS_STRING(_HEAD), len(_HEAD))

@@ -14,19 +14,50 @@ writer sends everything queued while its previous `send_all` was in flight in on
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 
 import trio
 
-from raftmq import hotpath  # imported whole: hotpath.python imports this package back
-from raftmq.remoting.codec import MAX_FRAME_BYTES, decode_payload, encode_prefix
+from raftmq.hotpath import compiled_or
+from raftmq.remoting.codec import (
+    MAX_FRAME_BYTES,
+    check_frame_length,
+    decode_payload,
+    encode_prefix,
+)
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
 from raftmq.streams.writer import BatchWriter
 
-__all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter"]
+__all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter", "split_frames"]
 
 RECEIVE_CHUNK = 256 * 1024
+
+_LENGTH = struct.Struct(">I")
+
+
+def split_frames(src, max_frame_bytes: int) -> tuple[list[tuple[int, int]], int]:
+    """The complete frames at the start of `src`: ([(payload start, payload end)], the
+    bytes they take). Each length is checked (`check_frame_length`) as soon as it is
+    read, so a hostile one raises RemotingError before anything waits for its bytes.
+    Compiled in `raftmq.hotpath`; SPLIT_FRAMES is whichever of the two runs."""
+    size = len(src)
+    unpack_from = _LENGTH.unpack_from
+    frames = []
+    pos = 0
+    while size - pos >= 4:
+        (length,) = unpack_from(src, pos)
+        check_frame_length(length, max_frame_bytes)
+        end = pos + 4 + length
+        if end > size:
+            break
+        frames.append((pos + 4, end))
+        pos = end
+    return frames, pos
+
+
+SPLIT_FRAMES = compiled_or("split_frames", split_frames)
 
 
 class FrameDecoder:
@@ -73,7 +104,7 @@ class FrameDecoder:
             src = data
         else:
             src = bytes(data)
-        frames, pos = hotpath.split_frames(src, self._max)
+        frames, pos = SPLIT_FRAMES(src, self._max)
         commands = [decode_payload(src, start, end) for start, end in frames]
         if src is buf:
             if pos:
@@ -160,6 +191,13 @@ class FrameWriter:
     @property
     def closed(self) -> bool:
         return self._out.closed
+
+    def write_encoded(self, frames: bytes) -> None:
+        """Queue frames encoded elsewhere (`hotpath.send_responses`), sent as they are."""
+        out = self._out
+        if out.closed:
+            raise trio.ClosedResourceError("frame writer is closed")
+        out.write(frames)
 
     def write(self, command: RemotingCommand) -> None:
         """Queue one command; RemotingError if it cannot be encoded or is too large."""

@@ -1,43 +1,21 @@
-"""The pure-Python implementation of every function `raftmq.hotpath` exports.
+"""The bytes of the inline send path: the record a send stores, the responses it gets.
 
-Each is the reference its compiled twin (`_compiled.pyx`) is held to, byte for byte
-and error for error, by tests/test_hotpath.py; each is written with the codecs the
-rest of the broker uses, so what the batched path stores and answers is what the
-message-at-a-time path would. The compiled twin takes its fast path for the input
-clients send and calls back into these for anything unusual, which is how the two
-raise the same errors.
+`send_record` and `send_responses` are written with the codecs the rest of the broker
+uses, so what a batch of sends stores and answers is what the message-at-a-time path
+(`SendProcessor.send`) would. Both have compiled twins in `raftmq.hotpath`, held to
+these byte for byte and error for error by tests/test_hotpath.py; `SEND_RECORD` and
+`SEND_RESPONSES` are whichever of the two runs.
 """
 
 from __future__ import annotations
 
+from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt
 from raftmq.protocol.msgid import message_id_from_bytes, unpack_ip
-from raftmq.remoting.codec import check_frame_length, encode
-from raftmq.remoting.codes import ResponseCode
-from raftmq.remoting.command import FLAG_RESPONSE, RemotingCommand
+from raftmq.remoting import FLAG_RESPONSE, RemotingCommand, ResponseCode, encode
 
-__all__ = ["send_record", "send_responses", "split_frames"]
-
-_LENGTH_BYTES = 4
-
-
-def split_frames(src, max_frame_bytes: int) -> tuple[list[tuple[int, int]], int]:
-    """The complete remoting frames at the start of `src`: ([(payload start, payload
-    end)], bytes they take). Each length is checked (`check_frame_length`) as soon as
-    it is read, so a hostile one raises RemotingError before anything waits for it."""
-    size = len(src)
-    frames = []
-    pos = 0
-    while size - pos >= _LENGTH_BYTES:
-        length = int.from_bytes(src[pos : pos + _LENGTH_BYTES], "big")
-        check_frame_length(length, max_frame_bytes)
-        end = pos + _LENGTH_BYTES + length
-        if end > size:
-            break
-        frames.append((pos + _LENGTH_BYTES, end))
-        pos = end
-    return frames, pos
+__all__ = ["SEND_RECORD", "SEND_RESPONSES", "send_record", "send_responses"]
 
 
 def _host(packed: bytes) -> tuple[str, int]:
@@ -106,3 +84,7 @@ def send_responses(sends: list[tuple[int, int, int, int, int]], store_host: byte
         )
         frames.append(encode(response))
     return b"".join(frames)
+
+
+SEND_RECORD = compiled_or("send_record", send_record)
+SEND_RESPONSES = compiled_or("send_responses", send_responses)
