@@ -110,7 +110,8 @@ def schedules(draw, size: int):
         min_delay_ms=0.1,
         max_delay_ms=draw(st.sampled_from([0.5, 2.0, 20.0])),
     )
-    return Schedule(size, tuple(faults), conditions)
+    hard_state_fsync_ms = draw(st.sampled_from([None, (0.2, 2.0), (1.0, 10.0)]))
+    return Schedule(size, tuple(faults), conditions, hard_state_fsync_ms=hard_state_fsync_ms)
 
 
 def majority_power_cut(isolated: int) -> Schedule:

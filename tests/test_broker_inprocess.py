@@ -309,13 +309,6 @@ async def test_brokers_stay_registered_past_the_name_servers_expiry(nursery, tmp
     assert "broker-t" in g.namesrv.routes.broker_addr_table
 
 
-@pytest.mark.slow  # waits out the rejoin it expects
-@pytest.mark.xfail(
-    strict=True,
-    reason="DLedger: a follower whose log was reset defers its TRUNCATE answer until an"
-    " fsync covers the new beginning, and none is requested when no entry follows the reset,"
-    " so it never rejoins (Replica._on_truncate needs a sync after store.reset)",
-)
 async def test_a_follower_reset_past_retention_dispatches_from_the_leaders_beginning(
     nursery, tmp_path
 ):

@@ -344,3 +344,30 @@ def test_restarted_node_that_voted_for_itself_does_not_depose_a_live_leader():
         cluster.run_until(cluster.now + 2000)
         assert cluster.leader() is leader and leader.replica.term == term, seed
         assert cluster.nodes[follower.id].replica.leader_id == leader.id, seed
+
+
+def test_a_candidate_paused_before_counting_its_votes_leads_its_stale_term_harmlessly():
+    """Raft's leader completeness covers leaders of later terms only: a candidate paused
+    with a winning round unread may lead that term after later terms committed entries
+    it lacks. It commits nothing there and steps down; the group stays safe."""
+    cluster = cluster_of(5, seed=0)
+    while True:  # the first candidate to send its vote requests is paused at once
+        cluster.run_until(cluster.now + 0.01)
+        candidate = next((n for n in cluster.nodes.values() if n.replica._round), None)
+        if candidate is not None:
+            break
+    stale_term = candidate.replica.term
+    cluster.pause(candidate.id)
+    handles = []
+    for _ in range(100):
+        handles.append(cluster.client_append())
+        cluster.run_until(cluster.now + 10)
+    leader = cluster.leader()
+    assert leader.replica.term > stale_term and leader.replica.committed_index >= 0
+    cluster.resume(candidate.id)
+    cluster.run_until(cluster.now + 5 * HB)
+    assert cluster.checker.leaders_by_term[stale_term] == candidate.id  # it did lead
+    assert candidate.replica.role is Role.FOLLOWER and candidate.replica.leader_id == leader.id
+    acked = [h for h in handles if cluster.checker.outcomes.get(h) is Code.SUCCESS]
+    assert len(acked) > 50  # the group served appends meanwhile, and holds every one
+    cluster.checker.check_final()

@@ -8,6 +8,8 @@ drive `Replica`s directly.
 
 import random
 
+import attrs
+
 from raftmq.dledger.codes import Code, EntryType, PushType, Role
 from raftmq.dledger.config import PAGE_CACHE
 from raftmq.dledger.core.messages import (
@@ -390,6 +392,27 @@ def truncate_push(pre, pre_term, term_runs, leader_end, commit=-1):
         leader_end_index=leader_end,
         seq=9,
     )
+
+
+def test_a_follower_reset_to_the_leaders_beginning_syncs_then_answers():
+    """A follower silent past the leader's retention holds entries that end before the
+    leader's first one: TRUNCATE resets its log to begin there. The answer waits for an
+    fsync of the new beginning, so the reset must ask for one, or the follower would
+    never answer and never rejoin."""
+    leader_store = filled_store([1] * 60)
+    r = follower()
+    r.receive(append_push([1, 1, 1]), 1.0)
+    r.persisted(2, r.store.generation, 1.5)
+    r.take_output()
+    push = attrs.evolve(truncate_push(49, 1, [(50, 1)], 59), reset_pos=leader_store.pos_at(50))
+    r.receive(push, 2.0)
+    out = r.take_output()
+    assert r.store.begin_index == 50 and r.store.empty
+    assert out.needs_sync, "the reset's answer waits for an fsync nobody asked for"
+    assert not push_responses(out)
+    r.persisted(49, r.store.generation, 3.0)
+    [resp] = push_responses(r.take_output())
+    assert resp.code == Code.SUCCESS and resp.index == 49
 
 
 def test_truncate_cuts_only_from_the_first_entry_that_disagrees_with_the_leader():

@@ -19,6 +19,7 @@ from tests.helpers import majority_power_cut
 HB = 100.0
 ACK_BEFORE_FSYNC = Variant(ack_before_fsync=True)
 FORGET_VOTE = Variant(forget_vote_on_crash=True)
+SEND_BEFORE_HARD_STATE = Variant(send_before_hard_state=True)
 
 
 def holds(store, index, chain):
@@ -115,5 +116,21 @@ def test_forget_vote_on_crash_yields_two_leaders_in_one_term_and_the_default_doe
     seeds = range(8)
     bad = violations(schedule, FORGET_VOTE, seeds)
     assert bad, "the forget-vote variant was never caught"
+    assert any(re.search(r"two leaders in term \d+", message) for message in bad.values()), bad
+    assert violations(schedule, None, seeds) == {}
+
+
+def test_sending_before_the_term_and_vote_are_durable_yields_two_leaders_and_the_handoff_does_not():
+    """Everyone loses power every 200 ms while saves of term and vote take 1-10 ms: a
+    vote that left before its save completed is forgotten and given again."""
+    faults = []
+    for at in range(1000, 2400, 200):
+        faults += [Fault(at, "crash", (0, 1, 2)), Fault(at + 30, "restart", (0, 1, 2))]
+    schedule = Schedule(
+        3, tuple(faults), duration_ms=2500, heal_ms=1000, hard_state_fsync_ms=(1.0, 10.0)
+    )
+    seeds = range(8)
+    bad = violations(schedule, SEND_BEFORE_HARD_STATE, seeds)
+    assert bad, "the send-before-hard-state variant was never caught"
     assert any(re.search(r"two leaders in term \d+", message) for message in bad.values()), bad
     assert violations(schedule, None, seeds) == {}

@@ -1,5 +1,7 @@
 """Deterministic simulation: hypothesis generates fault schedules for 3 and 5 replicas;
 Raft's safety properties are checked after every event, progress after healing.
+Saves of term and vote take no time or a drawn latency, so crashes also meet
+messages held back behind a save.
 
 On failure hypothesis prints the shrunk schedule and the seed of the simulator's own
 random source (message delays, drops, fsync latency): `run(schedule, Random(seed))`

@@ -1,10 +1,12 @@
 """The trio driver: runs one `Replica` against real files, sockets and time.
 
 It feeds the core every event (a peer's message, a deadline, a client append, an
-fsync completing) and carries out the `Output` in order: a changed term or vote is
-fsynced (in a worker thread) before any message leaves, entries are fsynced by a
-group-commit task — one fsync covers everything appended since the last — and only
-then do the acknowledgments that depend on them go out.
+fsync completing) and supplies the I/O for the core's `Handoff`, which carries out
+each `Output` in order: a changed term or vote is fsynced (in a worker thread)
+before any message leaves, entries are fsynced by a group-commit task — one fsync
+covers everything appended since the last — and only then do the acknowledgments
+that depend on them go out. The simulator drives its replicas through the same
+`Handoff`, so the order it checks is the order this server keeps.
 
 Client appends that arrive together are appended together: RPC tasks queue them
 and one batcher hands them to the core in a single call, so a burst costs one
@@ -24,6 +26,7 @@ import trio
 
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
+from raftmq.dledger.core.output import Completion, Handoff
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.tcp import PeerTransport
@@ -97,6 +100,39 @@ def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | No
     return store, TermVoteFile(base / "currterm"), checkpoint
 
 
+class _Effects:
+    """The server's I/O behind the core's `Handoff`."""
+
+    __slots__ = ("server",)
+
+    def __init__(self, server: DLedgerServer) -> None:
+        self.server = server
+
+    def save_hard_state(self, term: int, vote_for: str | None) -> None:
+        assert self.server._hard_state_to_save is None, "the hand-off never overlaps saves"
+        self.server._hard_state_to_save = (term, vote_for)
+        self.server._hard_state_ready.set()
+
+    def send(self, msg) -> None:
+        self.server.transport.send(msg)
+
+    def sync(self) -> None:
+        self.server._sync_wanted.set()
+
+    def role_changed(self, term: int, role: Role) -> None:
+        server = self.server
+        log.info("%s: %s in term %d", server.config.self_id, role.name, term)
+        for handler in server._role_handlers:
+            handler(term, role)
+
+    def committed(self, index: int) -> None:
+        for handler in self.server._commit_handlers:
+            handler(index)
+
+    def completed(self, completion: Completion) -> None:
+        self.server._complete(completion.handle, completion.code, completion.positions)
+
+
 class DLedgerServer:
     """One replica: `await server.serve()` runs it until cancelled."""
 
@@ -105,6 +141,7 @@ class DLedgerServer:
         self.store, self.term_vote, self.checkpoint = open_store(config)
         term, vote = self.term_vote.load()
         self.replica = Replica(config, self.store, rng or random.Random(), term, vote, self._now())
+        self._handoff = Handoff(self.replica, _Effects(self))
         self.transport = PeerTransport(
             config.self_id,
             config.peers,
@@ -123,8 +160,7 @@ class DLedgerServer:
         self._sync_wanted = trio.Event()
         self._deadline_moved = trio.Event()
         self._armed_deadline_ms = float("inf")
-        self._held: list = []  # outputs waiting behind a hard-state fsync, in order
-        self._hard_state_busy = False
+        self._hard_state_to_save: tuple[int, str | None] | None = None
         self._hard_state_ready = trio.Event()
         self.started = trio.Event()
 
@@ -290,32 +326,10 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ effects out of the core
     def _process(self) -> None:
-        out = self.replica.take_output()
-        if out:
-            if out.hard_state is not None or self._hard_state_busy or self._held:
-                self._held.append(out)
-                self._hard_state_ready.set()
-            else:
-                self._carry_out(out)
+        self._handoff.drain()
         if self.replica.next_deadline_ms() < self._armed_deadline_ms:
             self._armed_deadline_ms = float("-inf")
             self._deadline_moved.set()
-
-    def _carry_out(self, out) -> None:
-        send = self.transport.send
-        for msg in out.messages:
-            send(msg)
-        if out.needs_sync:
-            self._sync_wanted.set()
-        for term, role in out.role_changes:
-            log.info("%s: %s in term %d", self.config.self_id, role.name, term)
-            for handler in self._role_handlers:
-                handler(term, role)
-        if out.committed_index is not None:
-            for handler in self._commit_handlers:
-                handler(out.committed_index)
-        for c in out.completions:
-            self._complete(c.handle, c.code, c.positions)
 
     def _complete(self, handle: int, code: Code, positions) -> None:
         callback = self._callbacks.pop(handle, None)
@@ -323,22 +337,16 @@ class DLedgerServer:
             callback(code, positions)
 
     async def _hard_state_loop(self) -> None:
-        """Persist term and vote, then release the outputs that were held behind them."""
+        """Persist the term and vote the hand-off asks for, then let it release the
+        outputs that waited for them."""
         while True:
             await self._hard_state_ready.wait()
             self._hard_state_ready = trio.Event()
-            while self._held:
-                self._hard_state_busy = True
-                held, self._held = self._held, []
-                latest = None
-                for out in held:
-                    if out.hard_state is not None:
-                        latest = out.hard_state
-                if latest is not None:
-                    await durably(self.term_vote.save, *latest)
-                self._hard_state_busy = False
-                for out in held:
-                    self._carry_out(out)
+            term, vote = self._hard_state_to_save
+            self._hard_state_to_save = None
+            await durably(self.term_vote.save, term, vote)
+            self._handoff.hard_state_saved()
+            self._process()
 
     async def _sync_loop(self) -> None:
         """Group commit: one fsync covers every entry appended before it started."""

@@ -1,10 +1,15 @@
 """Raft's safety properties, checked after every simulated event.
 
 Election safety (one leader per term), log matching (equal terms at an index mean
-equal logs up to it, checked through chainCrc), leader completeness (a new leader
-holds every committed entry), state-machine safety (no two replicas commit different
-entries at one index) and, the property users care about, every acknowledged append
-is in every later leader's log.
+equal logs up to it, checked through chainCrc), leader completeness (a leader holds
+every entry committed in an earlier term), state-machine safety (no two replicas
+commit different entries at one index) and, the property users care about, every
+acknowledged append is in the log of every leader of a later term.
+
+"Earlier" is Raft's own statement of leader completeness: a candidate that collected
+its votes in term T and was paused before counting them may lead T long after later
+terms committed entries it lacks. Such a leader is stale, not unsafe: every quorum
+has moved past T, so it can commit nothing and steps down at the first answer.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ class Checker:
         self.cluster = cluster
         self.leaders_by_term: dict[int, str] = {}
         self.committed_chains: dict[int, int] = {}  # index -> chainCrc, across all replicas
+        # index -> the lowest term a replica was in when it saw the index committed
+        self.committed_terms: dict[int, int] = {}
+        self._seen_commit: dict[str, int] = {}  # node -> committed index at its last check
         self.reported_commit: dict[str, int] = {}
         self.acked: dict[int, tuple[int, int]] = {}  # handle -> (index, chainCrc)
         self.outcomes: dict[int, Code] = {}
@@ -40,10 +48,10 @@ class Checker:
         self.leader_changes += 1
         store = self.cluster.nodes[node_id].store
         for index, chain in self.committed_chains.items():
-            if not self._holds(store, index, chain):
+            if self._committed_before(index, term) and not self._holds(store, index, chain):
                 self._fail(f"leader {node_id} of term {term} lacks committed index {index}")
         for handle, (index, chain) in self.acked.items():
-            if not self._holds(store, index, chain):
+            if self._committed_before(index, term) and not self._holds(store, index, chain):
                 self._fail(
                     f"leader {node_id} of term {term} lacks acknowledged append {handle} at {index}"
                 )
@@ -60,6 +68,7 @@ class Checker:
 
     def crashed(self, node_id: str) -> None:
         self.reported_commit.pop(node_id, None)
+        self._seen_commit.pop(node_id, None)
 
     def completed(self, node_id: str, handle: int, code: Code, positions) -> None:
         if handle not in self.cluster.appends:
@@ -80,6 +89,7 @@ class Checker:
             if other is not node and other.alive:
                 self._check_matching(node, other)
         r, store = node.replica, node.store
+        self._note_commit_terms(node.id, r, store)
         if r.committed_index > store.end_index:
             self._fail(f"{node.id} committed {r.committed_index} beyond its end {store.end_index}")
         committed = r.committed_index
@@ -87,6 +97,20 @@ class Checker:
             known = self.committed_chains.get(committed)
             if known is not None and known != store.chain_at(committed):
                 self._fail(f"{node.id} changed committed entry {committed}")
+
+    def _note_commit_terms(self, node_id: str, replica, store) -> None:
+        """Read from the replica itself, not from its (possibly held back) outputs, so the
+        term is the one it was in when the index became committed."""
+        seen = self._seen_commit.get(node_id, -1)
+        committed, term = replica.committed_index, replica.term
+        for i in range(max(seen + 1, store.begin_index), committed + 1):
+            if self.committed_terms.get(i, term) >= term:
+                self.committed_terms[i] = term
+        self._seen_commit[node_id] = committed
+
+    def _committed_before(self, index: int, term: int) -> bool:
+        """Committed in a term before `term` (not known yet: assume so, the stricter check)."""
+        return self.committed_terms.get(index, -1) < term
 
     def _check_matching(self, a, b) -> None:
         sa, sb = a.store, b.store

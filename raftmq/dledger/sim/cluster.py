@@ -6,11 +6,14 @@ what a crash keeps) comes from one `random.Random`, and events are ordered by
 (virtual time, sequence number), so a schedule and a seed replay exactly.
 
 Durability is modelled the way a power cut treats a real machine: a crash keeps the
-hard state (the driver fsyncs it before sending anything that depends on it) and
-whatever the store's last completed fsync covered — optionally plus a prefix of the
-writes since, as a page cache that flushed part of its dirty data would. With
-`stores=sim.disk.FileStores` each log is the real file store over a simulated disk,
-and a crash tears its files and runs its recovery.
+hard state its last completed save wrote and whatever the store's last completed
+fsync covered — optionally plus a prefix of the writes since, as a page cache that
+flushed part of its dirty data would. With `stores=sim.disk.FileStores` each log is the
+real file store over a simulated disk, and a crash tears its files and runs its
+recovery. Each replica's outputs are carried out by the core's `Handoff`, the same one
+the trio server uses, which holds every message behind a save of the term and vote it
+depends on; given `hard_state_fsync_ms`, those saves take simulated time, during which
+a crash loses them along with what they held.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import attrs
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import PAGE_CACHE, DLedgerConfig
 from raftmq.dledger.core.messages import REQUESTS
+from raftmq.dledger.core.output import Completion, Handoff
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.sim.checks import Checker, InvariantViolation
 from raftmq.dledger.sim.disk import MemoryStores
@@ -46,6 +50,7 @@ class Variant:
 
     ack_before_fsync: bool = False  # page-cache acks (DLedger's default) under power loss
     forget_vote_on_crash: bool = False  # a replica whose vote does not survive a restart
+    send_before_hard_state: bool = False  # messages leave while their term/vote is being saved
 
 
 class SimNode:
@@ -60,6 +65,50 @@ class SimNode:
         self.sync_again = False
         self.tick_version = 0
         self.held: list = []  # events that arrived while paused
+        self.handoff: Handoff | None = None  # set once the node's effects exist (see _boot)
+
+
+class _Effects:
+    """The simulated I/O behind one node's `Handoff`."""
+
+    __slots__ = ("cluster", "node")
+
+    def __init__(self, cluster: SimCluster, node: SimNode) -> None:
+        self.cluster = cluster
+        self.node = node
+
+    def save_hard_state(self, term: int, vote_for: str | None) -> None:
+        cluster, node = self.cluster, self.node
+        if cluster.hard_state_fsync_ms is None:
+            node.hard_state = (term, vote_for)
+            node.handoff.hard_state_saved()
+            return
+        delay = cluster.rng.uniform(*cluster.hard_state_fsync_ms)
+        event = (node.id, (node.handoff, (term, vote_for)))
+        cluster._push_event(cluster.now + delay, "hard_state_saved", event)
+        if cluster.variant.send_before_hard_state:
+            node.handoff.hard_state_saved()
+
+    def send(self, msg) -> None:
+        self.cluster._send(self.node.id, msg)
+
+    def sync(self) -> None:
+        node = self.node
+        if node.syncing:
+            node.sync_again = True
+        else:
+            self.cluster._start_sync(node)
+
+    def role_changed(self, term: int, role: Role) -> None:
+        self.cluster.checker.role_changed(self.node.id, term, role)
+
+    def committed(self, index: int) -> None:
+        self.cluster.checker.committed(self.node.id, index)
+
+    def completed(self, completion: Completion) -> None:
+        self.cluster._completed(
+            self.node.id, completion.handle, completion.code, completion.positions
+        )
 
 
 class SimCluster:
@@ -73,11 +122,13 @@ class SimCluster:
         segment_size: int = 4096,
         config_overrides: dict | None = None,
         stores=MemoryStores,
+        hard_state_fsync_ms: tuple[float, float] | None = None,
     ) -> None:
         self.rng = rng
         self.conditions = conditions or NetworkConditions()
         self.variant = variant or Variant()
         self.fsync_ms = fsync_ms
+        self.hard_state_fsync_ms = hard_state_fsync_ms  # None: term and vote save at once
         self.segment_size = segment_size
         self.ids = [f"n{i}" for i in range(size)]
         peers = {node_id: f"127.0.0.1:{40911 + i}" for i, node_id in enumerate(self.ids)}
@@ -109,6 +160,7 @@ class SimCluster:
             config, store, random.Random(self.rng.random()), hard_state[0], hard_state[1], self.now
         )
         node = SimNode(node_id, replica, store, hard_state)
+        node.handoff = Handoff(replica, _Effects(self, node))
         self.nodes[node_id] = node
         self._schedule_tick(node)
         return node
@@ -259,28 +311,19 @@ class SimCluster:
                 if node.sync_again:
                     node.sync_again = False
                     self._start_sync(node)
+        elif kind == "hard_state_saved":
+            handoff, hard_state = data
+            if handoff is node.handoff:  # not a save from before a crash
+                node.hard_state = hard_state
+                if not self.variant.send_before_hard_state:
+                    handoff.hard_state_saved()
         self._drain(node)
 
     def _drain(self, node: SimNode) -> None:
-        """Carry out the replica's output: hard state first, then messages, syncs, completions."""
-        out = node.replica.take_output()
-        if out.hard_state is not None:
-            node.hard_state = out.hard_state
-        for msg in out.messages:
-            self._send(node.id, msg)
-        if out.needs_sync:
-            if node.syncing:
-                node.sync_again = True
-            else:
-                self._start_sync(node)
-        elif self.variant.ack_before_fsync and not node.syncing:
+        """Carry out the replica's output through its hand-off, then arm its next tick."""
+        node.handoff.drain()
+        if self.variant.ack_before_fsync and not node.syncing:
             self._start_sync(node, delay=PAGE_CACHE_FLUSH_MS)
-        for term, role in out.role_changes:
-            self.checker.role_changed(node.id, term, role)
-        if out.committed_index is not None:
-            self.checker.committed(node.id, out.committed_index)
-        for completion in out.completions:
-            self._completed(node.id, completion.handle, completion.code, completion.positions)
         self._schedule_tick(node)
 
     def _completed(self, node_id: str, handle: int, code: Code, positions) -> None:

@@ -35,6 +35,7 @@ class Schedule:
     append_every_ms: float = 10.0
     duration_ms: float = 6000.0
     heal_ms: float = 4000.0
+    hard_state_fsync_ms: tuple[float, float] | None = None  # see SimCluster
 
 
 class Appends:
@@ -70,7 +71,14 @@ def run(
 ) -> SimCluster:
     """Play `schedule` with `workload(cluster)` on logs kept by `stores` (`sim.disk`);
     raises InvariantViolation on any safety or liveness failure."""
-    cluster = SimCluster(schedule.size, rng, schedule.conditions, variant, stores=stores)
+    cluster = SimCluster(
+        schedule.size,
+        rng,
+        schedule.conditions,
+        variant,
+        stores=stores,
+        hard_state_fsync_ms=schedule.hard_state_fsync_ms,
+    )
     client = workload(cluster)
     ids = cluster.ids
     faults = sorted(schedule.faults, key=lambda f: f.at_ms)

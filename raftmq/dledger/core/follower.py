@@ -1,0 +1,189 @@
+"""The follower's side of replication: DLedger's `EntryHandler`, with Raft's safety.
+
+A follower acknowledges only what it has fsynced (unless configured for page-cache
+acks): an answer that vouches for entries waits until `persisted` covers them. Its
+TRUNCATE removes only entries that disagree with the leader's log, never a matching
+(possibly committed) one; APPEND pushes that arrive ahead of a gap wait in a small
+reorder buffer instead of being refused.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+from raftmq.dledger.codes import Code, PushType
+from raftmq.dledger.core.messages import PushRequest, PushResponse
+from raftmq.dledger.store import entry as codec
+from raftmq.dledger.store.base import InconsistentAppend
+
+REORDER_BUFFER = 64  # out-of-order APPEND pushes a follower keeps while waiting for a gap
+
+
+class FollowerReplication:
+    """Part of `Replica`: `leader_verified_index`, deferred acks and the reorder buffer."""
+
+    def _on_push(self, req: PushRequest, now: float) -> None:
+        code = self._accept_leader(req.leader_id, req.term, now)
+        if code is not Code.SUCCESS:
+            self._answer_push(req, code, req.pre_log_index)
+            return
+        if req.type == PushType.APPEND:
+            self._on_append(req)
+        elif req.type == PushType.COMPARE:
+            self._on_compare(req)
+        elif req.type == PushType.TRUNCATE:
+            self._on_truncate(req)
+        else:  # COMMIT: nothing to acknowledge
+            self._learn_commit(req.commit_index)
+        if self.transfer is not None:  # a transferee campaigns as soon as it has caught up
+            self._check_transfer(now)
+
+    def _answer_push(
+        self, req: PushRequest, code: Code, index: int, defer_to: int = -1, **extra
+    ) -> None:
+        store = self.store
+        resp = PushResponse(
+            *self._answer_header(req.local_id),
+            code,
+            req.type,
+            index,
+            store.begin_index,
+            store.end_index,
+            seq=req.seq,
+            **extra,
+        )
+        if defer_to > self.persisted_index:
+            self._deferred_acks.append((defer_to, resp))
+        else:
+            self._send(resp)
+
+    def _flush_deferred_acks(self) -> None:
+        acks = self._deferred_acks
+        while acks and acks[0][0] <= self.persisted_index:
+            self._send(acks.popleft()[1])
+
+    def _learn_commit(self, leader_commit: int) -> None:
+        known = min(leader_commit, self.leader_verified_index)
+        if known > self.committed_index:
+            self._set_committed(known)
+
+    def _on_compare(self, req: PushRequest) -> None:
+        store = self.store
+        pre = req.pre_log_index
+        self._reorder.clear()
+        if pre > store.end_index or pre < store.begin_index - 1:
+            self._answer_push(req, Code.INCONSISTENT_STATE, pre)
+        elif store.term_at(pre) == req.pre_log_term:
+            self.leader_verified_index = max(self.leader_verified_index, pre)
+            self._answer_push(req, Code.SUCCESS, pre, defer_to=pre)
+        else:
+            x_term = store.term_at(pre)
+            self._answer_push(
+                req,
+                Code.INCONSISTENT_STATE,
+                pre,
+                x_term=x_term,
+                x_index=store.first_index_of_term(pre),
+            )
+
+    def _on_truncate(self, req: PushRequest) -> None:
+        store = self.store
+        pre = req.pre_log_index
+        self._reorder.clear()
+        agrees = (
+            store.begin_index - 1 <= pre <= store.end_index
+            and store.term_at(pre) == req.pre_log_term
+        )
+        if not agrees:
+            if req.reset_pos < 0:
+                self._answer_push(req, Code.INCONSISTENT_STATE, pre)
+                return
+            # the leader's log begins past ours: whatever we hold ends before it
+            assert self.committed_index <= pre, (self.committed_index, pre)
+            store.reset(pre + 1, req.reset_pos, req.pre_log_term)
+            self._after_truncation(pre)
+            self._after_local_append()  # the answer waits for the new beginning to be durable
+        cut = self._first_disagreement(pre, req.term_runs, req.leader_end_index)
+        if cut <= store.end_index:
+            store.truncate(cut)
+            self._after_truncation(cut - 1)
+        self.leader_verified_index = cut - 1
+        self._learn_commit(req.commit_index)
+        self._answer_push(req, Code.SUCCESS, cut - 1, defer_to=cut - 1)
+
+    def _after_truncation(self, new_end: int) -> None:
+        """Our log now ends at `new_end`: nothing committed may have been cut."""
+        assert self.committed_index <= new_end, (self.committed_index, new_end)
+        self.persisted_index = min(self.persisted_index, new_end)
+        self._deferred_acks = deque(a for a in self._deferred_acks if a[0] <= new_end)
+        self._out.completions.extend(self._pending.drop_lost(self._entry_term))
+
+    def _first_disagreement(self, pre: int, term_runs: list, leader_end: int) -> int:
+        """The first index after `pre` where our log leaves the leader's (whose runs are given)."""
+        store = self.store
+        end = min(store.end_index, leader_end)
+        for n, (first, term) in enumerate(term_runs):
+            last = term_runs[n + 1][0] - 1 if n + 1 < len(term_runs) else leader_end
+            low, high = max(first, pre + 1), min(last, end)
+            if low > high:
+                continue
+            if store.term_at(low) != term:
+                return low
+            if store.term_at(high) != term:
+                # terms never decrease along a log: find the first index past this term
+                return bisect.bisect_right(range(low, high + 1), term, key=store.term_at) + low
+        return end + 1
+
+    def _on_append(self, req: PushRequest) -> None:
+        store = self.store
+        first = req.pre_log_index + 1
+        if first > store.end_index + 1:
+            if len(self._reorder) < REORDER_BUFFER:
+                self._reorder[first] = req
+            else:
+                self._answer_push(req, Code.INCONSISTENT_STATE, req.pre_log_index)
+            return
+        self._apply_append(req)
+        while (nxt := self._reorder.pop(store.end_index + 1, None)) is not None:
+            self._apply_append(nxt)
+
+    def _apply_append(self, req: PushRequest) -> None:
+        store = self.store
+        pre = req.pre_log_index
+        last = pre + req.count
+        blob = req.entries
+        # A push from before our log's beginning (a stale duplicate from before a reset)
+        # cannot be checked against entries we no longer hold: let the leader COMPARE.
+        if pre < store.begin_index - 1 or (
+            pre <= store.end_index and store.term_at(pre) != req.pre_log_term
+        ):
+            self._answer_push(req, Code.INCONSISTENT_STATE, pre)
+            return
+        skip = store.end_index - pre  # entries we already hold (a resend or a duplicate)
+        if skip > 0:
+            offset = self._skip_held(blob, min(skip, req.count))
+            if offset is None:
+                self._answer_push(req, Code.INCONSISTENT_STATE, pre)
+                return
+            blob = blob[offset:]
+        if blob:
+            try:
+                store.append_encoded(blob)
+            except (InconsistentAppend, codec.CorruptEntry):
+                self._answer_push(req, Code.INCONSISTENT_STATE, pre)
+                return
+            self._after_local_append()
+        self.leader_verified_index = max(self.leader_verified_index, last)
+        self._learn_commit(req.commit_index)
+        self._answer_push(req, Code.SUCCESS, last, defer_to=last)
+
+    def _skip_held(self, blob: bytes, held: int) -> int | None:
+        """Byte offset past the first `held` (>= 1) entries of `blob`, if they equal ours.
+
+        Equal chainCrc at the last of them means equal logs up to it.
+        """
+        for n, (off, _t, size, index, _term, _pos, chain) in enumerate(codec.iter_entries(blob)):
+            if n == held - 1:
+                return off + size if self.store.get(index).chain_crc == chain else None
+        return None

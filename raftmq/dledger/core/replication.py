@@ -1,0 +1,215 @@
+"""The leader's dispatcher: what it pushes to each follower, and the commit rule.
+
+DLedger HEAD's `DLedgerEntryPusher`, one `Progress` per follower: COMPARE to find
+where the logs agree, TRUNCATE to cut a follower's disagreeing suffix (or restart a
+follower left behind retention at our beginning), then pipelined APPENDs. Raft's
+commit rule: an entry is committed once a quorum holds it durably and it belongs
+to the leader's own term.
+"""
+
+from __future__ import annotations
+
+from raftmq.dledger.codes import Code, PushType, Role
+from raftmq.dledger.core.messages import PushRequest, PushResponse
+from raftmq.dledger.core.progress import Progress
+
+# A new commit index waits this long for an APPEND push to carry it before a COMMIT
+# push goes out alone: under load it rides along for free, idle it arrives promptly.
+COMMIT_LINGER_MS = 2.0
+
+
+class LeaderReplication:
+    """Part of `Replica`: `progress` per follower, `_commit_push_at_ms` for COMMIT pushes."""
+
+    def _replicate_all(self, now: float) -> None:
+        if self.role is not Role.LEADER:
+            return
+        for peer, prog in self.progress.items():
+            self._replicate(peer, prog, now)
+
+    def _replication_due_ms(self) -> float | None:
+        """The earliest time a follower has something to be sent or a push times out."""
+        end, timeout = self.store.end_index, self.config.max_push_timeout_ms
+        deadlines = [
+            d
+            for prog in self.progress.values()
+            if (d := prog.deadline_ms(end, timeout)) is not None
+        ]
+        return min(deadlines, default=None)
+
+    def _push(self, peer: str, prog: Progress, push_type: PushType, pre_index: int, **extra) -> int:
+        seq = self._next_seq()
+        self._send(
+            PushRequest(
+                self.config.group,
+                self.self_id,
+                peer,
+                self.self_id,
+                self.term,
+                push_type,
+                pre_index,
+                self.store.term_at(pre_index),
+                self.committed_index,
+                seq=seq,
+                **extra,
+            )
+        )
+        prog.sent_commit = self.committed_index
+        return seq
+
+    def _replicate(self, peer: str, prog: Progress, now: float) -> None:
+        if prog.stalled:
+            return
+        store = self.store
+        timeout = self.config.max_push_timeout_ms
+        if prog.state is PushType.APPEND:
+            if prog.inflight and now >= prog.inflight.oldest_sent_ms + timeout:
+                prog.resend_unacknowledged()
+            while prog.next_index <= store.end_index and not prog.inflight.full:
+                blob, count = store.read_encoded(prog.next_index, self.config.max_batch_push_bytes)
+                pre = prog.next_index - 1
+                seq = self._push(peer, prog, PushType.APPEND, pre, entries=blob, count=count)
+                prog.appended(seq, count, now)
+            assert prog.next_index <= store.end_index + 1, (prog.next_index, store.end_index)
+            return
+        if prog.probing:
+            if now < prog.probe_sent_ms + timeout:
+                return
+            prog.probe_timed_out()
+        if prog.state is PushType.COMPARE:
+            pre = prog.next_index - 1
+            if pre < store.begin_index - 1:
+                self._send_truncate(peer, prog, now, reset=True)
+                return
+            prog.probe_sent(self._push(peer, prog, PushType.COMPARE, pre), now)
+        else:
+            self._send_truncate(peer, prog, now, reset=False)
+
+    def _send_truncate(self, peer: str, prog: Progress, now: float, reset: bool) -> None:
+        """TRUNCATE after `next_index - 1`, or reset a follower we left behind to our start."""
+        store = self.store
+        prog.become_probe(PushType.TRUNCATE, store.begin_index if reset else prog.next_index)
+        pre = prog.next_index - 1
+        reset_pos = -1
+        if reset:
+            reset_pos = store.get(store.begin_index).pos if not store.empty else store.end_pos
+        seq = self._push(
+            peer,
+            prog,
+            PushType.TRUNCATE,
+            pre,
+            term_runs=self._term_runs(pre + 1, store.end_index),
+            leader_end_index=store.end_index,
+            reset_pos=reset_pos,
+        )
+        prog.probe_sent(seq, now)
+
+    def _term_runs(self, low: int, high: int) -> list[tuple[int, int]]:
+        """[(first index, term)] of our log over [low, high], oldest first."""
+        runs = []
+        i = high
+        while i >= low:
+            first = max(low, self.store.first_index_of_term(i))
+            runs.append((first, self.store.term_at(i)))
+            i = first - 1
+        runs.reverse()
+        return runs
+
+    def _on_push_response(self, resp: PushResponse, now: float) -> None:
+        if self.role is not Role.LEADER:
+            return
+        if resp.term > self.term:
+            self._change_to_candidate(resp.term, now)
+            return
+        prog = self.progress.get(resp.local_id)
+        if prog is None:
+            return
+        if resp.code == Code.TERM_NOT_READY:  # it adopts our term at its next step: retry then
+            prog.become_probe(PushType.COMPARE, prog.match_index + 1)
+            return
+        if resp.term != self.term:
+            return
+        if resp.code == Code.SUCCESS:
+            self.last_ack_ms[resp.local_id] = now
+        if resp.type == PushType.APPEND:
+            if not prog.inflight.free(resp.seq):
+                return
+            if resp.code == Code.SUCCESS:
+                self._matched(prog, resp.index)
+                self._replicate(resp.local_id, prog, now)
+            elif resp.code == Code.INCONSISTENT_STATE:
+                next_index = min(prog.match_index + 1, resp.end_index + 1)
+                prog.become_probe(PushType.COMPARE, next_index)
+                self._replicate(resp.local_id, prog, now)
+            return
+        if resp.type == PushType.COMMIT or not prog.probe_answered(resp.seq):
+            return
+        if resp.type == PushType.COMPARE:
+            self._on_compare_response(prog, resp)
+        elif resp.code == Code.SUCCESS:  # TRUNCATE done: the follower is a prefix of our log
+            self._matched(prog, resp.index)
+            prog.become_replicate(resp.index + 1)
+        else:
+            prog.become_probe(PushType.COMPARE, prog.next_index)
+        self._replicate(resp.local_id, prog, now)
+
+    def _on_compare_response(self, prog: Progress, resp: PushResponse) -> None:
+        compare_index = prog.next_index - 1
+        if resp.code == Code.SUCCESS:
+            if resp.end_index > compare_index:
+                prog.become_probe(PushType.TRUNCATE, prog.next_index)
+            else:
+                self._matched(prog, compare_index)
+                prog.become_replicate(compare_index + 1)
+            return
+        if resp.code != Code.INCONSISTENT_STATE:
+            return  # try again after the push timeout
+        if resp.x_term != -1:
+            next_index = min(resp.x_index, compare_index)
+        else:
+            next_index = min(compare_index, resp.end_index + 1)
+        if resp.begin_index > next_index:  # the follower lacks what we would compare
+            next_index = self.store.begin_index - 1
+        prog.become_probe(PushType.COMPARE, next_index)
+
+    def _matched(self, prog: Progress, index: int) -> None:
+        assert index <= self.store.end_index, (index, self.store.end_index)
+        if prog.matched(index):
+            self._advance_commit()
+
+    # ------------------------------------------------------------------ commit
+    def _advance_commit(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        matches = [p.match_index for p in self.progress.values()]
+        matches.append(self.persisted_index)
+        matches.sort(reverse=True)
+        candidate = matches[self.quorum - 1]
+        if candidate > self.committed_index and self.store.term_at(candidate) == self.term:
+            self._set_committed(candidate)
+
+    def _set_committed(self, index: int) -> None:
+        assert self.committed_index < index <= self.store.end_index, (
+            self.committed_index,
+            index,
+            self.store.end_index,
+        )
+        self.committed_index = index
+        self._out.committed_index = index
+        self._out.completions.extend(self._pending.resolve(index, self._entry_term))
+        if self.role is Role.LEADER and self._commit_push_at_ms is None:
+            self._commit_push_at_ms = self._now + COMMIT_LINGER_MS
+
+    def _commit_push_due_ms(self) -> float | None:
+        return self._commit_push_at_ms
+
+    def _send_commit_updates(self, now: float) -> None:
+        """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
+        self._commit_push_at_ms = None
+        for peer, prog in self.progress.items():
+            if (
+                prog.state is PushType.APPEND
+                and prog.sent_commit < self.committed_index
+                and prog.next_index > self.store.end_index
+            ):
+                self._push(peer, prog, PushType.COMMIT, prog.match_index)
