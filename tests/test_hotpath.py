@@ -18,12 +18,17 @@ from hypothesis import strategies as st
 
 from raftmq import hotpath
 from raftmq.broker import send_encoding
+from raftmq.dledger.codes import EntryType
+from raftmq.dledger.store import base as dstore
+from raftmq.dledger.store import entry as dentry
 from raftmq.remoting import SerializeType, frames
 
 TWINS = {
     "split_frames": frames.split_frames,
     "send_record": send_encoding.send_record,
     "send_responses": send_encoding.send_responses,
+    "encode_entry": dentry.encode,
+    "validate_continuation": dstore.validate_continuation,
 }
 
 try:
@@ -165,3 +170,48 @@ send = st.tuples(
 @given(st.lists(send, max_size=5), host)
 def test_send_responses(sends, store_host):
     same("send_responses", sends, store_host)
+
+
+# --------------------------------------------------------------------- DLedger entries
+
+
+@given(
+    st.sampled_from([1, 2, EntryType.NORMAL, -1, 1 << 33]),
+    int64,
+    int64,
+    int64,
+    st.binary(max_size=80).map(bytes) | st.binary(max_size=20).map(bytearray) | st.just("x"),
+    st.integers(0, 0xFFFFFFFF) | st.just(-1),
+)
+def test_encode_entry(entry_type, index, term, pos, body, prev_chain):
+    same("encode_entry", entry_type, index, term, pos, body, prev_chain)
+
+
+def log_of(bodies, term=3, segment_size=256):
+    """Encoded entries 1.. as a leader lays them out: (blob, positions)."""
+    parts, chain, pos = [], 0, 0
+    for index, body in enumerate(bodies, 1):
+        size = dentry.HEADER_SIZE + len(body)
+        pos = dentry.place(pos, size, segment_size)
+        blob, chain = dentry.encode(int(EntryType.NORMAL), index, term, pos, body, chain)
+        parts.append(blob)
+        pos += size
+    return b"".join(parts)
+
+
+@given(
+    st.lists(st.binary(max_size=60), min_size=1, max_size=6),
+    st.integers(0, 400),  # a byte to damage (past the end: none)
+    st.integers(0, 255),
+    st.sampled_from([None, 0, 7]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([256, 100, 40]),
+    st.booleans(),
+)
+def test_validate_continuation(bodies, at, xor, prev_chain, next_index, segment, as_view):
+    blob = bytearray(log_of(bodies))
+    if at < len(blob):
+        blob[at] ^= xor
+    data = memoryview(bytes(blob)) if as_view else bytes(blob)
+    same("validate_continuation", data, next_index, 0, 0, prev_chain, segment)
+    same("validate_continuation", data[: len(data) // 2], 1, 0, 0, 0, 256)

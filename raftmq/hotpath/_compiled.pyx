@@ -9,13 +9,54 @@ raftmq's: the layers that own the twins import it.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 TWINS = {}  # name -> the Python twin, registered by raftmq.hotpath.compiled_or
 
 cdef extern from "zlib.h":
     unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int length) nogil
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* CRC-32C (Castagnoli), as the crc32c package computes it: SSE4.2's instruction
+       where the CPU has it, else a table. */
+    static uint32_t raftmq_crc32c_table[256];
+    static int raftmq_crc32c_hw = -1;
+    #if defined(__x86_64__) && defined(__GNUC__)
+    __attribute__((target("sse4.2")))
+    static uint32_t raftmq_crc32c_sse42(uint32_t crc, const uint8_t *p, size_t n) {
+        uint64_t c = (uint32_t)~crc;
+        while (n >= 8) { uint64_t v; memcpy(&v, p, 8); c = __builtin_ia32_crc32di(c, v); p += 8; n -= 8; }
+        uint32_t c32 = (uint32_t)c;
+        while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+        return ~c32;
+    }
+    #endif
+    static uint32_t raftmq_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
+        if (raftmq_crc32c_hw < 0) {
+            for (uint32_t i = 0; i < 256; i++) {
+                uint32_t c = i;
+                for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+                raftmq_crc32c_table[i] = c;
+            }
+    #if defined(__x86_64__) && defined(__GNUC__)
+            raftmq_crc32c_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    #else
+            raftmq_crc32c_hw = 0;
+    #endif
+        }
+    #if defined(__x86_64__) && defined(__GNUC__)
+        if (raftmq_crc32c_hw) return raftmq_crc32c_sse42(crc, p, n);
+    #endif
+        crc = ~crc;
+        while (n--) crc = raftmq_crc32c_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        return ~crc;
+    }
+    """
+    uint32_t raftmq_crc32c(uint32_t crc, const uint8_t *p, size_t n) nogil
 
 cdef int _JSON = 0
 cdef int _MESSAGE_MAGIC_CODE = -626843481
@@ -292,3 +333,115 @@ def send_responses(list sends, store_host):
         _put32(<uint8_t *>frame, <uint32_t>length)
         _put32(<uint8_t *>frame + 4, <uint32_t>(length - 4))  # JSON: serialize type 0
     return bytes(out[: o - <char *>out])
+
+
+# ---------------------------------------------------------------------- DLedger entries
+
+cdef int _ENTRY_HEADER = 48
+cdef int _CHAIN_OFFSET = 36
+cdef int _MIN_BLANK = 8
+
+
+cdef inline uint32_t _get32(const uint8_t *p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef inline uint64_t _get64(const uint8_t *p) noexcept nogil:
+    return (<uint64_t>_get32(p) << 32) | _get32(p + 4)
+
+
+cdef inline uint32_t _chain(uint32_t prev_chain, const uint8_t *header, uint32_t body_crc) noexcept nogil:
+    cdef uint8_t crc_bytes[4]
+    _put32(crc_bytes, body_crc)
+    return raftmq_crc32c(raftmq_crc32c(prev_chain, header, _CHAIN_OFFSET), crc_bytes, 4)
+
+
+def encode_entry(entry_type, index, term, pos, body, prev_chain):
+    cdef const uint8_t[::1] view
+    cdef Py_ssize_t body_len
+    cdef uint8_t *o
+    cdef uint32_t body_crc, chain
+    if not (type(body) is bytes or type(body) is bytearray) or not (
+            isinstance(entry_type, int) and _INT32_MIN <= entry_type <= _INT32_MAX
+            and _int64(index) and _int64(term) and _int64(pos)
+            and type(prev_chain) is int and 0 <= prev_chain <= 0xFFFFFFFF):
+        return TWINS["encode_entry"](entry_type, index, term, pos, body, prev_chain)
+    body_len = len(body)
+    if body_len + _ENTRY_HEADER > _INT32_MAX:
+        return TWINS["encode_entry"](entry_type, index, term, pos, body, prev_chain)
+    view = body
+    blob = PyBytes_FromStringAndSize(NULL, _ENTRY_HEADER + body_len)
+    o = <uint8_t *>PyBytes_AS_STRING(blob)
+    _put32(o, <uint32_t><int>entry_type)
+    _put32(o + 4, <uint32_t>(_ENTRY_HEADER + body_len))
+    _put64(o + 8, <uint64_t><int64_t>index)
+    _put64(o + 16, <uint64_t><int64_t>term)
+    _put64(o + 24, <uint64_t><int64_t>pos)
+    _put32(o + 32, 0)  # channel
+    if body_len:
+        memcpy(o + _ENTRY_HEADER, &view[0], body_len)
+    body_crc = raftmq_crc32c(0, o + _ENTRY_HEADER, body_len)
+    chain = _chain(<uint32_t>prev_chain, o, body_crc)
+    _put32(o + 36, chain)
+    _put32(o + 40, body_crc)
+    _put32(o + 44, <uint32_t>body_len)
+    return blob, chain
+
+
+def validate_continuation(blob, next_index, end_pos, end_term, prev_chain, segment_size):
+    cdef const uint8_t[::1] view
+    cdef const uint8_t *p
+    cdef Py_ssize_t total, offset = 0
+    cdef int64_t index, position, term, seg, e_index, e_term, e_pos, expected
+    cdef int32_t magic, size, body_len
+    cdef uint32_t chain = 0, e_chain, body_crc
+    cdef bint known_chain = prev_chain is not None
+    try:
+        view = blob
+        index = next_index
+        position = end_pos
+        term = end_term
+        seg = segment_size
+        if known_chain:
+            chain = prev_chain
+    except (TypeError, ValueError, OverflowError, BufferError):
+        return TWINS["validate_continuation"](
+            blob, next_index, end_pos, end_term, prev_chain, segment_size)
+    total = view.shape[0]
+    p = &view[0] if total else NULL
+    rows = []
+    while offset < total:
+        if total - offset < _ENTRY_HEADER:
+            break
+        magic = <int32_t>_get32(p + offset)
+        size = <int32_t>_get32(p + offset + 4)
+        e_index = <int64_t>_get64(p + offset + 8)
+        e_term = <int64_t>_get64(p + offset + 16)
+        e_pos = <int64_t>_get64(p + offset + 24)
+        e_chain = _get32(p + offset + 36)
+        body_crc = _get32(p + offset + 40)
+        body_len = <int32_t>_get32(p + offset + 44)
+        if size < _ENTRY_HEADER or e_index != index or size + _MIN_BLANK > seg or seg <= 0:
+            break
+        expected = position
+        if position % seg + size + _MIN_BLANK > seg:
+            expected = position - position % seg + seg
+        if (e_pos != expected or e_term < term or (magic != 1 and magic != 2)
+                or size != _ENTRY_HEADER + body_len or body_len < 0
+                or offset + size > total
+                or raftmq_crc32c(0, p + offset + _ENTRY_HEADER, body_len) != body_crc):
+            break
+        if known_chain and e_chain != _chain(chain, p + offset, body_crc):
+            break
+        chain = e_chain
+        known_chain = True
+        rows.append((offset, magic, size, e_index, e_term, e_pos, e_chain))
+        index += 1
+        position = e_pos + size
+        term = e_term
+        offset += size
+    else:
+        return rows
+    # something is wrong: the twin finds it and raises what it raises
+    return TWINS["validate_continuation"](
+        blob, next_index, end_pos, end_term, prev_chain, segment_size)
