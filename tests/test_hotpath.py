@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 
 from raftmq import hotpath
 from raftmq.broker import send_encoding
+from raftmq.broker.store import commitlog
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
+from raftmq.protocol import message
 from raftmq.remoting import SerializeType, frames
 
 TWINS = {
@@ -29,6 +31,8 @@ TWINS = {
     "send_responses": send_encoding.send_responses,
     "encode_entry": dentry.encode,
     "validate_continuation": dstore.validate_continuation,
+    "read_dispatch_fields": message.read_dispatch_fields,
+    "place_record": commitlog.place_record,
 }
 
 try:
@@ -215,3 +219,50 @@ def test_validate_continuation(bodies, at, xor, prev_chain, next_index, segment,
     data = memoryview(bytes(blob)) if as_view else bytes(blob)
     same("validate_continuation", data, next_index, 0, 0, prev_chain, segment)
     same("validate_continuation", data[: len(data) // 2], 1, 0, 0, 0, 256)
+
+
+# --------------------------------------------------------------------- records in place
+
+
+def record_of(topic="T", queue_id=1, sysflag=0, props="TAGS\x01a\x02", body=b"hello"):
+    born = bytes(16) + b"\0\0\0\1" if sysflag & 0x10 else bytes([10, 0, 0, 9, 0, 0, 1, 1])
+    store = bytes(16) + b"\0\0\0\2" if sysflag & 0x20 else bytes([10, 0, 0, 2, 0, 0, 1, 2])
+    return send_encoding.send_record(
+        5, born, store, "C", topic, queue_id, 0, sysflag, 4, 0, props, body
+    )
+
+
+records = st.builds(
+    record_of,
+    st.sampled_from(["T", "é", "%RETRY%g"]),
+    st.integers(0, 3),
+    st.sampled_from([0, 0x10, 0x20, 0x30, 0x4, 0xC, 0x8]),
+    st.sampled_from(["", "TAGS\x01a\x02", "K\x01" + "v" * 300, "TAGS\x01é\x02X\x01y"]),
+    st.binary(max_size=20),
+)
+
+
+@given(records, st.integers(0, 300), st.integers(0, 255), st.integers(-2, 3))
+def test_read_dispatch_fields(record, at, xor, cut):
+    damaged = bytearray(record)
+    if at < len(damaged):
+        damaged[at] ^= xor
+    data = bytes(damaged)[: len(damaged) - cut] if cut > 0 else bytes(damaged)
+    same("read_dispatch_fields", data, 0)
+    same("read_dispatch_fields", memoryview(b"xx" + data), 2)
+    same("read_dispatch_fields", data, cut)
+
+
+@given(records, st.integers(0, 300), st.integers(0, 255), st.integers(0, 1 << 40))
+def test_place_record(record, at, xor, body_pos):
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    damaged = bytearray(record)
+    if at < len(damaged):
+        damaged[at] ^= xor
+    data = bytes(damaged)
+    tables = [{("T", 1): 7, ("é", 0): 1 << 63}, {("T", 1): 7, ("é", 0): 1 << 63}]
+    placers = (compiled.place_record, commitlog.place_record)
+    results = [outcome(f, data, body_pos, t) for f, t in zip(placers, tables, strict=True)]
+    assert results[0] == results[1]
+    assert tables[0] == tables[1]

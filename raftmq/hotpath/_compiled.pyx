@@ -9,7 +9,7 @@ raftmq's: the layers that own the twins import it.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 TWINS = {}  # name -> the Python twin, registered by raftmq.hotpath.compiled_or
@@ -445,3 +445,115 @@ def validate_continuation(blob, next_index, end_pos, end_term, prev_chain, segme
     # something is wrong: the twin finds it and raises what it raises
     return TWINS["validate_continuation"](
         blob, next_index, end_pos, end_term, prev_chain, segment_size)
+
+
+# ---------------------------------------------------------------------- records in place
+
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
+
+cdef int _MIN_RECORD_SIZE = 91
+cdef int _TRANSACTION_MASK = 0x3 << 2
+cdef int _TRANSACTION_PREPARED = 0x1 << 2
+cdef int _TRANSACTION_ROLLBACK = 0x3 << 2
+
+
+cdef tuple _dispatch_fields(const uint8_t *p, Py_ssize_t n, Py_ssize_t offset):
+    """read_dispatch_fields's tuple, or None for anything its twin would refuse or
+    find odd (a short buffer, a bad magic, a topic that is not UTF-8)."""
+    cdef Py_ssize_t ts_pos, body_len_pos, topic_pos, topic_end
+    cdef int32_t total, sysflag, body_len
+    cdef int born_len, store_len
+    cdef int properties_len
+    if offset < 0 or n - offset < 40:
+        return None
+    p += offset
+    n -= offset
+    if <int32_t>_get32(p + 4) != _MESSAGE_MAGIC_CODE:
+        return None
+    total = <int32_t>_get32(p)
+    sysflag = <int32_t>_get32(p + 36)
+    born_len = 16 if sysflag & _BORN_V6 else 4
+    store_len = 16 if sysflag & _STORE_V6 else 4
+    ts_pos = 48 + born_len + 4
+    body_len_pos = ts_pos + 8 + store_len + 4 + 4 + 8
+    if body_len_pos + 4 > n:
+        return None
+    body_len = <int32_t>_get32(p + body_len_pos)
+    if body_len < 0:
+        return None
+    topic_pos = body_len_pos + 4 + body_len
+    if topic_pos + 1 > n:
+        return None
+    topic_end = topic_pos + 1 + p[topic_pos]
+    if topic_end + 2 > n:
+        return None
+    properties_len = <int16_t>((p[topic_end] << 8) | p[topic_end + 1])
+    if properties_len < 0 or topic_end + 2 + properties_len > n:
+        return None
+    try:
+        topic = (<const char *>p)[topic_pos + 1:topic_end].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return (
+        total,
+        <int32_t>_get32(p + 12),
+        <int64_t>_get64(p + 20),
+        sysflag,
+        <int64_t>_get64(p + ts_pos),
+        topic,
+        (<const char *>p)[topic_end + 2:topic_end + 2 + properties_len],
+    )
+
+
+def read_dispatch_fields(buf, offset=0):
+    cdef const uint8_t[::1] view
+    cdef tuple fields = None
+    if type(offset) is int and (type(buf) is bytes or type(buf) is bytearray
+                                or type(buf) is memoryview):
+        try:
+            view = buf
+        except (TypeError, ValueError, BufferError):
+            pass
+        else:
+            if view.shape[0]:
+                fields = _dispatch_fields(&view[0], view.shape[0], offset)
+    if fields is None:
+        return TWINS["read_dispatch_fields"](buf, offset)
+    return fields
+
+
+def place_record(body, body_pos, dict next_offsets):
+    cdef const uint8_t[::1] view
+    cdef tuple fields = None
+    cdef int32_t total, sysflag
+    cdef int born_len, store_len, transaction
+    cdef char *o
+    if type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 63):
+        view = body
+        if view.shape[0]:
+            fields = _dispatch_fields(&view[0], view.shape[0], 0)
+    if fields is not None:
+        total = fields[0]
+        sysflag = fields[3]
+        born_len = 16 if sysflag & _BORN_V6 else 4
+        store_len = 16 if sysflag & _STORE_V6 else 4
+        # what patch_offsets checks before it writes (_locate)
+        if (total < _MIN_RECORD_SIZE or total > view.shape[0]
+                or total < 48 + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2):
+            fields = None
+    if fields is None:  # the twin raises, or takes the odd case, as it always has
+        return TWINS["place_record"](body, body_pos, next_offsets)
+    transaction = sysflag & _TRANSACTION_MASK
+    if transaction == _TRANSACTION_PREPARED or transaction == _TRANSACTION_ROLLBACK:
+        queue_offset = 0
+    else:
+        key = (fields[5], fields[1])
+        queue_offset = next_offsets.get(key, 0)
+        if not _int64(queue_offset):
+            return TWINS["place_record"](body, body_pos, next_offsets)
+        next_offsets[key] = queue_offset + 1
+    record = PyByteArray_FromStringAndSize(<const char *>&view[0], view.shape[0])
+    o = PyByteArray_AS_STRING(record)
+    _put64(<uint8_t *>o + 20, <uint64_t><int64_t>queue_offset)
+    _put64(<uint8_t *>o + 28, <uint64_t><int64_t>body_pos)
+    return record, queue_offset

@@ -28,6 +28,7 @@ from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.server import DLedgerError
 from raftmq.dledger.store import entry as dentry
+from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
 
 BODY_OFFSET = dentry.HEADER_SIZE  # DLedgerEntry.BODY_OFFSET: physical offset = pos + 48
@@ -64,7 +65,7 @@ def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest
     """
     try:
         total, queue_id, queue_offset, sysflag, store_timestamp, topic, properties = (
-            codec.read_dispatch_fields(view, offset)
+            codec.READ_DISPATCH_FIELDS(view, offset)
         )
     except codec.MessageFormatError as exc:
         raise codec.MessageFormatError(f"{exc} (physical offset {physical_offset})") from None
@@ -78,6 +79,25 @@ def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest
         codec.properties_tags_code(properties) if properties else 0,
         store_timestamp,
     )
+
+
+def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytearray, int]:
+    """The record `body` as the leader stores it at `body_pos`, and its queue offset:
+    the next of its queue (`next_offsets`, which it advances), or 0 for a transactional
+    message that gets none. Compiled where the build allows (PLACE_RECORD)."""
+    _total, queue_id, _q, sysflag, _ts, topic, _props = codec.read_dispatch_fields(body)
+    if codec.MessageSysFlag.get_transaction_value(sysflag) in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
+        queue_offset = 0
+    else:
+        key = (topic, queue_id)
+        queue_offset = next_offsets.get(key, 0)
+        next_offsets[key] = queue_offset + 1
+    record = bytearray(body)  # the entry codec concatenates it; no copy back to bytes
+    codec.patch_offsets(record, queue_offset, body_pos)
+    return record, queue_offset
+
+
+PLACE_RECORD = compiled_or("place_record", place_record)
 
 
 class DLedgerCommitLog:
@@ -96,16 +116,8 @@ class DLedgerCommitLog:
         self.store.append_hook = self._place
 
     def _place(self, body_pos: int, body: bytes) -> bytes:
-        _total, queue_id, _q, sysflag, _ts, topic, _props = codec.read_dispatch_fields(body)
-        if codec.MessageSysFlag.get_transaction_value(sysflag) in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
-            queue_offset = 0
-        else:
-            key = (topic, queue_id)
-            queue_offset = self.next_offsets.get(key, 0)
-            self.next_offsets[key] = queue_offset + 1
+        record, queue_offset = PLACE_RECORD(body, body_pos, self.next_offsets)
         self._assigned[body_pos] = queue_offset
-        record = bytearray(body)  # the entry codec concatenates it; no copy back to bytes
-        codec.patch_offsets(record, queue_offset, body_pos)
         return record
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
