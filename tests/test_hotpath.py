@@ -23,6 +23,7 @@ from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
 from raftmq.protocol import message
+from raftmq.protocol.headers import from_send_v2, send_header_v2
 from raftmq.remoting import SerializeType, frames
 
 TWINS = {
@@ -33,6 +34,7 @@ TWINS = {
     "validate_continuation": dstore.validate_continuation,
     "read_dispatch_fields": message.read_dispatch_fields,
     "place_record": commitlog.place_record,
+    "send_fields": send_encoding.send_fields,
 }
 
 try:
@@ -266,3 +268,32 @@ def test_place_record(record, at, xor, body_pos):
     results = [outcome(f, data, body_pos, t) for f, t in zip(placers, tables, strict=True)]
     assert results[0] == results[1]
     assert tables[0] == tables[1]
+
+
+# --------------------------------------------------------------------- send headers
+
+header_value = st.one_of(
+    st.sampled_from(["", "0", "7", "-1", "12345678901234567890", " 5", "+3", "x", "1_0"]),
+    st.sampled_from(["true", "false", "TRUE", "True", "T"]),
+    st.integers(-10, 10),
+    st.text(max_size=4),
+    st.none(),
+)
+header_key = st.sampled_from(
+    [*"abcdefghijklmn", "topic", "queueId", "flag", "sysFlag", "batch", "properties", "zz"]
+)
+
+
+@given(st.dictionaries(header_key, header_value, max_size=10))
+def test_send_fields(ext_fields):
+    same("send_fields", ext_fields)
+
+
+def test_send_fields_of_a_producers_header():
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    header = send_header_v2("PG", "T", 3, born_timestamp_ms=1700000000000, properties="A\x01b")
+    wire = {k: str(v).lower() if type(v) is bool else str(v) for k, v in header.items()}
+    same("send_fields", wire)
+    assert compiled.send_fields(wire) == ("T", 3, 0, 0, 1700000000000, 0, "A\x01b", False)
+    same("send_fields", from_send_v2(wire))

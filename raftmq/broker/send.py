@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
-from raftmq.broker.send_encoding import SEND_RECORD, SEND_RESPONSES
+from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.dledger.codes import Code
 from raftmq.dledger.server import DLedgerError
@@ -116,7 +116,8 @@ class SendProcessor:
         config = await self.topics.for_send(
             topic, text(request, "defaultTopic", ""), integer(request, "defaultTopicQueueNums", 4)
         )
-        queue_id = self._queue_id(request, config)
+        self._check_writable(config)
+        queue_id = self._queue_id(config, integer(request, "queueId", -1))
         if topic.startswith(RETRY_PREFIX):
             default_max = self.groups.max_reconsume_times(topic)
             max_times = integer(request, "maxReconsumeTimes", default_max)
@@ -158,24 +159,25 @@ class SendProcessor:
         self, request: RemotingCommand, now_ms: int, born: bytes, store_host: bytes
     ) -> tuple[int, bytes] | None:
         """(queue id, CommitLog record) of a plain send, or None to leave it to `send`."""
-        send_header(request)
-        fields = request.ext_fields
-        topic = fields.get("topic")
+        fields = SEND_FIELDS(request.ext_fields)
+        if fields is None:
+            return None
+        topic, queue_id, flag, sysflag, born_ms, reconsume, properties, batch = fields
         config = self.topics.get(topic)
-        properties = fields.get("properties", "")
+        sysflag &= ~MessageSysFlag.MULTI_TAGS_FLAG
         if (
             config is None
             or topic.startswith(RETRY_PREFIX)
-            or boolean(request, "batch")
+            or batch
+            or type(properties) is not str
             or _DELAY_PROPERTY in properties  # to the schedule topic: `send` decides
             or len(request.body) > self.max_message_size
+            or MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE
         ):
             return None
         try:
-            queue_id = self._queue_id(request, config)
-            sysflag = integer(request, "sysFlag", 0) & ~MessageSysFlag.MULTI_TAGS_FLAG
-            if MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE:
-                return None
+            self._check_writable(config)
+            queue_id = self._queue_id(config, queue_id)
             record = SEND_RECORD(
                 now_ms,
                 born,
@@ -183,10 +185,10 @@ class SendProcessor:
                 self.cluster_name,
                 topic,
                 queue_id,
-                integer(request, "flag", 0),
+                flag,
                 sysflag,
-                integer(request, "bornTimestamp", 0),
-                integer(request, "reconsumeTimes", 0),
+                born_ms,
+                reconsume,
                 properties,
                 request.body,
             )
@@ -219,7 +221,9 @@ class SendProcessor:
 
         return done
 
-    def _queue_id(self, request: RemotingCommand, config) -> int:
+    @staticmethod
+    def _check_writable(config) -> None:
+        """BadRequest (NO_PERMISSION) unless clients may send to the topic."""
         topic = config.topic_name
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise BadRequest(
@@ -229,7 +233,11 @@ class SendProcessor:
             raise BadRequest(
                 f"the topic[{topic}] sending message is forbidden", ResponseCode.NO_PERMISSION
             )
-        queue_id = integer(request, "queueId", -1)
+
+    @staticmethod
+    def _queue_id(config, queue_id: int) -> int:
+        """The queue a send goes to: `queue_id`, or any of the topic's (-1)."""
+        topic = config.topic_name
         if queue_id < 0:
             return random.randrange(config.write_queue_nums)
         if queue_id >= max(config.write_queue_nums, config.read_queue_nums):

@@ -11,11 +11,49 @@ from __future__ import annotations
 
 from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
+from raftmq.protocol.headers import from_send_v2, is_send_v2
 from raftmq.protocol.message import MessageConst, MessageExt
 from raftmq.protocol.msgid import message_id_from_bytes, unpack_ip
 from raftmq.remoting import FLAG_RESPONSE, RemotingCommand, ResponseCode, encode
 
-__all__ = ["SEND_RECORD", "SEND_RESPONSES", "send_record", "send_responses"]
+__all__ = [
+    "SEND_FIELDS",
+    "SEND_RECORD",
+    "SEND_RESPONSES",
+    "send_fields",
+    "send_record",
+    "send_responses",
+]
+
+
+def send_fields(ext_fields: dict) -> tuple | None:
+    """What a send's header says of its message, as `SendProcessor.send` reads it:
+    (topic, queue id (-1: any), flag, sysflag, born timestamp, reconsume times,
+    properties, batch), from V2's letters or the long names; None when a number does
+    not parse (`send` then names the field)."""
+    fields = from_send_v2(ext_fields) if is_send_v2(ext_fields) else ext_fields
+    topic = fields.get("topic")
+    try:
+        numbers = [
+            _number(fields.get(name), default)
+            for name, default in (
+                ("queueId", -1),
+                ("flag", 0),
+                ("sysFlag", 0),
+                ("bornTimestamp", 0),
+                ("reconsumeTimes", 0),
+            )
+        ]
+    except (TypeError, ValueError):
+        return None
+    batch = fields.get("batch")
+    batch = False if batch is None else str(batch).lower() == "true"
+    return (topic if topic is None else str(topic), *numbers, fields.get("properties", ""), batch)
+
+
+def _number(value, default: int) -> int:
+    """A header's integer field, read as `broker.headers.integer` reads it."""
+    return default if value is None or value == "" else int(value)
 
 
 def _host(packed: bytes) -> tuple[str, int]:
@@ -86,5 +124,6 @@ def send_responses(sends: list[tuple[int, int, int, int, int]], store_host: byte
     return b"".join(frames)
 
 
+SEND_FIELDS = compiled_or("send_fields", send_fields)
 SEND_RECORD = compiled_or("send_record", send_record)
 SEND_RESPONSES = compiled_or("send_responses", send_responses)

@@ -557,3 +557,74 @@ def place_record(body, body_pos, dict next_offsets):
     _put64(<uint8_t *>o + 20, <uint64_t><int64_t>queue_offset)
     _put64(<uint8_t *>o + 28, <uint64_t><int64_t>body_pos)
     return record, queue_offset
+
+
+# ---------------------------------------------------------------------- send headers
+
+# SendMessageRequestHeaderV2's letters for the fields send_fields reads, and the long
+# names they stand for (raftmq.protocol.headers holds the whole table).
+cdef tuple _SEND_LETTERS = ("b", "e", "h", "f", "g", "j", "i", "m")
+cdef tuple _SEND_NAMES = (
+    "topic", "queueId", "flag", "sysFlag", "bornTimestamp", "reconsumeTimes", "properties",
+    "batch",
+)
+
+
+cdef object _number(object value, object default):
+    """A header's integer as headers.integer reads it, or NotImplemented for the twin."""
+    cdef Py_ssize_t n, i = 0
+    cdef Py_UCS4 c
+    cdef long digit
+    cdef int64_t result = 0
+    cdef bint negative = False
+    if value is None:
+        return default
+    if type(value) is not str:
+        return NotImplemented
+    n = len(<str>value)
+    if n == 0:
+        return default
+    if (<str>value)[0] == "-":
+        negative = True
+        i = 1
+    if n - i == 0 or n - i > 18:
+        return NotImplemented
+    while i < n:
+        c = (<str>value)[i]
+        digit = <long>c - 48
+        if digit < 0 or digit > 9:
+            return NotImplemented
+        result = result * 10 + digit
+        i += 1
+    return -result if negative else result
+
+
+def send_fields(dict ext_fields):
+    cdef tuple keys
+    cdef Py_ssize_t k
+    if "b" in ext_fields and "topic" not in ext_fields:  # the V2 letters
+        for k in range(1, 8):
+            if _SEND_NAMES[k] in ext_fields:  # a long name among the letters: rare
+                return TWINS["send_fields"](ext_fields)
+        keys = _SEND_LETTERS
+    else:
+        keys = _SEND_NAMES
+    topic = ext_fields.get(keys[0])
+    queue_id = _number(ext_fields.get(keys[1]), -1)
+    flag = _number(ext_fields.get(keys[2]), 0)
+    sysflag = _number(ext_fields.get(keys[3]), 0)
+    born = _number(ext_fields.get(keys[4]), 0)
+    reconsume = _number(ext_fields.get(keys[5]), 0)
+    properties = ext_fields.get(keys[6], "")
+    batch = ext_fields.get(keys[7])
+    if batch is None or batch == "false":
+        batch = False
+    elif batch == "true":
+        batch = True
+    else:
+        batch = NotImplemented
+    if (queue_id is NotImplemented or flag is NotImplemented or sysflag is NotImplemented
+            or born is NotImplemented or reconsume is NotImplemented
+            or batch is NotImplemented or (topic is not None and type(topic) is not str)):
+        return TWINS["send_fields"](ext_fields)
+    return topic, queue_id, flag, sysflag, born, reconsume, properties, batch
