@@ -25,6 +25,7 @@ from raftmq.dledger.store import entry as dentry
 from raftmq.protocol import message
 from raftmq.protocol.headers import from_send_v2, send_header_v2
 from raftmq.remoting import SerializeType, frames
+from raftmq.remoting import codec as remoting_codec
 
 TWINS = {
     "split_frames": frames.split_frames,
@@ -35,6 +36,7 @@ TWINS = {
     "read_dispatch_fields": message.read_dispatch_fields,
     "place_record": commitlog.place_record,
     "send_fields": send_encoding.send_fields,
+    "plain_json_fields": remoting_codec.plain_json_fields,
 }
 
 try:
@@ -297,3 +299,34 @@ def test_send_fields_of_a_producers_header():
     same("send_fields", wire)
     assert compiled.send_fields(wire) == ("T", 3, 0, 0, 1700000000000, 0, "A\x01b", False)
     same("send_fields", from_send_v2(wire))
+
+
+# --------------------------------------------------------------------- JSON headers
+
+json_value = st.one_of(
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    st.integers(),
+    st.text(max_size=4),
+    st.none(),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.lists(st.integers(), max_size=2),
+)
+json_header = st.fixed_dictionaries(
+    {},
+    optional={
+        "code": json_value,
+        "version": json_value,
+        "opaque": json_value,
+        "flag": json_value,
+        "language": st.sampled_from(["JAVA", "PYTHON", "X"]) | json_value,
+        "remark": json_value,
+        "extFields": st.dictionaries(st.text(max_size=3), st.text(max_size=3) | json_value)
+        | json_value,
+    },
+)
+
+
+@given(json_header)
+def test_plain_json_fields(header):
+    same("plain_json_fields", header)

@@ -628,3 +628,39 @@ def send_fields(dict ext_fields):
             or batch is NotImplemented or (topic is not None and type(topic) is not str)):
         return TWINS["send_fields"](ext_fields)
     return topic, queue_id, flag, sysflag, born, reconsume, properties, batch
+
+
+# ---------------------------------------------------------------------- JSON headers
+
+from cpython.dict cimport PyDict_Next
+from cpython.object cimport PyObject
+
+
+cdef inline bint _java_int(object value):
+    return type(value) is int and _INT32_MIN <= value <= _INT32_MAX
+
+
+def plain_json_fields(dict header):
+    cdef Py_ssize_t pos = 0
+    cdef PyObject *key
+    cdef PyObject *value
+    ext = header.get("extFields")
+    if ext is None:
+        ext = {}
+    elif type(ext) is not dict:
+        return None
+    else:
+        while PyDict_Next(ext, &pos, &key, &value):
+            if type(<object>value) is not str:
+                return None
+    code = header.get("code", 0)
+    version = header.get("version", 0)
+    opaque = header.get("opaque", 0)
+    flag = header.get("flag", 0)
+    if not (_java_int(code) and _java_int(version) and _java_int(opaque) and _java_int(flag)):
+        return None
+    language = header.get("language")
+    remark = header.get("remark")
+    if type(language) is not str or (remark is not None and type(remark) is not str):
+        return None
+    return code, version, opaque, flag, language, remark, ext
