@@ -330,3 +330,42 @@ json_header = st.fixed_dictionaries(
 @given(json_header)
 def test_plain_json_fields(header):
     same("plain_json_fields", header)
+
+
+# --------------------------------------------------------------------- dispatch
+
+
+def same_rows(blob, last_index):
+    """dispatch_rows of both: the same rows, and errors of the same type and text."""
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    results = []
+    for function in (compiled.dispatch_rows, commitlog.dispatch_rows):
+        rows, error = function(blob, last_index)
+        results.append((rows, error and (type(error), str(error))))
+    assert results[0] == results[1]
+
+
+tags = st.sampled_from(["", "a", "tagA", "é", "😀", "a b"])
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), tags, st.sampled_from([0, 0x10, 0x30])), max_size=5),
+    st.integers(0, 900),
+    st.integers(0, 255),
+    st.integers(0, 7),
+)
+def test_dispatch_rows(entries, at, xor, last_index):
+    parts, chain, pos = [], 0, 0
+    for index, (noop, tag, sysflag) in enumerate(entries, 1):
+        props = f"X\x01y\x02TAGS\x01{tag}\x02" if tag else "XTAGS\x01z"
+        body = b"" if noop else record_of(sysflag=sysflag, props=props)
+        kind = EntryType.NOOP if noop else EntryType.NORMAL
+        blob, chain = dentry.encode(int(kind), index, 1, pos, body, chain)
+        parts.append(blob)
+        pos += len(blob)
+    blob = bytearray(b"".join(parts))
+    if at < len(blob):
+        blob[at] ^= xor
+    if blob:
+        same_rows(bytes(blob), last_index)

@@ -664,3 +664,85 @@ def plain_json_fields(dict header):
     if type(language) is not str or (remark is not None and type(remark) is not str):
         return None
     return code, version, opaque, flag, language, remark, ext
+
+
+# ---------------------------------------------------------------------- dispatch
+
+cdef bytes _TAGS = b"TAGS\x01"
+
+
+cdef object _tags_code(bytes properties):
+    """properties_tags_code: Java's String.hashCode of the TAGS value (0 without one),
+    or NotImplemented for the twin (a value that is not UTF-8)."""
+    cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(properties)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(properties)
+    cdef Py_ssize_t at = 0, start, end
+    cdef uint32_t h = 0, cp
+    while True:
+        while at + 5 <= n and memcmp(p + at, <const char *>_TAGS, 5) != 0:
+            at += 1
+        if at + 5 > n:
+            return 0
+        if at == 0 or p[at - 1] == 2:
+            break
+        at += 1
+    start = at + 5
+    end = start
+    while end < n and p[end] != 2:
+        end += 1
+    try:
+        value = (<const char *>p)[start:end].decode("utf-8")
+    except UnicodeDecodeError:
+        return NotImplemented
+    for ch in <str>value:
+        cp = <uint32_t><Py_UCS4>ch
+        if cp > 0xFFFF:  # a surrogate pair in Java's UTF-16
+            cp -= 0x10000
+            h = 31 * h + (0xD800 + (cp >> 10))
+            h = 31 * h + (0xDC00 + (cp & 0x3FF))
+        else:
+            h = 31 * h + cp
+    return <int32_t>h
+
+
+def dispatch_rows(blob, last_index):
+    cdef const uint8_t[::1] view
+    cdef const uint8_t *p
+    cdef Py_ssize_t total, offset = 0
+    cdef int32_t magic, size
+    cdef int64_t e_index, last, pos
+    try:
+        view = blob
+        last = last_index
+    except (TypeError, ValueError, OverflowError, BufferError):
+        return TWINS["dispatch_rows"](blob, last_index)
+    total = view.shape[0]
+    if total == 0:
+        return TWINS["dispatch_rows"](blob, last_index)
+    p = &view[0]
+    rows = []
+    while offset < total:
+        if total - offset < _ENTRY_HEADER:
+            return TWINS["dispatch_rows"](blob, last_index)
+        magic = <int32_t>_get32(p + offset)
+        size = <int32_t>_get32(p + offset + 4)
+        e_index = <int64_t>_get64(p + offset + 8)
+        pos = <int64_t>_get64(p + offset + 24)
+        if size < _ENTRY_HEADER or offset + size > total:
+            return TWINS["dispatch_rows"](blob, last_index)
+        if e_index > last:
+            break
+        if magic == 2:  # a NOOP
+            rows.append((e_index, None))
+        else:
+            fields = _dispatch_fields(p, total, offset + _ENTRY_HEADER)
+            if fields is None:
+                return TWINS["dispatch_rows"](blob, last_index)
+            properties = fields[6]
+            tags = _tags_code(properties) if properties else 0
+            if tags is NotImplemented:
+                return TWINS["dispatch_rows"](blob, last_index)
+            rows.append((e_index, (fields[5], fields[1], fields[2], pos + _ENTRY_HEADER,
+                                   fields[0], fields[3], tags, fields[4])))
+        offset += size
+    return rows, None
