@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
-from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES
+from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES, sent_message
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.dledger.codes import Code
 from raftmq.dledger.server import DLedgerError
@@ -275,12 +275,11 @@ class SendProcessor:
                     f"message body size {len(body)} exceeds maxMessageSize {self.max_message_size}",
                     ResponseCode.MESSAGE_ILLEGAL,
                 )
-            properties.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
-            properties[MessageConst.PROPERTY_CLUSTER] = self.cluster_name
-            msg = MessageExt(
+            msg = sent_message(
+                self.cluster_name,
+                properties,
                 topic=topic,
                 body=body,
-                properties=properties,
                 queue_id=queue_id,
                 flag=flag,
                 sysflag=sysflag,

@@ -23,6 +23,7 @@ __all__ = [
     "send_fields",
     "send_record",
     "send_responses",
+    "sent_message",
 ]
 
 
@@ -78,23 +79,29 @@ def send_record(
     """The CommitLog record of one sent message, as the send processor stores it: the
     client's properties (wire text) without WAIT, with the broker's CLUSTER; hosts
     packed as the record holds them. MessageFormatError for what a record cannot hold."""
-    props = codec.string_to_properties(properties)
-    props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
-    props[MessageConst.PROPERTY_CLUSTER] = cluster
-    msg = MessageExt(
-        topic=topic,
-        body=body,
-        properties=props,
-        queue_id=queue_id,
-        flag=flag,
-        sysflag=sysflag,
-        born_timestamp=born_timestamp_ms,
-        born_host=_host(born_host),
+    msg = sent_message(
+        cluster,
+        codec.string_to_properties(properties),
         store_timestamp=store_timestamp_ms,
+        born_host=_host(born_host),
+        born_timestamp=born_timestamp_ms,
         store_host=_host(store_host),
+        topic=topic,
+        queue_id=queue_id,
         reconsume_times=reconsume_times,
+        sysflag=sysflag,
+        flag=flag,
+        body=body,
     )
     return codec.encode(msg)
+
+
+def sent_message(cluster: str, properties: dict[str, str], **fields) -> MessageExt:
+    """A message a producer sent (MessageExt's `fields`), as the broker stores it: the
+    client's properties without WAIT (RocketMQ's broker drops it), with its CLUSTER."""
+    properties.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
+    properties[MessageConst.PROPERTY_CLUSTER] = cluster
+    return MessageExt(properties=properties, **fields)
 
 
 def send_responses(sends: list[tuple[int, int, int, int, int]], store_host: bytes) -> bytes:

@@ -88,19 +88,18 @@ def split_frames(src, Py_ssize_t max_frame_bytes):
     cdef const uint8_t[::1] view = src
     cdef Py_ssize_t size = view.shape[0]
     cdef Py_ssize_t pos = 0
-    cdef Py_ssize_t end
     cdef uint32_t length
     frames = []
-    while size - pos >= 4:
+    while pos + 4 <= size:
         length = (<uint32_t>view[pos] << 24 | <uint32_t>view[pos + 1] << 16
                   | <uint32_t>view[pos + 2] << 8 | view[pos + 3])
         if length < 4 or <Py_ssize_t>length + 4 > max_frame_bytes:
             return TWINS["split_frames"](src, max_frame_bytes)  # raises the exact error
-        end = pos + 4 + length
-        if end > size:
+        if pos + 4 + <Py_ssize_t>length <= size:
+            frames.append((pos + 4, pos + 4 + <Py_ssize_t>length))
+            pos += 4 + length
+        else:
             break
-        frames.append((pos + 4, end))
-        pos = end
     return frames, pos
 
 
