@@ -1,24 +1,49 @@
 #!/usr/bin/env bash
 # The two entry points a fresh machine needs: `./run.sh demo` and `./run.sh test`
 # (`./run.sh test fast` leaves out the tests that start real processes, and the slow ones).
-# Each creates .venv (once) and installs the project into it (again only when
-# pyproject.toml, setup.py or the compiled hot path's source changed: the install
-# is what builds the extension), so running either twice costs nothing extra.
+# Each creates .venv (once) and installs into it what that command needs (again only
+# when pyproject.toml, setup.py or the compiled hot path's source changed: the install
+# is what builds the extension), so running either twice costs nothing extra: the demo
+# needs only the project itself; the tests also need the dev, bench and spark extras
+# (pyspark and pyarrow are ~440 MB, so the demo never downloads them).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 venv=.venv
-stamp=$venv/.installed-$(cat pyproject.toml setup.py raftmq/hotpath/_compiled.pyx | sha1sum | cut -c1-12)
+hash=$(cat pyproject.toml setup.py raftmq/hotpath/_compiled.pyx | sha1sum | cut -c1-12)
 
+# bootstrap NAME EXTRAS: install the project with EXTRAS ("" or "[dev,...]") unless the
+# stamp for NAME says this pyproject.toml and extension source were installed already.
+# pip's output (what it downloads, with a progress bar on a terminal) shows.
 bootstrap() {
+    local name=$1 extras=$2
+    local stamp=$venv/.installed-$name-$hash
     if [ ! -x "$venv/bin/python" ]; then
+        echo "run.sh: creating $venv" >&2
         python3 -m venv "$venv"
     fi
     if [ ! -f "$stamp" ]; then
+        echo "run.sh: installing raftmq$extras into $venv (first run only)" >&2
         "$venv/bin/python" -m pip install --quiet --upgrade pip
-        "$venv/bin/python" -m pip install --quiet -e ".[dev,bench,spark]"
-        rm -f "$venv"/.installed-*
+        "$venv/bin/python" -m pip install --progress-bar on -e ".$extras"
+        rm -f "$venv"/.installed-"$name"-*
         touch "$stamp"
+    fi
+}
+
+# What the tests need from outside Python; a missing one skips its tests (with the
+# reason, shown by -rs) and is named here first. `.ci/run` installs them all (as root).
+report_missing_tools() {
+    local missing=()
+    command -v node >/dev/null || missing+=("node and npm (tests/test_ali_ons.py)")
+    [ -f tests/ali_ons/node_modules/ali-ons/package.json ] ||
+        missing+=("ali-ons: npm ci in tests/ali_ons (tests/test_ali_ons.py)")
+    command -v java >/dev/null || missing+=("Java 17+ (tests/test_spark_source.py)")
+    command -v strace >/dev/null || missing+=("strace (the jepsen fsync-EIO tests)")
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "run.sh: not installed, so their tests will be skipped:" >&2
+        printf '  - %s\n' "${missing[@]}" >&2
+        echo "  (.ci/run installs them all when run as root on Debian/Ubuntu)" >&2
     fi
 }
 
@@ -26,21 +51,22 @@ cmd=${1:-help}
 shift || true
 case "$cmd" in
     demo)
-        bootstrap
+        bootstrap demo ""
         exec "$venv/bin/python" -m raftmq.tools.broker_demo "$@"
         ;;
     test)
-        bootstrap
+        bootstrap test "[dev,bench,spark]"
         "$venv/bin/ruff" check .
+        report_missing_tools
         if [ "${1:-}" = fast ]; then
             # everything that starts no real process, but the few slow ones: well under a minute
             shift
-            exec "$venv/bin/python" -m pytest -q -m "not processes and not slow" "$@"
+            exec "$venv/bin/python" -m pytest -q -rs -m "not processes and not slow" "$@"
         fi
-        exec "$venv/bin/python" -m pytest -q "$@"
+        exec "$venv/bin/python" -m pytest -q -rs "$@"
         ;;
     bench)
-        bootstrap
+        bootstrap test "[dev,bench,spark]"
         exec "$venv/bin/python" -m bench "$@"
         ;;
     *)

@@ -18,9 +18,7 @@ from raftmq.remoting import LanguageCode, RequestCode, ResponseCode
 from raftmq.remoting.codec import encode
 from raftmq.remoting.frames import FrameDecoder
 
-needs_go = pytest.mark.skipif(
-    GO_GENERATOR.missing() is not None, reason=str(GO_GENERATOR.missing())
-)
+needs_go = pytest.mark.requires("go")
 
 
 class _Server:

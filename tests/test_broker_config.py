@@ -4,13 +4,16 @@ raftmq does not use are accepted with a warning."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.dledger.config import FSYNC, PAGE_CACHE
+from raftmq.namesrv.config import NamesrvConfig, load_config
 from raftmq.remoting import listen_host
+from raftmq.streams.address import parse_address, parse_peers
 
 SAMPLES = Path(__file__).resolve().parent.parent / "raftmq" / "broker" / "conf" / "dledger"
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
@@ -254,3 +257,21 @@ def test_command_line_overrides_are_validated(tmp_path: Path) -> None:
 def test_unreadable_file() -> None:
     with pytest.raises(ValueError, match=r"cannot read config /nonexistent/broker\.conf"):
         load_broker_config("/nonexistent/broker.conf")
+
+
+def test_the_readme_commands_run_as_written_beside_the_sample_confs() -> None:
+    """The README's `mqnamesrv -c` names a file that ships, and its dledger example binds
+    no port a sample broker conf uses (it reused 40911-40913 and `dledger server` died)."""
+    root = SAMPLES.parent.parent.parent.parent
+    readme = (root / "README.md").read_text()
+    namesrv_conf = re.search(r"mqnamesrv -c (\S+)", readme).group(1)
+    assert load_config(str(root / namesrv_conf)) == (NamesrvConfig(), [])
+    example_peers = re.search(r'^P="([^"]+)"', readme, re.MULTILINE).group(1)
+    used = set()
+    for n in range(3):
+        config, _ = load_broker_config(str(SAMPLES / f"broker-n{n}.conf"))
+        used |= {
+            config.listen_port,
+            *(parse_address(a)[1] for a in config.dledger_config().peers.values()),
+        }
+    assert not used & {parse_address(a)[1] for a in parse_peers(example_peers).values()}

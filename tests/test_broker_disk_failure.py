@@ -84,3 +84,33 @@ def test_an_fsync_failure_after_a_restart_exits_with_the_disk_status(tmp_path, m
     monkeypatch.setattr(cli, "tune_for_serving", lambda: None)  # process-wide GC settings
     assert cli.main(["-c", str(conf)]) == cli.EXIT_DISK
     assert "mqbroker: fsync failed" in capsys.readouterr().err
+
+
+def test_an_fsync_failure_while_opening_the_store_exits_with_the_disk_status(
+    tmp_path, monkeypatch, capsys
+):
+    """Recovery makes its repairs durable before anything is served; its fsync failing
+    is the disk's fault (status 4, "fsync failed"), not a port's (it was "cannot listen",
+    status 3)."""
+    conf, _root = write_conf(tmp_path)
+
+    def failing_sync(fd: int) -> None:
+        raise OSError(errno.EIO, "injected EIO")
+
+    monkeypatch.setattr(os, "fsync", failing_sync)
+    monkeypatch.setattr(os, "fdatasync", failing_sync)
+    monkeypatch.setattr(cli, "tune_for_serving", lambda: None)
+    assert cli.main(["-c", str(conf)]) == cli.EXIT_DISK
+    err = capsys.readouterr().err
+    assert err.startswith("mqbroker: fsync failed while opening "), err
+    assert "injected EIO" in err and err.count("\n") == 1
+
+
+def test_a_store_root_that_cannot_be_created_is_named_with_the_disk_status(tmp_path, capsys):
+    """It was "cannot listen: ..." with the port's status, naming no key."""
+    conf, _root = write_conf(tmp_path)
+    (tmp_path / "file").write_text("")
+    blocked = tmp_path / "file" / "store"  # under a regular file: no one can create it
+    assert cli.main(["-c", str(conf), "-D", f"storePathRootDir={blocked}"]) == cli.EXIT_DISK
+    err = capsys.readouterr().err
+    assert err == f"mqbroker: storePathRootDir={blocked}: Not a directory\n"

@@ -5,7 +5,11 @@ of its own."""
 from __future__ import annotations
 
 import os
+import re
+import signal
+import subprocess
 import sys
+from functools import partial
 
 import pytest
 import trio
@@ -83,3 +87,41 @@ async def test_a_broker_listens_on_its_bind_address_and_advertises_brokerip1(tmp
         dledger_port = parse_address(cluster.peer_addrs["n0"])[1]
         with pytest.raises(OSError):
             await trio.open_tcp_stream("127.0.0.1", dledger_port)
+
+
+async def test_ctrl_c_in_the_demo_stops_its_servers_and_says_so(tmp_path):
+    """It printed a traceback; now one line, status 130, and no server left running."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    async with trio.open_nursery() as nursery:
+        demo = await nursery.start(
+            partial(
+                trio.run_process,
+                [sys.executable, "-m", "raftmq.tools.broker_demo"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                check=False,
+                env=env,
+            )
+        )
+        seen = b""
+        with trio.fail_after(60):
+            while b"master is" not in seen:
+                seen += await demo.stdout.receive_some()
+        demo.send_signal(signal.SIGINT)
+        err = b""
+        with trio.fail_after(30):
+            async for chunk in demo.stderr:
+                err += chunk
+            await demo.wait()
+    assert demo.returncode == 130
+    assert err.decode().strip() == "demo interrupted: its name server and brokers are stopped"
+    brokers = re.search(rb"brokers (.*)\n", seen).group(1).decode()
+    for address in re.findall(r"n\d=(\S+?),?(?:\s|$)", brokers):
+        with trio.fail_after(10):
+            while True:
+                try:
+                    async with RemotingClient(address, connect_timeout_s=0.5):
+                        await trio.sleep(0.1)
+                except RemotingConnectError:
+                    break
+    assert list(tmp_path.iterdir()) == []  # its store directory is removed

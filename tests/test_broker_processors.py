@@ -15,6 +15,7 @@ import trio
 
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_requests import AdminRequests
+from raftmq.broker.config import BrokerConfig
 from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from raftmq.broker.controller import answer_refusals
 from raftmq.broker.metawriter import MetaWriter
@@ -32,6 +33,7 @@ from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.protocol import message as codec
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from raftmq.streams.properties import parse_properties
 
 
 class _CommitIndex:
@@ -104,7 +106,8 @@ class Broker:
             max_message_size=1024,
         )
         self.pull = PullProcessor(*parts, self.offsets, self.stats, long_polling_enable=False)
-        self.admin = AdminRequests(self.role, self.topics, self.groups)
+        config = BrokerConfig(broker_name="broker-p", auto_create_topic_enable=auto_create)
+        self.admin = AdminRequests(self.role, self.topics, self.groups, config)
 
     async def call(self, handler, code: int, ext: dict, body: bytes = b"") -> RemotingCommand:
         request = RemotingCommand(code=code, ext_fields={k: str(v) for k, v in ext.items()})
@@ -192,6 +195,38 @@ async def test_admin_topics_and_groups_go_through_the_log(broker):
     refused = await broker.pull_messages("T", 0, group="off")
     assert refused.code == ResponseCode.NO_PERMISSION
     assert broker.groups.max_reconsume_times("%RETRY%off") == 3
+    deleted = await broker.call(
+        broker.admin.delete_group, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "off"}
+    )
+    assert deleted.code == ResponseCode.SUCCESS and "off" not in broker.store.metadata.groups
+    assert (await broker.pull_messages("T", 0, group="off")).code != ResponseCode.NO_PERMISSION
+
+
+async def test_broker_config_is_read_and_changed_where_it_can_be(broker):
+    """GET_BROKER_CONFIG is properties text; UPDATE_BROKER_CONFIG changes the keys read
+    at run time and names any other key it refuses."""
+    got = await broker.call(broker.admin.broker_config, RequestCode.GET_BROKER_CONFIG, {})
+    properties = parse_properties(got.body.decode())
+    assert properties["brokerName"] == "broker-p"
+    assert properties["autoCreateTopicEnable"] == "true"
+    assert json.loads(got.ext_fields["version"])["counter"] >= 0
+
+    async def update(text: str) -> RemotingCommand:
+        return await broker.call(
+            broker.admin.update_broker_config, RequestCode.UPDATE_BROKER_CONFIG, {}, text.encode()
+        )
+
+    assert (await update("autoCreateTopicEnable=false\n")).code == ResponseCode.SUCCESS
+    assert (await broker.send_message("Nowhere", b"x")).code == ResponseCode.TOPIC_NOT_EXIST
+    got = await broker.call(broker.admin.broker_config, RequestCode.GET_BROKER_CONFIG, {})
+    assert parse_properties(got.body.decode())["autoCreateTopicEnable"] == "false"
+    for text, reason in (
+        ("listenPort=1", "listenPort: cannot change at run time"),
+        ("autoCreateTopicEnable=maybe", "autoCreateTopicEnable='maybe'"),
+        ("noSuchKey=1", "unknown key"),
+    ):
+        refused = await update(text)
+        assert refused.code == ResponseCode.SYSTEM_ERROR and reason in refused.remark, refused
 
 
 async def test_a_send_to_an_unknown_topic_is_refused_without_auto_create(nursery, tmp_path):

@@ -5,6 +5,8 @@ most of the time); the test that kills the master runs last. The CLI runs as a
 subprocess where its output and exit status are the point, in process elsewhere.
 """
 
+import datetime
+import json
 import os
 import subprocess
 import sys
@@ -13,8 +15,11 @@ import time
 import pytest
 import trio
 
+from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
+from raftmq.client.errors import MQBrokerError
 from raftmq.client.mqadmin import main
+from raftmq.client.mqadmin.commands import parse_timestamp_ms
 from raftmq.client.route import BrokerData
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import properties_to_string
@@ -95,6 +100,41 @@ def test_usage_errors_exit_2(monkeypatch, capsys):
     assert main(["updateTopic", "-n", "127.0.0.1:9876", "-t", "T"]) == 2  # no -b or -c
     assert main(["queryMsgById", "-n", "127.0.0.1:9876", "-i", "not-an-id"]) == 2
     assert "give either -b (a broker) or -c (a cluster)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["help"], ["-h"], ["--help"]])
+def test_help_flags_list_the_commands(argv, capsys):
+    """They answered "The sub command --help not exist." """
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("The most commonly used mqadmin commands are:")
+
+
+def test_help_for_one_command(capsys):
+    assert main(["-h", "updateTopic"]) == 0
+    assert "usage: mqadmin updateTopic" in capsys.readouterr().out
+
+
+def test_a_broker_without_a_port_is_a_one_line_usage_error(capsys):
+    assert main(["brokerStatus", "-n", "127.0.0.1:1", "-b", "localhost"]) == 2
+    err = capsys.readouterr().err
+    assert err == "mqadmin brokerStatus: bad address 'localhost': expected host:port\n"
+
+
+def test_a_name_server_without_a_port_is_a_usage_error(capsys):
+    """`-n localhost` raised a traceback from inside trio.run."""
+    assert main(["clusterList", "-n", "localhost"]) == 2
+    err = capsys.readouterr().err
+    assert err == "mqadmin: -n 'localhost': bad address 'localhost': expected host:port\n"
+
+
+def test_reset_timestamps_are_now_milliseconds_or_local_time(capsys):
+    assert parse_timestamp_ms("now") == -1
+    assert parse_timestamp_ms("1700000000123") == 1700000000123
+    local = datetime.datetime(2024, 3, 1, 12, 30, 5, 250000).timestamp()
+    assert parse_timestamp_ms("2024-03-01#12:30:05:250") == int(local * 1000)
+    argv = ["resetOffsetByTime", "-n", "127.0.0.1:1", "-g", "G", "-t", "T", "-s", "yesterday"]
+    assert main(argv) == 2
+    assert "-s 'yesterday': expected now, epoch milliseconds or" in capsys.readouterr().err
 
 
 def test_nothing_reachable_exits_3(capsys):
@@ -229,6 +269,417 @@ async def test_topic_status_and_consumer_progress(cluster):
             1,
         )
         assert queue.diff == stats.diff_total == 2
+
+
+@pytest.mark.processes
+async def test_stats_bodies_are_maps_keyed_by_message_queue(cluster):
+    """GET_TOPIC_STATS_INFO and GET_CONSUME_STATS as fastjson writes them for Java's
+    admin: `offsetTable` maps MessageQueue objects to the offsets."""
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Shaped", 1, 1, broker_addr=master)
+        await wait_route(admin, "Shaped")
+    await send(master, "Shaped", b"one", 0)
+    async with RemotingClient(master) as client:  # the raw bodies
+        stats = await client.invoke(
+            RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": "Shaped"}), 5
+        )
+        commit = {"consumerGroup": "Shaper", "topic": "Shaped", "queueId": 0, "commitOffset": 1}
+        await client.invoke(
+            RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=commit), 5
+        )
+        consume = await client.invoke(
+            RemotingCommand(RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": "Shaper"}),
+            5,
+        )
+    mq = json.dumps({"brokerName": cluster.broker_name, "queueId": 0, "topic": "Shaped"})
+    mq = mq.replace(" ", "")
+    assert stats.body.decode() == (
+        '{"offsetTable":{' + mq + ':{"lastUpdateTimestamp":0,"maxOffset":1,"minOffset":0}}}'
+    )
+    assert consume.body.decode() == (
+        '{"offsetTable":{' + mq + ':{"brokerOffset":1,"consumerOffset":1,"lastTimestamp":0}},'
+        '"consumeTps":0.0}'
+    )
+
+
+@pytest.mark.processes
+async def test_delete_topic_removes_it_from_brokers_and_name_server(cluster):
+    """The name server kept the route after the brokers dropped the topic; now
+    DELETE_TOPIC_IN_NAMESRV drops it at once."""
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Doomed", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Doomed")
+        completed = await mqadmin(
+            "deleteTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", "Doomed"
+        )
+        assert completed.returncode == 0, completed.stderr
+        assert completed.stdout.decode() == (
+            f"delete topic [Doomed] from cluster [{CLUSTER}] success.\n"
+            "delete topic [Doomed] from NameServer success.\n"
+        )
+        with pytest.raises(MQBrokerError) as gone:
+            await admin.topic_route("Doomed")
+        assert gone.value.code == ResponseCode.TOPIC_NOT_EXIST
+        assert "Doomed" not in await admin.topic_list()
+        with trio.fail_after(10):  # every replica applies the deletion from the log
+            for address in cluster.broker_addrs.values():
+                while "Doomed" in await topic_configs(admin, address):
+                    await trio.sleep(0.05)
+    usage = await mqadmin("deleteTopic", "-n", cluster.namesrv_addr, "-t", "Doomed")
+    assert usage.returncode == 2  # -c is required, as in RocketMQ
+
+
+async def topic_configs(admin: Admin, address: str) -> dict:
+    response = await admin.call(address, RequestCode.GET_ALL_TOPIC_CONFIG)
+    return json.loads(response.body)["topicConfigTable"]
+
+
+@pytest.mark.processes
+async def test_update_and_delete_subscription_group(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:  # as the group's first heartbeat would
+        await admin.create_topic("%RETRY%billing", 1, 1, cluster=CLUSTER)
+        await wait_route(admin, "%RETRY%billing")
+    completed = await mqadmin(
+        "updateSubGroup", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-g", "billing",
+        "-r", "3", "-q", "2", "-s", "false",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.decode() == (
+        f"create subscription group to {master} success.\n"
+        "SubscriptionGroupConfig [groupName=billing, consumeEnable=false, "
+        "consumeFromMinEnable=false, consumeBroadcastEnable=false, retryQueueNums=2, "
+        "retryMaxTimes=3, brokerId=0, whichBrokerWhenConsumeSlowly=1, "
+        "notifyConsumerIdsChangedEnable=true]\n"
+    )
+    async with Admin(cluster.namesrv_addr) as admin:
+        with trio.fail_after(10):  # through the log: on every replica
+            for address in cluster.broker_addrs.values():
+                while "billing" not in await admin.subscription_groups(address):
+                    await trio.sleep(0.05)
+        (retry_queues,) = (await admin.topic_route("%RETRY%billing")).queue_datas
+        assert retry_queues.write_queue_nums == retry_queues.read_queue_nums == 2  # -q 2
+        config = (await admin.subscription_groups(master))["billing"]
+        assert (config["retryMaxTimes"], config["consumeEnable"]) == (3, False)
+        async with RemotingClient(master) as client:  # consumeEnable=false: no pulls
+            header = {
+                "consumerGroup": "billing", "topic": "Orders", "queueId": 0, "queueOffset": 0,
+                "maxMsgNums": 1, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                "subscription": "*", "subVersion": 0,
+            }  # fmt: skip
+            pulled = await client.invoke(
+                RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=header), 5
+            )
+        assert pulled.code == ResponseCode.NO_PERMISSION
+
+        completed = await mqadmin(
+            "deleteSubGroup", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-g", "billing"
+        )
+        assert completed.returncode == 0, completed.stderr
+        lines = completed.stdout.decode().splitlines()
+        assert lines[0] == (
+            f"delete subscription group [billing] from broker [{master}] "
+            f"in cluster [{CLUSTER}] success."
+        )
+        assert lines[1:] == [
+            f"delete topic [%RETRY%billing] from cluster [{CLUSTER}] success.",
+            "delete topic [%RETRY%billing] from NameServer success.",
+            f"delete topic [%DLQ%billing] from cluster [{CLUSTER}] success.",
+            "delete topic [%DLQ%billing] from NameServer success.",
+        ]
+        assert "billing" not in await admin.subscription_groups(master)
+
+
+@pytest.mark.processes
+async def test_get_and_update_broker_config(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    slaves = sorted(a for a in cluster.broker_addrs.values() if a != master)
+    completed = await mqadmin("getBrokerConfig", "-n", cluster.namesrv_addr, "-b", master)
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.decode().splitlines()
+    assert lines[0] == f"============{master}============"
+    assert f"{'brokerName':<50}=  {cluster.broker_name}" in lines
+    assert f"{'autoCreateTopicEnable':<50}=  true" in lines
+    assert lines[-1] == ""
+
+    env = {**os.environ, "NAMESRV_ADDR": cluster.namesrv_addr}
+    completed = await mqadmin(
+        "updateBrokerConfig", "-c", CLUSTER, "-k", "autoCreateTopicEnable", "-v", "false", env=env
+    )
+    assert completed.returncode == 0, completed.stderr
+    updated = [line.split(", ")[1] for line in completed.stdout.decode().splitlines()]
+    assert completed.stdout.decode().startswith("update broker config success, ")
+    assert sorted(updated) == sorted(cluster.broker_addrs.values())
+    try:
+        async with Admin(cluster.namesrv_addr) as admin:
+            (broker,) = (await admin.cluster_info()).broker_datas(CLUSTER)
+        assert broker.addresses() == [master, *slaves] or sorted(broker.addresses()[1:]) == slaves
+        completed = await mqadmin("getBrokerConfig", "-c", CLUSTER, env=env)
+        lines = completed.stdout.decode().splitlines()
+        assert [line for line in lines if line.startswith("====")] == [
+            f"============Master: {master}============",
+            *(
+                f"============My Master: {master}=====Slave: {s}============"
+                for s in broker.addresses()[1:]
+            ),
+        ]
+        assert lines.count(f"{'autoCreateTopicEnable':<50}=  false") == 3
+        header = send_header_v2("p", "NeverCreated", 0, born_timestamp_ms=0, properties="")
+        async with RemotingClient(master) as client:  # no auto-creation now
+            response = await client.invoke(
+                RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=header, body=b"x"), 5
+            )
+        assert response.code == ResponseCode.TOPIC_NOT_EXIST
+    finally:
+        await mqadmin(
+            "updateBrokerConfig",
+            "-c",
+            CLUSTER,
+            "-k",
+            "autoCreateTopicEnable",
+            "-v",
+            "true",
+            env=env,
+        )
+
+    refused = await mqadmin(
+        "updateBrokerConfig", "-b", master, "-k", "listenPort", "-v", "1", env=env
+    )
+    assert refused.returncode == 1
+    err = refused.stderr.decode()
+    assert "listenPort: cannot change at run time" in err and err.count("\n") == 1
+
+
+@pytest.mark.processes
+async def test_consumer_and_producer_connections(cluster):
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Connected", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Connected")
+
+    async def handle(msgs) -> bool:
+        return True
+
+    async with (
+        Producer(cluster.namesrv_addr, "shop") as producer,
+        PushConsumer(cluster.namesrv_addr, "audit", "Connected", handle, "TagA || TagB"),
+    ):
+        await producer.send("Connected", b"x")  # learns the route, then heartbeats
+        with trio.fail_after(10):
+            while True:
+                consumers = await mqadmin(
+                    "consumerConnection", "-n", cluster.namesrv_addr, "-g", "audit"
+                )
+                producers = await mqadmin(
+                    "producerConnection",
+                    "-n",
+                    cluster.namesrv_addr,
+                    "-g",
+                    "shop",
+                    "-t",
+                    "Connected",
+                )
+                if consumers.returncode == producers.returncode == 0:
+                    break
+                await trio.sleep(0.1)
+    lines = consumers.stdout.decode().splitlines()
+    row = lines[0].split()
+    assert row[0] == "001" and row[3:] == ["PYTHON", "V4_9_8"]
+    assert lines[1:] == [
+        "",
+        "Below is subscription:",
+        f"001  Topic: {'Connected':<40} SubExpression: TagA || TagB",
+        f"002  Topic: {'%RETRY%audit':<40} SubExpression: *",  # as Java's consumers do
+        "ConsumeType: CONSUME_PASSIVELY",
+        "MessageModel: CLUSTERING",
+        "ConsumeFromWhere: CONSUME_FROM_LAST_OFFSET",
+    ]
+    (line,) = producers.stdout.decode().splitlines()
+    assert line.split()[0] == "0001" and line.split()[3:] == ["PYTHON", "V4_9_8"]
+    gone = await mqadmin("consumerConnection", "-n", cluster.namesrv_addr, "-g", "audit")
+    assert gone.returncode == 1  # it unregistered on the way out
+    assert "code 206 (CONSUMER_NOT_ONLINE): the consumer group[audit] not online" in (
+        gone.stderr.decode()
+    )
+
+
+@pytest.mark.processes
+async def test_reset_offset_by_time_with_the_group_stopped_and_running(cluster):
+    """Stopped: the offsets are committed by the broker (RocketMQ's admin falls back to
+    writing them itself). Running: the members are told and consume again from there."""
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Rewind", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Rewind")
+        for n in range(3):
+            await send(master, "Rewind", f"m{n}".encode(), 0)
+        await trio.sleep(0.05)
+        middle_ms = int(time.time() * 1000)
+        await trio.sleep(0.05)
+        for n in range(3, 5):
+            await send(master, "Rewind", f"m{n}".encode(), 0)
+
+        completed = await mqadmin(
+            "resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", "rewinder", "-t", "Rewind",
+            "-s", str(middle_ms),
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        lines = completed.stdout.decode().splitlines()
+        assert lines[0] == (
+            "rollback consumer offset by specified group[rewinder], topic[Rewind], "
+            f"force[true], timestamp(string)[{middle_ms}], timestamp(long)[{middle_ms}]"
+        )
+        assert lines[1] == f"{'#brokerName':<40}  {'#queueId':<40}  {'#offset':<40}"
+        assert [line.split() for line in lines[2:]] == [
+            [cluster.broker_name, "0", "3"],
+            [cluster.broker_name, "1", "0"],
+        ]
+        progress = await admin.consumer_progress("rewinder")
+        assert [(q.queue_id, q.consumer_offset) for q in progress.queues] == [(0, 3), (1, 0)]
+        completed = await mqadmin(
+            "resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", "rewinder", "-t", "Rewind",
+            "-s", "now",
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        assert [line.split()[1:] for line in completed.stdout.decode().splitlines()[2:]] == [
+            ["0", "5"],
+            ["1", "0"],
+        ]
+
+        seen: list[bytes] = []
+
+        async def handle(msgs) -> bool:
+            seen.extend(m.body for m in msgs)
+            return True
+
+        async with PushConsumer(
+            cluster.namesrv_addr, "rewinder", "Rewind", handle, "*",
+            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, persist_interval_s=0.1,
+        ):  # fmt: skip
+            await trio.sleep(0.5)
+            assert seen == []  # it starts at the committed end
+            completed = await mqadmin(
+                "resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", "rewinder", "-t",
+                "Rewind", "-s", str(middle_ms),
+            )  # fmt: skip
+            assert completed.returncode == 0, completed.stderr
+            with trio.fail_after(10):
+                while sorted(seen) != [b"m3", b"m4"]:
+                    await trio.sleep(0.05)
+            with trio.fail_after(10):  # and its own commits follow from there
+                while (await admin.consumer_progress("rewinder", "Rewind")).queues[
+                    0
+                ].consumer_offset != 5:
+                    await trio.sleep(0.05)
+
+
+@pytest.mark.processes
+async def test_send_message_then_consume_message(cluster):
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Mail", 2, 2, cluster=CLUSTER)
+        await wait_route(admin, "Mail")
+    sent = await mqadmin(
+        "sendMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-p", "hello",
+        "-k", "k1", "-c", "TagA", "-b", cluster.broker_name, "-i", "1",
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    header, row = sent.stdout.decode().splitlines()
+    assert header == f"{'#Broker Name':<32}  {'#QID':<4}  {'#Send Result':<20}    #MsgId"
+    broker_name, qid, status, msg_id = row.split()
+    assert (broker_name, qid, status) == (cluster.broker_name, "1", "SEND_OK")
+    assert len(msg_id) == 32  # the producer's UNIQ_KEY, as Java's getMsgId() gives
+
+    got = await mqadmin(
+        "consumeMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-b", cluster.broker_name,
+        "-i", "1",
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    lines = got.stdout.decode().splitlines()
+    assert lines[0] == "Consume ok"
+    assert lines[1].startswith(f"MSGID: {msg_id} MessageExt [brokerName={cluster.broker_name}, ")
+    assert "queueId=1, queueOffset=0," in lines[1] and "tags=TagA, keys=k1]" in lines[1]
+    assert lines[1].endswith(" BODY: hello")
+    mq = f"MessageQueue [topic=Mail, brokerName={cluster.broker_name}, queueId=1]"
+    assert lines[2] == f"{mq} print msg finished. status=NO_NEW_MSG, offset=1"
+
+    every = await mqadmin("consumeMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-c", "5")
+    assert every.returncode == 0, every.stderr
+    assert [line for line in every.stdout.decode().splitlines() if line.startswith("MSGID")] == [
+        lines[1]
+    ]
+    usage = await mqadmin(
+        "sendMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-p", "x", "-i", "0"
+    )
+    assert usage.returncode == 2
+    assert "Broker name must be set if the queue is chosen!" in usage.stderr.decode()
+    nowhere = await mqadmin(
+        "sendMessage", "-n", cluster.namesrv_addr, "-t", "Mail", "-p", "x", "-b", "NoSuchBroker",
+        "-i", "0",
+    )  # fmt: skip
+    assert nowhere.returncode == 1
+    assert nowhere.stderr.decode().startswith("mqadmin sendMessage failed: ")
+    assert nowhere.stderr.decode().count("\n") == 1
+
+
+@pytest.mark.processes
+async def test_cluster_rt_sends_to_each_group_topic(cluster):
+    completed = await mqadmin(
+        "clusterRT", "-n", cluster.namesrv_addr, "-a", "4", "-s", "16", "-r", "2", "-i", "0.1"
+    )
+    assert completed.returncode == 0, completed.stderr
+    header, *rows = completed.stdout.decode().splitlines()
+    assert header == (
+        f"{'#Cluster Name':<24}  {'#Broker Name':<24}  {'#RT':<4}  {'#successCount':<8}  "
+        f"{'#failCount':<8}"
+    )
+    assert len(rows) == 2  # one group, two rounds
+    for row in rows:
+        cluster_name, broker_name, rt_ms, sent, failed = row.split()
+        assert (cluster_name, broker_name, sent, failed) == (CLUSTER, cluster.broker_name, "4", "0")
+        assert float(rt_ms) > 0
+    tlog = await mqadmin(
+        "clusterRT", "-n", cluster.namesrv_addr, "-a", "2", "-r", "1", "-p", "true"
+    )
+    (line,) = tlog.stdout.decode().splitlines()
+    assert line.split("|")[1:4] == ["noname", CLUSTER, cluster.broker_name]
+
+
+@pytest.mark.processes
+async def test_stats_all_counts_what_was_stored_and_consumed(cluster):
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    async with Admin(cluster.namesrv_addr) as admin:
+        for topic in ("Counted", "Unread"):
+            await admin.create_topic(topic, 2, 2, cluster=CLUSTER)
+            await wait_route(admin, topic)
+    for n in range(3):
+        await send(master, "Counted", f"c{n}".encode(), 0)
+    await send(master, "Unread", b"u", 1)
+    async with RemotingClient(master) as client:
+        for offset in (1, 2):  # two commits: the group consumed 2 of the 3
+            commit = {"consumerGroup": "counter", "topic": "Counted", "queueId": 0,
+                      "commitOffset": offset}  # fmt: skip
+            response = await client.invoke(
+                RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=commit), 5
+            )
+            assert response.code == ResponseCode.SUCCESS
+
+    completed = await mqadmin("statsAll", "-n", cluster.namesrv_addr, "-t", "Counted")
+    assert completed.returncode == 0, completed.stderr
+    header, row = completed.stdout.decode().splitlines()
+    assert header.split() == [
+        "#Topic", "#Consumer", "Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour",
+        "#OutMsg24Hour",
+    ]  # fmt: skip
+    # Only the commit from 1 to 2 is an advance the broker saw: the first had no
+    # earlier offset to move from.
+    assert row.split() == ["Counted", "counter", "1", "0.05", "0.02", "3", "1"]
+    assert row.startswith(f"{'Counted':<64}  {'counter':<64} ")
+
+    completed = await mqadmin("statsAll", "-n", cluster.namesrv_addr, "-a")
+    rows = [line.split() for line in completed.stdout.decode().splitlines()[1:]]
+    assert ["Unread", "0", "0.02", "1", "NO_CONSUMER"] in rows
+    assert "Counted" in [r[0] for r in rows]
+    assert "TBW102" not in [r[0] for r in rows]  # -a: active topics only
 
 
 async def stable_members(admin: Admin, not_leader: str | None = None):

@@ -102,6 +102,29 @@ async def test_register_then_route_cluster_info_and_topic_list(nursery):
                 await trio.sleep(0.01)
 
 
+async def test_delete_topic_drops_its_route_until_a_broker_registers_it_again(nursery):
+    server = await start(nursery)
+    with trio.fail_after(10):
+        async with RemotingClient(f"127.0.0.1:{server.port}") as broker:
+            assert (await broker.invoke(register(MASTER, 0))).code == ResponseCode.SUCCESS
+            delete = RemotingCommand(
+                RequestCode.DELETE_TOPIC_IN_NAMESRV, ext_fields={"topic": "TopicTest"}
+            )
+            assert (await broker.invoke(delete)).code == ResponseCode.SUCCESS
+            gone = await broker.invoke(route_request("TopicTest"))
+            assert gone.code == ResponseCode.TOPIC_NOT_EXIST
+            topics = await broker.invoke(
+                RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+            )
+            assert json.loads(topics.body) == {"topicList": []}
+            missing = RemotingCommand(RequestCode.DELETE_TOPIC_IN_NAMESRV)
+            assert (await broker.invoke(missing)).code == ResponseCode.SYSTEM_ERROR
+            # A broker that still has the topic brings it back (its dataVersion moved on).
+            newer = JAVA_BODY.replace(b'"counter":3', b'"counter":4')
+            assert (await broker.invoke(register(MASTER, 0, newer))).code == ResponseCode.SUCCESS
+            assert (await broker.invoke(route_request("TopicTest"))).code == ResponseCode.SUCCESS
+
+
 async def test_unknown_topic_and_bad_input_get_error_codes(nursery):
     server = await start(nursery)
     with trio.fail_after(10):

@@ -1,8 +1,10 @@
 """Real `dledger server` processes on 127.0.0.1, driven over TCP by the client and the CLI."""
 
 import json
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import trio
@@ -90,6 +92,18 @@ async def test_cli_verbs_and_exit_codes(tmp_path):
         missing = dledger("get", *common, "--index", "999999", check_code=1)
         assert "INDEX_OUT_OF_RANGE" in missing.stderr
 
+        # A wrong --group: every member answers UNKNOWN_GROUP, said at once (status used
+        # to exit 0 with rows of '-', get and append to wait 5 s and say NOT_LEADER).
+        wrong = ["--group", "other", "--peers", group.peers_arg]
+        for verb in (["status"], ["get", "--index", "1"], ["append", "--data", "x"]):
+            started = time.monotonic()
+            refused = dledger(verb[0], *wrong, *verb[1:], check_code=1)
+            assert refused.stderr.startswith(
+                "dledger: UNKNOWN_GROUP (400): asked for group 'other'"
+            )
+            assert refused.stderr.count("\n") == 1 and refused.stdout == ""
+            assert time.monotonic() - started < 4
+
     dledger("status", "--group", "cli", "--peers", "n0-127.0.0.1:nope", check_code=2)
     port = free_ports(1)[0]
     down = dledger("append", "--group", "cli", "--peers", f"n0-127.0.0.1:{port}", check_code=3)
@@ -141,3 +155,32 @@ async def test_damage_before_the_committed_point_is_a_clean_refusal_to_start(tmp
     assert proc.returncode == 4, (proc.returncode, proc.stdout, proc.stderr)
     assert str(segment) in proc.stderr
     assert f"offset {pos}" in proc.stderr
+
+
+def test_server_on_a_busy_port_says_so_in_one_line(tmp_path):
+    """It died with a 45-line traceback."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = dledger(
+            "server",
+            *("--group", "g", "--id", "n0", "--peers", f"n0-127.0.0.1:{port}"),
+            *("--store-base-dir", str(tmp_path / "n0")),
+            check_code=3,
+        )
+    assert proc.stderr.startswith(f"dledger: n0 cannot listen on 127.0.0.1:{port}: ")
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_server_on_a_store_it_cannot_create_says_so_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    store = tmp_path / "file" / "store"
+    proc = dledger(
+        "server",
+        *("--group", "g", "--id", "n0", "--peers", f"n0-127.0.0.1:{free_ports(1)[0]}"),
+        *("--store-base-dir", str(store)),
+        check_code=4,
+    )
+    assert proc.stderr.startswith(f"dledger: refusing to run: --store-base-dir {store}: ")
+    assert "Not a directory" in proc.stderr and proc.stderr.count("\n") == 1

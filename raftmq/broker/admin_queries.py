@@ -2,16 +2,24 @@
 
 GET_BROKER_RUNTIME_INFO (28, with the DLedger member's state: dLegerSelfId,
 dLegerRole, dLegerTerm, dLegerLedgerEndIndex, dLegerCommittedIndex),
-VIEW_MESSAGE_BY_ID (33), GET_TOPIC_STATS_INFO (202) and GET_CONSUME_STATS (208).
+VIEW_MESSAGE_BY_ID (33), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
+QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315, for `statsAll`).
 Every replica answers them from what it holds.
 
-Where Java serializes a map keyed by MessageQueue (which fastjson writes as
-non-standard JSON with object keys), the two stats replies here carry a list of
-objects under the same name, each with topic, brokerName and queueId.
+VIEW_BROKER_STATS_DATA knows RocketMQ's two stats `statsAll` asks for: TOPIC_PUT_NUMS
+(messages of a topic stored in the last minute, hour and day, counted from the queues'
+store times, so every replica agrees and a restart loses nothing) and GROUP_GET_NUMS
+(`topic@group`: what the group consumed, from its offset commits to this master).
+
+The two stats replies are maps keyed by MessageQueue, written as fastjson writes them
+for Java's admin (`TopicStatsTable`, `ConsumeStats`): non-standard JSON whose keys are
+objects, `{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}}`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +29,7 @@ from raftmq.broker.headers import integer, json_body, text
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
+    from raftmq.broker.clients import ClientInfo, ClientManager
     from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
     from raftmq.broker.role import BrokerRole
     from raftmq.broker.stats import BrokerStats
@@ -28,6 +37,33 @@ if TYPE_CHECKING:
     from raftmq.broker.topic_config_manager import TopicConfigManager
 
 VERSION_DESC = "V4_9_8"
+STATS_WINDOWS_MS = {"statsMinute": 60_000, "statsHour": 3_600_000, "statsDay": 86_400_000}
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def queue_map_body(entries: list[tuple[str, str, int, object]], **fields) -> bytes:
+    """A JSON object whose `offsetTable` maps MessageQueue objects, as fastjson writes
+    them (sorted keys), to their values; `fields` are the object's other members.
+    `entries` are (topic, brokerName, queueId, value)."""
+    table = ",".join(
+        _dumps({"brokerName": b, "queueId": q, "topic": t}) + ":" + _dumps(v)
+        for t, b, q, v in entries
+    )
+    rest = "".join(f",{_dumps(k)}:{_dumps(v)}" for k, v in sorted(fields.items()))
+    return ("{" + f'"offsetTable":{{{table}}}' + rest + "}").encode()
+
+
+def _connection(info: ClientInfo) -> dict:
+    """A `Connection` of RocketMQ's connection lists."""
+    return {
+        "clientAddr": info.connection.remote_address,
+        "clientId": info.client_id,
+        "language": info.language,
+        "version": info.version,
+    }
 
 
 @attrs.define
@@ -37,6 +73,7 @@ class AdminQueries:
     topics: TopicConfigManager
     offsets: ConsumerOffsetManager
     stats: BrokerStats
+    clients: ClientManager
     broker_name: str = attrs.field(kw_only=True)
     dledger_metadata: Callable[[], dict] = attrs.field(kw_only=True)  # DLedgerServer.metadata
 
@@ -78,37 +115,105 @@ class AdminQueries:
         config = self.topics.get(topic)
         if config is None:
             return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        rows = []
-        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
-            rows.append(
+        entries = [
+            (
+                topic,
+                self.broker_name,
+                queue_id,
                 {
-                    "topic": topic,
-                    "brokerName": self.broker_name,
-                    "queueId": queue_id,
                     "minOffset": store.min_offset(topic, queue_id),
                     "maxOffset": store.max_offset(topic, queue_id),
                     "lastUpdateTimestamp": 0,
-                }
+                },
             )
-        return request.make_response(ResponseCode.SUCCESS, body=json_body({"offsetTable": rows}))
+            for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))
+        ]
+        return request.make_response(ResponseCode.SUCCESS, body=queue_map_body(entries))
 
     async def consume_stats(self, request: RemotingCommand, connection: Connection):
         group = text(request, "consumerGroup")
         only = request.ext_fields.get("topic")
-        rows = []
+        entries = []
         for (topic, queue_id), offset in sorted(self.offsets.offsets_of_group(group).items()):
             if only and topic != only:
                 continue
-            rows.append(
-                {
-                    "topic": topic,
-                    "brokerName": self.broker_name,
-                    "queueId": queue_id,
-                    "brokerOffset": self.store.max_offset(topic, queue_id),
-                    "consumerOffset": self.offsets.query(group, topic, queue_id) or offset,
-                    "lastTimestamp": 0,
-                }
+            progress = {
+                "brokerOffset": self.store.max_offset(topic, queue_id),
+                "consumerOffset": self.offsets.query(group, topic, queue_id) or offset,
+                "lastTimestamp": 0,
+            }
+            entries.append((topic, self.broker_name, queue_id, progress))
+        body = queue_map_body(entries, consumeTps=0.0)
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def consumer_connections(self, request: RemotingCommand, connection: Connection):
+        """ConsumerConnection: the group's members, their subscriptions and modes."""
+        group = text(request, "consumerGroup")
+        members = list(self.clients.groups.get(group, {}).values())
+        if not members:
+            return request.make_response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
             )
+        latest = max(members, key=lambda m: m.last_update_ms)
+        subscriptions = {}
+        for member in members:
+            for sub in member.subscriptions:
+                subscriptions.setdefault(str(sub.get("topic")), sub)
+        body = {
+            "connectionSet": [_connection(m) for m in members],
+            "subscriptionTable": subscriptions,
+            "consumeType": latest.consume_type,
+            "messageModel": latest.message_model,
+            "consumeFromWhere": latest.consume_from_where,
+        }
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))
+
+    async def producer_connections(self, request: RemotingCommand, connection: Connection):
+        """ProducerConnection: the members of a producer group that heartbeat here."""
+        group = text(request, "producerGroup")
+        if members := self.clients.producers.get(group):
+            body = json_body({"connectionSet": [_connection(m) for m in members.values()]})
+            return request.make_response(ResponseCode.SUCCESS, body=body)
+        remark = f"the producer group[{group}] not exist"
+        return request.make_response(ResponseCode.SYSTEM_ERROR, remark)
+
+    async def topic_consumed_by(self, request: RemotingCommand, connection: Connection):
+        """GroupList: the groups online with a subscription to the topic, and those that
+        committed an offset on it."""
+        topic = text(request, "topic")
+        groups = self.offsets.groups_of_topic(topic)
+        for group, members in self.clients.groups.items():
+            if any(s.get("topic") == topic for m in members.values() for s in m.subscriptions):
+                groups.add(group)
         return request.make_response(
-            ResponseCode.SUCCESS, body=json_body({"offsetTable": rows, "consumeTps": 0.0})
+            ResponseCode.SUCCESS, body=json_body({"groupList": sorted(groups)})
         )
+
+    async def broker_stats(self, request: RemotingCommand, connection: Connection):
+        """BrokerStatsData: sum and per-second rate over the last minute, hour and day."""
+        name, key = text(request, "statsName"), text(request, "statsKey")
+        now_ms = self.store.now_ms()
+        if name == "TOPIC_PUT_NUMS":
+            config = self.topics.get(key)
+            queues = range(config.write_queue_nums) if config is not None else range(0)
+
+            def count(window_ms: int) -> int:
+                since_ms = now_ms - window_ms
+                return sum(
+                    self.store.max_offset(key, q) - self.store.search_offset(key, q, since_ms)
+                    for q in queues
+                )
+        elif name == "GROUP_GET_NUMS" and "@" in key:
+            topic, _, group = key.partition("@")
+
+            def count(window_ms: int) -> int:
+                return self.offsets.consumed.since(topic, group, window_ms, now_ms)
+        else:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"no stats {name} for {key} on this broker"
+            )
+        body = {}
+        for field, window_ms in STATS_WINDOWS_MS.items():
+            total = count(window_ms)
+            body[field] = {"sum": total, "tps": total * 1000 / window_ms, "avgpt": 0.0}
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(body))

@@ -1,9 +1,15 @@
-"""Admin requests that change or list topics and subscription groups: what `mqadmin`
-and the admin client ask a broker to do (its questions are broker.admin_queries).
+"""Admin requests that change or list topics, subscription groups and the broker's
+config: what `mqadmin` and the admin client ask a broker to do (its questions are
+broker.admin_queries).
 
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG
-(21), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-(201). Changes are refused on a slave; they go through the log on the master.
+(21), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), DELETE_SUBSCRIPTIONGROUP (207),
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201). Changes to topics and groups are refused on a
+slave; they go through the log on the master, so every replica has them.
+
+UPDATE_BROKER_CONFIG (25) and GET_BROKER_CONFIG (26) are per broker, as in RocketMQ:
+each member answers for itself. Only the keys in `RUNTIME_KEYS` can change, and a
+change lasts until the broker restarts (RocketMQ also rewrites its config file).
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from raftmq.broker.config import BrokerConfig, config_properties, updated
 from raftmq.broker.headers import BadRequest, boolean, integer, json_body, text
 from raftmq.broker.store.metadata import META_TOPIC, SubscriptionGroupConfig, TopicConfig
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
+from raftmq.streams.properties import format_properties, parse_properties
 
 if TYPE_CHECKING:
     from raftmq.broker.role import BrokerRole
@@ -28,6 +36,7 @@ class AdminRequests:
     role: BrokerRole
     topics: TopicConfigManager
     groups: SubscriptionGroupManager
+    config: BrokerConfig
 
     async def create_topic(self, request: RemotingCommand, connection: Connection):
         if not self.role.is_master:
@@ -74,3 +83,28 @@ class AdminRequests:
     async def all_groups(self, request: RemotingCommand, connection: Connection):
         body = json_body(self.groups.serialize_wrapper())
         return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def delete_group(self, request: RemotingCommand, connection: Connection):
+        if not self.role.is_master:
+            return self.role.not_master(request)
+        await self.groups.delete(text(request, "groupName"))
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def broker_config(self, request: RemotingCommand, connection: Connection):
+        """The config as properties text; `version` is the metadata's dataVersion."""
+        body = format_properties(config_properties(self.config)).encode()
+        version = json.dumps(self.topics.metadata.data_version, separators=(",", ":"))
+        return request.make_response(
+            ResponseCode.SUCCESS, ext_fields={"version": version}, body=body
+        )
+
+    async def update_broker_config(self, request: RemotingCommand, connection: Connection):
+        try:
+            changes = parse_properties(request.body.decode("utf-8"), "UPDATE_BROKER_CONFIG")
+            config = updated(self.config, changes, "UPDATE_BROKER_CONFIG")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadRequest(str(exc), ResponseCode.SYSTEM_ERROR) from None
+        self.config = config
+        self.topics.auto_create_topic_enable = config.auto_create_topic_enable
+        self.groups.auto_create_subscription_group = config.auto_create_subscription_group
+        return request.make_response(ResponseCode.SUCCESS)

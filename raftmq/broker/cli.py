@@ -5,7 +5,8 @@ server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
 `listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
 (SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key),
 3 when a port cannot be bound or another process holds the store's lock, 4 when the
-store refuses to start (damaged data, naming the file and offset) or a disk write fails.
+store cannot be used: `storePathRootDir` not writable, damaged data (naming the file
+and offset), or a failed fsync or disk write, at start or later.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import trio
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.broker.controller import BrokerController
 from raftmq.dledger.server import DiskFailure
-from raftmq.dledger.store.file import StoreCorruption
+from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.groups import first_leaf
 
@@ -34,12 +35,20 @@ class StoreInUse(OSError):
     """Another process has this store open."""
 
 
+class StoreUnusable(Exception):
+    """The store's directory cannot be created, written or read (named by its key):
+    a disk or permissions problem, not a port."""
+
+
 def _lock_store(config: BrokerConfig) -> int:
     """Hold `<storePathRootDir>/lock` for the life of the process (RocketMQ's store
     lock): two brokers on one store would truncate and rewrite each other's files."""
     root = Path(config.store_path_root_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreUnusable(f"storePathRootDir={root}: {exc.strerror or exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -50,7 +59,11 @@ def _lock_store(config: BrokerConfig) -> int:
 
 async def _run(config: BrokerConfig) -> None:
     _lock_store(config)  # released when the process exits
-    broker = BrokerController(config)
+    try:
+        broker = BrokerController(config)  # opens the store: file I/O only, no sockets
+    except OSError as exc:
+        where = f"storePathRootDir={config.store_path_root_dir}"
+        raise StoreUnusable(f"{where}: cannot open the store: {exc}") from exc
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.serve)
         print(
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     tune_for_serving()
     try:
         trio.run(_run, config)
-    except* (StoreCorruption, DiskFailure) as group:
+    except* (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as group:
         print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_DISK
     except* StoreInUse as group:

@@ -1,10 +1,11 @@
-"""Client bookkeeping from HEART_BEAT (34): consumer groups and their members.
+"""Client bookkeeping from HEART_BEAT (34): consumer and producer groups, their members.
 
 Members are kept per node from heartbeats (clients heartbeat every broker address
 of a topic's route, slaves included), so a slave that becomes master already
 knows the group. A member expires after 120 s without a heartbeat or when its
 connection closes; the group's other members are told (NOTIFY_CONSUMER_IDS_CHANGED,
-oneway) so they rebalance at once instead of at their next timer.
+oneway) so they rebalance at once instead of at their next timer. Producer groups are
+kept the same way, for GET_PRODUCER_CONNECTION_LIST (`mqadmin producerConnection`).
 """
 
 from __future__ import annotations
@@ -22,21 +23,41 @@ CHANNEL_EXPIRED_MS = 120_000
 
 
 @attrs.define
-class ConsumerInfo:
+class ClientInfo:
+    """One member of a group: what a connection list (203, 204) reports of it."""
+
     client_id: str
     connection: Connection
     last_update_ms: int
+    language: str = "JAVA"
+    version: int = 0
+
+
+@attrs.define
+class ConsumerInfo(ClientInfo):
     consume_type: str = "CONSUME_PASSIVELY"
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
     subscriptions: list[dict] = attrs.Factory(list)
 
 
+def _stale(info: ClientInfo, now_ms: int) -> bool:
+    return now_ms - info.last_update_ms > CHANNEL_EXPIRED_MS
+
+
 class ClientManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[str, ConsumerInfo]] = {}
+        self.producers: dict[str, dict[str, ClientInfo]] = {}
 
-    def heartbeat(self, data: dict, connection: Connection, now_ms: int) -> list[str]:
+    def heartbeat(
+        self,
+        data: dict,
+        connection: Connection,
+        now_ms: int,
+        language: str = "JAVA",
+        version: int = 0,
+    ) -> list[str]:
         """Record a heartbeat body; returns the consumer groups it names."""
         client_id = str(data.get("clientID", connection.remote_address))
         groups = []
@@ -49,6 +70,8 @@ class ClientManager:
                 client_id,
                 connection,
                 now_ms,
+                language,
+                version,
                 str(consumer.get("consumeType", "CONSUME_PASSIVELY")),
                 str(consumer.get("messageModel", "CLUSTERING")),
                 str(consumer.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
@@ -56,17 +79,30 @@ class ClientManager:
             )
             if not known:
                 self._notify(group)
+        for producer in data.get("producerDataSet") or []:
+            members = self.producers.setdefault(str(producer.get("groupName")), {})
+            members[client_id] = ClientInfo(client_id, connection, now_ms, language, version)
         return groups
 
-    def unregister(self, client_id: str, group: str | None) -> None:
+    def unregister(
+        self, client_id: str, group: str | None, producer_group: str | None = None
+    ) -> None:
+        """UNREGISTER_CLIENT: from the groups named, or from every group when none is."""
+        every = group is None and producer_group is None
         for name, members in list(self.groups.items()):
-            if (group is None or name == group) and members.pop(client_id, None) is not None:
+            if (every or name == group) and members.pop(client_id, None) is not None:
                 self._notify(name)
+        for name, members in self.producers.items():
+            if every or name == producer_group:
+                members.pop(client_id, None)
 
     def members(self, group: str) -> list[str]:
         return sorted(self.groups.get(group, {}))
 
     def on_disconnect(self, connection: Connection) -> None:
+        for members in self.producers.values():
+            for cid in [c for c, i in members.items() if i.connection is connection]:
+                del members[cid]
         for name, members in list(self.groups.items()):
             gone = [cid for cid, info in members.items() if info.connection is connection]
             for cid in gone:
@@ -75,10 +111,11 @@ class ClientManager:
                 self._notify(name)
 
     def expire(self, now_ms: int) -> None:
+        for members in self.producers.values():
+            for cid in [c for c, i in members.items() if _stale(i, now_ms)]:
+                del members[cid]
         for name, members in list(self.groups.items()):
-            stale = [
-                c for c, i in members.items() if now_ms - i.last_update_ms > CHANNEL_EXPIRED_MS
-            ]
+            stale = [c for c, i in members.items() if _stale(i, now_ms)]
             for cid in stale:
                 del members[cid]
             if stale:

@@ -58,7 +58,7 @@ from raftmq.streams.config_keys import (
     text,
 )
 
-__all__ = ["BrokerConfig", "load_broker_config"]
+__all__ = ["RUNTIME_KEYS", "BrokerConfig", "config_properties", "load_broker_config", "updated"]
 
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -344,3 +344,47 @@ def _check_dledger(config: BrokerConfig, where: Callable[[str], str]) -> None:
     except ValueError as exc:  # a DLedger key out of line with another, e.g. the vote gaps
         sources = ", ".join(sorted({where(key) for key in config.dledger_overrides}))
         raise ValueError(f"{sources or where('enableDLegerCommitLog')}: {exc}") from None
+
+
+# Keys UPDATE_BROKER_CONFIG (25) may change while the broker runs: each is read where
+# it is used, on every request. The rest take effect at the next start.
+RUNTIME_KEYS = frozenset({"autoCreateTopicEnable", "autoCreateSubscriptionGroup"})
+
+
+def _property_text(value: object) -> str:
+    """A value as it would be written in broker.conf."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ";".join(value)
+    if isinstance(value, dict):
+        return ";".join(f"{k}-{v}" for k, v in value.items())
+    return str(value)
+
+
+def config_properties(config: BrokerConfig) -> dict[str, str]:
+    """Every key's value, as GET_BROKER_CONFIG (26) reports it (`mqadmin getBrokerConfig`);
+    DLedger's pass-through keys only when set."""
+    values = {}
+    for key in KEYS.keys:
+        if key.name in DLEDGER_PASSTHROUGH_KEYS:
+            if key.name in config.dledger_overrides:
+                values[key.name] = str(config.dledger_overrides[key.name])
+        else:
+            values[key.name] = _property_text(getattr(config, key.field))
+    return values
+
+
+def updated(config: BrokerConfig, changes: dict[str, str], source: str) -> BrokerConfig:
+    """`config` with `changes` ({key: text}) applied; ValueError naming the key when it is
+    unknown, its value does not parse, or it cannot change at run time."""
+    fields, _warnings = KEYS.read_text(changes, source)
+    for name in changes:
+        if name not in RUNTIME_KEYS:
+            raise ValueError(
+                f"{source}: {name}: cannot change at run time (set it in broker.conf and "
+                f"restart); these can: {', '.join(sorted(RUNTIME_KEYS))}"
+            )
+    return attrs.evolve(config, **fields)

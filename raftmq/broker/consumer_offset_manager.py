@@ -5,11 +5,15 @@ Commits arriving while a record is in flight go out together in the next one, so
 thousand consumers committing every few seconds cost a few log entries, not
 thousands. A query sees a commit at once, before it is replicated; every replica
 applies the records to `Metadata.offsets`, so a new master starts from them.
+
+How far each commit moves a group on a topic is counted per minute for a day
+(`ConsumedCounts`): the group's consumption rate, which `mqadmin statsAll` shows.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -22,6 +26,33 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRY_DELAY_S = 0.2  # after a record that did not commit
+MINUTE_MS = 60_000
+DAY_MINUTES = 24 * 60
+
+
+class ConsumedCounts:
+    """Messages each group consumed from each topic (the advances of its committed
+    offsets), per minute over the last day. Kept by the master that takes the commits,
+    from its start: RocketMQ's GROUP_GET_NUMS counts pulled messages the same way, in
+    memory. A commit that moves an offset back counts nothing."""
+
+    def __init__(self) -> None:
+        self._minutes: dict[tuple[str, str], dict[int, int]] = {}
+
+    def add(self, topic: str, group: str, count: int, now_ms: int) -> None:
+        assert count > 0, count
+        minutes = self._minutes.setdefault((topic, group), {})
+        minute = now_ms // MINUTE_MS
+        if minute not in minutes:  # a new minute: the one a day old goes
+            for old in [m for m in minutes if m <= minute - DAY_MINUTES]:
+                del minutes[old]
+            minutes[minute] = 0
+        minutes[minute] += count
+
+    def since(self, topic: str, group: str, window_ms: int, now_ms: int) -> int:
+        """Messages counted in the minutes that overlap the last `window_ms`."""
+        first = (now_ms - window_ms) // MINUTE_MS
+        return sum(n for m, n in self._minutes.get((topic, group), {}).items() if m >= first)
 
 
 class ConsumerOffsetManager:
@@ -33,11 +64,15 @@ class ConsumerOffsetManager:
         self._in_flight: dict[tuple[str, str, int], int] = {}
         self._wake = trio.Event()
         self._flushed = trio.Event()
+        self.consumed = ConsumedCounts()
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = (group, topic, queue_id)
-        if offset < 0 or self.query(group, topic, queue_id) == offset:
+        previous = self.query(group, topic, queue_id)
+        if offset < 0 or previous == offset:
             return
+        if previous is not None and offset > previous:
+            self.consumed.add(topic, group, offset - previous, int(time.time() * 1000))
         self._dirty[key] = offset
         self._wake.set()
 
@@ -53,6 +88,10 @@ class ConsumerOffsetManager:
             if key in table:
                 return table[key]
         return None
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        """Every group that has committed an offset on `topic`, as replicated."""
+        return {g for (g, t, _q) in self.metadata.offsets if t == topic}
 
     def offsets_of_group(self, group: str) -> dict[tuple[str, int], int]:
         """(topic, queueId) -> offset of every queue `group` committed, as replicated."""

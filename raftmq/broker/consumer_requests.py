@@ -2,7 +2,8 @@
 
 HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
 QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), GET_MAX_OFFSET (30),
-GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), GET_EARLIEST_MSG_STORETIME (32).
+GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), GET_EARLIEST_MSG_STORETIME (32),
+INVOKE_BROKER_TO_RESET_OFFSET (222, `mqadmin resetOffsetByTime`).
 
 Offset policy: a group with no committed offset gets QUERY_NOT_FOUND, always, so
 the client applies its own consumeFromWhere. (Java answers 0 on a young broker,
@@ -11,14 +12,16 @@ which makes CONSUME_FROM_LAST_OFFSET read from the beginning.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING
 
 import attrs
 
-from raftmq.broker.headers import BadRequest, integer, json_body, text
+from raftmq.broker.admin_queries import queue_map_body
+from raftmq.broker.headers import BadRequest, boolean, integer, json_body, text
 from raftmq.broker.store.metadata import RETRY_PREFIX
-from raftmq.remoting import Connection, RemotingCommand, ResponseCode
+from raftmq.remoting import Connection, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from raftmq.broker.clients import ClientManager
@@ -43,7 +46,10 @@ class ConsumerRequests:
             data = json.loads(request.body or b"{}")
         except ValueError as exc:
             raise BadRequest(f"heartbeat body is not JSON: {exc}") from None
-        groups = self.clients.heartbeat(data, connection, self.store.now_ms())
+        language = getattr(request.language, "name", str(request.language))
+        groups = self.clients.heartbeat(
+            data, connection, self.store.now_ms(), language, int(request.version)
+        )
         if self.role.is_master:
             for group in groups:
                 if self.topics.get(RETRY_PREFIX + group) is None:
@@ -53,7 +59,8 @@ class ConsumerRequests:
 
     async def unregister_client(self, request: RemotingCommand, connection: Connection):
         group = request.ext_fields.get("consumerGroup")
-        self.clients.unregister(text(request, "clientID"), group)
+        producer_group = request.ext_fields.get("producerGroup")
+        self.clients.unregister(text(request, "clientID"), group, producer_group)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def consumer_list(self, request: RemotingCommand, connection: Connection):
@@ -105,3 +112,43 @@ class ConsumerRequests:
     async def earliest_time(self, request: RemotingCommand, connection: Connection):
         when = self.store.earliest_store_time(text(request, "topic"), integer(request, "queueId"))
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(when)})
+
+    async def reset_offset(self, request: RemotingCommand, connection: Connection):
+        """Move `group`'s offsets on every queue of `topic` to the first message stored at
+        or after `timestamp` (-1: the queue's end); without `isForce` an offset only
+        moves back. RocketMQ's broker leaves the commit to the online consumers it tells
+        (RESET_CONSUMER_CLIENT_OFFSET, 220) and refuses when none is online; here the new
+        offsets are committed through the log first, so a reset works with the group
+        stopped too, and the online members are then told (oneway) to restart from them.
+        Answers ResetOffsetBody: the offset table, keyed by MessageQueue."""
+        if not self.role.is_master:
+            return self.role.not_master(request)
+        topic, group = text(request, "topic"), text(request, "group")
+        timestamp_ms, force = integer(request, "timestamp"), boolean(request, "isForce", True)
+        config = self.topics.get(topic)
+        if config is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        table = {}
+        for queue_id in range(config.write_queue_nums):
+            if timestamp_ms == -1:
+                wanted = self.store.max_offset(topic, queue_id)
+            else:
+                wanted = self.store.search_offset(topic, queue_id, timestamp_ms)
+            current = self.offsets.query(group, topic, queue_id)
+            keep = not force and current is not None and wanted >= current
+            table[queue_id] = current if keep else wanted
+            self.offsets.commit(group, topic, queue_id, table[queue_id])
+        for queue_id, offset in table.items():
+            await self.offsets.commit_and_wait(group, topic, queue_id, offset)
+        broker_name = self.role.broker_name
+        body = queue_map_body([(topic, broker_name, q, o) for q, o in table.items()])
+        notice = RemotingCommand(
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+            ext_fields={"topic": topic, "group": group, "timestamp": str(timestamp_ms),
+                        "isForce": str(force).lower()},
+            body=body,
+        )  # fmt: skip
+        for member in list(self.clients.groups.get(group, {}).values()):
+            with contextlib.suppress(RemotingError, OSError):
+                member.connection.invoke_oneway(notice)
+        return request.make_response(ResponseCode.SUCCESS, body=body)

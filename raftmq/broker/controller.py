@@ -167,13 +167,14 @@ class BrokerController:
         consumer = ConsumerRequests(
             self.role, self.clients, store, self.topics, self.groups, self.offsets
         )
-        admin = AdminRequests(self.role, self.topics, self.groups)
+        admin = AdminRequests(self.role, self.topics, self.groups, self.config)
         queries = AdminQueries(
             self.role,
             store,
             self.topics,
             self.offsets,
             self.stats,
+            self.clients,
             broker_name=self.config.broker_name,
             dledger_metadata=self.dledger.metadata,
         )
@@ -193,6 +194,7 @@ class BrokerController:
             RequestCode.GET_MIN_OFFSET: consumer.min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer.search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: consumer.earliest_time,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: consumer.reset_offset,
             RequestCode.LOCK_BATCH_MQ: locks.lock,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
@@ -200,10 +202,17 @@ class BrokerController:
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.create_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
+            RequestCode.GET_BROKER_CONFIG: admin.broker_config,
+            RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: queries.runtime_info,
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message,
             RequestCode.GET_TOPIC_STATS_INFO: queries.topic_stats,
             RequestCode.GET_CONSUME_STATS: queries.consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: queries.consumer_connections,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: queries.producer_connections,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: queries.topic_consumed_by,
+            RequestCode.VIEW_BROKER_STATS_DATA: queries.broker_stats,
         }
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):

@@ -52,6 +52,11 @@ class SubscriptionGroupManager:
     async def put(self, config: SubscriptionGroupConfig) -> None:
         await self.meta.write("group", config=config.to_json())
 
+    async def delete(self, group: str) -> None:
+        """DELETE_SUBSCRIPTIONGROUP: the config goes, through the log; the group's
+        committed offsets stay (RocketMQ 4.x keeps them too)."""
+        await self.meta.write("deleteGroup", group=group)
+
     async def ensure(self, group: str) -> None:
         """Create `group`'s config with the defaults, through the log, if it has none and
         `autoCreateSubscriptionGroup` is on (RocketMQ does it on the group's heartbeat)."""

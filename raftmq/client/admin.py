@@ -1,9 +1,10 @@
 """`Admin`: what an operator asks the name servers and brokers, as trio calls.
 
 RocketMQ's `DefaultMQAdminExt`, for the questions a DLedger cluster raises: which
-brokers and topics exist, create a topic on every master, how far each queue and each
-consumer group has got, what a broker reports about itself, a message by its offset
-msgId, and the state of every DLedger member (`mqadmin` prints these).
+brokers and topics exist, create or delete a topic or a subscription group on every
+master, how far each queue and each consumer group has got, who is connected, what a
+broker reports about itself and how it is configured, a message by its offset msgId,
+and the state of every DLedger member (`mqadmin` prints these).
 
     async with Admin("127.0.0.1:9876") as admin:
         for member in await admin.dledger_status():
@@ -25,15 +26,17 @@ from collections.abc import Sequence
 import attrs
 import trio
 
+from raftmq.client import fastjson
 from raftmq.client.connections import ConnectionPool
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import parse_namesrv_addrs
-from raftmq.client.route import MASTER_ID, BrokerData, TopicRouteData, _quote_bare_keys, parse_route
+from raftmq.client.route import MASTER_ID, BrokerData, TopicRouteData, parse_route
 from raftmq.protocol.message import MessageExt, MessageFormatError, decode
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.streams.address import parse_peers
+from raftmq.streams.properties import format_properties, parse_properties
 
 __all__ = [
     "UNREACHABLE",
@@ -50,6 +53,7 @@ __all__ = [
 
 UNREACHABLE = "UNREACHABLE"
 DEFAULT_TOPIC = "TBW102"  # what UPDATE_AND_CREATE_TOPIC names as `defaultTopic`
+RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 _NO_ANSWER = (RemotingConnectError, RemotingTimeoutError)
 
 
@@ -59,15 +63,22 @@ class UnreachableError(MQClientError):
 
 
 def _loads(body: bytes, address: str):
-    """JSON from a server; a Java name server writes integer map keys unquoted."""
+    """JSON from a server, or fastjson's: integer map keys unquoted (a Java name
+    server), MessageQueue objects as keys (the stats of 202 and 208)."""
     try:
         text = body.decode("utf-8")
         try:
             return json.loads(text)
         except ValueError:
-            return json.loads(_quote_bare_keys(text))
+            return fastjson.loads(text)
     except ValueError as exc:
         raise MQClientError(f"{address} answered a body that is not JSON: {exc}") from None
+
+
+def _queue_map(doc: dict) -> list[tuple[dict, dict]]:
+    """The (MessageQueue, value) pairs of a stats body's `offsetTable`."""
+    table = doc.get("offsetTable") or []
+    return [] if isinstance(table, dict) else table
 
 
 @attrs.frozen
@@ -308,18 +319,7 @@ class Admin:
         """UPDATE_AND_CREATE_TOPIC on one broker, or on the master of every broker group
         of `cluster` (of every cluster when neither is given). Returns the addresses
         written to. Nothing is sent unless every group has a master to send it to."""
-        if cluster is not None and broker_addr is not None:
-            raise ValueError("give a cluster or a broker address, not both")
-        if broker_addr is not None:
-            targets = [broker_addr]
-        else:
-            groups = (await self.cluster_info()).broker_datas(cluster)
-            if not groups:
-                raise MQClientError(f"the name servers know no broker of cluster {cluster!r}")
-            headless = [b.broker_name for b in groups if b.master is None]
-            if headless:
-                raise UnreachableError(f"no master registered for {', '.join(headless)}")
-            targets = [b.master for b in groups]
+        targets = await self._masters(cluster, broker_addr)
         ext = {
             "topic": topic,
             "defaultTopic": DEFAULT_TOPIC,
@@ -334,6 +334,151 @@ class Admin:
             await self.call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
         return targets
 
+    async def _masters(self, cluster: str | None, broker_addr: str | None = None) -> list[str]:
+        """`[broker_addr]`, or the master of every broker group of `cluster` (of every
+        cluster when neither is given); UnreachableError if a group has none."""
+        if cluster is not None and broker_addr is not None:
+            raise ValueError("give a cluster or a broker address, not both")
+        if broker_addr is not None:
+            return [broker_addr]
+        groups = (await self.cluster_info()).broker_datas(cluster)
+        if not groups:
+            raise MQClientError(f"the name servers know no broker of cluster {cluster!r}")
+        headless = [b.broker_name for b in groups if b.master is None]
+        if headless:
+            raise UnreachableError(f"no master registered for {', '.join(headless)}")
+        return [b.master for b in groups]
+
+    async def _members(self, cluster: str | None, broker_addr: str | None = None) -> list[str]:
+        """`[broker_addr]`, or every registered member of `cluster`'s groups."""
+        if broker_addr is not None:
+            return [broker_addr]
+        groups = (await self.cluster_info()).broker_datas(cluster)
+        if not groups:
+            raise MQClientError(f"the name servers know no broker of cluster {cluster!r}")
+        return [address for b in groups for address in b.addresses()]
+
+    async def delete_topic(self, topic: str, cluster: str) -> list[str]:
+        """DELETE_TOPIC_IN_BROKER on the master of every group of `cluster` (the log
+        carries it to the slaves), then DELETE_TOPIC_IN_NAMESRV on every name server, so
+        the route is gone at once instead of lingering. Returns the brokers written to."""
+        targets = await self._masters(cluster)
+        for address in targets:
+            await self.call(address, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        for address in self.namesrv_addrs:
+            try:
+                await self.call(address, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+            except _NO_ANSWER as exc:
+                raise UnreachableError(f"name server {address}: {exc}") from None
+        return targets
+
+    async def create_subscription_group(
+        self, config: dict, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with `config` (SubscriptionGroupConfig's
+        JSON) on one broker or every master of `cluster`; the addresses written to."""
+        targets = await self._masters(cluster, broker_addr)
+        body = json.dumps(config).encode()
+        for address in targets:
+            await self.call(address, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+        return targets
+
+    async def delete_subscription_group(
+        self, group: str, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP on one broker or every master of `cluster`."""
+        targets = await self._masters(cluster, broker_addr)
+        for address in targets:
+            await self.call(address, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+        return targets
+
+    async def subscription_groups(self, broker_addr: str) -> dict[str, dict]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name -> its config's JSON."""
+        response = await self.call(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return dict(_loads(response.body, broker_addr).get("subscriptionGroupTable") or {})
+
+    async def broker_config(self, broker_addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's keys and values, as its properties text has them."""
+        response = await self.call(broker_addr, RequestCode.GET_BROKER_CONFIG)
+        try:
+            return parse_properties(response.body.decode("utf-8"), broker_addr)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise MQClientError(f"{broker_addr} answered a malformed config: {exc}") from None
+
+    async def update_broker_config(
+        self, key: str, value: str, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """UPDATE_BROKER_CONFIG on one broker or every member of `cluster` (each broker
+        keeps its own config); the addresses written to."""
+        targets = await self._members(cluster, broker_addr)
+        body = format_properties({key: value}).encode()
+        for address in targets:
+            await self.call(address, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+        return targets
+
+    async def consumer_connection(self, group: str) -> dict:
+        """GET_CONSUMER_CONNECTION_LIST from the master of a broker group serving the
+        group's retry topic, as DefaultMQAdminExt asks: ConsumerConnection's JSON."""
+        return await self._connections(
+            RETRY_PREFIX + group, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
+        )
+
+    async def producer_connection(self, group: str, topic: str) -> dict:
+        """GET_PRODUCER_CONNECTION_LIST from the master of a group serving `topic`."""
+        return await self._connections(
+            topic, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}
+        )
+
+    async def _connections(self, topic: str, code: int, ext: dict) -> dict:
+        masters = await self.route_masters(topic)
+        if not masters:
+            raise UnreachableError(f"no master registered for the brokers of {topic}")
+        address, response = await self._first_answer(masters, "master", code, ext)
+        return _loads(response.body, address)
+
+    async def reset_offset_by_time(
+        self, group: str, topic: str, timestamp_ms: int, force: bool = True
+    ) -> list[tuple[str, int, int]]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on the master of every broker group of `topic`:
+        `group`'s offsets move to the first message stored at or after `timestamp_ms`
+        (-1: the end). Returns (brokerName, queueId, new offset), sorted."""
+        route = await self.topic_route(topic)
+        ext = {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": force}
+        rows = []
+        for name, broker in sorted(route.brokers.items()):
+            if broker.master is None:
+                raise UnreachableError(f"no master registered for {name}")
+            response = await self.call(
+                broker.master, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext
+            )
+            doc = _loads(response.body, broker.master)
+            rows += [
+                (str(mq["brokerName"]), int(mq["queueId"]), int(o)) for mq, o in _queue_map(doc)
+            ]
+        return sorted(rows)
+
+    async def topic_consumed_by(self, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO on the master of every broker group of `topic`:
+        the groups subscribed to it or with offsets on it, sorted."""
+        groups: set[str] = set()
+        for address in await self.route_masters(topic):
+            response = await self.call(
+                address, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}
+            )
+            groups.update(_loads(response.body, address).get("groupList") or ())
+        return sorted(groups)
+
+    async def broker_stats(self, broker_addr: str, name: str, key: str) -> dict:
+        """VIEW_BROKER_STATS_DATA: {statsMinute, statsHour, statsDay: {sum, tps, avgpt}}."""
+        ext = {"statsName": name, "statsKey": key}
+        response = await self.call(broker_addr, RequestCode.VIEW_BROKER_STATS_DATA, ext)
+        return _loads(response.body, broker_addr)
+
+    async def route_masters(self, topic: str) -> list[str]:
+        """The master of every broker group serving `topic` (the registered ones)."""
+        route = await self.topic_route(topic)
+        return [b.master for _, b in sorted(route.brokers.items()) if b.master is not None]
+
     async def topic_status(self, topic: str) -> list[TopicOffset]:
         """GET_TOPIC_STATS_INFO from every broker group of the topic's route."""
         route = await self.topic_route(topic)
@@ -344,13 +489,13 @@ class Admin:
             )
             rows += [
                 TopicOffset(
-                    str(row.get("brokerName", name)),
-                    int(row["queueId"]),
+                    str(mq.get("brokerName", name)),
+                    int(mq["queueId"]),
                     int(row["minOffset"]),
                     int(row["maxOffset"]),
                     int(row.get("lastUpdateTimestamp") or 0),
                 )
-                for row in doc.get("offsetTable") or ()
+                for mq, row in _queue_map(doc)
             ]
         return sorted(rows)
 
@@ -366,14 +511,14 @@ class Admin:
             tps += float(doc.get("consumeTps") or 0)
             rows += [
                 QueueProgress(
-                    str(row["topic"]),
-                    str(row.get("brokerName", broker.broker_name)),
-                    int(row["queueId"]),
+                    str(mq["topic"]),
+                    str(mq.get("brokerName", broker.broker_name)),
+                    int(mq["queueId"]),
                     int(row["brokerOffset"]),
                     int(row["consumerOffset"]),
                     int(row.get("lastTimestamp") or 0),
                 )
-                for row in doc.get("offsetTable") or ()
+                for mq, row in _queue_map(doc)
             ]
         return ConsumeStats(sorted(rows), tps)
 

@@ -24,6 +24,8 @@ RocketMQ's `DefaultMQPushConsumer` in clustering mode, built on PullConsumer's c
   `persist_interval_s`, on release and at close. A queue with no committed offset
   starts where `consume_from` says. Delivery is at least once: a member that dies
   between consuming and committing leaves those messages to the next owner.
+  RESET_CONSUMER_CLIENT_OFFSET (220, `mqadmin resetOffsetByTime`) restarts each owned
+  queue it names from the offset it gives, dropping the queue's own progress.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from raftmq.client import fastjson
 from raftmq.client.allocate import allocate_averagely
 from raftmq.client.consumer import MAX_RECONSUME_TIMES, PullConsumer, PullStatus, Subscription
 from raftmq.client.errors import MQClientError
@@ -88,6 +91,7 @@ class _QueueWorker:
         self.stopped = trio.Event()
         self.pull_scope = trio.CancelScope()
         self.commit_lock = trio.Lock()  # commits of one queue land in order
+        self.reset = False  # its progress was overruled by an offset reset: never commit it
 
     def stop(self) -> None:
         self.stopping = True
@@ -159,6 +163,7 @@ class PushConsumer:
             "unitMode": False,
         }
         self.instance.handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
+        self.instance.handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
         self.instance.route_listeners.append(self._route_changed)
         self._workers: dict[MessageQueue, _QueueWorker] = {}
         self._closing = False
@@ -213,6 +218,36 @@ class PushConsumer:
     async def _on_ids_changed(self, request: RemotingCommand) -> None:
         if request.ext_fields.get("consumerGroup") == self.group:
             self._wakeup.set()
+
+    async def _on_reset_offset(self, request: RemotingCommand) -> None:
+        """The broker committed new offsets for the group (ResetOffsetBody: MessageQueue
+        -> offset); the queues restart from them in a task, not on the connection's."""
+        if request.ext_fields.get("group") != self.group:
+            return
+        try:
+            table = fastjson.loads(request.body.decode("utf-8")).get("offsetTable") or []
+            offsets = {
+                MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])): int(o)
+                for mq, o in table
+            }
+        except (UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError) as exc:
+            log.warning("unreadable offset reset: %r", exc)
+            return
+        self.instance.nursery.start_soon(self._reset_offsets, offsets)
+
+    async def _reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        for mq, offset in sorted(offsets.items()):
+            worker = self._workers.pop(mq, None)
+            if worker is None:
+                continue
+            worker.reset = True
+            worker.stop()
+            await worker.stopped.wait()
+            try:  # the last word on the offset: a commit of the old progress may have raced
+                await self._pull.update_offset(mq, offset)
+            except _CALL_ERRORS as exc:
+                log.warning("cannot commit the reset offset %d of %s: %s", offset, mq, exc)
+            await self._acquire(mq)
 
     def _route_changed(self, topic: str, route: TopicRouteData) -> None:
         """A long poll held by a master that stopped answering would wait out its hold
@@ -375,7 +410,7 @@ class PushConsumer:
     async def _commit(self, worker: _QueueWorker) -> None:
         async with worker.commit_lock:
             offset = worker.offsets.consumed
-            if offset == worker.committed:
+            if offset == worker.committed or worker.reset:
                 return
             try:
                 await self._pull.update_offset(worker.mq, offset)

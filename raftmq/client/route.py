@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 import trio
 
+from raftmq.client import fastjson
 from raftmq.client.errors import RouteNotFoundError
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
@@ -131,19 +131,6 @@ class TopicRouteData:
         )
 
 
-# A JSON string (skipped as is) or an unquoted integer key after `{` or `,`.
-_STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|(?<=[{,])(\s*)(-?\d+)(\s*)(?=:)')
-
-
-def _quote_bare_keys(text: str) -> str:
-    def quote(match: re.Match) -> str:
-        if match.group(2) is None:
-            return match.group(0)
-        return f'{match.group(1)}"{match.group(2)}"{match.group(3)}'
-
-    return _STRING_OR_BARE_KEY.sub(quote, text)
-
-
 def parse_route(topic: str, body: bytes) -> TopicRouteData:
     """A TopicRouteData body, standard JSON or fastjson's unquoted integer keys.
 
@@ -153,7 +140,7 @@ def parse_route(topic: str, body: bytes) -> TopicRouteData:
     try:
         doc = json.loads(text)
     except ValueError:
-        doc = json.loads(_quote_bare_keys(text))
+        doc = fastjson.loads(text)
     if not isinstance(doc, dict):
         raise ValueError("a route is a JSON object")
     try:

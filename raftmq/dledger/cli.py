@@ -2,9 +2,11 @@
 
 Verbs and flags follow DLedger's own (`--group`, `--id`, `--peers`,
 `--store-base-dir`, `--data`, `--count`, `--index`, `--leader`, `--transferee`).
-Exit status for scripts: 0 success, 1 the group answered with an error code,
-2 bad usage, 3 no member (or no leader) reachable, 4 the server refused to start or
-stopped because its disk failed (the message names the file and offset).
+Exit status for scripts: 0 success, 1 the group answered with an error code
+(UNKNOWN_GROUP for a wrong `--group`), 2 bad usage, 3 no member (or no leader)
+reachable, or `server` cannot listen on its port, 4 the server refused to start (its
+store directory unusable, damaged data: the message names the file and offset) or
+stopped because its disk failed.
 """
 
 from __future__ import annotations
@@ -21,11 +23,20 @@ from raftmq.dledger.client import ClientError, DLedgerClient, body_for_json
 from raftmq.dledger.codes import Code
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.server import DiskFailure, DLedgerServer
-from raftmq.dledger.store.file import StoreCorruption
+from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.address import parse_peers
+from raftmq.streams.groups import first_leaf
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_STORAGE = 0, 1, 2, 3, 4
+
+
+class CannotListen(Exception):
+    """The server's own peer address could not be bound (in use, not local)."""
+
+
+class StoreUnusable(Exception):
+    """The store directory cannot be created, written or read."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,11 +110,14 @@ def _server_config(args) -> DLedgerConfig:
 
 
 async def _run_server(config: DLedgerConfig) -> None:
-    server = DLedgerServer(config)
+    try:
+        server = DLedgerServer(config)  # opens the store: files only, no sockets
+    except OSError as exc:
+        raise StoreUnusable(f"--store-base-dir {config.store_base_dir}: {exc}") from exc
+    address = config.peers[config.self_id]
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
-            address = config.peers[config.self_id]
             print(f"dledger server {config.group}/{config.self_id} on {address}", flush=True)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
@@ -111,6 +125,9 @@ async def _run_server(config: DLedgerConfig) -> None:
                     break
     except* DiskFailure as failures:
         raise failures.exceptions[0] from None
+    except* OSError as failures:
+        reason = first_leaf(failures)
+        raise CannotListen(f"{config.self_id} cannot listen on {address}: {reason}") from None
 
 
 async def _append(client: DLedgerClient, args) -> int:
@@ -188,9 +205,12 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(_run_server, config)
             return EXIT_OK
         return trio.run(_client_verb, args)
-    except (StoreCorruption, DiskFailure) as exc:
+    except (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as exc:
         print(f"dledger: refusing to run: {exc}", file=sys.stderr)
         return EXIT_STORAGE
+    except CannotListen as exc:
+        print(f"dledger: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except ValueError as exc:
         print(f"dledger: {exc}", file=sys.stderr)
         return EXIT_USAGE

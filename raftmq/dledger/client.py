@@ -35,6 +35,15 @@ class ClientError(Exception):
         self.code = code
 
 
+def _known_group(response: dict, group: str) -> dict:
+    """`response`, unless the member serves another group: then no member will answer
+    this client, so waiting for a leader would only end in a misleading NOT_LEADER."""
+    if response.get("code") == Code.UNKNOWN_GROUP:
+        remark = response.get("remark", "")
+        raise ClientError(Code.UNKNOWN_GROUP, f"asked for group {group!r}, {remark}")
+    return response
+
+
 class DLedgerClient:
     def __init__(self, group: str, peers: dict[str, str], timeout_s: float = 5.0) -> None:
         self.group = group
@@ -71,7 +80,8 @@ class DLedgerClient:
         request = {"group": self.group, **request}
         conn = await self._conn(peer)
         try:
-            return await conn.call(request, timeout_s=timeout_s or self.timeout_s)
+            response = await conn.call(request, timeout_s=timeout_s or self.timeout_s)
+            return _known_group(response, self.group)
         except RpcUnavailable:
             self._conns.pop(peer, None)
             raise
@@ -80,6 +90,7 @@ class DLedgerClient:
     async def status(self) -> list[dict]:
         """Every member's view (role, term, leader, ledger end, commit); unreachable ones marked."""
         results: dict[str, dict] = {}
+        refusals: list[ClientError] = []
 
         async def ask(peer: str) -> None:
             try:
@@ -87,10 +98,14 @@ class DLedgerClient:
                 results[peer] = resp
             except (RpcUnavailable, RpcTimeout) as exc:
                 results[peer] = {"selfId": peer, "role": "UNREACHABLE", "error": str(exc)}
+            except ClientError as exc:  # a member of another group
+                refusals.append(exc)
 
         async with trio.open_nursery() as nursery:
             for peer in self.peers:
                 nursery.start_soon(ask, peer)
+        if refusals:
+            raise refusals[0]
         return [results[p] for p in self.peers]
 
     async def find_leader(self, deadline: float) -> str:
@@ -135,6 +150,7 @@ class DLedgerClient:
             remaining = max(0.05, deadline - trio.current_time())
             try:
                 resp = await conn.call({"group": self.group, **request}, timeout_s=remaining)
+                _known_group(resp, self.group)
             except RpcUnavailable as exc:
                 self._conns.pop(leader, None)
                 self.leader_id = None

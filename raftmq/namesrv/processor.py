@@ -1,7 +1,8 @@
 """The name server's request processors (`DefaultRequestProcessor`), on `RemotingCommand`.
 
 Handled: REGISTER_BROKER (103), UNREGISTER_BROKER (104), GET_ROUTEINFO_BY_TOPIC (105),
-GET_BROKER_CLUSTER_INFO (106), GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206). Anything else
+GET_BROKER_CLUSTER_INFO (106), GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206),
+DELETE_TOPIC_IN_NAMESRV (216). Anything else
 gets REQUEST_CODE_NOT_SUPPORTED from `ProcessorTable`.
 
 Bodies are written as a 4.9.4+ namesrv writes them for `acceptStandardJsonOnly`:
@@ -112,6 +113,7 @@ class NamesrvProcessor:
                 RequestCode.GET_ROUTEINFO_BY_TOPIC: self._guard(self.get_route_info),
                 RequestCode.GET_BROKER_CLUSTER_INFO: self._guard(self.get_cluster_info),
                 RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._guard(self.get_topic_list),
+                RequestCode.DELETE_TOPIC_IN_NAMESRV: self._guard(self.delete_topic),
             }
         )
 
@@ -196,3 +198,7 @@ class NamesrvProcessor:
     def get_topic_list(self, request: RemotingCommand, connection) -> RemotingCommand:
         body = dumps({"topicList": self.routes.get_all_topic_list()})
         return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    def delete_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
+        self.routes.delete_topic(_field(request, "topic"))
+        return request.make_response(ResponseCode.SUCCESS)

@@ -280,6 +280,11 @@ class RouteInfoManager:
             },
         }
 
+    def delete_topic(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_NAMESRV: drop the topic's route. A broker that still has the
+        topic adds it back with its next registration, as in RocketMQ."""
+        self.topic_queue_table.pop(topic, None)
+
     def get_all_topic_list(self) -> list[str]:
         return sorted(self.topic_queue_table)
 

@@ -1,7 +1,8 @@
 """`./run.sh demo`: a name server and a 3-broker DLedger group survive a master kill.
 
 RocketMQ's `fast-try`, plus the drill: produce and consume through a SIGKILL of the
-master, then print the tally. Exit status 0 only if no acknowledged message is lost.
+master, then print the tally. Exit status 0 only if no acknowledged message is lost;
+130 when interrupted (Ctrl-C), after the processes it started are stopped.
 """
 
 from __future__ import annotations
@@ -13,10 +14,21 @@ import trio
 
 from raftmq.tools.broker_drill import run_drill, summary
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="raftmq-demo-") as tmp:
-        tally = trio.run(run_drill, tmp, 2000, 16, 4, lambda text: print(f"  {text}", flush=True))
+    interrupted = False
+    try:
+        with tempfile.TemporaryDirectory(prefix="raftmq-demo-") as tmp:
+            tally = trio.run(
+                run_drill, tmp, 2000, 16, 4, lambda text: print(f"  {text}", flush=True)
+            )
+    except* KeyboardInterrupt:  # bare, or inside a nursery's group
+        interrupted = True
+    if interrupted:
+        print("\ndemo interrupted: its name server and brokers are stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print()
     print(summary(tally))
     print(

@@ -8,9 +8,9 @@ through the replicated log, and every replica applies it when it commits, in log
 order: a new master has exactly the committed metadata.
 
 A record's body is JSON: `{"op": "topic", "config": {...}}`, `{"op":
-"deleteTopic", "topic": t}`, `{"op": "group", "config": {...}}`, `{"op":
-"offsets", "entries": [[group, topic, queueId, offset], ...]}`, `{"op": "delay",
-"entries": {level: offset}}`. A snapshot (`config/metadata.json`, written and
+"deleteTopic", "topic": t}`, `{"op": "group", "config": {...}}`, `{"op": "deleteGroup",
+"group": g}`, `{"op": "offsets", "entries": [[group, topic, queueId, offset], ...]}`,
+`{"op": "delay", "entries": {level: offset}}`. A snapshot (`config/metadata.json`, written and
 fsynced by the message store's dispatch checkpoint) records the state and the
 META_TOPIC queue offset it covers, so a restart replays only what came after it.
 """
@@ -105,10 +105,18 @@ def builtin_topics(cluster: str, broker_name: str, default_queues: int) -> dict[
 
 @attrs.define
 class SubscriptionGroupConfig:
+    """RocketMQ's SubscriptionGroupConfig. raftmq acts on consumeEnable and
+    retryMaxTimes; the others are kept and reported, as an operator set them."""
+
     group_name: str
     consume_enable: bool = True
     retry_queue_nums: int = 1
     retry_max_times: int = 16
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
 
     def to_json(self) -> dict:
         return {
@@ -116,6 +124,11 @@ class SubscriptionGroupConfig:
             "consumeEnable": self.consume_enable,
             "retryQueueNums": self.retry_queue_nums,
             "retryMaxTimes": self.retry_max_times,
+            "consumeFromMinEnable": self.consume_from_min_enable,
+            "consumeBroadcastEnable": self.consume_broadcast_enable,
+            "brokerId": self.broker_id,
+            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
         }
 
     @classmethod
@@ -125,6 +138,11 @@ class SubscriptionGroupConfig:
             bool(d.get("consumeEnable", True)),
             int(d.get("retryQueueNums", 1)),
             int(d.get("retryMaxTimes", 16)),
+            bool(d.get("consumeFromMinEnable", True)),
+            bool(d.get("consumeBroadcastEnable", True)),
+            int(d.get("brokerId", 0)),
+            int(d.get("whichBrokerWhenConsumeSlowly", 1)),
+            bool(d.get("notifyConsumerIdsChangedEnable", True)),
         )
 
 
@@ -161,6 +179,8 @@ class Metadata:
         elif op == "group":
             config = SubscriptionGroupConfig.from_json(record["config"])
             self.groups[config.group_name] = config
+        elif op == "deleteGroup":
+            self.groups.pop(record["group"], None)
         elif op == "offsets":
             for group, topic, queue_id, offset in record["entries"]:
                 self.offsets[(group, topic, int(queue_id))] = int(offset)

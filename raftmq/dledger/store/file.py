@@ -45,13 +45,14 @@ from raftmq.dledger.store.segments import (
     INDEX_SIZE,
     Segment,
     StoreCorruption,
+    SyncFailed,
     first_index_at,
     open_segment,
     zero,
 )
 from raftmq.dledger.store.sync import GroupCommit
 
-__all__ = ["FileLogStore", "RecoveryReport", "StoreCorruption"]
+__all__ = ["FileLogStore", "RecoveryReport", "StoreCorruption", "SyncFailed"]
 
 log = logging.getLogger(__name__)
 

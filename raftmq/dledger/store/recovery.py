@@ -59,6 +59,7 @@ from raftmq.dledger.store.segments import (
     INDEX,
     INDEX_SIZE,
     StoreCorruption,
+    SyncFailed,
     first_index_at,
     list_segments,
     open_segment,
@@ -206,7 +207,10 @@ def recover(store, committed_index: int) -> None:
     _recover_index(store, scan)
     if derive:
         store._save_begin()
-    store._commit.sync_all(store._data, store._index, store._dir_handles)
+    try:
+        store._commit.sync_all(store._data, store._index, store._dir_handles)
+    except OSError as exc:
+        raise SyncFailed(f"fsync failed while opening {store.data_dir}: {exc}") from exc
 
 
 # A fast start: where the scan may begin without checking the entries before it.

@@ -42,6 +42,11 @@ class StoreCorruption(Exception):
         self.reason = reason
 
 
+class SyncFailed(Exception):
+    """An fsync failed while the store was being opened (recovery makes its repairs
+    durable before anything is served): the disk, not the data, is at fault."""
+
+
 class Segment:
     """One mapped segment file and how much of it this process has written."""
 

@@ -1,0 +1,208 @@
+"""Cluster and broker verbs: clusterList, brokerStatus, dledgerStatus, getBrokerConfig,
+updateBrokerConfig, clusterRT."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+
+import trio
+
+from raftmq.client.admin import Admin
+from raftmq.client.errors import MQClientError
+from raftmq.client.mqadmin.commands import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    UsageError,
+    broker_or_cluster,
+    java_bool,
+    option,
+    print_row,
+    target_kwargs,
+    verb,
+)
+from raftmq.client.producer import Producer
+
+
+@verb(
+    "clusterList",
+    "List all of clusters",
+    option("-c", "clusterName", "only this cluster"),
+)
+async def cluster_list(admin: Admin, args: argparse.Namespace) -> None:
+    """RocketMQ's columns up to #Version; the totals are messages put and got since
+    the broker started (msgPutTotalTodayNow, msgGetTotalTodayNow)."""
+    info = await admin.cluster_info()
+    fmt = "%-16s  %-22s  %-4s  %-22s %-16s %14s %14s"
+    print_row(
+        fmt, "#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTotal", "#OutTotal"
+    )
+    clusters = sorted(info.clusters) if args.clusterName is None else [args.clusterName]
+    for cluster in clusters:
+        for broker in info.broker_datas(cluster):
+            tables = await admin.runtime_tables(broker.addrs)
+            for broker_id, address in sorted(broker.addrs.items()):
+                table = tables.get(broker_id) or {}
+                print_row(
+                    fmt,
+                    cluster,
+                    broker.broker_name,
+                    broker_id,
+                    address,
+                    table.get("brokerVersionDesc", ""),
+                    table.get("msgPutTotalTodayNow", ""),
+                    table.get("msgGetTotalTodayNow", ""),
+                )
+
+
+@verb(
+    "brokerStatus",
+    "Fetch broker runtime status data",
+    *broker_or_cluster("Broker address", "which cluster"),
+)
+async def broker_status(admin: Admin, args: argparse.Namespace) -> None:
+    if args.brokerAddr is not None:
+        for key, value in sorted((await admin.broker_status(args.brokerAddr.strip())).items()):
+            print_row("%-32s: %s", key, value)
+        return
+    if args.clusterName is None:
+        raise UsageError("give -b (a broker) or -c (a cluster)")
+    for broker in (await admin.cluster_info()).broker_datas(args.clusterName):
+        tables = await admin.runtime_tables(broker.addrs)
+        for broker_id, address in sorted(broker.addrs.items()):
+            for key, value in sorted((tables.get(broker_id) or {}).items()):
+                print_row("%-24s %-32s: %s", address, key, value)
+
+
+@verb(
+    "dledgerStatus",
+    "Show every DLedger member: role, term, log end and commit index",
+    option("-c", "clusterName", "only this cluster"),
+)
+async def dledger_status(admin: Admin, args: argparse.Namespace) -> int:
+    members = await admin.dledger_status(args.clusterName)
+    fmt = "%-16s  %-8s  %-22s  %-22s  %-11s  %-6s  %-16s  %s"
+    print_row(
+        fmt,
+        "#Group",
+        "#SelfId",
+        "#Addr",
+        "#DLedger Addr",
+        "#Role",
+        "#Term",
+        "#LedgerEndIndex",
+        "#CommittedIndex",
+    )
+    for m in members:
+        numbers = (m.term, m.ledger_end_index, m.committed_index)
+        print_row(
+            fmt,
+            m.group,
+            m.self_id,
+            m.addr or "-",
+            m.peer_addr or "-",
+            m.role,
+            *("-" if n is None else n for n in numbers),
+        )
+    if members and not any(m.reachable for m in members):
+        return EXIT_UNREACHABLE
+    return EXIT_OK
+
+
+@verb(
+    "getBrokerConfig",
+    "Get broker config by cluster or special broker.",
+    *broker_or_cluster("get which broker", "get which cluster"),
+)
+async def get_broker_config(admin: Admin, args: argparse.Namespace) -> None:
+    target = target_kwargs(args)
+    if "broker_addr" in target:
+        await _print_config(
+            admin, f"============{target['broker_addr']}============", target["broker_addr"]
+        )
+        return
+    for broker in (await admin.cluster_info()).broker_datas(target["cluster"]):
+        master = broker.master
+        if master is not None:
+            await _print_config(admin, f"============Master: {master}============", master)
+        for address in broker.addresses():
+            if address != master:
+                label = f"============My Master: {master}=====Slave: {address}============"
+                await _print_config(admin, label, address)
+
+
+async def _print_config(admin: Admin, label: str, address: str) -> None:
+    print(label)
+    for key, value in (await admin.broker_config(address)).items():
+        print_row("%-50s=  %s", key, value)
+    print()
+
+
+@verb(
+    "updateBrokerConfig",
+    "Update broker's config",
+    *broker_or_cluster("update which broker", "update which cluster"),
+    option("-k", "key", "config key", required=True),
+    option("-v", "value", "config value", required=True),
+)
+async def update_broker_config(admin: Admin, args: argparse.Namespace) -> None:
+    key, value = args.key.strip(), args.value.strip()
+    for address in await admin.update_broker_config(key, value, **target_kwargs(args)):
+        print(f"update broker config success, {address}")
+
+
+@verb(
+    "clusterRT",
+    "List All clusters Message Send RT.",
+    option("-a", "amount", "message amount | default 100", type=int, default=100),
+    option("-s", "size", "message size | default 128 Byte", type=int, default=128),
+    option("-c", "cluster", "cluster name | default display all cluster"),
+    option("-p", "printLog", "print as tlog | default false", default="false"),
+    option("-m", "machineRoom", "machine room name | default noname", default="noname"),
+    option("-i", "interval", "print interval | default 10 seconds", type=float, default=10.0),
+    option("-r", "rounds", "stop after this many rounds | default 0, never (raftmq's)",
+         type=int, default=0),
+)  # fmt: skip
+async def cluster_rt(admin: Admin, args: argparse.Namespace) -> None:
+    """CLusterSendMsgRTCommand: every interval, `amount` sends of `size` bytes to each
+    broker group's own topic (named after the group); the mean time of all but the
+    first, in ms."""
+    if args.amount < 2:
+        raise UsageError("-a: at least 2 messages (the first is not timed)")
+    info = await admin.cluster_info()
+    clusters = [args.cluster.strip()] if args.cluster else sorted(info.clusters)
+    as_tlog = java_bool(args.printLog)
+    if not as_tlog:
+        print_row("%-24s  %-24s  %-4s  %-8s  %-8s", "#Cluster Name", "#Broker Name", "#RT",
+             "#successCount", "#failCount")  # fmt: skip
+    body = b"a" * args.size
+    rounds = 0
+    async with Producer(admin.namesrv_addrs, str(int(time.time() * 1000))) as producer:
+        while True:
+            for cluster in clusters:
+                if cluster not in info.clusters:
+                    print(f"cluster [{cluster}] not exist")
+                    break
+                for broker_name in info.clusters[cluster]:
+                    elapsed_s, sent, failed = 0.0, 0, 0
+                    for n in range(args.amount):
+                        start = time.monotonic()
+                        try:
+                            await producer.send(broker_name, body)
+                            sent += 1
+                        except MQClientError:
+                            failed += 1
+                        if n:
+                            elapsed_s += time.monotonic() - start
+                    rt_ms = elapsed_s * 1000 / (args.amount - 1)
+                    if as_tlog:
+                        now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+                        print(f"{now}|{args.machineRoom}|{cluster}|{broker_name}|{rt_ms:.0f}")
+                    else:
+                        print_row("%-24s  %-24s  %-8s  %-16s  %-16s", cluster, broker_name,
+                             f"{rt_ms:.2f}", sent, failed)  # fmt: skip
+            rounds += 1
+            if rounds == args.rounds:
+                return
+            await trio.sleep(args.interval)

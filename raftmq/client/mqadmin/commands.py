@@ -1,0 +1,105 @@
+"""The verb registry and what the verbs share: flags, table rows, timestamps.
+
+A verb is an async function of (Admin, parsed flags) registered with `@verb`, with
+RocketMQ's name, description and flags; `COMMANDS` lists them in registration order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from collections.abc import Awaitable, Callable
+
+import attrs
+
+from raftmq.client.admin import Admin
+
+EXIT_OK, EXIT_ANSWERED_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+
+class UsageError(Exception):
+    """Flags that parse but do not make a request (both -b and -c, a bad msgId)."""
+
+
+Run = Callable[[Admin, argparse.Namespace], Awaitable[int | None]]
+
+
+@attrs.frozen
+class Command:
+    name: str
+    desc: str
+    options: tuple[tuple, ...]  # (flag, long name, help, add_argument kwargs)
+    run: Run
+
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog=f"mqadmin {self.name}", description=self.desc)
+        parser.add_argument(
+            "-n", "--namesrvAddr", help="Name server address list, eg: 192.168.0.1:9876;..."
+        )
+        for flag, name, help_text, kwargs in self.options:
+            parser.add_argument(flag, f"--{name}", dest=name, help=help_text, **kwargs)
+        return parser
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def verb(name: str, desc: str, *options: tuple) -> Callable[[Run], Run]:
+    def register(run: Run) -> Run:
+        COMMANDS[name] = Command(name, desc, options, run)
+        return run
+
+    return register
+
+
+def option(flag: str, name: str, help_text: str, **kwargs) -> tuple:
+    return (flag, name, help_text, kwargs)
+
+
+def broker_or_cluster(broker_help: str, cluster_help: str) -> tuple[tuple, tuple]:
+    """-b (a broker address) and -c (a cluster), of which a verb takes exactly one
+    (`target_kwargs`)."""
+    return option("-b", "brokerAddr", broker_help), option("-c", "clusterName", cluster_help)
+
+
+def print_row(fmt: str, *values) -> None:
+    """One line of a table; the formats are RocketMQ's printf formats, which Python's
+    % operator reads the same way."""
+    print(fmt % values)
+
+
+def human_ms(ms: int) -> str:
+    """`UtilAll.timeMillisToHumanString2`: local time, `yyyy-MM-dd HH:mm:ss,SSS`."""
+    moment = datetime.datetime.fromtimestamp(ms / 1000)
+    return f"{moment:%Y-%m-%d %H:%M:%S},{ms % 1000:03d}"
+
+
+def java_bool(text: str) -> bool:
+    """Boolean.parseBoolean: "true" in any case is true, anything else false."""
+    return text.strip().lower() == "true"
+
+
+def target_kwargs(args: argparse.Namespace) -> dict:
+    """-b or -c, exactly one, as Admin's keyword arguments."""
+    if (args.brokerAddr is None) == (args.clusterName is None):
+        raise UsageError("give either -b (a broker) or -c (a cluster)")
+    if args.brokerAddr is not None:
+        return {"broker_addr": args.brokerAddr.strip()}
+    return {"cluster": args.clusterName.strip()}
+
+
+def parse_timestamp_ms(text: str) -> int:
+    """`now` (-1: the queue's end), epoch milliseconds, or local time as
+    `yyyy-MM-dd#HH:mm:ss:SSS` (UtilAll.YYYY_MM_DD_HH_MM_SS_SSS)."""
+    if text == "now":
+        return -1
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise UsageError(
+            f"-s {text!r}: expected now, epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+    return int(moment.timestamp() * 1000)

@@ -1,0 +1,112 @@
+"""The entry point: find the verb, parse its flags, run it, turn failures into one
+line and an exit status."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import trio
+
+from raftmq.client.admin import Admin, UnreachableError
+from raftmq.client.errors import MQBrokerError, MQClientError
+from raftmq.client.instance import parse_namesrv_addrs
+from raftmq.client.mqadmin import brokers, groups, messages, topics  # noqa: F401  (they register)
+from raftmq.client.mqadmin.commands import (
+    COMMANDS,
+    EXIT_ANSWERED_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    Command,
+    UsageError,
+    print_row,
+)
+from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
+from raftmq.remoting.codes import ResponseCode
+from raftmq.streams.groups import first_leaf
+
+__all__ = ["main"]
+
+
+def _print_commands() -> None:
+    print("The most commonly used mqadmin commands are:")
+    for command in COMMANDS.values():
+        print_row("   %-20s %s", command.name, command.desc)
+    print("\nSee 'mqadmin help <command>' for more information on a specific command.")
+
+
+def _find(name: str) -> Command | None:
+    """Command names match regardless of case, as MQAdminStartup's do."""
+    return next((c for n, c in COMMANDS.items() if n.lower() == name.lower()), None)
+
+
+def _failure(command: Command, exc: Exception) -> int:
+    """Print why `command` failed; the exit status for it."""
+    if isinstance(exc, MQBrokerError):
+        try:
+            name = f" ({ResponseCode(exc.code).name})"
+        except ValueError:
+            name = ""
+        reason = f"{exc.broker} answered code {exc.code}{name}: {exc.remark}"
+        status = EXIT_ANSWERED_ERROR
+    elif isinstance(exc, UnreachableError | RemotingConnectError | RemotingTimeoutError):
+        reason, status = str(exc), EXIT_UNREACHABLE
+    else:
+        reason, status = str(exc), EXIT_ANSWERED_ERROR
+    print(f"mqadmin {command.name} failed: {reason}", file=sys.stderr)
+    return status
+
+
+_HELP = ("help", "-h", "--help")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or (argv[0] in _HELP and len(argv) == 1):
+        _print_commands()
+        return EXIT_OK
+    if argv[0] in _HELP and len(argv) == 2:
+        command = _find(argv[1])
+        if command is None:
+            print(f"The sub command {argv[1]} not exist.", file=sys.stderr)
+            return EXIT_USAGE
+        command.parser().print_help()
+        return EXIT_OK
+    command = _find(argv[0])
+    if command is None:
+        print(f"The sub command {argv[0]} not exist.", file=sys.stderr)
+        return EXIT_USAGE
+    parser = command.parser()
+    try:
+        args = parser.parse_args(argv[1:])
+    except SystemExit as exc:  # argparse: 2 for bad flags, 0 for -h
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR")
+    if not namesrv:
+        print("mqadmin: no name server: give -n or set NAMESRV_ADDR", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        parse_namesrv_addrs(namesrv)
+    except ValueError as exc:
+        print(f"mqadmin: -n {namesrv!r}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
+        async with Admin(namesrv) as admin:
+            return await command.run(admin, args) or EXIT_OK
+
+    try:
+        try:
+            return trio.run(run)
+        except BaseExceptionGroup as group:  # from a client's nursery: say what went wrong
+            raise first_leaf(group) from None
+    except (UsageError, ValueError) as exc:  # ValueError: a bad -b address, msgId, ...
+        print(f"mqadmin {command.name}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (MQClientError, RemotingConnectError, RemotingTimeoutError) as exc:
+        return _failure(command, exc)
+    except KeyboardInterrupt:  # clusterRT runs until interrupted, as RocketMQ's does
+        print(f"mqadmin {command.name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,198 @@
+"""Message verbs: queryMsgById, sendMessage, consumeMessage."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+import zlib
+
+from raftmq.client.admin import Admin
+from raftmq.client.consumer import PullConsumer, PullStatus
+from raftmq.client.mqadmin.commands import (
+    UsageError,
+    human_ms,
+    option,
+    parse_timestamp_ms,
+    print_row,
+    verb,
+)
+from raftmq.client.producer import Producer
+from raftmq.client.route import MessageQueue
+from raftmq.protocol.message import MessageExt, MessageSysFlag
+
+
+def _body_text(msg: MessageExt) -> str:
+    body = msg.body or b""
+    if msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
+        with contextlib.suppress(zlib.error):  # else shown as stored
+            body = zlib.decompress(body)
+    return body.decode("utf-8", errors="replace")
+
+
+def _print_message(msg: MessageExt) -> None:
+    """QueryMsgByIdSubCommand.printMsg's fields, with the body inline instead of in a
+    file under /tmp."""
+    properties = ", ".join(f"{k}={v}" for k, v in sorted(msg.properties.items()))
+    for label, value in (
+        ("OffsetID:", msg.msg_id),
+        ("Topic:", msg.topic),
+        ("Tags:", f"[{msg.tags or ''}]"),
+        ("Keys:", f"[{msg.keys or ''}]"),
+        ("Queue ID:", msg.queue_id),
+        ("Queue Offset:", msg.queue_offset),
+        ("CommitLog Offset:", msg.physical_offset),
+        ("Reconsume Times:", msg.reconsume_times),
+        ("Born Timestamp:", human_ms(msg.born_timestamp)),
+        ("Store Timestamp:", human_ms(msg.store_timestamp)),
+        ("Born Host:", "{}:{}".format(*msg.born_host)),
+        ("Store Host:", "{}:{}".format(*msg.store_host)),
+        ("System Flag:", msg.sysflag),
+        ("Properties:", f"{{{properties}}}"),
+        ("Message Body:", _body_text(msg)),
+    ):
+        print_row("%-20s %s", label, value)
+
+
+@verb(
+    "queryMsgById",
+    "Query Message by Id",
+    option("-i", "msgId", "Message Id (offset msgIds, comma separated)", required=True),
+)
+async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
+    for n, msg_id in enumerate(i.strip() for i in args.msgId.split(",") if i.strip()):
+        try:
+            msg = await admin.query_msg_by_id(msg_id)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if n:
+            print()
+        _print_message(msg)
+
+
+def _mq_text(mq: MessageQueue) -> str:
+    """MessageQueue.toString."""
+    return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
+
+
+@verb(
+    "sendMessage",
+    "Send a message",
+    option("-t", "topic", "Topic name", required=True),
+    option("-p", "body", "UTF-8 string format of the message body", required=True),
+    option("-k", "key", "Message keys"),
+    option("-c", "tags", "Message tags"),
+    option("-b", "broker", "Send message to target broker"),
+    option("-i", "qid", "Send message to target queue", type=int),
+)
+async def send_message(admin: Admin, args: argparse.Namespace) -> None:
+    topic = args.topic.strip()
+    if args.qid is not None and args.broker is None:
+        raise UsageError("Broker name must be set if the queue is chosen!")
+    queue = None if args.qid is None else MessageQueue(topic, args.broker.strip(), args.qid)
+    group = str(int(time.time() * 1000))  # as SendMessageCommand names its producer
+    async with Producer(admin.namesrv_addrs, group) as producer:
+        result = await producer.send(
+            topic,
+            args.body.strip().encode("utf-8"),
+            tags=args.tags and args.tags.strip(),
+            keys=args.key and args.key.strip(),
+            queue=queue,
+        )
+    fmt = "%-32s  %-4s  %-20s    %s"
+    print_row(fmt, "#Broker Name", "#QID", "#Send Result", "#MsgId")
+    mq = result.message_queue
+    print_row(fmt, mq.broker_name, mq.queue_id, result.status.name, result.msg_id)
+
+
+def _message_line(msg: MessageExt, broker_name: str) -> str:
+    """PrintMessageByQueueCommand.printMessage's line; MessageExt's toString shortened
+    to the fields an operator looks for."""
+    store_host = "{}:{}".format(*msg.store_host)
+    described = (
+        f"MessageExt [brokerName={broker_name}, queueId={msg.queue_id}, "
+        f"queueOffset={msg.queue_offset}, storeTimestamp={msg.store_timestamp}, "
+        f"storeHost={store_host}, msgId={msg.msg_id}, commitLogOffset={msg.physical_offset}, "
+        f"reconsumeTimes={msg.reconsume_times}, topic={msg.topic}, tags={msg.tags}, "
+        f"keys={msg.keys}]"
+    )
+    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {_body_text(msg)}"
+
+
+@verb(
+    "consumeMessage",
+    "Consume message",
+    option("-t", "topic", "Topic name", required=True),
+    option("-b", "brokerName", "Broker name"),
+    option("-i", "queueId", "Queue Id", type=int),
+    option("-o", "offset", "Queue offset", type=int),
+    option("-g", "consumerGroup", "Consumer group name"),
+    option("-s", "beginTimestamp", "Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
+    option("-e", "endTimestamp", "End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
+    option("-c", "MessageNumber", "Number of message to be consumed", type=int, default=128),
+)
+async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
+    """ConsumeMessageCommand: pull (never commit) up to -c messages, queue by queue, or
+    from one queue (-b, -i) and offset (-o), between two store times (-s, -e)."""
+    if args.MessageNumber <= 0:
+        raise UsageError("please input a positive messageNumber!")
+    if args.queueId is not None and args.brokerName is None:
+        raise UsageError("Please set the brokerName before queueId!")
+    if args.offset is not None and args.queueId is None:
+        raise UsageError("please set queueId before offset!")
+    topic = args.topic.strip()
+    begin_ms = parse_timestamp_ms(args.beginTimestamp.strip()) if args.beginTimestamp else 0
+    end_ms = parse_timestamp_ms(args.endTimestamp.strip()) if args.endTimestamp else 0
+    group = (args.consumerGroup or "TOOLS_CONSUMER").strip()
+    async with PullConsumer(admin.namesrv_addrs, group) as consumer:
+
+        async def span(mq: MessageQueue) -> tuple[int, int]:
+            low, high = await consumer.min_offset(mq), await consumer.max_offset(mq)
+            if begin_ms > 0:
+                low = await consumer.search_offset(mq, begin_ms)
+            if end_ms > 0:
+                high = await consumer.search_offset(mq, end_ms)
+            return low, high
+
+        count = args.MessageNumber
+        if args.queueId is None:
+            for mq in await consumer.fetch_queues(topic):
+                if count == 0:
+                    return
+                low, high = await span(mq)
+                if high - low > count:
+                    print(f"The older {count} message of the {mq.queue_id} queue will be provided")
+                    high, count = low + count - 1, 0
+                else:
+                    count -= high - low + 1
+                await _print_queue(consumer, mq, low, high)
+            return
+        mq = MessageQueue(topic, args.brokerName.strip(), args.queueId)
+        low, high = await span(mq)
+        offset = args.offset or 0
+        if offset > high:
+            print(f"{_mq_text(mq)} no matched msg, offset={offset}")
+            return
+        low = max(low, offset)
+        if high - low > count:
+            print(f"The oldler {count} message will be provided")
+            high = low + count - 1
+        await _print_queue(consumer, mq, low, high)
+
+
+async def _print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: int) -> None:
+    """Messages [low, high] of `mq`, a pull at a time, until the queue has no more."""
+    offset = low
+    while offset <= high:
+        result = await consumer.pull(mq, offset, min(32, high - offset + 1))
+        offset = result.next_begin_offset
+        if result.status is PullStatus.FOUND:
+            print("Consume ok")
+            for msg in result.messages:
+                print(_message_line(msg, mq.broker_name))
+        elif result.status is PullStatus.NO_MATCHED_MSG:
+            print(f"{_mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
+        else:
+            status = result.status.name
+            print(f"{_mq_text(mq)} print msg finished. status={status}, offset={offset}")
+            return
