@@ -2,18 +2,19 @@
 # The two entry points a fresh machine needs: `./run.sh demo` and `./run.sh test`
 # (`./run.sh test fast` leaves out the tests that start real processes, and the slow ones).
 # Each creates .venv (once) and installs into it what that command needs (again only
-# when pyproject.toml changed), so running either twice costs nothing extra: the demo
+# when pyproject.toml, setup.py or the compiled hot path's source changed: the install
+# is what builds the extension), so running either twice costs nothing extra: the demo
 # needs only the project itself; the tests also need the dev, bench and spark extras
 # (pyspark and pyarrow are ~440 MB, so the demo never downloads them).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 venv=.venv
-hash=$(sha1sum pyproject.toml | cut -c1-12)
+hash=$(cat pyproject.toml setup.py raftmq/hotpath/_compiled.pyx | sha1sum | cut -c1-12)
 
 # bootstrap NAME EXTRAS: install the project with EXTRAS ("" or "[dev,...]") unless the
-# stamp for NAME says this pyproject.toml was installed already. pip's output (what it
-# downloads, with a progress bar on a terminal) shows.
+# stamp for NAME says this pyproject.toml and extension source were installed already.
+# pip's output (what it downloads, with a progress bar on a terminal) shows.
 bootstrap() {
     local name=$1 extras=$2
     local stamp=$venv/.installed-$name-$hash

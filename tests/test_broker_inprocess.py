@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 import trio
@@ -11,9 +12,19 @@ import trio
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.protocol import message as codec
-from raftmq.protocol.headers import send_header_v2, to_send_v2
+from raftmq.protocol.headers import from_send_v2, send_header_v2, to_send_v2
 from raftmq.protocol.message import MessageConst
-from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.protocol.msgid import decode_message_id
+from raftmq.remoting import (
+    FLAG_ONEWAY,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+    encode,
+)
+from raftmq.remoting.frames import FrameReader
+from raftmq.streams.address import parse_address
 from tests.helpers import create_topic, group, status, wait_for
 from tests.inprocess_broker import InProcessGroup
 
@@ -344,3 +355,68 @@ async def test_a_follower_reset_past_retention_dispatches_from_the_leaders_begin
     after = await g.send(master, "T", b"after the reset")
     assert after.ext_fields["queueOffset"] == "168"
     await wait_for(lambda: queue.max_offset == 169)
+
+
+async def test_the_sends_of_one_read_are_one_append_answered_in_one_write(nursery, tmp_path):
+    """Plain sends that arrive together are appended together; the rest (delayed, a bad
+    queue) take the per-request path, and every answer is what it would be alone."""
+    g = await group(nursery, tmp_path, nodes=1)
+    await create_topic(g, "T", 2)
+    master = g.master()
+    commitlog = master.store.commitlog
+    appends = []
+    put_nowait = commitlog.put_nowait
+
+    def counting_put_nowait(records, done):
+        appends.append(len(records))
+        put_nowait(records, done)
+
+    commitlog.put_nowait = counting_put_nowait
+    born_ms = int(time.time() * 1000)
+
+    def request(opaque, queue_id, body, props="", **options):
+        ext = send_header_v2("PG", "T", queue_id, born_timestamp_ms=born_ms, properties=props)
+        return RemotingCommand(
+            code=options.get("code", RequestCode.SEND_MESSAGE_V2),
+            opaque=opaque,
+            flag=FLAG_ONEWAY if options.get("oneway") else 0,
+            ext_fields=options.get("ext", ext),
+            body=body,
+            serialize_type=options.get("serialize_type", SerializeType.JSON),
+        )
+
+    long_names = {**from_send_v2(send_header_v2("PG", "T", 0, born_timestamp_ms=born_ms))}
+    requests = [
+        request(1, 0, b"a", "UNIQ_KEY\x01K1\x02WAIT\x01true\x02"),
+        request(2, 1, b"b", serialize_type=SerializeType.ROCKETMQ),
+        request(3, 0, b"c", code=RequestCode.SEND_MESSAGE, ext=long_names),
+        request(4, 0, b"d", "DELAY\x012\x02"),  # to the schedule topic, alone
+        request(5, 0, b"e", oneway=True),
+        request(6, 7, b"f"),  # no such queue
+        request(7, 0, b"g"),
+    ]
+    stream = await trio.open_tcp_stream(*parse_address(master.address))
+    await stream.send_all(b"".join(encode(r) for r in requests))
+    reader = FrameReader(stream)
+    answers = {}
+    with trio.fail_after(10):
+        while len(answers) < 6:
+            response = await reader.__anext__()
+            answers[response.opaque] = response
+    await stream.aclose()
+    assert appends[0] == 5  # a, b, c, e, g
+    assert answers[6].code == ResponseCode.MESSAGE_ILLEGAL
+    assert "queueId[7] is illegal" in answers[6].remark
+    assert answers[4].code == ResponseCode.SUCCESS
+    offsets = {n: answers[n].ext_fields["queueOffset"] for n in (1, 2, 3, 7)}
+    assert offsets == {1: "0", 2: "0", 3: "1", 7: "3"}  # e, oneway, took offset 2
+    assert answers[2].serialize_type == SerializeType.ROCKETMQ
+    for opaque, body in ((1, b"a"), (2, b"b"), (3, b"c"), (7, b"g")):
+        ext = answers[opaque].ext_fields
+        assert set(ext) == {"msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON"}
+        stored, _size = codec.decode(
+            master.store.message_at(decode_message_id(ext["msgId"]).offset)
+        )
+        assert (stored.body, stored.queue_offset) == (body, int(ext["queueOffset"]))
+        assert "WAIT" not in stored.properties
+        assert stored.properties[MessageConst.PROPERTY_CLUSTER] == "TestCluster"

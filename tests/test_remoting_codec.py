@@ -18,6 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from raftmq import hotpath
 from raftmq.remoting import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -31,12 +32,23 @@ from raftmq.remoting import (
     codec,
     decode,
     encode,
+    frames,
 )
 from raftmq.remoting.codec import decode_payload
 from raftmq.remoting.frames import FrameReader
 
 JSON = SerializeType.JSON
 ROCKETMQ = SerializeType.ROCKETMQ
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def frame_splitter(request, monkeypatch):
+    """Every test here runs on the compiled frame splitter and on its Python twin."""
+    if request.param == "python":
+        monkeypatch.setattr(frames, "SPLIT_FRAMES", frames.split_frames)
+    elif not hotpath.COMPILED:
+        pytest.skip("the compiled hot path is not in use")
+
 
 # ------------------------------------------------------------------ golden frames
 

@@ -3,6 +3,8 @@ store host written into every message it stores (what an offset msgId names)."""
 
 from __future__ import annotations
 
+from raftmq.protocol.msgid import pack_host
+
 
 class BrokerAddress:
     """brokerIP1 and the listen port; the port is known once the remoting server listens
@@ -19,3 +21,8 @@ class BrokerAddress:
     @property
     def store_host(self) -> tuple[str, int]:
         return (self.ip, self.port)
+
+    @property
+    def store_host_bytes(self) -> bytes:
+        """The store host as a record and a msgId hold it (ip bytes + 4-byte port)."""
+        return pack_host(self.store_host)

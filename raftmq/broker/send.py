@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
 
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
+from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES, sent_message
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.dledger.codes import Code
 from raftmq.dledger.server import DLedgerError
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
-from raftmq.protocol.msgid import create_message_id
-from raftmq.remoting import Connection, RemotingCommand, RequestCode, ResponseCode
+from raftmq.protocol.msgid import create_message_id, pack_host
+from raftmq.remoting import FLAG_ONEWAY, Connection, RemotingCommand, RequestCode, ResponseCode
 from raftmq.streams.address import parse_address
 
 if TYPE_CHECKING:
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
 # message in the schedule topic would be delivered to whatever topic and queue its
 # properties name, past every check a send makes.
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "OFFSET_MOVED_EVENT"})
+# A delayed message goes to the schedule topic (schedule_if_delayed): not an inline send.
+_DELAY_PROPERTY = MessageConst.PROPERTY_DELAY_TIME_LEVEL + codec.NAME_VALUE_SEPARATOR
 _BATCH_ITEM = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _NOT_LEADER = {
     Code.NOT_LEADER,
@@ -112,7 +116,8 @@ class SendProcessor:
         config = await self.topics.for_send(
             topic, text(request, "defaultTopic", ""), integer(request, "defaultTopicQueueNums", 4)
         )
-        queue_id = self._queue_id(request, config)
+        self._check_writable(config)
+        queue_id = self._queue_id(config, integer(request, "queueId", -1))
         if topic.startswith(RETRY_PREFIX):
             default_max = self.groups.max_reconsume_times(topic)
             max_times = integer(request, "maxReconsumeTimes", default_max)
@@ -122,34 +127,103 @@ class SendProcessor:
         messages = self._messages(request, connection, topic, queue_id)
         return self._response(request, queue_id, await self.put(messages))
 
-    def send_inline(self, request: RemotingCommand, connection: Connection) -> bool:
-        """The common send — one message to an existing topic on the master — without a
-        task: queued to DLedger here and answered from its completion. Anything else
-        (or anything wrong) returns False and takes `send`, which explains errors."""
-        if not self.role.is_master or request.code == RequestCode.SEND_BATCH_MESSAGE:
-            return False
-        send_header(request)
-        topic = request.ext_fields.get("topic")
+    def send_inline(
+        self, requests: list[RemotingCommand], connection: Connection
+    ) -> list[RemotingCommand]:
+        """The common sends of one read — one message each, to an existing topic, on the
+        master — without a task: their records go to DLedger as one append, and one
+        completion answers them all in one write. Returns the rest (anything unusual or
+        wrong), which take `send`, the path that explains errors. Everything is built
+        before the append is queued, so a failure here leaves every request to `send`."""
+        if not self.role.is_master:
+            return requests
+        left = []
+        taken = []
+        records = []
+        now = self.store.now_ms()
+        born = pack_host(parse_address(connection.remote_address))  # the producer
+        store_host = self.address.store_host_bytes
+        for request in requests:
+            placed = self._inline_record(request, now, born, store_host)
+            if placed is None:
+                left.append(request)
+            else:
+                queue_id, record = placed
+                taken.append((request, queue_id))
+                records.append(record)
+        if records:
+            self.store.commitlog.put_nowait(records, self._answer_inline(taken, connection))
+        return left
+
+    def _inline_record(
+        self, request: RemotingCommand, now_ms: int, born: bytes, store_host: bytes
+    ) -> tuple[int, bytes] | None:
+        """(queue id, CommitLog record) of a plain send, or None to leave it to `send`."""
+        fields = SEND_FIELDS(request.ext_fields)
+        if fields is None:
+            return None
+        topic, queue_id, flag, sysflag, born_ms, reconsume, properties, batch = fields
         config = self.topics.get(topic)
-        if config is None or topic.startswith(RETRY_PREFIX) or boolean(request, "batch"):
-            return False
+        sysflag &= ~MessageSysFlag.MULTI_TAGS_FLAG
+        if (
+            config is None
+            or topic.startswith(RETRY_PREFIX)
+            or batch
+            or type(properties) is not str
+            or _DELAY_PROPERTY in properties  # to the schedule topic: `send` decides
+            or len(request.body) > self.max_message_size
+            or MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE
+        ):
+            return None
         try:
-            queue_id = self._queue_id(request, config)
-            records = self._records(self._messages(request, connection, topic, queue_id))
-        except BadRequest:
-            return False
+            self._check_writable(config)
+            queue_id = self._queue_id(config, queue_id)
+            record = SEND_RECORD(
+                now_ms,
+                born,
+                store_host,
+                self.cluster_name,
+                topic,
+                queue_id,
+                flag,
+                sysflag,
+                born_ms,
+                reconsume,
+                properties,
+                request.body,
+            )
+        except (BadRequest, codec.MessageFormatError):
+            return None
+        return queue_id, record
+
+    def _answer_inline(
+        self, taken: list[tuple[RemotingCommand, int]], connection: Connection
+    ) -> Callable[[Code, list | None], None]:
+        """The completion of a batch of inline sends: every response in one write."""
 
         def done(code: Code, results) -> None:
-            if results is not None:
-                response = self._response(request, queue_id, results)
-            else:
-                response = request.make_response(*_append_failure(code))
-            connection.respond(request, response)
+            if results is None:
+                failure = _append_failure(code)
+                for request, _queue_id in taken:
+                    connection.respond(request, request.make_response(*failure))
+                return
+            assert len(results) == len(taken), (len(results), len(taken))
+            self.stats.put_messages += len(results)
+            answers = [
+                (request.opaque, request.serialize_type, queue_id, queue_offset, physical_offset)
+                for (request, queue_id), (physical_offset, queue_offset) in zip(
+                    taken, results, strict=True
+                )
+                if not request.flag & FLAG_ONEWAY
+            ]
+            if answers:
+                connection.send_encoded(SEND_RESPONSES(answers, self.address.store_host_bytes))
 
-        self.store.commitlog.put_nowait(records, done)
-        return True
+        return done
 
-    def _queue_id(self, request: RemotingCommand, config) -> int:
+    @staticmethod
+    def _check_writable(config) -> None:
+        """BadRequest (NO_PERMISSION) unless clients may send to the topic."""
         topic = config.topic_name
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise BadRequest(
@@ -159,7 +233,11 @@ class SendProcessor:
             raise BadRequest(
                 f"the topic[{topic}] sending message is forbidden", ResponseCode.NO_PERMISSION
             )
-        queue_id = integer(request, "queueId", -1)
+
+    @staticmethod
+    def _queue_id(config, queue_id: int) -> int:
+        """The queue a send goes to: `queue_id`, or any of the topic's (-1)."""
+        topic = config.topic_name
         if queue_id < 0:
             return random.randrange(config.write_queue_nums)
         if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
@@ -197,12 +275,11 @@ class SendProcessor:
                     f"message body size {len(body)} exceeds maxMessageSize {self.max_message_size}",
                     ResponseCode.MESSAGE_ILLEGAL,
                 )
-            properties.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
-            properties[MessageConst.PROPERTY_CLUSTER] = self.cluster_name
-            msg = MessageExt(
+            msg = sent_message(
+                self.cluster_name,
+                properties,
                 topic=topic,
                 body=body,
-                properties=properties,
                 queue_id=queue_id,
                 flag=flag,
                 sysflag=sysflag,

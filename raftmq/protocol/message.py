@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from raftmq.hotpath import compiled_or
 from raftmq.protocol.msgid import Host, create_message_id, pack_ip, unpack_ip
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, MessageDecoder.MESSAGE_MAGIC_CODE (V1)
@@ -701,6 +702,9 @@ def read_dispatch_fields(buf, offset: int = 0) -> tuple[int, int, int, int, int,
     properties = bytes(buf[topic_end + 2 : topic_end + 2 + properties_len])
     return total, queue_id, queue_offset, sysflag, store_timestamp, topic, properties
 
+
+# `read_dispatch_fields`, compiled where the build allows (raftmq.hotpath).
+READ_DISPATCH_FIELDS = compiled_or("read_dispatch_fields", read_dispatch_fields)
 
 _TAGS_PREFIX = (MessageConst.PROPERTY_TAGS + NAME_VALUE_SEPARATOR).encode()
 

@@ -47,6 +47,7 @@ import struct
 
 import orjson
 
+from raftmq.hotpath import compiled_or
 from raftmq.remoting.codes import LanguageCode, SerializeType
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
@@ -371,8 +372,10 @@ def _decode_json(data, start: int, end: int) -> RemotingCommand:
     return _decode_json_exactly(data, start, end)
 
 
-def _plain_json_command(header: dict) -> RemotingCommand | None:
-    """The command a plain header (see _decode_json) spells, or None if it is not plain."""
+def plain_json_fields(header: dict) -> tuple | None:
+    """(code, version, opaque, flag, language name, remark, ext fields) of a plain header
+    (see _decode_json), or None if it is not plain. Compiled where the build allows
+    (PLAIN_JSON_FIELDS): every JSON request goes through it."""
     get = header.get
     ext = get("extFields")
     if ext is None:
@@ -387,7 +390,18 @@ def _plain_json_command(header: dict) -> RemotingCommand | None:
     remark = get("remark")
     if type(language) is not str or (remark is not None and type(remark) is not str):
         return None
-    code, version, opaque, flag = fields
+    return (*fields, language, remark, ext)
+
+
+PLAIN_JSON_FIELDS = compiled_or("plain_json_fields", plain_json_fields)
+
+
+def _plain_json_command(header: dict) -> RemotingCommand | None:
+    """The command a plain header (see _decode_json) spells, or None if it is not plain."""
+    fields = PLAIN_JSON_FIELDS(header)
+    if fields is None:
+        return None
+    code, version, opaque, flag, language, remark, ext = fields
     return RemotingCommand(
         code=code,
         language=_LANGUAGE_BY_NAME.get(language, LanguageCode.OTHER),

@@ -148,14 +148,31 @@ class Connection:
             writer.write(command)
         except trio.ClosedResourceError:
             raise self._closed_error() from None
-        if writer.pending_bytes > self._max_pending_bytes:
-            log.warning(
-                "closing %s: %d bytes queued, the peer is not reading",
-                self.remote_address,
-                writer.pending_bytes,
-            )
-            self.close("the peer is not reading its responses")
+        if self._backlog_too_long():
             raise self._closed_error()
+
+    def send_encoded(self, frames: bytes) -> None:
+        """Queue response frames already encoded (a batch answered at once); dropped
+        when the peer is gone, as `respond` drops a response."""
+        if self._error is not None:
+            log.debug("%s went away before %d bytes of responses", self, len(frames))
+            return
+        try:
+            self._writer.write_encoded(frames)
+        except trio.ClosedResourceError:
+            return
+        self._backlog_too_long()
+
+    def _backlog_too_long(self) -> bool:
+        """Close the connection (True) if more than max_pending_bytes wait to be sent."""
+        pending = self._writer.pending_bytes
+        if pending <= self._max_pending_bytes:
+            return False
+        log.warning(
+            "closing %s: %d bytes queued, the peer is not reading", self.remote_address, pending
+        )
+        self.close("the peer is not reading its responses")
+        return True
 
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send `request` with the oneway flag and a fresh opaque; no response will come."""
@@ -289,15 +306,20 @@ class Connection:
                 commands = await reader.receive_batch()
                 if commands is None:
                     return "closed by the peer"
+                requests = []
                 for command in commands:
                     if command.flag & FLAG_RESPONSE:
                         on_response(command)
-                    elif not self._try_inline(inline, command):
-                        if self._running >= self._max_running:
-                            self._refuse_busy(command)
-                        else:
-                            self._running += 1
-                            start_soon(process, command)
+                    else:
+                        requests.append(command)
+                if not requests:
+                    continue
+                for request in self._try_inline(inline, requests):
+                    if self._running >= self._max_running:
+                        self._refuse_busy(request)
+                    else:
+                        self._running += 1
+                        start_soon(process, request)
         except RemotingError as exc:
             log.warning("closing connection from %s: %s", self.remote_address, exc)
             return f"malformed frame: {exc}"
@@ -319,13 +341,15 @@ class Connection:
 
     # ------------------------------------------------------------------ serving
     def _try_inline(
-        self, inline: Callable[[RemotingCommand, Connection], bool], request: RemotingCommand
-    ) -> bool:
+        self,
+        inline: Callable[[list[RemotingCommand], Connection], list[RemotingCommand]],
+        requests: list[RemotingCommand],
+    ) -> list[RemotingCommand]:
         try:
-            return inline(request, self)
-        except Exception:  # the task path will answer it, with the error if it recurs
-            log.exception("inline processor failed on request code %s", request.code)
-            return False
+            return inline(requests, self)
+        except Exception:  # the task path will answer them, with the error if it recurs
+            log.exception("inline processor failed on %d requests", len(requests))
+            return requests
 
     def _refuse_busy(self, request: RemotingCommand) -> None:
         remark = (

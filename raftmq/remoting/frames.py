@@ -19,16 +19,45 @@ from collections import deque
 
 import trio
 
-from raftmq.remoting.codec import MAX_FRAME_BYTES, check_frame_length, decode_payload, encode_prefix
+from raftmq.hotpath import compiled_or
+from raftmq.remoting.codec import (
+    MAX_FRAME_BYTES,
+    check_frame_length,
+    decode_payload,
+    encode_prefix,
+)
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
 from raftmq.streams.writer import BatchWriter
 
-__all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter"]
+__all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter", "split_frames"]
 
 RECEIVE_CHUNK = 256 * 1024
 
 _LENGTH = struct.Struct(">I")
+
+
+def split_frames(src, max_frame_bytes: int) -> tuple[list[tuple[int, int]], int]:
+    """The complete frames at the start of `src`: ([(payload start, payload end)], the
+    bytes they take). Each length is checked (`check_frame_length`) as soon as it is
+    read, so a hostile one raises RemotingError before anything waits for its bytes.
+    Compiled in `raftmq.hotpath`; SPLIT_FRAMES is whichever of the two runs."""
+    size = len(src)
+    unpack_from = _LENGTH.unpack_from
+    frames = []
+    pos = 0
+    while size - pos >= 4:
+        (length,) = unpack_from(src, pos)
+        check_frame_length(length, max_frame_bytes)
+        end = pos + 4 + length
+        if end > size:
+            break
+        frames.append((pos + 4, end))
+        pos = end
+    return frames, pos
+
+
+SPLIT_FRAMES = compiled_or("split_frames", split_frames)
 
 
 class FrameDecoder:
@@ -75,23 +104,12 @@ class FrameDecoder:
             src = data
         else:
             src = bytes(data)
-        size = len(src)
-        max_frame = self._max
-        unpack_from = _LENGTH.unpack_from
-        commands = []
-        pos = 0
-        while size - pos >= 4:
-            (length,) = unpack_from(src, pos)
-            check_frame_length(length, max_frame)
-            end = pos + 4 + length
-            if end > size:
-                break
-            commands.append(decode_payload(src, pos + 4, end))
-            pos = end
+        frames, pos = SPLIT_FRAMES(src, self._max)
+        commands = [decode_payload(src, start, end) for start, end in frames]
         if src is buf:
             if pos:
                 del buf[:pos]
-        elif pos < size:
+        elif pos < len(src):
             self._buf = bytearray(src[pos:] if pos else src)
         return commands
 
@@ -173,6 +191,13 @@ class FrameWriter:
     @property
     def closed(self) -> bool:
         return self._out.closed
+
+    def write_encoded(self, frames: bytes) -> None:
+        """Queue frames encoded elsewhere (`hotpath.send_responses`), sent as they are."""
+        out = self._out
+        if out.closed:
+            raise trio.ClosedResourceError("frame writer is closed")
+        out.write(frames)
 
     def write(self, command: RemotingCommand) -> None:
         """Queue one command; RemotingError if it cannot be encoded or is too large."""

@@ -28,6 +28,7 @@ from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.server import DLedgerError
 from raftmq.dledger.store import entry as dentry
+from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
 
 BODY_OFFSET = dentry.HEADER_SIZE  # DLedgerEntry.BODY_OFFSET: physical offset = pos + 48
@@ -56,19 +57,20 @@ class DispatchRequest:
     store_timestamp: int
 
 
-def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest:
-    """The dispatch fields of the record at `offset` of `view` (a committed entry body).
+def dispatch_fields(view, offset: int, physical_offset: int) -> tuple:
+    """A DispatchRequest's fields, in order, for the record at `offset` of `view` (a
+    committed entry body).
 
     The tags code is the hash of the TAGS property, or for a delayed message in
     the schedule topic its delivery time (which RocketMQ keeps there instead).
     """
     try:
         total, queue_id, queue_offset, sysflag, store_timestamp, topic, properties = (
-            codec.read_dispatch_fields(view, offset)
+            codec.READ_DISPATCH_FIELDS(view, offset)
         )
     except codec.MessageFormatError as exc:
         raise codec.MessageFormatError(f"{exc} (physical offset {physical_offset})") from None
-    return DispatchRequest(
+    return (
         topic,
         queue_id,
         queue_offset,
@@ -78,6 +80,49 @@ def dispatch_request(view, offset: int, physical_offset: int) -> DispatchRequest
         codec.properties_tags_code(properties) if properties else 0,
         store_timestamp,
     )
+
+
+def dispatch_rows(blob, last_index: int) -> tuple[list[tuple[int, tuple | None]], Exception | None]:
+    """(index, DispatchRequest fields or None for a NOOP) of each entry of `blob` (entries
+    as the store encodes them) up to `last_index`, and the error that stopped the walk
+    early, if one did: the rows before a bad entry are still dispatched, and then the
+    error raised, as a walk entry by entry would. Compiled where the build allows."""
+    view = memoryview(blob)
+    rows: list[tuple[int, tuple | None]] = []
+    try:
+        for offset, etype, _size, e_index, _term, pos, _chain in dentry.iter_entries(view):
+            if e_index > last_index:
+                break
+            if etype == EntryType.NOOP:
+                rows.append((e_index, None))
+            else:
+                body_pos = pos + BODY_OFFSET
+                rows.append((e_index, dispatch_fields(view, offset + BODY_OFFSET, body_pos)))
+    except Exception as exc:  # raised by scan once the rows before it are dispatched
+        return rows, exc
+    return rows, None
+
+
+DISPATCH_ROWS = compiled_or("dispatch_rows", dispatch_rows)
+
+
+def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytearray, int]:
+    """The record `body` as the leader stores it at `body_pos`, and its queue offset:
+    the next of its queue (`next_offsets`, which it advances), or 0 for a transactional
+    message that gets none. Compiled where the build allows (PLACE_RECORD)."""
+    _total, queue_id, _q, sysflag, _ts, topic, _props = codec.read_dispatch_fields(body)
+    if codec.MessageSysFlag.get_transaction_value(sysflag) in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
+        queue_offset = 0
+    else:
+        key = (topic, queue_id)
+        queue_offset = next_offsets.get(key, 0)
+        next_offsets[key] = queue_offset + 1
+    record = bytearray(body)  # the entry codec concatenates it; no copy back to bytes
+    codec.patch_offsets(record, queue_offset, body_pos)
+    return record, queue_offset
+
+
+PLACE_RECORD = compiled_or("place_record", place_record)
 
 
 class DLedgerCommitLog:
@@ -96,16 +141,8 @@ class DLedgerCommitLog:
         self.store.append_hook = self._place
 
     def _place(self, body_pos: int, body: bytes) -> bytes:
-        _total, queue_id, _q, sysflag, _ts, topic, _props = codec.read_dispatch_fields(body)
-        if codec.MessageSysFlag.get_transaction_value(sysflag) in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
-            queue_offset = 0
-        else:
-            key = (topic, queue_id)
-            queue_offset = self.next_offsets.get(key, 0)
-            self.next_offsets[key] = queue_offset + 1
+        record, queue_offset = PLACE_RECORD(body, body_pos, self.next_offsets)
         self._assigned[body_pos] = queue_offset
-        record = bytearray(body)  # the entry codec concatenates it; no copy back to bytes
-        codec.patch_offsets(record, queue_offset, body_pos)
         return record
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
@@ -169,12 +206,11 @@ class DLedgerCommitLog:
         index = first
         while index <= last:
             blob, count = store.read_encoded(index, 1 << 20)
-            view = memoryview(blob)
-            for offset, etype, _size, e_index, _term, pos, _chain in dentry.iter_entries(view):
-                if e_index > last:
-                    return
-                if etype == EntryType.NOOP:
-                    yield e_index, None
-                else:
-                    yield e_index, dispatch_request(view, offset + BODY_OFFSET, pos + BODY_OFFSET)
+            rows, error = DISPATCH_ROWS(blob, last)
+            for e_index, fields in rows:
+                yield e_index, None if fields is None else DispatchRequest(*fields)
+            if error is not None:
+                raise error
+            if rows and rows[-1][0] >= last:
+                return
             index += count

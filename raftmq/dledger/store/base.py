@@ -17,6 +17,7 @@ import attrs
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.entry import Entry
+from raftmq.hotpath import compiled_or
 
 
 class InconsistentAppend(ValueError):
@@ -60,6 +61,11 @@ def validate_continuation(
         rows.append((offset, e_type, size, e_index, e_term, e_pos, chain))
         index, end_pos, term = index + 1, e_pos + size, e_term
     return rows
+
+
+# `validate_continuation`, compiled where the build allows (raftmq.hotpath): what a
+# follower runs on every batch it receives.
+VALIDATE_CONTINUATION = compiled_or("validate_continuation", validate_continuation)
 
 
 @attrs.define(slots=True)

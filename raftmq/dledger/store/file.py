@@ -29,11 +29,11 @@ from pathlib import Path
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import (
+    VALIDATE_CONTINUATION,
     InconsistentAppend,
     LogStore,
     StoreClosed,
     SyncPlan,
-    validate_continuation,
 )
 from raftmq.dledger.store.filesystem import NORMAL, RANDOM, FileSystem, OsFileSystem, SyncHandle
 from raftmq.dledger.store.meta import format_properties, parse_properties
@@ -302,7 +302,7 @@ class FileLogStore(LogStore):
                 group_pos, parts = pos, []
             if hook is not None and entry_type == EntryType.NORMAL:
                 body = hook(pos + _HEADER_SIZE, body)
-            blob, chain = codec.encode(entry_type, index, term, pos, body, chain)
+            blob, chain = codec.ENCODE(entry_type, index, term, pos, body, chain)
             parts.append(blob)
             index_parts.append(INDEX.pack(entry_type, pos, size, index, term))
             placed.append((index, pos))
@@ -320,7 +320,7 @@ class FileLogStore(LogStore):
     def append_encoded(self, blob: bytes) -> int:
         self._check_open()
         chain = self.end_chain if not self.empty or self._before_chain is not None else None
-        staged = validate_continuation(
+        staged = VALIDATE_CONTINUATION(
             blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
         )
         if not staged:

@@ -10,7 +10,7 @@ import bisect
 
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
-from raftmq.dledger.store.base import LogStore, SyncPlan, validate_continuation
+from raftmq.dledger.store.base import VALIDATE_CONTINUATION, LogStore, SyncPlan
 
 
 class MemoryLogStore(LogStore):
@@ -92,7 +92,7 @@ class MemoryLogStore(LogStore):
             pos = codec.place(end_pos, codec.HEADER_SIZE + len(body), self.segment_size)
             if self.append_hook is not None and entry_type == EntryType.NORMAL:
                 body = self.append_hook(pos + codec.HEADER_SIZE, body)
-            blob, chain = codec.encode(entry_type, index, term, pos, body, chain)
+            blob, chain = codec.ENCODE(entry_type, index, term, pos, body, chain)
             self._encoded.append(blob)
             self._meta.append((term, pos, chain))
             placed.append((index, pos))
@@ -102,7 +102,7 @@ class MemoryLogStore(LogStore):
 
     def append_encoded(self, blob: bytes) -> int:
         chain = self.end_chain if self._meta or self._before_chain is not None else None
-        staged = validate_continuation(
+        staged = VALIDATE_CONTINUATION(
             blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
         )
         for offset, _t, size, _i, e_term, e_pos, e_chain in staged:

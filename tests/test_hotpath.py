@@ -1,0 +1,371 @@
+"""The compiled hot path and its pure-Python twin give the same bytes and the same errors.
+
+Inputs range over what clients send and well past it (odd property lists, values out
+of range, IPv6 hosts, truncated and hostile frames), since the compiled functions take
+a fast path for the first and must hand the rest to the twin unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raftmq import hotpath
+from raftmq.broker import send_encoding
+from raftmq.broker.store import commitlog
+from raftmq.dledger.codes import EntryType
+from raftmq.dledger.store import base as dstore
+from raftmq.dledger.store import entry as dentry
+from raftmq.protocol import message
+from raftmq.protocol.headers import from_send_v2, send_header_v2
+from raftmq.remoting import SerializeType, frames
+from raftmq.remoting import codec as remoting_codec
+
+TWINS = {
+    "split_frames": frames.split_frames,
+    "send_record": send_encoding.send_record,
+    "send_responses": send_encoding.send_responses,
+    "encode_entry": dentry.encode,
+    "validate_continuation": dstore.validate_continuation,
+    "read_dispatch_fields": message.read_dispatch_fields,
+    "place_record": commitlog.place_record,
+    "send_fields": send_encoding.send_fields,
+    "plain_json_fields": remoting_codec.plain_json_fields,
+}
+
+try:
+    from raftmq.hotpath import _compiled as compiled
+except ImportError:  # not built: CI fails on it (below), elsewhere the twins are all there is
+    compiled = None
+
+
+def outcome(function, *args):
+    """What a call gives: ("ok", result) or ("raised", exception type, message)."""
+    try:
+        return ("ok", function(*args))
+    except Exception as exc:
+        return ("raised", type(exc), str(exc))
+
+
+def same(name, *args):
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    assert outcome(getattr(compiled, name), *args) == outcome(TWINS[name], *args)
+
+
+def test_the_compiled_path_is_the_default():
+    if compiled is None and not os.environ.get("CI"):
+        pytest.skip("the extension is not built (pip install -e . builds it)")
+    assert compiled is not None, "CI must build the extension"
+    if not os.environ.get("RAFTMQ_NO_EXTENSIONS"):
+        assert hotpath.COMPILED
+        assert send_encoding.SEND_RECORD is compiled.send_record
+        assert frames.SPLIT_FRAMES is compiled.split_frames
+
+
+def test_no_extensions_selects_the_twins():
+    code = (
+        "from raftmq import hotpath; from raftmq.remoting import frames; "
+        "print(hotpath.COMPILED, frames.SPLIT_FRAMES is frames.split_frames)"
+    )
+    env = {**os.environ, "RAFTMQ_NO_EXTENSIONS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "True"]
+
+
+# --------------------------------------------------------------------- frames
+
+frame = st.binary(max_size=40).map(lambda payload: struct.pack(">I", len(payload)) + payload)
+
+
+@given(
+    st.lists(frame, max_size=6),
+    st.binary(max_size=10),
+    st.sampled_from([8, 30, 1 << 20]),
+    st.booleans(),
+)
+def test_split_frames(frames, tail, max_frame_bytes, as_bytearray):
+    src = b"".join(frames) + tail
+    same("split_frames", bytearray(src) if as_bytearray else src, max_frame_bytes)
+
+
+@given(st.integers(0, 0xFFFFFFFF), st.binary(max_size=8))
+def test_split_frames_hostile_lengths(length, rest):
+    same("split_frames", struct.pack(">I", length) + rest, 64)
+
+
+# --------------------------------------------------------------------- records
+
+name_text = st.text(st.characters(blacklist_characters="\x01\x02"), min_size=1, max_size=8)
+prop_item = st.one_of(
+    st.tuples(name_text, name_text).map(lambda kv: f"{kv[0]}\x01{kv[1]}"),
+    st.sampled_from(["WAIT\x01true", "CLUSTER\x01c", "TAGS\x01t", "UNIQ_KEY\x01AB12", ""]),
+    st.text(max_size=6),  # anything, separators included
+)
+properties = st.lists(prop_item, max_size=6).map("\x02".join) | st.just("")
+host = st.sampled_from(
+    [
+        bytes([127, 0, 0, 1, 0, 0, 0x30, 0x39]),
+        bytes(16) + b"\0\0\0\1",
+        bytes(10) + b"\xff\xff\x7f\0\0\1\0\0\0\1",  # IPv4-mapped: written as IPv4
+        bytes([0x20, 1, 0xD, 0xB8]) + bytes(12) + b"\0\0\x27\x1b",
+        b"short",
+        "not bytes",
+    ]
+)
+int32 = st.integers(-(1 << 31), (1 << 31) - 1) | st.integers(-(1 << 40), 1 << 40)
+int64 = st.integers(-(1 << 63), (1 << 63) - 1) | st.integers(-(1 << 70), 1 << 70)
+
+
+@given(
+    st.tuples(
+        int64,
+        host,
+        host,
+        st.sampled_from(["DefaultCluster", "", "a\x02b", "é"]),
+        st.text(max_size=10) | st.text(min_size=126, max_size=130) | st.just("\udcff"),
+        int32,
+        int32,
+        int32,
+        int64,
+        int32,
+        properties | st.just("A\x01\udcff"),
+        st.binary(max_size=64),
+    )
+)
+def test_send_record(args):
+    same("send_record", *args)
+
+
+def test_send_record_takes_the_plain_shape():
+    args = (
+        1700000000000,
+        bytes([10, 0, 0, 7, 0, 0, 0xD4, 0x31]),
+        bytes([10, 0, 0, 2, 0, 0, 0x27, 0x1B]),
+        "DefaultCluster",
+        "orders",
+        3,
+        0,
+        0,
+        1699999999999,
+        0,
+        "UNIQ_KEY\x01C0A8\x02WAIT\x01true\x02TAGS\x01tagA\x02",
+        b"x" * 1024,
+    )
+    same("send_record", *args)
+    same("send_record", *args[:10], "A\x01" + "v" * 0x7FF0, b"")  # over the properties limit
+
+
+# --------------------------------------------------------------------- responses
+
+send = st.tuples(
+    int32,
+    st.sampled_from([SerializeType.JSON, SerializeType.ROCKETMQ, 0, 1]),
+    int64,
+    int64,
+    int64,
+)
+
+
+@given(st.lists(send, max_size=5), host)
+def test_send_responses(sends, store_host):
+    same("send_responses", sends, store_host)
+
+
+# --------------------------------------------------------------------- DLedger entries
+
+
+@given(
+    st.sampled_from([1, 2, EntryType.NORMAL, -1, 1 << 33]),
+    int64,
+    int64,
+    int64,
+    st.binary(max_size=80).map(bytes) | st.binary(max_size=20).map(bytearray) | st.just("x"),
+    st.integers(0, 0xFFFFFFFF) | st.just(-1),
+)
+def test_encode_entry(entry_type, index, term, pos, body, prev_chain):
+    same("encode_entry", entry_type, index, term, pos, body, prev_chain)
+
+
+def log_of(bodies, term=3, segment_size=256):
+    """Encoded entries 1.. as a leader lays them out: (blob, positions)."""
+    parts, chain, pos = [], 0, 0
+    for index, body in enumerate(bodies, 1):
+        size = dentry.HEADER_SIZE + len(body)
+        pos = dentry.place(pos, size, segment_size)
+        blob, chain = dentry.encode(int(EntryType.NORMAL), index, term, pos, body, chain)
+        parts.append(blob)
+        pos += size
+    return b"".join(parts)
+
+
+@given(
+    st.lists(st.binary(max_size=60), min_size=1, max_size=6),
+    st.integers(0, 400),  # a byte to damage (past the end: none)
+    st.integers(0, 255),
+    st.sampled_from([None, 0, 7]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([256, 100, 40]),
+    st.booleans(),
+)
+def test_validate_continuation(bodies, at, xor, prev_chain, next_index, segment, as_view):
+    blob = bytearray(log_of(bodies))
+    if at < len(blob):
+        blob[at] ^= xor
+    data = memoryview(bytes(blob)) if as_view else bytes(blob)
+    same("validate_continuation", data, next_index, 0, 0, prev_chain, segment)
+    same("validate_continuation", data[: len(data) // 2], 1, 0, 0, 0, 256)
+
+
+# --------------------------------------------------------------------- records in place
+
+
+def record_of(topic="T", queue_id=1, sysflag=0, props="TAGS\x01a\x02", body=b"hello"):
+    born = bytes(16) + b"\0\0\0\1" if sysflag & 0x10 else bytes([10, 0, 0, 9, 0, 0, 1, 1])
+    store = bytes(16) + b"\0\0\0\2" if sysflag & 0x20 else bytes([10, 0, 0, 2, 0, 0, 1, 2])
+    return send_encoding.send_record(
+        5, born, store, "C", topic, queue_id, 0, sysflag, 4, 0, props, body
+    )
+
+
+records = st.builds(
+    record_of,
+    st.sampled_from(["T", "é", "%RETRY%g"]),
+    st.integers(0, 3),
+    st.sampled_from([0, 0x10, 0x20, 0x30, 0x4, 0xC, 0x8]),
+    st.sampled_from(["", "TAGS\x01a\x02", "K\x01" + "v" * 300, "TAGS\x01é\x02X\x01y"]),
+    st.binary(max_size=20),
+)
+
+
+@given(records, st.integers(0, 300), st.integers(0, 255), st.integers(-2, 3))
+def test_read_dispatch_fields(record, at, xor, cut):
+    damaged = bytearray(record)
+    if at < len(damaged):
+        damaged[at] ^= xor
+    data = bytes(damaged)[: len(damaged) - cut] if cut > 0 else bytes(damaged)
+    same("read_dispatch_fields", data, 0)
+    same("read_dispatch_fields", memoryview(b"xx" + data), 2)
+    same("read_dispatch_fields", data, cut)
+
+
+@given(records, st.integers(0, 300), st.integers(0, 255), st.integers(0, 1 << 40))
+def test_place_record(record, at, xor, body_pos):
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    damaged = bytearray(record)
+    if at < len(damaged):
+        damaged[at] ^= xor
+    data = bytes(damaged)
+    tables = [{("T", 1): 7, ("é", 0): 1 << 63}, {("T", 1): 7, ("é", 0): 1 << 63}]
+    placers = (compiled.place_record, commitlog.place_record)
+    results = [outcome(f, data, body_pos, t) for f, t in zip(placers, tables, strict=True)]
+    assert results[0] == results[1]
+    assert tables[0] == tables[1]
+
+
+# --------------------------------------------------------------------- send headers
+
+header_value = st.one_of(
+    st.sampled_from(["", "0", "7", "-1", "12345678901234567890", " 5", "+3", "x", "1_0"]),
+    st.sampled_from(["true", "false", "TRUE", "True", "T"]),
+    st.integers(-10, 10),
+    st.text(max_size=4),
+    st.none(),
+)
+header_key = st.sampled_from(
+    [*"abcdefghijklmn", "topic", "queueId", "flag", "sysFlag", "batch", "properties", "zz"]
+)
+
+
+@given(st.dictionaries(header_key, header_value, max_size=10))
+def test_send_fields(ext_fields):
+    same("send_fields", ext_fields)
+
+
+def test_send_fields_of_a_producers_header():
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    header = send_header_v2("PG", "T", 3, born_timestamp_ms=1700000000000, properties="A\x01b")
+    wire = {k: str(v).lower() if type(v) is bool else str(v) for k, v in header.items()}
+    same("send_fields", wire)
+    assert compiled.send_fields(wire) == ("T", 3, 0, 0, 1700000000000, 0, "A\x01b", False)
+    same("send_fields", from_send_v2(wire))
+
+
+# --------------------------------------------------------------------- JSON headers
+
+json_value = st.one_of(
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    st.integers(),
+    st.text(max_size=4),
+    st.none(),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.lists(st.integers(), max_size=2),
+)
+json_header = st.fixed_dictionaries(
+    {},
+    optional={
+        "code": json_value,
+        "version": json_value,
+        "opaque": json_value,
+        "flag": json_value,
+        "language": st.sampled_from(["JAVA", "PYTHON", "X"]) | json_value,
+        "remark": json_value,
+        "extFields": st.dictionaries(st.text(max_size=3), st.text(max_size=3) | json_value)
+        | json_value,
+    },
+)
+
+
+@given(json_header)
+def test_plain_json_fields(header):
+    same("plain_json_fields", header)
+
+
+# --------------------------------------------------------------------- dispatch
+
+
+def same_rows(blob, last_index):
+    """dispatch_rows of both: the same rows, and errors of the same type and text."""
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    results = []
+    for function in (compiled.dispatch_rows, commitlog.dispatch_rows):
+        rows, error = function(blob, last_index)
+        results.append((rows, error and (type(error), str(error))))
+    assert results[0] == results[1]
+
+
+tags = st.sampled_from(["", "a", "tagA", "é", "😀", "a b"])
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), tags, st.sampled_from([0, 0x10, 0x30])), max_size=5),
+    st.integers(0, 900),
+    st.integers(0, 255),
+    st.integers(0, 7),
+)
+def test_dispatch_rows(entries, at, xor, last_index):
+    parts, chain, pos = [], 0, 0
+    for index, (noop, tag, sysflag) in enumerate(entries, 1):
+        props = f"X\x01y\x02TAGS\x01{tag}\x02" if tag else "XTAGS\x01z"
+        body = b"" if noop else record_of(sysflag=sysflag, props=props)
+        kind = EntryType.NOOP if noop else EntryType.NORMAL
+        blob, chain = dentry.encode(int(kind), index, 1, pos, body, chain)
+        parts.append(blob)
+        pos += len(blob)
+    blob = bytearray(b"".join(parts))
+    if at < len(blob):
+        blob[at] ^= xor
+    if blob:
+        same_rows(bytes(blob), last_index)
