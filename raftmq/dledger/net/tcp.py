@@ -16,6 +16,15 @@ and eat memory while the peer is down.
 Callbacks (`on_message`, `on_send_failed`) are called from the transport's own
 tasks, never from inside `send`, so the driver is never re-entered while it is
 handing out an Output.
+
+The port is not authenticated (TLS is not implemented), so what arrives on it is
+screened for what can be checked without credentials. A connection speaks for the
+one member named as the sender (`local_id`) of its first peer message; it is closed,
+with a warning, when that sender is not a configured peer (a stranger, or this
+replica's own id), when a later message names another sender, and — with
+`check_peer_hosts`, the default — when it does not come from an address the
+sender's configured host resolves to. Anyone who can connect from a member's host
+can still speak for that member; only authentication closes that.
 """
 
 from __future__ import annotations
@@ -211,6 +220,7 @@ class PeerTransport:
         max_pending_bytes: int = 64 * 1024 * 1024,
         connect_timeout_s: float = 0.2,
         reconnect_backoff_s: float = 0.03,
+        check_peer_hosts: bool = True,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
@@ -224,6 +234,10 @@ class PeerTransport:
         self.max_pending_bytes = max_pending_bytes
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
+        self.check_peer_hosts = check_peer_hosts
+        # member id -> the addresses its configured host resolves to (resolved by `serve`;
+        # a member missing here is not checked: its host did not resolve, or is a wildcard)
+        self._peer_hosts: dict[str, frozenset[str]] = {}
         self.listen_host, self.listen_port = parse_address(peers[self_id])
         self._links = {pid: _Link(self, pid, addr) for pid, addr in peers.items() if pid != self_id}
         self._failed: list = []
@@ -278,12 +292,47 @@ class PeerTransport:
         """Listen and keep the outgoing links until cancelled; reports the bound port."""
         listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host)
         self.listen_port = listeners[0].socket.getsockname()[1]
+        if self.check_peer_hosts:
+            await self._resolve_peer_hosts()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self._handle_incoming, listeners)
             nursery.start_soon(self._report_failures)
             for link in self._links.values():
                 nursery.start_soon(link.run)
             task_status.started(self.listen_port)
+
+    async def _resolve_peer_hosts(self) -> None:
+        for peer_id, link in self._links.items():
+            if link.host in _WILDCARD_HOSTS:
+                continue
+            try:
+                infos = await trio.socket.getaddrinfo(link.host, link.port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                log.warning(
+                    "%s: cannot resolve peer %s's host %s, so connections claiming to be %s "
+                    "are not checked against it: %r",
+                    self.self_id,
+                    peer_id,
+                    link.host,
+                    peer_id,
+                    exc,
+                )
+                continue
+            self._peer_hosts[peer_id] = frozenset(_plain_ip(info[4][0]) for info in infos)
+
+    def _check_sender(self, sender: str, stream) -> None:
+        """FrameError unless `sender` is a peer that may speak on a connection from `stream`."""
+        if sender not in self._links:
+            raise FrameError(f"message from {sender!r}, which is not a peer of {self.self_id}")
+        hosts = self._peer_hosts.get(sender)
+        if hosts is None:
+            return
+        address = _peer_address(stream)
+        if address is None or _plain_ip(address[0]) not in hosts:
+            raise FrameError(
+                f"message from {sender!r}, whose configured host is {self._links[sender].host}, "
+                f"on a connection from {address[0] if address else '?'}"
+            )
 
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
         set_nodelay(stream)
@@ -301,10 +350,18 @@ class PeerTransport:
     ) -> None:
         on_message = self.on_message
         self_id = self.self_id
+        sender = None  # the member this connection speaks for, from its first peer message
         try:
             async for channel, payload in FrameReader(stream, self.max_frame_bytes):
                 if channel == PEER:
                     msg = decode_message(payload)
+                    if msg.local_id != sender:
+                        if sender is not None:
+                            raise FrameError(
+                                f"message from {msg.local_id!r} on {sender!r}'s connection"
+                            )
+                        self._check_sender(msg.local_id, stream)
+                        sender = msg.local_id
                     if msg.remote_id != self_id:
                         log.warning(
                             "%s: dropping %s addressed to %s",
@@ -365,9 +422,21 @@ def _write_quietly(writer: FrameWriter, payload: bytes) -> None:
         writer.write(RPC, payload)
 
 
-def _peer_name(stream) -> str:
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+def _plain_ip(address: str) -> str:
+    """An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, from a dual-stack socket) as IPv4."""
+    return address.removeprefix("::ffff:")
+
+
+def _peer_address(stream) -> tuple[str, int] | None:
     try:
-        host, port = stream.socket.getpeername()[:2]
+        return stream.socket.getpeername()[:2]
     except (AttributeError, OSError):
-        return "?"
-    return f"{host}:{port}"
+        return None
+
+
+def _peer_name(stream) -> str:
+    address = _peer_address(stream)
+    return "?" if address is None else f"{address[0]}:{address[1]}"
