@@ -94,6 +94,9 @@ class FollowerReplication:
         store = self.store
         pre = req.pre_log_index
         self._reorder.clear()
+        if req.leader_end_index < pre:  # a log cannot end before the entry it is compared at
+            self._answer_push(req, Code.UNEXPECTED_ARGUMENT, pre)
+            return
         agrees = (
             store.begin_index - 1 <= pre <= store.end_index
             and store.term_at(pre) == req.pre_log_term
