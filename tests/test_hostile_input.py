@@ -1,0 +1,328 @@
+"""Hostile bytes on every port: the broker's remoting port, the DLedger peer port and
+the name server's port of a running group.
+
+Each input is random bytes, or a well-formed frame (a RocketMQ command, a peer message,
+a DLedger RPC) that may be truncated, bit-flipped or given a false length, or several
+of these back to back. The oracle, per input: the port answers only with well-formed
+responses (a RocketMQ response code on remoting ports, an RPC answer on the peer port)
+or closes the connection, within a few seconds. Per test: every server is still up,
+and the group still serves — a send is acknowledged, a pull returns it, and the
+DLedger group has one leader and commits.
+
+Hypothesis drives a sync test, so the group runs in a trio loop on a thread of its own
+(`BackgroundLoop`); the connections are plain blocking sockets. Inputs that are
+well-formed peer messages come from 127.0.0.2, another host than the members' (the
+transport drops them there; what members' own bytes can do is test_hostile_peers).
+Requests that administer the broker or the name server by design (wipe write
+permission, delete topics, unregister brokers, change configuration) are left out:
+refusing those to strangers is access control's job, not the parser's.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import msgpack
+import pytest
+import trio
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raftmq.dledger.codes import PushType, VoteResult
+from raftmq.dledger.core.messages import HeartBeatRequest, PushRequest, VoteRequest, VoteResponse
+from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_message, encode_rpc
+from raftmq.dledger.net.frames import PEER, RPC, FrameReader, pack_frame
+from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting.codec import MAX_FRAME_BYTES, encode
+from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE
+from raftmq.remoting.frames import FrameDecoder
+from tests.helpers import create_topic
+from tests.inprocess_broker import InProcessGroup
+
+STRANGER_HOST = "127.0.0.2"
+ANSWER_WITHIN_S = 5.0
+
+# ---------------------------------------------------------------- the group, on a thread
+
+
+class BackgroundLoop:
+    """A trio loop on a thread of its own, hosting servers for a sync (hypothesis) test."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True)
+        self.failure: BaseException | None = None
+
+    async def _main(self) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                self._ready.set()
+                await trio.sleep_forever()
+        except BaseException as exc:  # a server that died: the tests report it
+            self.failure = exc
+            raise
+
+    def __enter__(self) -> BackgroundLoop:
+        self._thread.start()
+        assert self._ready.wait(10), "the loop did not start"
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._thread.is_alive():
+            trio.from_thread.run_sync(self.nursery.cancel_scope.cancel, trio_token=self.token)
+        self._thread.join(10)
+
+    def run(self, afn, *args):
+        assert self.failure is None, f"a server died: {self.failure!r}"
+        return trio.from_thread.run(afn, *args, trio_token=self.token)
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    with BackgroundLoop() as loop:
+        g = InProcessGroup(loop.nursery, tmp_path_factory.mktemp("hostile"))
+        loop.run(g.start)
+        loop.run(create_topic, g, "HostileCheck")
+        yield loop, g
+        assert loop.failure is None, f"a server died: {loop.failure!r}"
+
+
+def still_serving(loop: BackgroundLoop, g: InProcessGroup) -> None:
+    """One leader that commits: a send is acknowledged and a pull returns it."""
+
+    async def check() -> None:
+        master = await g.wait_master()
+        before = master.dledger.replica.committed_index
+        body = f"check-{time.monotonic_ns()}".encode()
+        response = await g.send(master, "HostileCheck", body)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        offset = int(response.ext_fields["queueOffset"])
+        pulled = await g.pull(master, "HostileCheck", int(response.ext_fields["queueId"]), offset)
+        assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+        assert body in pulled.body
+        assert master.dledger.replica.committed_index > before
+        assert sum(b.is_master for b in g.brokers.values()) == 1
+
+    loop.run(check)
+
+
+# ---------------------------------------------------------------- one hostile connection
+
+
+def exchange(port: int, data: bytes, source: str = "127.0.0.1") -> bytes:
+    """Send `data`, end our half of the stream, and return everything received until
+    the port closes the connection; fail if it neither closes nor stops sending."""
+    with socket.create_connection(
+        ("127.0.0.1", port), timeout=ANSWER_WITHIN_S, source_address=(source, 0)
+    ) as sock:
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # it closed on us mid-input: allowed
+        received = bytearray()
+        deadline = time.monotonic() + ANSWER_WITHIN_S
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                return bytes(received)
+            except TimeoutError:
+                break
+            if not chunk:
+                return bytes(received)
+            received += chunk
+        raise AssertionError(f"port {port} kept the connection open ({len(received)} bytes)")
+
+
+def remoting_answers(data: bytes) -> list[RemotingCommand]:
+    """The commands in `data`; each must be a response with a code."""
+    decoder = FrameDecoder()
+    commands = decoder.feed(data)
+    decoder.end_of_stream()
+    for command in commands:
+        assert command.flag & FLAG_RESPONSE, command
+        assert isinstance(command.code, int)
+    return commands
+
+
+async def _rpc_answers(data: bytes) -> list[dict]:
+    stream = trio.testing.MemoryReceiveStream()
+    stream.put_data(data)
+    stream.put_eof()
+    answers = []
+    async for channel, payload in FrameReader(stream):
+        assert channel == RPC, "the peer port answers on incoming connections with RPCs only"
+        answers.append(decode_rpc(payload))
+    return answers
+
+
+def peer_answers(data: bytes) -> list[dict]:
+    answers = trio.run(_rpc_answers, data)
+    assert all(isinstance(a["code"], int) for a in answers)
+    return answers
+
+
+# ---------------------------------------------------------------- what a stranger sends
+
+
+def mutations(frame: bytes) -> st.SearchStrategy[bytes]:
+    """`frame` whole, cut short, with a byte changed, or with a false declared length."""
+    n = len(frame)
+    return st.one_of(
+        st.just(frame),
+        st.integers(0, n - 1).map(lambda k: frame[:k]),
+        st.tuples(st.integers(0, n - 1), st.integers(0, 255)).map(
+            lambda kb: frame[: kb[0]] + bytes([kb[1]]) + frame[kb[0] + 1 :]
+        ),
+        st.sampled_from([0, 1, 7, n - 5, n + 100, MAX_FRAME_BYTES + 1, 2**31, 2**32 - 1]).map(
+            lambda length: max(length, 0).to_bytes(4, "big") + frame[4:]
+        ),
+    )
+
+
+def concatenations(frames: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        st.binary(max_size=600),
+        frames,
+        st.lists(frames, min_size=2, max_size=4).map(b"".join),
+    )
+
+
+# Requests that change what the broker or name server serves, by design.
+_ADMINISTRATIVE = {
+    RequestCode.UPDATE_BROKER_CONFIG,
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER,
+    RequestCode.DELETE_TOPIC_IN_BROKER,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.UNREGISTER_BROKER,
+    RequestCode.REGISTER_BROKER,
+    RequestCode.UPDATE_NAMESRV_CONFIG,
+    RequestCode.TRIGGER_DELETE_FILES,
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
+    RequestCode.CLEAN_UNUSED_TOPIC,
+}
+_codes = st.sampled_from(sorted(set(RequestCode) - _ADMINISTRATIVE)) | st.integers(-3, 500).filter(
+    lambda c: c not in _ADMINISTRATIVE
+)
+_header_keys = st.sampled_from(
+    ["topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "consumerGroup",
+     "producerGroup", "bornTimestamp", "flag", "properties", "a", "b", "c", "d", "e", "f",
+     "suspendTimeoutMillis", "commitOffset", "subscription", "key", "offset", "msgId"]
+)  # fmt: skip
+_header_values = st.one_of(
+    st.text(max_size=12),
+    st.integers(-(2**63), 2**64).map(str),
+    st.sampled_from(["HostileCheck", "0", "-1", "%RETRY%CG", "*", "true"]),
+)
+_commands = st.builds(
+    lambda code, ext, body, flag, opaque: RemotingCommand(
+        code=code, ext_fields=ext, body=body, flag=flag, opaque=opaque
+    ),
+    _codes,
+    st.dictionaries(_header_keys, _header_values, max_size=8),
+    st.binary(max_size=200),
+    st.sampled_from([0, 0, FLAG_ONEWAY, FLAG_RESPONSE]),
+    st.integers(0, 2**31 - 1),
+)
+remoting_inputs = concatenations(_commands.map(encode).flatmap(mutations))
+
+_ids = st.sampled_from(["n0", "n1", "n2", "x"])
+_ints = st.integers(-2, 2**63)
+_packable = st.integers(-(2**63), 2**64 - 1)  # what msgpack can carry
+_peer_messages = st.one_of(
+    st.builds(VoteRequest, st.just("broker-t"), _ids, _ids, _ids, _ints, _ints, _ints, _ints),
+    st.builds(HeartBeatRequest, st.just("broker-t"), _ids, _ids, _ids, _ints, _ints),
+    st.builds(
+        VoteResponse, st.just("broker-t"), _ids, _ids, _ids, _ints,
+        st.sampled_from(VoteResult), _ints,
+    ),
+    st.builds(
+        PushRequest, st.just("broker-t"), _ids, _ids, _ids, _ints, st.sampled_from(PushType),
+        _ints, _ints, _ints, st.binary(max_size=100), _ints,
+    ),
+).map(lambda m: pack_frame(PEER, encode_message(m)))  # fmt: skip
+_rpc_requests = st.fixed_dictionaries(
+    {"code": st.sampled_from([int(c) for c in RpcCode]) | _packable, "opaque": _ints},
+    optional={
+        "group": st.sampled_from(["broker-t", "other"]) | st.text(max_size=4),
+        "index": _ints | st.text(max_size=3),
+        "bodies": st.lists(st.binary(max_size=20), max_size=2) | _packable,
+    },
+).map(lambda r: pack_frame(RPC, encode_rpc(r)))
+_other_frames = st.tuples(st.integers(0, 255), st.binary(max_size=80)).map(
+    lambda cp: pack_frame(*cp)
+)
+peer_inputs = concatenations(
+    st.one_of(
+        _peer_messages,
+        _rpc_requests,
+        _other_frames,
+        st.builds(msgpack.packb, st.lists(_packable | st.text(max_size=3), max_size=9)).map(
+            lambda p: pack_frame(PEER, p)
+        ),
+    ).flatmap(mutations)
+)
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def _peer_port(g: InProcessGroup, node: str) -> int:
+    return int(dict(p.split("-", 1) for p in g.dledger_peers.split(";"))[node].rsplit(":", 1)[1])
+
+
+@given(data=remoting_inputs)
+def test_the_broker_port_answers_with_codes_or_closes(running, data):
+    _, g = running
+    for node in g.ids:
+        remoting_answers(exchange(g.listen[node], data))
+
+
+@given(data=remoting_inputs)
+def test_the_name_server_port_answers_with_codes_or_closes(running, data):
+    _, g = running
+    remoting_answers(exchange(g.namesrv.port, data))
+
+
+@given(data=peer_inputs)
+def test_the_peer_port_answers_rpcs_or_closes(running, data):
+    _, g = running
+    for node in g.ids:
+        peer_answers(exchange(_peer_port(g, node), data, source=STRANGER_HOST))
+
+
+def test_the_group_still_serves_after_the_fuzzing(running):
+    """Runs after the fuzz tests above (file order): nothing they sent stopped it."""
+    still_serving(*running)
+
+
+def test_an_oversized_declared_length_is_refused_before_it_is_buffered(running):
+    """Each port closes at once on a length over its limit, without waiting for the
+    bytes it declares."""
+    loop, g = running
+    ports = [
+        (g.listen[g.ids[0]], (MAX_FRAME_BYTES + 1).to_bytes(4, "big") + b"\0" * 8),
+        (g.namesrv.port, (2**32 - 1).to_bytes(4, "big") + b"\0" * 8),
+        (_peer_port(g, g.ids[0]), (2**32 - 1).to_bytes(4, "big") + b"\0" * 8),
+    ]
+    for port, data in ports:
+        with socket.create_connection(("127.0.0.1", port), timeout=ANSWER_WITHIN_S) as sock:
+            sock.sendall(data)  # and keep our half open: the port must not wait for more
+            assert sock.recv(1) == b""
+    still_serving(loop, g)
+
+
+def test_a_refused_frame_still_gets_the_responses_before_it(running):
+    """A valid request, then garbage: the request is answered or the connection closes,
+    and whatever came back is a response."""
+    _, g = running
+    request = encode(RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO, opaque=7))
+    answers = remoting_answers(exchange(g.listen[g.ids[0]], request + b"\xff" * 9))
+    assert all(a.opaque == 7 for a in answers)
