@@ -35,10 +35,15 @@ from raftmq.dledger.codes import PushType, VoteResult
 from raftmq.dledger.core.messages import HeartBeatRequest, PushRequest, VoteRequest, VoteResponse
 from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_message, encode_rpc
 from raftmq.dledger.net.frames import PEER, RPC, FrameReader, pack_frame
-from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
+from raftmq.dledger.net.tcp import PeerTransport
+from raftmq.namesrv.processor import NamesrvProcessor
+from raftmq.namesrv.routes import RouteInfoManager
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.codec import MAX_FRAME_BYTES, encode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE
 from raftmq.remoting.frames import FrameDecoder
+from raftmq.remoting.server import RemotingServer
+from raftmq.tools.dledger_local import free_ports
 from tests.helpers import create_topic
 from tests.inprocess_broker import InProcessGroup
 
@@ -326,3 +331,60 @@ def test_a_refused_frame_still_gets_the_responses_before_it(running):
     request = encode(RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO, opaque=7))
     answers = remoting_answers(exchange(g.listen[g.ids[0]], request + b"\xff" * 9))
     assert all(a.opaque == 7 for a in answers)
+
+
+# ---------------------------------------------------------------- connection storms
+
+
+async def half_frame_connections(port: int, count: int, declared: int = 64 * 1024) -> list:
+    """`count` connections that each declare a frame of `declared` bytes and send half."""
+    streams = []
+    for _ in range(count):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(declared.to_bytes(4, "big") + b"\0" * (declared // 2))
+        streams.append(stream)
+    return streams
+
+
+async def is_closed(stream, within_s: float) -> bool:
+    with trio.move_on_after(within_s):
+        try:
+            return await stream.receive_some(1) == b""
+        except trio.BrokenResourceError:
+            return True
+    return False
+
+
+async def test_a_storm_of_half_frames_on_a_remoting_port_is_capped_then_reclaimed(nursery):
+    """Past the cap a connection is closed at once; the ones admitted are closed when
+    they have sent nothing for `idle_s`; then the port serves again."""
+    processor = NamesrvProcessor(RouteInfoManager(), lambda: 0).table()
+    server = RemotingServer("127.0.0.1", 0, processor, idle_s=0.5, max_connections=8)
+    port = await nursery.start(server.serve)
+    admitted = await half_frame_connections(port, 8)
+    refused = await half_frame_connections(port, 4)
+    assert all([await is_closed(s, 0.3) for s in refused])
+    assert len(server.connections) == 8
+    assert all([await is_closed(s, 2.0) for s in admitted])
+    assert not server.connections
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        request = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+        assert (await client.invoke(request, 5.0)).code == ResponseCode.SUCCESS
+
+
+async def test_a_storm_of_half_frames_on_the_peer_port_is_capped_then_reclaimed(nursery):
+    a_port, b_port = free_ports(2)
+    peers = {"a": f"127.0.0.1:{a_port}", "b": f"127.0.0.1:{b_port}"}
+    received = []
+    a = PeerTransport("a", peers, received.append, print, idle_s=0.5, max_connections=4)
+    await nursery.start(a.serve)
+    admitted = await half_frame_connections(a_port, 4)
+    refused = await half_frame_connections(a_port, 3)
+    assert all([await is_closed(s, 0.3) for s in refused])
+    assert all([await is_closed(s, 2.0) for s in admitted])
+    b = PeerTransport("b", peers, print, print)
+    await nursery.start(b.serve)
+    b.send(HeartBeatRequest("broker-t", "b", "a", "b", 1))
+    with trio.fail_after(5):
+        while not received:
+            await trio.sleep(0.01)

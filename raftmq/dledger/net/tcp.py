@@ -47,6 +47,7 @@ from raftmq.dledger.net.codec import (
 )
 from raftmq.dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
 from raftmq.streams.address import parse_address
+from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle
 
 __all__ = ["PeerTransport", "RpcHandler", "set_nodelay"]
 
@@ -221,6 +222,8 @@ class PeerTransport:
         connect_timeout_s: float = 0.2,
         reconnect_backoff_s: float = 0.03,
         check_peer_hosts: bool = True,
+        idle_s: float = 120.0,
+        max_connections: int = 1024,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
@@ -235,6 +238,10 @@ class PeerTransport:
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
         self.check_peer_hosts = check_peer_hosts
+        # Incoming connections: closed after `idle_s` without a byte (a link that is
+        # needed again is reopened by its sender), at most `max_connections` at once.
+        self.idle_s = idle_s
+        self._cap = ConnectionCap(f"{self_id}: peer port", max_connections)
         # member id -> the addresses its configured host resolves to (resolved by `serve`;
         # a member missing here is not checked: its host did not resolve, or is a wildcard)
         self._peer_hosts: dict[str, frozenset[str]] = {}
@@ -335,14 +342,20 @@ class PeerTransport:
             )
 
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
+        if not self._cap.admit():
+            await trio.aclose_forcefully(stream)
+            return
         set_nodelay(stream)
         writer = FrameWriter(stream, self.max_frame_bytes)
+        clock = ReceiveClock(stream)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_pump, writer, nursery.cancel_scope)
-                await self._read_incoming(stream, writer, nursery)
+                nursery.start_soon(close_when_idle, clock, self.idle_s, nursery.cancel_scope.cancel)
+                await self._read_incoming(clock, writer, nursery)
                 nursery.cancel_scope.cancel()
         finally:
+            self._cap.release()
             await stream.aclose()
 
     async def _read_incoming(
