@@ -31,10 +31,12 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftmq.dledger.codes import PushType, VoteResult
+from jepsen.fuzz import fuzz
+from raftmq.dledger.codes import Code, PushType, VoteResult
 from raftmq.dledger.core.messages import HeartBeatRequest, PushRequest, VoteRequest, VoteResponse
 from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_message, encode_rpc
 from raftmq.dledger.net.frames import PEER, RPC, FrameReader, pack_frame
+from raftmq.dledger.net.rpc_client import RpcClient
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.namesrv.processor import NamesrvProcessor
 from raftmq.namesrv.routes import RouteInfoManager
@@ -306,6 +308,27 @@ def test_the_peer_port_answers_rpcs_or_closes(running, data):
 def test_the_group_still_serves_after_the_fuzzing(running):
     """Runs after the fuzz tests above (file order): nothing they sent stopped it."""
     still_serving(*running)
+
+
+def test_a_raw_append_on_a_brokers_peer_port_is_refused(running):
+    """The DLedger APPEND RPC put bytes that are not a message into the broker's log,
+    and the broker's placement of them killed the master."""
+    loop, g = running
+    master = g.master()
+    address = f"127.0.0.1:{_peer_port(g, master.dledger.config.self_id)}"
+
+    async def append() -> dict:
+        async with RpcClient(address) as client:
+            return await client.call({"code": RpcCode.APPEND, "bodies": [b"not a message"]})
+
+    assert loop.run(append)["code"] == Code.UNSUPPORTED
+    still_serving(loop, g)
+
+
+@pytest.mark.processes
+async def test_the_fuzz_harness_finds_nothing_against_real_processes(tmp_path):
+    results = await fuzz(tmp_path, seed=16, time_limit_s=5.0)
+    assert results["valid"], results
 
 
 def test_an_oversized_declared_length_is_refused_before_it_is_buffered(running):
