@@ -31,7 +31,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jepsen.fuzz import fuzz
+from jepsen.fuzz import ADMINISTRATIVE, fuzz
 from raftmq.dledger.codes import Code, PushType, VoteResult
 from raftmq.dledger.core.messages import HeartBeatRequest, PushRequest, VoteRequest, VoteResponse
 from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_message, encode_rpc
@@ -201,22 +201,8 @@ def concatenations(frames: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]
     )
 
 
-# Requests that change what the broker or name server serves, by design.
-_ADMINISTRATIVE = {
-    RequestCode.UPDATE_BROKER_CONFIG,
-    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-    RequestCode.ADD_WRITE_PERM_OF_BROKER,
-    RequestCode.DELETE_TOPIC_IN_BROKER,
-    RequestCode.DELETE_TOPIC_IN_NAMESRV,
-    RequestCode.UNREGISTER_BROKER,
-    RequestCode.REGISTER_BROKER,
-    RequestCode.UPDATE_NAMESRV_CONFIG,
-    RequestCode.TRIGGER_DELETE_FILES,
-    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
-    RequestCode.CLEAN_UNUSED_TOPIC,
-}
-_codes = st.sampled_from(sorted(set(RequestCode) - _ADMINISTRATIVE)) | st.integers(-3, 500).filter(
-    lambda c: c not in _ADMINISTRATIVE
+_codes = st.sampled_from(sorted(set(RequestCode) - ADMINISTRATIVE)) | st.integers(-3, 500).filter(
+    lambda c: c not in ADMINISTRATIVE
 )
 _header_keys = st.sampled_from(
     ["topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "consumerGroup",

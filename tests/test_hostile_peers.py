@@ -265,11 +265,12 @@ def two_member_peers(b_host: str = "127.0.0.1") -> dict[str, str]:
     return {"a": f"127.0.0.1:{a_port}", "b": f"{b_host}:{b_port}"}
 
 
-async def test_a_sender_that_is_not_a_peer_is_dropped_with_its_connection(nursery):
+async def test_a_stranger_or_a_misaddressed_message_is_dropped_with_its_connection(nursery):
     node = Listener(two_member_peers())
     port = await nursery.start(node.transport.serve)
     assert await send_from("127.0.0.1", port, vote_frame("stranger"))
     assert await send_from("127.0.0.1", port, vote_frame("a"))  # our own id, from outside
+    assert await send_from("127.0.0.1", port, vote_frame("b", to="b"))  # not for us
     assert node.received == []
 
 

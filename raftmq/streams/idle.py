@@ -70,11 +70,8 @@ class ConnectionCap:
         if self.open >= self.max_connections:
             if not self._refusing:
                 self._refusing = True
-                log.warning(
-                    "%s: refusing new connections: %d are open, the most allowed",
-                    self.name,
-                    self.open,
-                )
+                refusal = "%s: refusing new connections: %d are open, the most allowed"
+                log.warning(refusal, self.name, self.open)
             return False
         self._refusing = False
         self.open += 1

@@ -20,11 +20,13 @@ handing out an Output.
 The port is not authenticated (TLS is not implemented), so what arrives on it is
 screened for what can be checked without credentials. A connection speaks for the
 one member named as the sender (`local_id`) of its first peer message; it is closed,
-with a warning, when that sender is not a configured peer (a stranger, or this
-replica's own id), when a later message names another sender, and — with
-`check_peer_hosts`, the default — when it does not come from an address the
-sender's configured host resolves to. Anyone who can connect from a member's host
-can still speak for that member; only authentication closes that.
+with one warning, when that sender is not a configured peer (a stranger, or this
+replica's own id), when a later message names another sender or a receiver other
+than this replica, and — with `check_peer_hosts`, the default — when it does not
+come from an address the sender's configured host resolves to. Anyone who can
+connect from a member's host can still speak for that member; only authentication
+closes that. Incoming connections are also capped in number and closed when idle
+(`streams.idle`).
 """
 
 from __future__ import annotations
@@ -376,13 +378,7 @@ class PeerTransport:
                         self._check_sender(msg.local_id, stream)
                         sender = msg.local_id
                     if msg.remote_id != self_id:
-                        log.warning(
-                            "%s: dropping %s addressed to %s",
-                            self_id,
-                            type(msg).__name__,
-                            msg.remote_id,
-                        )
-                        continue
+                        raise FrameError(f"{type(msg).__name__} addressed to {msg.remote_id!r}")
                     on_message(msg)
                 elif channel == RPC:
                     request = decode_rpc(payload)
