@@ -20,6 +20,7 @@ refusing those to strangers is access control's job, not the parser's.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -38,8 +39,10 @@ from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_message, encode
 from raftmq.dledger.net.frames import PEER, RPC, FrameReader, pack_frame
 from raftmq.dledger.net.rpc_client import RpcClient
 from raftmq.dledger.net.tcp import PeerTransport
+from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.processor import NamesrvProcessor
 from raftmq.namesrv.routes import RouteInfoManager
+from raftmq.namesrv.server import NamesrvServer
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.codec import MAX_FRAME_BYTES, encode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE
@@ -397,3 +400,85 @@ async def test_a_storm_of_half_frames_on_the_peer_port_is_capped_then_reclaimed(
     with trio.fail_after(5):
         while not received:
             await trio.sleep(0.01)
+
+
+# ---------------------------------------------------------------- the name server's tables
+
+
+@pytest.fixture(scope="module")
+def lone_namesrv():
+    """A name server of its own: registrations drawn at random go into its tables."""
+    with BackgroundLoop() as loop:
+        server = NamesrvServer(NamesrvConfig(listen_port=0, bind_address="127.0.0.1"))
+        loop.run(loop.nursery.start, server.serve)
+        yield loop, server
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_topic_configs = st.dictionaries(
+    st.sampled_from(["readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "topicName",
+                     "order", "topicFilterType"]),
+    st.integers(-3, 2**40) | _json_values,
+    max_size=5,
+)  # fmt: skip
+_register_bodies = st.one_of(
+    st.binary(max_size=60),
+    st.builds(
+        lambda table, version, filters: json.dumps(
+            {"topicConfigSerializeWrapper": {"topicConfigTable": table, "dataVersion": version},
+             "filterServerList": filters}
+        ).encode(),
+        st.dictionaries(st.text(max_size=6), _topic_configs | _json_values, max_size=3),
+        st.dictionaries(st.sampled_from(["timestamp", "counter", "x"]), _json_values, max_size=2)
+        | _json_values,
+        st.lists(st.text(max_size=8), max_size=2) | _json_values,
+    ),
+)  # fmt: skip
+_register_ext = st.fixed_dictionaries(
+    {},
+    optional={
+        key: _header_values
+        for key in ("clusterName", "brokerAddr", "brokerName", "brokerId", "haServerAddr",
+                    "heartbeatTimeoutMillis", "dLegerTerm", "bodyCrc32", "compressed")
+    },
+)  # fmt: skip
+
+
+@given(
+    code=st.sampled_from([RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER]),
+    ext=_register_ext,
+    body=_register_bodies,
+)
+def test_random_registrations_leave_the_name_server_answering(lone_namesrv, code, ext, body):
+    """What a stranger registers is access control's concern; here, whatever it is, the
+    name server answers it with a code and can still describe its tables."""
+    loop, server = lone_namesrv
+
+    async def register_then_list() -> None:
+        async with RemotingClient(f"127.0.0.1:{server.port}") as client:
+            request = RemotingCommand(code=code, ext_fields=ext, body=body)
+            answer = await client.invoke(request, 5.0)
+            assert answer.code in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR), answer
+            listing = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO)
+            answer = await client.invoke(listing, 5.0)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            json.loads(answer.body)
+            listing = RemotingCommand(code=RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+            answer = await client.invoke(listing, 5.0)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            for topic in ("TBW102", *json.loads(answer.body)["topicList"][:3]):
+                route = RemotingCommand(
+                    code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic}
+                )
+                answer = await client.invoke(route, 5.0)
+                assert answer.code in (ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST), (
+                    answer.remark
+                )
+
+    loop.run(register_then_list)
