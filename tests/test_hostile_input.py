@@ -482,3 +482,32 @@ def test_random_registrations_leave_the_name_server_answering(lone_namesrv, code
                 )
 
     loop.run(register_then_list)
+
+
+async def test_an_rpc_client_that_does_not_read_its_answers_is_closed(nursery):
+    """Answers to a client that only sends would queue without end on the peer port."""
+    a_port, b_port = free_ports(2)
+    peers = {"a": f"127.0.0.1:{a_port}", "b": f"127.0.0.1:{b_port}"}
+
+    async def big_answer(request: dict) -> dict:
+        return {"code": 200, "body": b"x" * 10_000}
+
+    a = PeerTransport("a", peers, print, print, big_answer, max_pending_bytes=64 * 1024)
+    await nursery.start(a.serve)
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    await sock.connect(("127.0.0.1", a_port))
+    stream = trio.SocketStream(sock)
+    requests = b"".join(
+        pack_frame(RPC, encode_rpc({"code": int(RpcCode.STATUS), "opaque": n})) for n in range(2000)
+    )
+    await stream.send_all(requests)
+    await trio.sleep(0.5)  # not reading, while 20 MB of answers are due
+    received = 0
+    with trio.fail_after(5):
+        try:
+            while chunk := await stream.receive_some(65536):
+                received += len(chunk)
+        except trio.BrokenResourceError:
+            pass
+    assert received < 2000 * 10_000

@@ -383,8 +383,9 @@ class PeerTransport:
                 elif channel == RPC:
                     request = decode_rpc(payload)
                     fast = self.rpc_fast_handler
-                    if fast is None or not fast(request, self._replier(request, writer)):
-                        nursery.start_soon(self._serve_rpc, request, writer)
+                    scope = nursery.cancel_scope
+                    if fast is None or not fast(request, self._replier(request, writer, scope)):
+                        nursery.start_soon(self._serve_rpc, request, writer, scope)
                 else:
                     raise FrameError(f"unknown channel {channel}")
         except FrameError as exc:
@@ -392,7 +393,7 @@ class PeerTransport:
         except _STREAM_ERRORS as exc:
             log.debug("%s: incoming connection ended: %r", self_id, exc)
 
-    async def _serve_rpc(self, request: dict, writer: FrameWriter) -> None:
+    async def _serve_rpc(self, request: dict, writer: FrameWriter, scope: trio.CancelScope) -> None:
         if self.rpc_handler is None:
             response = {"code": Code.UNSUPPORTED, "remark": "this node serves no RPCs"}
         else:
@@ -401,13 +402,29 @@ class PeerTransport:
             except Exception as exc:  # one bad request must not take the server down
                 log.exception("%s: RPC handler failed on code %s", self.self_id, request["code"])
                 response = {"code": Code.INTERNAL_ERROR, "remark": f"{type(exc).__name__}: {exc}"}
-        self._replier(request, writer)(response)
+        self._replier(request, writer, scope)(response)
 
-    def _replier(self, request: dict, writer: FrameWriter) -> Callable[[dict], None]:
-        """A callable that sends the response to `request` back on its connection."""
+    def _replier(
+        self, request: dict, writer: FrameWriter, scope: trio.CancelScope
+    ) -> Callable[[dict], None]:
+        """A callable that sends the response to `request` back on its connection.
+
+        A client that sends requests but does not read the answers would have them
+        queue without end: past `max_pending_bytes` queued, its connection is closed.
+        """
         opaque = request["opaque"]
 
         def reply(response: dict) -> None:
+            if writer.pending_bytes > self.max_pending_bytes:
+                if not scope.cancel_called:
+                    log.warning(
+                        "%s: closing an RPC connection that does not read its answers "
+                        "(%d bytes queued)",
+                        self.self_id,
+                        writer.pending_bytes,
+                    )
+                    scope.cancel()
+                return
             try:
                 writer.write(RPC, encode_rpc({"remark": "", **response, "opaque": opaque}))
             except (TypeError, ValueError, OverflowError) as exc:  # unencodable or oversized
