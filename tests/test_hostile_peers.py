@@ -118,6 +118,35 @@ def test_a_truncate_whose_leader_log_ends_before_its_compare_point_is_refused():
     assert r.store.begin_index == 0 and r.store.end_index == 2
 
 
+def test_votes_from_strangers_do_not_count():
+    """Two ACCEPTs from ids outside the group would have been a quorum of three."""
+    r = make_replica("n0", term=1, log_terms=(1, 1, 1))
+    r.tick(1000.0)
+    requests = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
+    while not requests:
+        r.tick(r.next_deadline_ms())
+        requests = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
+    req = requests[0]
+    for stranger in ("x1", "x2", "n0"):
+        forged = VoteResponse(GROUP, stranger, "n0", None, req.term, VoteResult.ACCEPT, seq=req.seq)
+        r.receive(forged, 1001.0)
+    assert r.role is Role.CANDIDATE
+
+
+def test_beats_answered_by_strangers_do_not_hold_a_leaders_lease():
+    """A leader that hears only strangers loses its lease as if it heard no one."""
+    r = elected_leader()
+    now = 1001.0
+    while r.role is Role.LEADER and now < 5000.0:
+        now += 50.0
+        r.tick(now)
+        for beat in [m for m in r.take_output().messages if isinstance(m, HeartBeatRequest)]:
+            for stranger in ("x1", "x2"):
+                answer = HeartBeatResponse(GROUP, stranger, "n0", "n0", r.term, Code.SUCCESS)
+                r.receive(attrs.evolve(answer, seq=beat.seq), now)
+    assert r.role is not Role.LEADER
+
+
 def elected_leader() -> Replica:
     """n0, leader of term 2 of the 3-peer group with n1's vote, holding 0..2 of term 1."""
     r = make_replica("n0", term=1, log_terms=(1, 1, 1))
@@ -128,7 +157,9 @@ def elected_leader() -> Replica:
         r.tick(r.next_deadline_ms())
         requests = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
     req = requests[0]
-    r.receive(VoteResponse(GROUP, "n1", "n0", None, req.term, VoteResult.ACCEPT, seq=req.seq), 1.0)
+    r.receive(
+        VoteResponse(GROUP, "n1", "n0", None, req.term, VoteResult.ACCEPT, seq=req.seq), 1001.0
+    )
     assert r.role is Role.LEADER
     r.take_output()
     return r
@@ -138,8 +169,8 @@ def test_an_answer_vouching_for_entries_the_leader_does_not_hold_is_ignored():
     """Forged SUCCESS answers (claiming index 10**9) to every push: a TRUNCATE's used to
     trip an assertion in the leader, the other answers are only the forger's word."""
     r = elected_leader()
-    assert r.append(1, [b"x"], 1500.0) is Code.SUCCESS
-    now = 1500.0
+    assert r.append(1, [b"x"], 1100.0) is Code.SUCCESS
+    now = 1100.0
     for _ in range(4):
         pushes = [m for m in r.take_output().messages if isinstance(m, PushRequest)]
         for push in pushes:
@@ -209,7 +240,7 @@ _steps = st.lists(
 def test_no_sequence_of_member_messages_crashes_a_replica_or_cuts_its_committed_log(make, steps):
     r = make()
     committed = {i: r.store.term_at(i) for i in range(r.store.begin_index, r.committed_index + 1)}
-    now = 5000.0
+    now = 1001.0
     for step in steps:
         now += 7.0
         if step == "tick":
