@@ -22,6 +22,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from raftmq.broker.config import load_broker_config
 from raftmq.dledger.codes import Code, PushType, Role, VoteResult
 from raftmq.dledger.core.messages import (
     HeartBeatRequest,
@@ -327,6 +328,13 @@ async def test_the_host_check_can_be_turned_off(nursery):
     port = await nursery.start(node.transport.serve)
     assert not await send_from("127.0.0.1", port, vote_frame("b"))
     assert [m.local_id for m in node.received] == ["b"]
+
+
+def test_a_broker_config_can_turn_the_host_check_off():
+    base = {"enableDLegerCommitLog": "true", "dLegerPeers": "n0-127.0.0.1:1", "dLegerSelfId": "n0"}
+    assert load_broker_config(None, overrides=base)[0].dledger_config().check_peer_hosts
+    off = {**base, "checkPeerHosts": "false"}
+    assert not load_broker_config(None, overrides=off)[0].dledger_config().check_peer_hosts
 
 
 # ---------------------------------------------------------------- against a running group
