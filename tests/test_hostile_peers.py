@@ -323,6 +323,15 @@ async def test_a_member_claimed_from_another_host_is_dropped(nursery):
     assert [m.local_id for m in node.received] == ["b"]
 
 
+async def test_a_member_named_by_a_name_of_this_machine_may_use_any_loopback_address(nursery):
+    """A host name that resolves to a loopback address (Debian maps the machine's name
+    to 127.0.1.1) while local connections come from 127.0.0.1: both are this machine."""
+    node = Listener(two_member_peers(b_host="localhost"))
+    port = await nursery.start(node.transport.serve)
+    assert not await send_from("127.0.0.2", port, vote_frame("b"))
+    assert [m.local_id for m in node.received] == ["b"]
+
+
 async def test_the_host_check_can_be_turned_off(nursery):
     node = Listener(two_member_peers(b_host="127.0.0.2"), check_peer_hosts=False)
     port = await nursery.start(node.transport.serve)

@@ -23,7 +23,8 @@ one member named as the sender (`local_id`) of its first peer message; it is clo
 with one warning, when that sender is not a configured peer (a stranger, or this
 replica's own id), when a later message names another sender or a receiver other
 than this replica, and — with `check_peer_hosts`, the default — when it does not
-come from an address the sender's configured host resolves to. Anyone who can
+come from an address the sender's configured host resolves to (a host name that
+resolves to a loopback address matches any loopback source). Anyone who can
 connect from a member's host can still speak for that member; only authentication
 closes that. Incoming connections are also capped in number and closed when idle
 (`streams.idle`).
@@ -32,6 +33,7 @@ closes that. Incoming connections are also capped in number and closed when idle
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -327,7 +329,12 @@ class PeerTransport:
                     exc,
                 )
                 continue
-            self._peer_hosts[peer_id] = frozenset(_plain_ip(info[4][0]) for info in infos)
+            addresses = {_plain_ip(info[4][0]) for info in infos}
+            if _ip(link.host) is None and any(_is_loopback(a) for a in addresses):
+                # A name for this machine (Debian maps its hostname to 127.0.1.1) while
+                # local connections come from 127.0.0.1: any loopback source is this host.
+                addresses.add(_ANY_LOOPBACK)
+            self._peer_hosts[peer_id] = frozenset(addresses)
 
     def _check_sender(self, sender: str, stream) -> None:
         """FrameError unless `sender` is a peer that may speak on a connection from `stream`."""
@@ -337,7 +344,8 @@ class PeerTransport:
         if hosts is None:
             return
         address = _peer_address(stream)
-        if address is None or _plain_ip(address[0]) not in hosts:
+        ip = None if address is None else _plain_ip(address[0])
+        if ip is None or (ip not in hosts and not (_ANY_LOOPBACK in hosts and _is_loopback(ip))):
             raise FrameError(
                 f"message from {sender!r}, whose configured host is {self._links[sender].host}, "
                 f"on a connection from {address[0] if address else '?'}"
@@ -449,6 +457,19 @@ def _write_quietly(writer: FrameWriter, payload: bytes) -> None:
 
 
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+_ANY_LOOPBACK = "loopback"  # in a member's addresses: any loopback source address is it
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _is_loopback(host: str) -> bool:
+    ip = _ip(host)
+    return ip is not None and ip.is_loopback
 
 
 def _plain_ip(address: str) -> str:
