@@ -67,39 +67,35 @@ def push_answers(r: Replica) -> list[PushResponse]:
     return [m for m in r.take_output().messages if isinstance(m, PushResponse)]
 
 
-def test_a_forged_truncate_below_the_commit_index_is_refused_not_asserted():
+def answer_to_forged_push(forger: str, push_type: PushType, pre: int, pre_term: int, **fields):
+    """A committed follower that took `forger`'s term 2, and its answer to one push."""
     r = committed_follower()
-    follow_forger(r, "n2", 2, 2.0)
-    forged = PushRequest(
-        GROUP, "n2", "n1", "n2", 2, PushType.TRUNCATE, 0, 1, 2, term_runs=[(1, 2)],
-        leader_end_index=2, seq=4,
-    )  # fmt: skip
-    r.receive(forged, 4.0)
+    follow_forger(r, forger, 2, 2.0)
+    push = PushRequest(GROUP, forger, "n1", forger, 2, push_type, pre, pre_term, 2, seq=4, **fields)
+    r.receive(push, 4.0)
     [answer] = push_answers(r)
+    return r, answer
+
+
+def test_a_forged_truncate_below_the_commit_index_is_refused_not_asserted():
+    r, answer = answer_to_forged_push(
+        "n2", PushType.TRUNCATE, 0, 1, term_runs=[(1, 2)], leader_end_index=2
+    )
     assert answer.code == Code.INCONSISTENT_LEADER
     assert r.store.end_index == 2 and [r.store.term_at(i) for i in range(3)] == [1, 1, 1]
     assert r.committed_index == 2
 
 
 def test_a_forged_reset_below_the_commit_index_is_refused_not_asserted():
-    r = committed_follower()
-    follow_forger(r, "n2", 2, 2.0)
-    forged = PushRequest(
-        GROUP, "n2", "n1", "n2", 2, PushType.TRUNCATE, 1, 7, 2, term_runs=[(2, 2)],
-        leader_end_index=2, reset_pos=4096, seq=4,
-    )  # fmt: skip
-    r.receive(forged, 4.0)
-    [answer] = push_answers(r)
+    r, answer = answer_to_forged_push(
+        "n2", PushType.TRUNCATE, 1, 7, term_runs=[(2, 2)], leader_end_index=2, reset_pos=4096
+    )
     assert answer.code == Code.INCONSISTENT_LEADER
     assert r.store.begin_index == 0 and r.store.end_index == 2
 
 
 def test_a_forged_append_that_disagrees_with_committed_entries_is_refused():
-    r = committed_follower()
-    follow_forger(r, "n2", 2, 2.0)
-    forged = PushRequest(GROUP, "n2", "n1", "n2", 2, PushType.APPEND, 1, 2, 2, count=1, seq=4)
-    r.receive(forged, 4.0)
-    [answer] = push_answers(r)
+    r, answer = answer_to_forged_push("n2", PushType.APPEND, 1, 2, count=1)
     assert answer.code == Code.INCONSISTENT_STATE
     assert [r.store.term_at(i) for i in range(3)] == [1, 1, 1]
 
@@ -107,14 +103,9 @@ def test_a_forged_append_that_disagrees_with_committed_entries_is_refused():
 def test_a_truncate_whose_leader_log_ends_before_its_compare_point_is_refused():
     """A reset past our end followed by a cut computed from a log ending before the
     reset point: the store refused the cut with IndexError, out of the replica."""
-    r = committed_follower()
-    follow_forger(r, "n0", 2, 2.0)
-    forged = PushRequest(
-        GROUP, "n0", "n1", "n0", 2, PushType.TRUNCATE, 3, 0, 0, leader_end_index=2,
-        reset_pos=0, seq=4,
-    )  # fmt: skip
-    r.receive(forged, 4.0)
-    [answer] = push_answers(r)
+    r, answer = answer_to_forged_push(
+        "n0", PushType.TRUNCATE, 3, 0, leader_end_index=2, reset_pos=0
+    )
     assert answer.code == Code.UNEXPECTED_ARGUMENT
     assert r.store.begin_index == 0 and r.store.end_index == 2
 
@@ -149,7 +140,7 @@ def test_beats_answered_by_strangers_do_not_hold_a_leaders_lease():
 
 
 def elected_leader() -> Replica:
-    """n0, leader of term 2 of the 3-peer group with n1's vote, holding 0..2 of term 1."""
+    """n0, just elected leader of the 3-peer group with n1's vote, holding 0..2 of term 1."""
     r = make_replica("n0", term=1, log_terms=(1, 1, 1))
     r.persisted(r.store.end_index, r.store.generation, 0.0)
     r.tick(1000.0)
@@ -162,8 +153,7 @@ def elected_leader() -> Replica:
         VoteResponse(GROUP, "n1", "n0", None, req.term, VoteResult.ACCEPT, seq=req.seq), 1001.0
     )
     assert r.role is Role.LEADER
-    r.take_output()
-    return r
+    return r  # its output holds the first pushes to each follower
 
 
 def test_an_answer_vouching_for_entries_the_leader_does_not_hold_is_ignored():
