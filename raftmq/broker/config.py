@@ -63,7 +63,8 @@ __all__ = ["RUNTIME_KEYS", "BrokerConfig", "config_properties", "load_broker_con
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
-# Keys DLedgerCommitLog derives from broker keys; every other DLedger int key passes through.
+# Keys DLedgerCommitLog derives from broker keys; every other DLedger int or boolean key
+# passes through.
 _DERIVED_DLEDGER_KEYS = frozenset(
     {"group", "selfId", "peers", "storeBaseDir", "storeType", "flushDiskType",
      "preferredLeaderIds", "mappedFileSizeForEntryData", "fileReservedHours",
@@ -72,7 +73,12 @@ _DERIVED_DLEDGER_KEYS = frozenset(
 DLEDGER_PASSTHROUGH_KEYS = frozenset(
     key.name
     for key, field in zip(DLEDGER_KEYS.keys, attrs.fields(DLedgerConfig), strict=True)
-    if field.type == "int" and key.name not in _DERIVED_DLEDGER_KEYS
+    if field.type in ("int", "bool") and key.name not in _DERIVED_DLEDGER_KEYS
+)
+_DLEDGER_FLAGS = frozenset(
+    key.name
+    for key, field in zip(DLEDGER_KEYS.keys, attrs.fields(DLedgerConfig), strict=True)
+    if field.type == "bool"
 )
 
 # RocketMQ 4.x keys with no effect here, grouped by why.
@@ -186,7 +192,7 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
-    dledger_overrides: dict[str, int] = attrs.Factory(dict)
+    dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
 
     def _require_dledger(self) -> None:
         if not self.enable_dleger_commit_log:
@@ -241,7 +247,10 @@ def _delay_levels(value: str) -> str:
     return value
 
 
-_DLEDGER_PASSTHROUGH = [Key(key, key, integer(1)) for key in sorted(DLEDGER_PASSTHROUGH_KEYS)]
+_DLEDGER_PASSTHROUGH = [
+    Key(key, key, boolean if key in _DLEDGER_FLAGS else integer(1))
+    for key in sorted(DLEDGER_PASSTHROUGH_KEYS)
+]
 # The broker's keys; DLedger's own keys pass through under their names, into dledger_overrides.
 KEYS = KeyTable(
     [

@@ -87,7 +87,7 @@ class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         dconfig = config.dledger_config()
-        self.dledger = DLedgerServer(dconfig)
+        self.dledger = DLedgerServer(dconfig, client_appends=False)
         self.self_id = dconfig.self_id
         self.root = Path(config.store_path_root_dir)
         self.store = MessageStore(

@@ -23,6 +23,11 @@ def _key(name: str):
     return {"key": name}
 
 
+def _flag(value: str | bool) -> bool:
+    """A boolean field given as itself or as text ("true", any case, is true)."""
+    return value.lower() == "true" if isinstance(value, str) else bool(value)
+
+
 @attrs.define
 class DLedgerConfig:
     group: str = attrs.field(metadata=_key("group"))
@@ -73,8 +78,16 @@ class DLedgerConfig:
     # process what it had fsynced. See DLedgerServer._record_synced.
     record_synced_lengths: bool = attrs.field(
         default=False,
-        converter=lambda v: v.lower() == "true" if isinstance(v, str) else bool(v),
+        converter=_flag,
         metadata=_key("recordSyncedLengths"),
+    )
+
+    # Not DLedger's: close a peer connection whose sender's configured host does not
+    # resolve to the address it comes from (see dledger.net.tcp; no substitute for TLS).
+    check_peer_hosts: bool = attrs.field(
+        default=True,
+        converter=_flag,
+        metadata=_key("checkPeerHosts"),
     )
 
     def __attrs_post_init__(self) -> None:

@@ -134,10 +134,22 @@ class _Effects:
 
 
 class DLedgerServer:
-    """One replica: `await server.serve()` runs it until cancelled."""
+    """One replica: `await server.serve()` runs it until cancelled.
 
-    def __init__(self, config: DLedgerConfig, rng: random.Random | None = None) -> None:
+    `client_appends=False` refuses the APPEND RPC (UNSUPPORTED): a broker's log holds
+    only what its broker appends, entries it can parse as messages, so bytes from
+    anyone who reaches the peer port must not land there.
+    """
+
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        rng: random.Random | None = None,
+        *,
+        client_appends: bool = True,
+    ) -> None:
         self.config = config
+        self.client_appends = client_appends
         self.store, self.term_vote, self.checkpoint = open_store(config)
         term, vote = self.term_vote.load()
         self.replica = Replica(config, self.store, rng or random.Random(), term, vote, self._now())
@@ -149,6 +161,7 @@ class DLedgerServer:
             self._on_send_failed,
             self._on_rpc,
             self._on_rpc_fast,
+            check_peer_hosts=config.check_peer_hosts,
         )
         self._role_handlers: list[Callable[[int, Role], None]] = []
         self._commit_handlers: list[Callable[[int], None]] = []
@@ -409,8 +422,10 @@ class DLedgerServer:
     # ------------------------------------------------------------------ client RPCs
     def _on_rpc_fast(self, request: dict, reply) -> bool:
         """Appends skip the task-per-request path: queued here, answered on completion."""
-        if request.get("code") != RpcCode.APPEND or request.get("group", self.config.group) != (
-            self.config.group
+        if (
+            request.get("code") != RpcCode.APPEND
+            or not self.client_appends
+            or request.get("group", self.config.group) != self.config.group
         ):
             return False
         bodies = request.get("bodies")
@@ -432,6 +447,8 @@ class DLedgerServer:
             return self._answer(Code.UNKNOWN_GROUP, f"this is group {self.config.group}")
         try:
             if code == RpcCode.APPEND:
+                if not self.client_appends:
+                    return self._answer(Code.UNSUPPORTED, "this log takes appends from its broker")
                 bodies = request.get("bodies")
                 if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
                     return self._answer(Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes")

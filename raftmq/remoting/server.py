@@ -29,10 +29,14 @@ from raftmq.remoting.connection import (
     Connection,
 )
 from raftmq.remoting.processor import Processor
+from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle
 
-__all__ = ["RemotingServer", "listen_host"]
+__all__ = ["DEFAULT_IDLE_S", "DEFAULT_MAX_CONNECTIONS", "RemotingServer", "listen_host"]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_IDLE_S = 120.0  # RocketMQ's serverChannelMaxIdleTimeSeconds; clients beat every 30 s
+DEFAULT_MAX_CONNECTIONS = 10_000
 
 
 def listen_host(bind_address: str) -> str | None:
@@ -44,6 +48,10 @@ def listen_host(bind_address: str) -> str | None:
 
 class RemotingServer:
     """Serve `processor` on `host:port` (port 0 picks a free port; `serve` reports it).
+
+    A connection that sends nothing for `idle_s` is closed, and past `max_connections`
+    open ones a new connection is closed at once (`streams.idle`), so a storm of
+    connections that each send half a frame holds bounded memory for a bounded time.
 
     server = RemotingServer("127.0.0.1", 0, ProcessorTable({...}))
     port = await nursery.start(server.serve)
@@ -60,6 +68,8 @@ class RemotingServer:
         max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS,
         on_connect: Callable[[Connection], None] | None = None,
         on_disconnect: Callable[[Connection], None] | None = None,
+        idle_s: float = DEFAULT_IDLE_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self.host = host
         self.port = port
@@ -69,7 +79,9 @@ class RemotingServer:
         self.max_running_requests = max_running_requests
         self.on_connect = on_connect
         self.on_disconnect = on_disconnect
+        self.idle_s = idle_s
         self.connections: set[Connection] = set()
+        self._cap = ConnectionCap("remoting server", max_connections)
 
     @property
     def address(self) -> str:
@@ -87,8 +99,18 @@ class RemotingServer:
     async def _handle(self, stream: trio.SocketStream) -> None:
         # trio's SocketStream already sets TCP_NODELAY: a lone response must not wait
         # for an ACK to leave.
+        if not self._cap.admit():
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            await self._serve_connection(stream)
+        finally:
+            self._cap.release()
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        clock = ReceiveClock(stream)
         connection = Connection(
-            stream,
+            clock,
             self.processor,
             max_frame_bytes=self.max_frame_bytes,
             max_pending_bytes=self.max_pending_bytes,
@@ -99,7 +121,15 @@ class RemotingServer:
         try:
             if self.on_connect is not None:
                 self.on_connect(connection)
-            await connection.run()
+            async with trio.open_nursery() as watch:
+                watch.start_soon(
+                    close_when_idle,
+                    clock,
+                    self.idle_s,
+                    lambda: connection.close(f"nothing received for {self.idle_s} s"),
+                )
+                await connection.run()
+                watch.cancel_scope.cancel()
         except Exception:  # a bug must end this connection, not the server
             log.exception("connection from %s failed", connection.remote_address)
             connection.close("internal error")

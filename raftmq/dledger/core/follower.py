@@ -10,12 +10,15 @@ reorder buffer instead of being refused.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections import deque
 
 from raftmq.dledger.codes import Code, PushType
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import InconsistentAppend
+
+log = logging.getLogger(__name__)
 
 REORDER_BUFFER = 64  # out-of-order APPEND pushes a follower keeps while waiting for a gap
 
@@ -91,6 +94,9 @@ class FollowerReplication:
         store = self.store
         pre = req.pre_log_index
         self._reorder.clear()
+        if req.leader_end_index < pre:  # a log cannot end before the entry it is compared at
+            self._answer_push(req, Code.UNEXPECTED_ARGUMENT, pre)
+            return
         agrees = (
             store.begin_index - 1 <= pre <= store.end_index
             and store.term_at(pre) == req.pre_log_term
@@ -100,17 +106,41 @@ class FollowerReplication:
                 self._answer_push(req, Code.INCONSISTENT_STATE, pre)
                 return
             # the leader's log begins past ours: whatever we hold ends before it
-            assert self.committed_index <= pre, (self.committed_index, pre)
+            if pre < self.committed_index:
+                self._refuse_cut(req, pre + 1)
+                return
             store.reset(pre + 1, req.reset_pos, req.pre_log_term)
             self._after_truncation(pre)
             self._after_local_append()  # the answer waits for the new beginning to be durable
         cut = self._first_disagreement(pre, req.term_runs, req.leader_end_index)
+        if cut <= self.committed_index:
+            self._refuse_cut(req, cut)
+            return
         if cut <= store.end_index:
             store.truncate(cut)
             self._after_truncation(cut - 1)
         self.leader_verified_index = cut - 1
         self._learn_commit(req.commit_index)
         self._answer_push(req, Code.SUCCESS, cut - 1, defer_to=cut - 1)
+
+    def _refuse_cut(self, req: PushRequest, cut: int) -> None:
+        """A TRUNCATE that would cut committed entries: no legitimate leader sends one.
+
+        Raft's leader holds every committed entry, so only a forged or corrupt push
+        gets here; the cut is a peer's word, not a local invariant, so it is refused
+        (INCONSISTENT_LEADER) rather than asserted, which would let those bytes end the
+        process.
+        """
+        log.warning(
+            "%s: refusing a TRUNCATE from %s (term %d) that would cut from index %d, "
+            "at or below the commit index %d",
+            self.self_id,
+            req.leader_id,
+            req.term,
+            cut,
+            self.committed_index,
+        )
+        self._answer_push(req, Code.INCONSISTENT_LEADER, req.pre_log_index)
 
     def _after_truncation(self, new_end: int) -> None:
         """Our log now ends at `new_end`: nothing committed may have been cut."""

@@ -69,6 +69,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self.rng = rng
         self.self_id = config.self_id
         self.peers = [p for p in config.peer_ids if p != self.self_id]
+        self._other_members = frozenset(self.peers)
         self.peer_count = len(config.peer_ids)
         self.term = term
         self.vote_for = vote_for
@@ -132,6 +133,11 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self._check_invariants()
 
     def receive(self, msg, now: float) -> None:
+        """Handle a peer message. An answer (negative KIND) naming a sender that is not
+        another member is dropped: a stranger's vote or beat must not count toward a
+        quorum or a lease. Requests from strangers get DLedger's refusals."""
+        if msg.KIND < 0 and msg.local_id not in self._other_members:
+            return
         self._now = now
         handler = self._HANDLERS.get(type(msg))
         if handler is not None:

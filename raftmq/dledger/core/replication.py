@@ -122,7 +122,7 @@ class LeaderReplication:
             self._change_to_candidate(resp.term, now)
             return
         prog = self.progress.get(resp.local_id)
-        if prog is None:
+        if prog is None or resp.index > self.store.end_index:  # vouching for what we never sent
             return
         if resp.code == Code.TERM_NOT_READY:  # it adopts our term at its next step: retry then
             prog.become_probe(PushType.COMPARE, prog.match_index + 1)

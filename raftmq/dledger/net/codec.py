@@ -29,6 +29,7 @@ from raftmq.dledger.codes import RequestCode
 from raftmq.dledger.core.messages import MESSAGE_TYPES
 
 __all__ = [
+    "INT_LIMIT",
     "FrameError",
     "RpcCode",
     "decode_message",
@@ -59,6 +60,11 @@ class RpcCode(IntEnum):
 
 _unpackb = msgpack.unpackb
 _NoneType = type(None)
+# Every int field (terms, indexes, positions, seqs) must lie within this bound. Real
+# values never come near it, and it keeps the arithmetic on them (term + 1, index + 1)
+# inside the signed 64 bits the store writes: a forged term of 2**63 would otherwise be
+# adopted by the group and fail the first entry written in it.
+INT_LIMIT = 2**62
 
 
 def _term_runs(value: tuple) -> list[tuple[int, int]]:
@@ -69,6 +75,8 @@ def _term_runs(value: tuple) -> list[tuple[int, int]]:
             or len(run) != 2
             or type(run[0]) is not int
             or type(run[1]) is not int
+            or not -INT_LIMIT <= run[0] <= INT_LIMIT
+            or not -INT_LIMIT <= run[1] <= INT_LIMIT
         ):
             raise FrameError(f"term_runs must be [first_index, term] int pairs, got {run!r:.80}")
     return list(value)
@@ -125,13 +133,15 @@ def _compile_fast_decoder(spec: _Spec):
     path of every message a replica receives. It returns None when a field has the
     wrong type, and `_decode_slowly` then names the culprit.
     """
-    env: dict[str, object] = {"cls": spec.cls, "NoneType": _NoneType}
+    env: dict[str, object] = {"cls": spec.cls, "NoneType": _NoneType, "L": INT_LIMIT}
     checks, args = [], []
     converters = dict(spec.converters)
     for i, allowed in enumerate(spec.allowed):
         if len(allowed) == 1:
             env[f"t{i}"] = allowed[0]
             checks.append(f"type(v{i}) is not t{i}")
+            if allowed[0] is int and i not in converters:
+                checks.append(f"not -L <= v{i} <= L")
         else:
             env[f"a{i}"] = allowed
             checks.append(f"type(v{i}) not in a{i}")
@@ -223,6 +233,8 @@ def _decode_slowly(spec: _Spec, obj: tuple) -> None:
             raise FrameError(
                 f"{spec.cls.__name__}.{name}: unexpected {type(value).__name__} {value!r:.80}"
             )
+        if type(value) is int and not -INT_LIMIT <= value <= INT_LIMIT:
+            raise FrameError(f"{spec.cls.__name__}.{name}: {value} is out of range")
     raise AssertionError("fast decoder rejected a well-typed message")  # pragma: no cover
 
 

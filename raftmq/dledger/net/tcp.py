@@ -16,11 +16,24 @@ and eat memory while the peer is down.
 Callbacks (`on_message`, `on_send_failed`) are called from the transport's own
 tasks, never from inside `send`, so the driver is never re-entered while it is
 handing out an Output.
+
+The port is not authenticated (TLS is not implemented), so what arrives on it is
+screened for what can be checked without credentials. A connection speaks for the
+one member named as the sender (`local_id`) of its first peer message; it is closed,
+with one warning, when that sender is not a configured peer (a stranger, or this
+replica's own id), when a later message names another sender or a receiver other
+than this replica, and — with `check_peer_hosts`, the default — when it does not
+come from an address the sender's configured host resolves to (a host name that
+resolves to a loopback address matches any loopback source). Anyone who can
+connect from a member's host can still speak for that member; only authentication
+closes that. Incoming connections are also capped in number and closed when idle
+(`streams.idle`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -38,6 +51,7 @@ from raftmq.dledger.net.codec import (
 )
 from raftmq.dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
 from raftmq.streams.address import parse_address
+from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle
 
 __all__ = ["PeerTransport", "RpcHandler", "set_nodelay"]
 
@@ -211,6 +225,9 @@ class PeerTransport:
         max_pending_bytes: int = 64 * 1024 * 1024,
         connect_timeout_s: float = 0.2,
         reconnect_backoff_s: float = 0.03,
+        check_peer_hosts: bool = True,
+        idle_s: float = 120.0,
+        max_connections: int = 1024,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
@@ -224,6 +241,14 @@ class PeerTransport:
         self.max_pending_bytes = max_pending_bytes
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
+        self.check_peer_hosts = check_peer_hosts
+        # Incoming connections: closed after `idle_s` without a byte (a link that is
+        # needed again is reopened by its sender), at most `max_connections` at once.
+        self.idle_s = idle_s
+        self._cap = ConnectionCap(f"{self_id}: peer port", max_connections)
+        # member id -> the addresses its configured host resolves to (resolved by `serve`;
+        # a member missing here is not checked: its host did not resolve, or is a wildcard)
+        self._peer_hosts: dict[str, frozenset[str]] = {}
         self.listen_host, self.listen_port = parse_address(peers[self_id])
         self._links = {pid: _Link(self, pid, addr) for pid, addr in peers.items() if pid != self_id}
         self._failed: list = []
@@ -278,6 +303,8 @@ class PeerTransport:
         """Listen and keep the outgoing links until cancelled; reports the bound port."""
         listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host)
         self.listen_port = listeners[0].socket.getsockname()[1]
+        if self.check_peer_hosts:
+            await self._resolve_peer_hosts()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self._handle_incoming, listeners)
             nursery.start_soon(self._report_failures)
@@ -285,15 +312,60 @@ class PeerTransport:
                 nursery.start_soon(link.run)
             task_status.started(self.listen_port)
 
+    async def _resolve_peer_hosts(self) -> None:
+        for peer_id, link in self._links.items():
+            if link.host in _WILDCARD_HOSTS:
+                continue
+            try:
+                infos = await trio.socket.getaddrinfo(link.host, link.port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                log.warning(
+                    "%s: cannot resolve peer %s's host %s, so connections claiming to be %s "
+                    "are not checked against it: %r",
+                    self.self_id,
+                    peer_id,
+                    link.host,
+                    peer_id,
+                    exc,
+                )
+                continue
+            addresses = {_plain_ip(info[4][0]) for info in infos}
+            if _ip(link.host) is None and any(_is_loopback(a) for a in addresses):
+                # A name for this machine (Debian maps its hostname to 127.0.1.1) while
+                # local connections come from 127.0.0.1: any loopback source is this host.
+                addresses.add(_ANY_LOOPBACK)
+            self._peer_hosts[peer_id] = frozenset(addresses)
+
+    def _check_sender(self, sender: str, stream) -> None:
+        """FrameError unless `sender` is a peer that may speak on a connection from `stream`."""
+        if sender not in self._links:
+            raise FrameError(f"message from {sender!r}, which is not a peer of {self.self_id}")
+        hosts = self._peer_hosts.get(sender)
+        if hosts is None:
+            return
+        address = _peer_address(stream)
+        ip = None if address is None else _plain_ip(address[0])
+        if ip is None or (ip not in hosts and not (_ANY_LOOPBACK in hosts and _is_loopback(ip))):
+            raise FrameError(
+                f"message from {sender!r}, whose configured host is {self._links[sender].host}, "
+                f"on a connection from {address[0] if address else '?'}"
+            )
+
     async def _handle_incoming(self, stream: trio.SocketStream) -> None:
+        if not self._cap.admit():
+            await trio.aclose_forcefully(stream)
+            return
         set_nodelay(stream)
         writer = FrameWriter(stream, self.max_frame_bytes)
+        clock = ReceiveClock(stream)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_pump, writer, nursery.cancel_scope)
-                await self._read_incoming(stream, writer, nursery)
+                nursery.start_soon(close_when_idle, clock, self.idle_s, nursery.cancel_scope.cancel)
+                await self._read_incoming(clock, writer, nursery)
                 nursery.cancel_scope.cancel()
         finally:
+            self._cap.release()
             await stream.aclose()
 
     async def _read_incoming(
@@ -301,24 +373,27 @@ class PeerTransport:
     ) -> None:
         on_message = self.on_message
         self_id = self.self_id
+        sender = None  # the member this connection speaks for, from its first peer message
         try:
             async for channel, payload in FrameReader(stream, self.max_frame_bytes):
                 if channel == PEER:
                     msg = decode_message(payload)
+                    if msg.local_id != sender:
+                        if sender is not None:
+                            raise FrameError(
+                                f"message from {msg.local_id!r} on {sender!r}'s connection"
+                            )
+                        self._check_sender(msg.local_id, stream)
+                        sender = msg.local_id
                     if msg.remote_id != self_id:
-                        log.warning(
-                            "%s: dropping %s addressed to %s",
-                            self_id,
-                            type(msg).__name__,
-                            msg.remote_id,
-                        )
-                        continue
+                        raise FrameError(f"{type(msg).__name__} addressed to {msg.remote_id!r}")
                     on_message(msg)
                 elif channel == RPC:
                     request = decode_rpc(payload)
                     fast = self.rpc_fast_handler
-                    if fast is None or not fast(request, self._replier(request, writer)):
-                        nursery.start_soon(self._serve_rpc, request, writer)
+                    scope = nursery.cancel_scope
+                    if fast is None or not fast(request, self._replier(request, writer, scope)):
+                        nursery.start_soon(self._serve_rpc, request, writer, scope)
                 else:
                     raise FrameError(f"unknown channel {channel}")
         except FrameError as exc:
@@ -326,7 +401,7 @@ class PeerTransport:
         except _STREAM_ERRORS as exc:
             log.debug("%s: incoming connection ended: %r", self_id, exc)
 
-    async def _serve_rpc(self, request: dict, writer: FrameWriter) -> None:
+    async def _serve_rpc(self, request: dict, writer: FrameWriter, scope: trio.CancelScope) -> None:
         if self.rpc_handler is None:
             response = {"code": Code.UNSUPPORTED, "remark": "this node serves no RPCs"}
         else:
@@ -335,13 +410,29 @@ class PeerTransport:
             except Exception as exc:  # one bad request must not take the server down
                 log.exception("%s: RPC handler failed on code %s", self.self_id, request["code"])
                 response = {"code": Code.INTERNAL_ERROR, "remark": f"{type(exc).__name__}: {exc}"}
-        self._replier(request, writer)(response)
+        self._replier(request, writer, scope)(response)
 
-    def _replier(self, request: dict, writer: FrameWriter) -> Callable[[dict], None]:
-        """A callable that sends the response to `request` back on its connection."""
+    def _replier(
+        self, request: dict, writer: FrameWriter, scope: trio.CancelScope
+    ) -> Callable[[dict], None]:
+        """A callable that sends the response to `request` back on its connection.
+
+        A client that sends requests but does not read the answers would have them
+        queue without end: past `max_pending_bytes` queued, its connection is closed.
+        """
         opaque = request["opaque"]
 
         def reply(response: dict) -> None:
+            if writer.pending_bytes > self.max_pending_bytes:
+                if not scope.cancel_called:
+                    log.warning(
+                        "%s: closing an RPC connection that does not read its answers "
+                        "(%d bytes queued)",
+                        self.self_id,
+                        writer.pending_bytes,
+                    )
+                    scope.cancel()
+                return
             try:
                 writer.write(RPC, encode_rpc({"remark": "", **response, "opaque": opaque}))
             except (TypeError, ValueError, OverflowError) as exc:  # unencodable or oversized
@@ -365,9 +456,34 @@ def _write_quietly(writer: FrameWriter, payload: bytes) -> None:
         writer.write(RPC, payload)
 
 
-def _peer_name(stream) -> str:
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+_ANY_LOOPBACK = "loopback"  # in a member's addresses: any loopback source address is it
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        host, port = stream.socket.getpeername()[:2]
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _is_loopback(host: str) -> bool:
+    ip = _ip(host)
+    return ip is not None and ip.is_loopback
+
+
+def _plain_ip(address: str) -> str:
+    """An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, from a dual-stack socket) as IPv4."""
+    return address.removeprefix("::ffff:")
+
+
+def _peer_address(stream) -> tuple[str, int] | None:
+    try:
+        return stream.socket.getpeername()[:2]
     except (AttributeError, OSError):
-        return "?"
-    return f"{host}:{port}"
+        return None
+
+
+def _peer_name(stream) -> str:
+    address = _peer_address(stream)
+    return "?" if address is None else f"{address[0]}:{address[1]}"
