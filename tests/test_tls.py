@@ -1,14 +1,21 @@
 """TLS on the remoting port: each `tls.server.mode` against clients with and without TLS,
-client authentication, and the keys that configure it (certificates from `trustme`)."""
+client authentication, and the keys that configure it; mutual TLS on DLedger peer links,
+which a stranger cannot pass. Certificates come from `trustme`."""
 
 from __future__ import annotations
 
 import logging
+import ssl
 
 import pytest
 import trio
 import trustme
 
+from raftmq.dledger.config import DLedgerConfig
+from raftmq.dledger.core.messages import VoteRequest
+from raftmq.dledger.net.codec import encode_message
+from raftmq.dledger.net.frames import PEER, pack_frame
+from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.remoting import (
     ProcessorTable,
     RemotingClient,
@@ -18,7 +25,9 @@ from raftmq.remoting import (
     RequestCode,
     ResponseCode,
 )
-from raftmq.streams.tls import ClientTls, ServerTls
+from raftmq.streams.tls import ClientTls, PeerTls, ServerTls
+from raftmq.tools.dledger_local import free_ports
+from tests.helpers import GROUP
 
 ECHO = RequestCode.HEART_BEAT
 
@@ -137,3 +146,90 @@ def test_server_settings_that_cannot_work_are_refused():
         ServerTls(mode="enforcing")
     with pytest.raises(ValueError, match=r"needs tls\.server\.trustCertPath"):
         ServerTls(mode="enforcing", cert_path="c", key_path="k", need_client_auth="require")
+
+
+# ---------------------------------------------------------------- DLedger peer links
+
+
+def _peer_tls(pki, name: str = "server", check_host: bool = False) -> PeerTls:
+    return PeerTls(pki[f"{name}_cert"], pki[f"{name}_key"], pki["ca"], check_host=check_host)
+
+
+class _Member:
+    """A PeerTransport that records what it delivers."""
+
+    def __init__(self, self_id: str, peers: dict[str, str], tls: PeerTls) -> None:
+        self.received: list = []
+        self.received_event = trio.Event()
+        self.transport = PeerTransport(self_id, peers, self._deliver, lambda _msg: None, tls=tls)
+
+    def _deliver(self, msg) -> None:
+        self.received.append(msg)
+        self.received_event.set()
+
+
+def _vote(sender: str, to: str, term: int = 50) -> VoteRequest:
+    return VoteRequest(GROUP, sender, to, sender, term, 99, 9)
+
+
+async def test_members_with_certificates_of_the_group_ca_exchange_messages(pki, nursery):
+    a_port, b_port = free_ports(2)
+    peers = {"a": f"127.0.0.1:{a_port}", "b": f"127.0.0.1:{b_port}"}
+    a = _Member("a", peers, _peer_tls(pki, check_host=True))
+    b = _Member("b", peers, _peer_tls(pki, check_host=True))
+    await nursery.start(a.transport.serve)
+    await nursery.start(b.transport.serve)
+    a.transport.send(_vote("a", "b"))
+    with trio.fail_after(5):
+        await b.received_event.wait()
+    assert b.received == [_vote("a", "b")]
+
+
+async def _connect_and_vote(port: int, context: ssl.SSLContext | None) -> bool:
+    """Connect (with TLS if `context`), send a vote from member `b`; True if the port
+    closed the connection."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    if context is not None:
+        stream = trio.SSLStream(stream, context, server_hostname="127.0.0.1")
+    async with stream:
+        with trio.move_on_after(2):
+            try:
+                await stream.send_all(pack_frame(PEER, encode_message(_vote("b", "a", term=1000))))
+                return await stream.receive_some(1) == b""
+            except (trio.BrokenResourceError, ssl.SSLError):
+                return True
+    return False
+
+
+async def test_a_stranger_on_the_peer_port_is_dropped_logged_and_cannot_vote(pki, nursery, caplog):
+    a_port, b_port = free_ports(2)
+    peers = {"a": f"127.0.0.1:{a_port}", "b": f"127.0.0.1:{b_port}"}
+    a = _Member("a", peers, _peer_tls(pki))
+    await nursery.start(a.transport.serve)
+    stranger = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=pki["ca"])
+    stranger.check_hostname = False
+    stranger.load_cert_chain(pki["stranger_cert"], pki["stranger_key"])  # self-issued CA
+    no_cert = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=pki["ca"])
+    no_cert.check_hostname = False
+    with caplog.at_level(logging.WARNING):
+        assert await _connect_and_vote(a_port, stranger)
+        assert await _connect_and_vote(a_port, no_cert)
+        assert await _connect_and_vote(a_port, None)  # plain TCP
+    assert caplog.text.count("failed TLS authentication") == 3
+    assert a.received == []
+
+
+def test_peer_tls_comes_from_dledger_keys_and_needs_all_three(pki):
+    values = {"group": "g", "selfId": "n0", "peers": "n0-127.0.0.1:1"}
+    config = DLedgerConfig.from_keys(
+        {
+            **values,
+            "tlsCertPath": pki["server_cert"],
+            "tlsKeyPath": pki["server_key"],
+            "tlsTrustCertPath": pki["ca"],
+        }
+    )
+    assert config.peer_tls == _peer_tls(pki)
+    assert DLedgerConfig.from_keys(values).peer_tls is None
+    with pytest.raises(ValueError, match="needs a certificate, its key and a trust file"):
+        DLedgerConfig.from_keys({**values, "tlsCertPath": pki["server_cert"]})
