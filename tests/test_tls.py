@@ -11,11 +11,13 @@ import pytest
 import trio
 import trustme
 
+from raftmq.broker.config import config_properties, load_broker_config
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.messages import VoteRequest
 from raftmq.dledger.net.codec import encode_message
 from raftmq.dledger.net.frames import PEER, pack_frame
 from raftmq.dledger.net.tcp import PeerTransport
+from raftmq.namesrv.config import load_config as load_namesrv_config
 from raftmq.remoting import (
     ProcessorTable,
     RemotingClient,
@@ -233,3 +235,34 @@ def test_peer_tls_comes_from_dledger_keys_and_needs_all_three(pki):
     assert DLedgerConfig.from_keys(values).peer_tls is None
     with pytest.raises(ValueError, match="needs a certificate, its key and a trust file"):
         DLedgerConfig.from_keys({**values, "tlsCertPath": pki["server_cert"]})
+
+
+def test_broker_and_name_server_read_rocketmqs_tls_keys(pki, tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "enableDLegerCommitLog=true\ndLegerPeers=n0-127.0.0.1:40911\ndLegerSelfId=n0\n"
+        f"tls.server.mode=enforcing\ntls.server.certPath={pki['server_cert']}\n"
+        f"tls.server.keyPath={pki['server_key']}\ntls.server.keyPassword=secret\n"
+        f"tls.server.need.client.auth=require\ntls.server.trustCertPath={pki['ca']}\n"
+        f"tls.enable=true\ntls.client.trustCertPath={pki['ca']}\n"
+        f"dLegerTlsCertPath={pki['server_cert']}\ndLegerTlsKeyPath={pki['server_key']}\n"
+        f"dLegerTlsTrustCertPath={pki['ca']}\ntls.server.authClient=true\n"
+    )
+    config, warnings = load_broker_config(str(conf))
+    assert config.server_tls() == ServerTls(
+        "enforcing", pki["server_cert"], pki["server_key"], "secret", "require", pki["ca"]
+    )
+    assert config.client_tls() == ClientTls(enable=True, trust_cert_path=pki["ca"])
+    assert config.dledger_config().peer_tls == _peer_tls(pki)
+    assert warnings == [f"{conf}: tls.server.authClient: accepted, not used by raftmq"]
+    assert "tls.server.keyPassword" not in config_properties(config)
+    namesrv_conf = tmp_path / "namesrv.conf"
+    namesrv_conf.write_text("tls.server.mode=permissive\n")
+    with pytest.raises(ValueError, match=r"namesrv\.conf: .*needs tls\.server\.certPath"):
+        load_namesrv_config(str(namesrv_conf))
+    namesrv_conf.write_text(
+        f"tls.server.mode=permissive\ntls.server.certPath={pki['server_cert']}\n"
+        f"tls.server.keyPath={pki['server_key']}\n"
+    )
+    namesrv, _ = load_namesrv_config(str(namesrv_conf))
+    assert namesrv.server_tls().mode == "permissive"

@@ -57,6 +57,7 @@ from raftmq.streams.config_keys import (
     read_config_file,
     text,
 )
+from raftmq.streams.tls import TLS_KEYS, TLS_SECRET_KEYS, TLS_UNUSED_KEYS, TlsSettings
 
 __all__ = ["RUNTIME_KEYS", "BrokerConfig", "config_properties", "load_broker_config", "updated"]
 
@@ -157,11 +158,15 @@ def _home_store() -> str:
 
 
 @attrs.frozen
-class BrokerConfig:
+class BrokerConfig(TlsSettings):
     """One field per RocketMQ key, snake-cased (`dLegerPeers` -> `dleger_peers`).
 
     `dledger_overrides` holds the DLedger-named keys found in the file. A replica's files
     go under `<storePathDLedgerCommitLog or storePathRootDir>/dledger-<selfId>`.
+
+    The `tls.*` keys (streams.tls) set the remoting server's TLS and that of the broker's
+    connections to the name servers; the `dLegerTls*` keys make the DLedger peer port
+    mutual TLS.
     """
 
     broker_cluster_name: str = "DefaultCluster"
@@ -192,6 +197,9 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
+    dleger_tls_cert_path: str | None = None
+    dleger_tls_key_path: str | None = None
+    dleger_tls_trust_cert_path: str | None = None
     dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
 
     def _require_dledger(self) -> None:
@@ -230,6 +238,9 @@ class BrokerConfig:
             file_reserved_hours=self.file_reserved_time + 1,
             record_synced_lengths=self.record_synced_lengths,
             preferred_leader_ids=self.preferred_leader_id or (),
+            tls_cert_path=self.dleger_tls_cert_path,
+            tls_key_path=self.dleger_tls_key_path,
+            tls_trust_cert_path=self.dleger_tls_trust_cert_path,
             **passed_through,
         )
 
@@ -282,16 +293,21 @@ KEYS = KeyTable(
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
+        Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
+        Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
+        Key("dLegerTlsTrustCertPath", "dleger_tls_trust_cert_path", file_path),
+        *TLS_KEYS,
         *_DLEDGER_PASSTHROUGH,
     ],
-    unused=UNUSED_KEYS,
+    unused=UNUSED_KEYS | TLS_UNUSED_KEYS,
     aliases=ALIASES,
 )
 
 # Keys that only matter with enableDLegerCommitLog=true.
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
-     "storePathDLedgerCommitLog", "recordSyncedLengths", *DLEDGER_PASSTHROUGH_KEYS}
+     "storePathDLedgerCommitLog", "recordSyncedLengths", "dLegerTlsCertPath",
+     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
 
 
@@ -318,6 +334,11 @@ def load_broker_config(
 
     def where(key: str) -> str:
         return given[key][0] if key in given else (path or "<defaults>")
+
+    try:
+        config.server_tls()
+    except ValueError as exc:
+        raise ValueError(f"{where('tls.server.mode')}: {exc}") from None
 
     if config.enable_dleger_commit_log:
         _check_dledger(config, where)
@@ -375,9 +396,11 @@ def _property_text(value: object) -> str:
 
 def config_properties(config: BrokerConfig) -> dict[str, str]:
     """Every key's value, as GET_BROKER_CONFIG (26) reports it (`mqadmin getBrokerConfig`);
-    DLedger's pass-through keys only when set."""
+    DLedger's pass-through keys only when set, TLS key passwords never."""
     values = {}
     for key in KEYS.keys:
+        if key.name in TLS_SECRET_KEYS:
+            continue  # a key's password is not for anyone who can ask
         if key.name in DLEDGER_PASSTHROUGH_KEYS:
             if key.name in config.dledger_overrides:
                 values[key.name] = str(config.dledger_overrides[key.name])

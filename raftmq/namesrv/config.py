@@ -18,6 +18,7 @@ from __future__ import annotations
 import attrs
 
 from raftmq.streams.config_keys import Key, KeyTable, integer, read_config_file
+from raftmq.streams.tls import TLS_KEYS, TLS_UNUSED_KEYS, TlsSettings
 
 __all__ = ["NamesrvConfig", "load_config"]
 
@@ -44,7 +45,9 @@ UNUSED_KEYS = frozenset(
 
 
 @attrs.frozen
-class NamesrvConfig:
+class NamesrvConfig(TlsSettings):
+    """namesrv.conf; the `tls.*` keys set the remoting server's TLS (streams.tls)."""
+
     listen_port: int = 9876
     bind_address: str = "0.0.0.0"
     broker_channel_expired_time_ms: int = 120_000
@@ -57,8 +60,9 @@ KEYS = KeyTable(
         Key("bindAddress", "bind_address", str),  # empty, like 0.0.0.0, is every interface
         Key("brokerChannelExpiredTime", "broker_channel_expired_time_ms", integer(1)),
         Key("scanNotActiveBrokerInterval", "scan_not_active_broker_interval_ms", integer(1)),
+        *TLS_KEYS,
     ],
-    unused=UNUSED_KEYS,
+    unused=UNUSED_KEYS | TLS_UNUSED_KEYS,
 )
 
 
@@ -68,4 +72,9 @@ def load_config(path: str | None) -> tuple[NamesrvConfig, list[str]]:
     if path is None:
         return NamesrvConfig(), []
     fields, warnings = KEYS.read_text(read_config_file(path), path)
-    return NamesrvConfig(**fields), warnings
+    config = NamesrvConfig(**fields)
+    try:
+        config.server_tls()
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return config, warnings

@@ -37,12 +37,18 @@ import ssl
 import attrs
 import trio
 
+from raftmq.streams.config_keys import Key, boolean, choice, file_path, text
+
 __all__ = [
     "CLIENT_AUTH",
     "SERVER_MODES",
+    "TLS_KEYS",
+    "TLS_SECRET_KEYS",
+    "TLS_UNUSED_KEYS",
     "ClientTls",
     "PeerTls",
     "ServerTls",
+    "TlsSettings",
     "starts_with_tls",
 ]
 
@@ -143,6 +149,67 @@ class PeerTls:
         context.load_cert_chain(self.cert_path, self.key_path)
         context.check_hostname = self.check_host
         return context
+
+
+@attrs.frozen
+class TlsSettings:
+    """The `tls.*` keys, as fields of a server's config (broker.conf, namesrv.conf)."""
+
+    tls_server_mode: str = "disabled"
+    tls_server_cert_path: str | None = None
+    tls_server_key_path: str | None = None
+    tls_server_key_password: str | None = None
+    tls_server_need_client_auth: str = "none"
+    tls_server_trust_cert_path: str | None = None
+    tls_enable: bool = False
+    tls_client_cert_path: str | None = None
+    tls_client_key_path: str | None = None
+    tls_client_key_password: str | None = None
+    tls_client_trust_cert_path: str | None = None
+    tls_test_mode_enable: bool = False
+
+    def server_tls(self) -> ServerTls:
+        """The remoting server's settings; ValueError when they cannot work."""
+        return ServerTls(
+            self.tls_server_mode,
+            self.tls_server_cert_path,
+            self.tls_server_key_path,
+            self.tls_server_key_password,
+            self.tls_server_need_client_auth,
+            self.tls_server_trust_cert_path,
+        )
+
+    def client_tls(self) -> ClientTls:
+        """The settings of this server's own connections (a broker's to the name server)."""
+        return ClientTls(
+            self.tls_enable,
+            self.tls_client_cert_path,
+            self.tls_client_key_path,
+            self.tls_client_key_password,
+            self.tls_client_trust_cert_path,
+            self.tls_test_mode_enable,
+        )
+
+
+# RocketMQ's names (TlsSystemConfig) for TlsSettings' fields.
+TLS_KEYS = (
+    Key("tls.server.mode", "tls_server_mode", choice(SERVER_MODES)),
+    Key("tls.server.certPath", "tls_server_cert_path", file_path),
+    Key("tls.server.keyPath", "tls_server_key_path", file_path),
+    Key("tls.server.keyPassword", "tls_server_key_password", text),
+    Key("tls.server.need.client.auth", "tls_server_need_client_auth", choice(CLIENT_AUTH)),
+    Key("tls.server.trustCertPath", "tls_server_trust_cert_path", file_path),
+    Key("tls.enable", "tls_enable", boolean),
+    Key("tls.client.certPath", "tls_client_cert_path", file_path),
+    Key("tls.client.keyPath", "tls_client_key_path", file_path),
+    Key("tls.client.keyPassword", "tls_client_key_password", text),
+    Key("tls.client.trustCertPath", "tls_client_trust_cert_path", file_path),
+    Key("tls.test.mode.enable", "tls_test_mode_enable", boolean),
+)
+TLS_SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword"})
+# Accepted and not used: raftmq's need.client.auth says whether a client certificate is
+# checked, and its client always checks the server's unless in test mode.
+TLS_UNUSED_KEYS = frozenset({"tls.server.authClient", "tls.client.authServer", "tls.config.file"})
 
 
 async def starts_with_tls(stream: trio.SocketStream) -> bool:
