@@ -12,12 +12,15 @@ import trio
 import trustme
 
 from raftmq.broker.config import config_properties, load_broker_config
+from raftmq.client.mqadmin import main as mqadmin_main
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.messages import VoteRequest
 from raftmq.dledger.net.codec import encode_message
 from raftmq.dledger.net.frames import PEER, pack_frame
 from raftmq.dledger.net.tcp import PeerTransport
+from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.config import load_config as load_namesrv_config
+from raftmq.namesrv.server import NamesrvServer
 from raftmq.remoting import (
     ProcessorTable,
     RemotingClient,
@@ -266,3 +269,21 @@ def test_broker_and_name_server_read_rocketmqs_tls_keys(pki, tmp_path):
     )
     namesrv, _ = load_namesrv_config(str(namesrv_conf))
     assert namesrv.server_tls().mode == "permissive"
+
+
+async def test_mqadmin_reaches_a_name_server_that_enforces_tls_only_with_tls(pki, nursery):
+    conf = NamesrvConfig(
+        listen_port=0,
+        bind_address="127.0.0.1",
+        tls_server_mode="enforcing",
+        tls_server_cert_path=pki["server_cert"],
+        tls_server_key_path=pki["server_key"],
+    )
+    namesrv = NamesrvServer(conf)
+    await nursery.start(namesrv.remoting.serve)
+    address = f"127.0.0.1:{namesrv.port}"
+    tls_flags = ["--tls", "--tlsTrustCertPath", pki["ca"]]
+    assert (
+        await trio.to_thread.run_sync(mqadmin_main, ["clusterList", "-n", address, *tls_flags]) == 0
+    )
+    assert await trio.to_thread.run_sync(mqadmin_main, ["clusterList", "-n", address]) != 0

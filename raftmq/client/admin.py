@@ -250,6 +250,7 @@ class Admin:
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.timeout_s = timeout_s
+        self.tls = tls
         self.pool = ConnectionPool(connect_timeout_s=timeout_s, tls=tls)
 
     async def __aenter__(self) -> Admin:
