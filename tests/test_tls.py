@@ -252,10 +252,10 @@ def test_broker_and_name_server_read_rocketmqs_tls_keys(pki, tmp_path):
         f"dLegerTlsTrustCertPath={pki['ca']}\ntls.server.authClient=true\n"
     )
     config, warnings = load_broker_config(str(conf))
-    assert config.server_tls() == ServerTls(
+    assert config.tls_server == ServerTls(
         "enforcing", pki["server_cert"], pki["server_key"], "secret", "require", pki["ca"]
     )
-    assert config.client_tls() == ClientTls(enable=True, trust_cert_path=pki["ca"])
+    assert config.tls_client == ClientTls(enable=True, trust_cert_path=pki["ca"])
     assert config.dledger_config().peer_tls == _peer_tls(pki)
     assert warnings == [f"{conf}: tls.server.authClient: accepted, not used by raftmq"]
     assert "tls.server.keyPassword" not in config_properties(config)
@@ -268,16 +268,12 @@ def test_broker_and_name_server_read_rocketmqs_tls_keys(pki, tmp_path):
         f"tls.server.keyPath={pki['server_key']}\n"
     )
     namesrv, _ = load_namesrv_config(str(namesrv_conf))
-    assert namesrv.server_tls().mode == "permissive"
+    assert namesrv.tls_server.mode == "permissive"
 
 
 async def test_mqadmin_reaches_a_name_server_that_enforces_tls_only_with_tls(pki, nursery):
     conf = NamesrvConfig(
-        listen_port=0,
-        bind_address="127.0.0.1",
-        tls_server_mode="enforcing",
-        tls_server_cert_path=pki["server_cert"],
-        tls_server_key_path=pki["server_key"],
+        listen_port=0, bind_address="127.0.0.1", tls_server=_server_tls(pki, "enforcing")
     )
     namesrv = NamesrvServer(conf)
     await nursery.start(namesrv.remoting.serve)

@@ -36,6 +36,7 @@ are not used; as a slave the broker registers as `slave_broker_id`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -57,7 +58,14 @@ from raftmq.streams.config_keys import (
     read_config_file,
     text,
 )
-from raftmq.streams.tls import TLS_KEYS, TLS_SECRET_KEYS, TLS_UNUSED_KEYS, TlsSettings
+from raftmq.streams.tls import (
+    TLS_KEYS,
+    TLS_SECRET_KEYS,
+    TLS_UNUSED_KEYS,
+    ClientTls,
+    ServerTls,
+    with_tls,
+)
 
 __all__ = ["RUNTIME_KEYS", "BrokerConfig", "config_properties", "load_broker_config", "updated"]
 
@@ -158,7 +166,7 @@ def _home_store() -> str:
 
 
 @attrs.frozen
-class BrokerConfig(TlsSettings):
+class BrokerConfig:
     """One field per RocketMQ key, snake-cased (`dLegerPeers` -> `dleger_peers`).
 
     `dledger_overrides` holds the DLedger-named keys found in the file. A replica's files
@@ -200,6 +208,8 @@ class BrokerConfig(TlsSettings):
     dleger_tls_cert_path: str | None = None
     dleger_tls_key_path: str | None = None
     dleger_tls_trust_cert_path: str | None = None
+    tls_server: ServerTls = attrs.Factory(ServerTls)
+    tls_client: ClientTls = attrs.Factory(ClientTls)  # the broker's connections to the name servers
     dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
 
     def _require_dledger(self) -> None:
@@ -330,15 +340,15 @@ def load_broker_config(
 
     fields, warnings = KEYS.read(given)
     for_dledger = {key: fields.pop(key) for key in DLEDGER_PASSTHROUGH_KEYS if key in fields}
-    config = BrokerConfig(**fields, dledger_overrides=for_dledger)
 
     def where(key: str) -> str:
         return given[key][0] if key in given else (path or "<defaults>")
 
     try:
-        config.server_tls()
+        fields = with_tls(fields)
     except ValueError as exc:
         raise ValueError(f"{where('tls.server.mode')}: {exc}") from None
+    config = BrokerConfig(**fields, dledger_overrides=for_dledger)
 
     if config.enable_dleger_commit_log:
         _check_dledger(config, where)
@@ -405,7 +415,9 @@ def config_properties(config: BrokerConfig) -> dict[str, str]:
             if key.name in config.dledger_overrides:
                 values[key.name] = str(config.dledger_overrides[key.name])
         else:
-            values[key.name] = _property_text(getattr(config, key.field))
+            # a dotted field is one of a part's (tls_server.mode)
+            value = functools.reduce(getattr, key.field.split("."), config)
+            values[key.name] = _property_text(value)
     return values
 
 

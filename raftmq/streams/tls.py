@@ -42,14 +42,16 @@ from raftmq.streams.config_keys import Key, boolean, choice, file_path, text
 __all__ = [
     "CLIENT_AUTH",
     "SERVER_MODES",
+    "TLS_CLIENT_KEYS",
     "TLS_KEYS",
     "TLS_SECRET_KEYS",
+    "TLS_SERVER_KEYS",
     "TLS_UNUSED_KEYS",
     "ClientTls",
     "PeerTls",
     "ServerTls",
-    "TlsSettings",
     "starts_with_tls",
+    "with_tls",
 ]
 
 SERVER_MODES = ("disabled", "permissive", "enforcing")
@@ -151,65 +153,49 @@ class PeerTls:
         return context
 
 
-@attrs.frozen
-class TlsSettings:
-    """The `tls.*` keys, as fields of a server's config (broker.conf, namesrv.conf)."""
-
-    tls_server_mode: str = "disabled"
-    tls_server_cert_path: str | None = None
-    tls_server_key_path: str | None = None
-    tls_server_key_password: str | None = None
-    tls_server_need_client_auth: str = "none"
-    tls_server_trust_cert_path: str | None = None
-    tls_enable: bool = False
-    tls_client_cert_path: str | None = None
-    tls_client_key_path: str | None = None
-    tls_client_key_password: str | None = None
-    tls_client_trust_cert_path: str | None = None
-    tls_test_mode_enable: bool = False
-
-    def server_tls(self) -> ServerTls:
-        """The remoting server's settings; ValueError when they cannot work."""
-        return ServerTls(
-            self.tls_server_mode,
-            self.tls_server_cert_path,
-            self.tls_server_key_path,
-            self.tls_server_key_password,
-            self.tls_server_need_client_auth,
-            self.tls_server_trust_cert_path,
-        )
-
-    def client_tls(self) -> ClientTls:
-        """The settings of this server's own connections (a broker's to the name server)."""
-        return ClientTls(
-            self.tls_enable,
-            self.tls_client_cert_path,
-            self.tls_client_key_path,
-            self.tls_client_key_password,
-            self.tls_client_trust_cert_path,
-            self.tls_test_mode_enable,
-        )
-
-
-# RocketMQ's names (TlsSystemConfig) for TlsSettings' fields.
-TLS_KEYS = (
-    Key("tls.server.mode", "tls_server_mode", choice(SERVER_MODES)),
-    Key("tls.server.certPath", "tls_server_cert_path", file_path),
-    Key("tls.server.keyPath", "tls_server_key_path", file_path),
-    Key("tls.server.keyPassword", "tls_server_key_password", text),
-    Key("tls.server.need.client.auth", "tls_server_need_client_auth", choice(CLIENT_AUTH)),
-    Key("tls.server.trustCertPath", "tls_server_trust_cert_path", file_path),
-    Key("tls.enable", "tls_enable", boolean),
-    Key("tls.client.certPath", "tls_client_cert_path", file_path),
-    Key("tls.client.keyPath", "tls_client_key_path", file_path),
-    Key("tls.client.keyPassword", "tls_client_key_password", text),
-    Key("tls.client.trustCertPath", "tls_client_trust_cert_path", file_path),
-    Key("tls.test.mode.enable", "tls_test_mode_enable", boolean),
+# RocketMQ's names (TlsSystemConfig) for the fields of a config's `tls_server` (ServerTls)
+# and `tls_client` (ClientTls); `with_tls` builds those two from what a KeyTable read.
+TLS_SERVER_KEYS = (
+    Key("tls.server.mode", "tls_server.mode", choice(SERVER_MODES)),
+    Key("tls.server.certPath", "tls_server.cert_path", file_path),
+    Key("tls.server.keyPath", "tls_server.key_path", file_path),
+    Key("tls.server.keyPassword", "tls_server.key_password", text),
+    Key("tls.server.need.client.auth", "tls_server.need_client_auth", choice(CLIENT_AUTH)),
+    Key("tls.server.trustCertPath", "tls_server.trust_cert_path", file_path),
 )
+TLS_CLIENT_KEYS = (
+    Key("tls.enable", "tls_client.enable", boolean),
+    Key("tls.client.certPath", "tls_client.cert_path", file_path),
+    Key("tls.client.keyPath", "tls_client.key_path", file_path),
+    Key("tls.client.keyPassword", "tls_client.key_password", text),
+    Key("tls.client.trustCertPath", "tls_client.trust_cert_path", file_path),
+    Key("tls.test.mode.enable", "tls_client.test_mode", boolean),
+)
+TLS_KEYS = TLS_SERVER_KEYS + TLS_CLIENT_KEYS
 TLS_SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword"})
 # Accepted and not used: raftmq's need.client.auth says whether a client certificate is
 # checked, and its client always checks the server's unless in test mode.
 TLS_UNUSED_KEYS = frozenset({"tls.server.authClient", "tls.client.authServer", "tls.config.file"})
+
+
+_PARTS = {"tls_server": ServerTls, "tls_client": ClientTls}
+
+
+def with_tls(
+    fields: dict[str, object], parts: tuple[str, ...] = ("tls_server", "tls_client")
+) -> dict[str, object]:
+    """`fields` (attribute: value, as `KeyTable.read` returns them) with the `tls_server.*`
+    and `tls_client.*` ones replaced by `tls_server` and `tls_client` (those of `parts`);
+    ValueError when the server's settings cannot work."""
+    given: dict[str, dict[str, object]] = {part: {} for part in parts}
+    rest = {}
+    for name, value in fields.items():
+        owner, _, field = name.partition(".")
+        if field:
+            given[owner][field] = value
+        else:
+            rest[name] = value
+    return {**rest, **{part: _PARTS[part](**values) for part, values in given.items()}}
 
 
 async def starts_with_tls(stream: trio.SocketStream) -> bool:
