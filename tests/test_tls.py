@@ -93,57 +93,47 @@ async def _serving(nursery, server_tls: ServerTls | None) -> int:
     return await nursery.start(server.serve)
 
 
-async def test_enforcing_serves_tls_and_refuses_plain(pki, caplog):
-    async with trio.open_nursery() as nursery:
-        port = await _serving(nursery, _server_tls(pki, "enforcing"))
-        response = await _call(port, _client_tls(pki))
-        assert (response.code, response.body) == (ResponseCode.SUCCESS, b"hello")
-        with caplog.at_level(logging.WARNING), pytest.raises(RemotingConnectError):
-            await _call(port, None)
-        assert "TLS is enforced" in caplog.text
-        nursery.cancel_scope.cancel()
+async def test_enforcing_serves_tls_and_refuses_plain(pki, caplog, nursery):
+    port = await _serving(nursery, _server_tls(pki, "enforcing"))
+    response = await _call(port, _client_tls(pki))
+    assert (response.code, response.body) == (ResponseCode.SUCCESS, b"hello")
+    with caplog.at_level(logging.WARNING), pytest.raises(RemotingConnectError):
+        await _call(port, None)
+    assert "TLS is enforced" in caplog.text
 
 
-async def test_permissive_serves_both_on_one_port(pki):
-    async with trio.open_nursery() as nursery:
-        port = await _serving(nursery, _server_tls(pki, "permissive"))
-        assert (await _call(port, _client_tls(pki))).body == b"hello"
-        assert (await _call(port, None)).body == b"hello"
-        nursery.cancel_scope.cancel()
+async def test_permissive_serves_both_on_one_port(pki, nursery):
+    port = await _serving(nursery, _server_tls(pki, "permissive"))
+    assert (await _call(port, _client_tls(pki))).body == b"hello"
+    assert (await _call(port, None)).body == b"hello"
 
 
-async def test_disabled_server_refuses_a_tls_client(pki):
-    async with trio.open_nursery() as nursery:
-        port = await _serving(nursery, _server_tls(pki, "disabled"))
-        assert (await _call(port, None)).body == b"hello"
-        with pytest.raises(RemotingConnectError):
-            await _call(port, _client_tls(pki))
-        nursery.cancel_scope.cancel()
+async def test_disabled_server_refuses_a_tls_client(pki, nursery):
+    port = await _serving(nursery, _server_tls(pki, "disabled"))
+    assert (await _call(port, None)).body == b"hello"
+    with pytest.raises(RemotingConnectError):
+        await _call(port, _client_tls(pki))
 
 
-async def test_required_client_auth_refuses_a_client_without_a_trusted_cert(pki, caplog):
-    async with trio.open_nursery() as nursery:
-        port = await _serving(nursery, _server_tls(pki, "enforcing", "require"))
-        assert (await _call(port, _client_tls(pki, cert="client"))).body == b"hello"
-        with caplog.at_level(logging.WARNING):
-            for refused in (_client_tls(pki), _client_tls(pki, cert="stranger")):
-                # TLS 1.3 lets the client finish its handshake before the server
-                # checks the certificate: the refusal shows on the first call.
-                with pytest.raises(RemotingConnectError):
-                    await _call(port, refused)
-        assert "TLS handshake with" in caplog.text
-        nursery.cancel_scope.cancel()
+async def test_required_client_auth_refuses_a_client_without_a_trusted_cert(pki, caplog, nursery):
+    port = await _serving(nursery, _server_tls(pki, "enforcing", "require"))
+    assert (await _call(port, _client_tls(pki, cert="client"))).body == b"hello"
+    with caplog.at_level(logging.WARNING):
+        for refused in (_client_tls(pki), _client_tls(pki, cert="stranger")):
+            # TLS 1.3 lets the client finish its handshake before the server
+            # checks the certificate: the refusal shows on the first call.
+            with pytest.raises(RemotingConnectError):
+                await _call(port, refused)
+    assert "TLS handshake with" in caplog.text
 
 
-async def test_client_refuses_a_server_its_trust_file_does_not_vouch_for(pki):
-    async with trio.open_nursery() as nursery:
-        port = await _serving(nursery, _server_tls(pki, "enforcing"))
-        untrusting = ClientTls(enable=True, trust_cert_path=pki["stranger_cert"])
-        with pytest.raises(RemotingConnectError):
-            await _call(port, untrusting)
-        test_mode = ClientTls(enable=True, test_mode=True)  # tls.test.mode.enable
-        assert (await _call(port, test_mode)).body == b"hello"
-        nursery.cancel_scope.cancel()
+async def test_client_refuses_a_server_its_trust_file_does_not_vouch_for(pki, nursery):
+    port = await _serving(nursery, _server_tls(pki, "enforcing"))
+    untrusting = ClientTls(enable=True, trust_cert_path=pki["stranger_cert"])
+    with pytest.raises(RemotingConnectError):
+        await _call(port, untrusting)
+    test_mode = ClientTls(enable=True, test_mode=True)  # tls.test.mode.enable
+    assert (await _call(port, test_mode)).body == b"hello"
 
 
 def test_server_settings_that_cannot_work_are_refused():

@@ -155,21 +155,27 @@ class PeerTls:
 
 # RocketMQ's names (TlsSystemConfig) for the fields of a config's `tls_server` (ServerTls)
 # and `tls_client` (ClientTls); `with_tls` builds those two from what a KeyTable read.
-TLS_SERVER_KEYS = (
-    Key("tls.server.mode", "tls_server.mode", choice(SERVER_MODES)),
-    Key("tls.server.certPath", "tls_server.cert_path", file_path),
-    Key("tls.server.keyPath", "tls_server.key_path", file_path),
-    Key("tls.server.keyPassword", "tls_server.key_password", text),
-    Key("tls.server.need.client.auth", "tls_server.need_client_auth", choice(CLIENT_AUTH)),
-    Key("tls.server.trustCertPath", "tls_server.trust_cert_path", file_path),
+TLS_SERVER_KEYS = tuple(
+    Key(name, f"tls_server.{field}", parse)
+    for name, field, parse in (
+        ("tls.server.mode", "mode", choice(SERVER_MODES)),
+        ("tls.server.certPath", "cert_path", file_path),
+        ("tls.server.keyPath", "key_path", file_path),
+        ("tls.server.keyPassword", "key_password", text),
+        ("tls.server.need.client.auth", "need_client_auth", choice(CLIENT_AUTH)),
+        ("tls.server.trustCertPath", "trust_cert_path", file_path),
+    )
 )
-TLS_CLIENT_KEYS = (
-    Key("tls.enable", "tls_client.enable", boolean),
-    Key("tls.client.certPath", "tls_client.cert_path", file_path),
-    Key("tls.client.keyPath", "tls_client.key_path", file_path),
-    Key("tls.client.keyPassword", "tls_client.key_password", text),
-    Key("tls.client.trustCertPath", "tls_client.trust_cert_path", file_path),
-    Key("tls.test.mode.enable", "tls_client.test_mode", boolean),
+TLS_CLIENT_KEYS = tuple(
+    Key(name, f"tls_client.{field}", parse)
+    for name, field, parse in (
+        ("tls.enable", "enable", boolean),
+        ("tls.client.certPath", "cert_path", file_path),
+        ("tls.client.keyPath", "key_path", file_path),
+        ("tls.client.keyPassword", "key_password", text),
+        ("tls.client.trustCertPath", "trust_cert_path", file_path),
+        ("tls.test.mode.enable", "test_mode", boolean),
+    )
 )
 TLS_KEYS = TLS_SERVER_KEYS + TLS_CLIENT_KEYS
 TLS_SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword"})
