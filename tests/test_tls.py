@@ -13,11 +13,14 @@ import trustme
 
 from raftmq.broker.config import config_properties, load_broker_config
 from raftmq.client.mqadmin import main as mqadmin_main
+from raftmq.dledger import cli as dledger_cli
+from raftmq.dledger.client import DLedgerClient
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.messages import VoteRequest
 from raftmq.dledger.net.codec import encode_message
 from raftmq.dledger.net.frames import PEER, pack_frame
 from raftmq.dledger.net.tcp import PeerTransport
+from raftmq.dledger.server import DLedgerServer
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.config import load_config as load_namesrv_config
 from raftmq.namesrv.server import NamesrvServer
@@ -30,6 +33,7 @@ from raftmq.remoting import (
     RequestCode,
     ResponseCode,
 )
+from raftmq.streams.address import parse_peers
 from raftmq.streams.tls import ClientTls, PeerTls, ServerTls
 from raftmq.tools.dledger_local import free_ports
 from tests.helpers import GROUP
@@ -273,3 +277,24 @@ async def test_mqadmin_reaches_a_name_server_that_enforces_tls_only_with_tls(pki
         await trio.to_thread.run_sync(mqadmin_main, ["clusterList", "-n", address, *tls_flags]) == 0
     )
     assert await trio.to_thread.run_sync(mqadmin_main, ["clusterList", "-n", address]) != 0
+
+
+async def test_a_group_on_mutual_tls_elects_and_commits_and_a_client_needs_a_cert(pki, nursery):
+    ports = free_ports(3)
+    peers = ";".join(f"n{i}-127.0.0.1:{port}" for i, port in enumerate(ports))
+    flags = ["--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"]]
+    flags += ["--tls-ca", pki["ca"]]
+    for i in range(3):
+        args = ["server", "-p", peers, "-i", f"n{i}", "-s", "-", "--store-type", "MEMORY"]
+        config = dledger_cli._server_config(dledger_cli._parser().parse_args([*args, *flags]))
+        assert config.peer_tls == _peer_tls(pki)
+        await nursery.start(DLedgerServer(config).serve)
+    members = parse_peers(peers)
+    async with DLedgerClient("default", members, tls=_peer_tls(pki, "client")) as client:
+        with trio.fail_after(10):
+            [(index, _)] = await client.append([b"over TLS"])
+        assert index >= 0
+    async with DLedgerClient("default", members) as plain:  # no certificate
+        assert {member["role"] for member in await plain.status()} == {"UNREACHABLE"}
+    half = ["status", "-p", peers, "--tls-cert", pki["client_cert"]]  # no key, no CA
+    assert await trio.to_thread.run_sync(dledger_cli.main, half) == 2
