@@ -26,16 +26,15 @@ does not verify counts as a failed connect. Members all hold certificates of one
 the certificate proves membership, not which member: the checks below still bind a
 connection to one member and its host.
 
-Without TLS the port is not authenticated, so what arrives on it is screened for
-what can be checked without credentials. A connection speaks for the
+Without TLS the port is not authenticated; with or without it, what arrives is
+screened for what can be checked without credentials. A connection speaks for the
 one member named as the sender (`local_id`) of its first peer message; it is closed,
 with one warning, when that sender is not a configured peer (a stranger, or this
 replica's own id), when a later message names another sender or a receiver other
 than this replica, and — with `check_peer_hosts`, the default — when it does not
 come from an address the sender's configured host resolves to (a host name that
-resolves to a loopback address matches any loopback source). Anyone who can
-connect from a member's host can still speak for that member; only authentication
-closes that. Incoming connections are also capped in number and closed when idle
+resolves to a loopback address matches any loopback source). Without TLS, anyone
+who can connect from a member's host can still speak for that member. Incoming connections are also capped in number and closed when idle
 (`streams.idle`).
 """
 
