@@ -34,8 +34,8 @@ replica's own id), when a later message names another sender or a receiver other
 than this replica, and — with `check_peer_hosts`, the default — when it does not
 come from an address the sender's configured host resolves to (a host name that
 resolves to a loopback address matches any loopback source). Without TLS, anyone
-who can connect from a member's host can still speak for that member. Incoming connections are also capped in number and closed when idle
-(`streams.idle`).
+who can connect from a member's host can still speak for that member. Incoming
+connections are also capped in number and closed when idle (`streams.idle`).
 """
 
 from __future__ import annotations
