@@ -36,6 +36,7 @@ are not used; as a slave the broker registers as `slave_broker_id`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -56,6 +57,14 @@ from raftmq.streams.config_keys import (
     ip_address,
     read_config_file,
     text,
+)
+from raftmq.streams.tls import (
+    TLS_KEYS,
+    TLS_SECRET_KEYS,
+    TLS_UNUSED_KEYS,
+    ClientTls,
+    ServerTls,
+    with_tls,
 )
 
 __all__ = ["RUNTIME_KEYS", "BrokerConfig", "config_properties", "load_broker_config", "updated"]
@@ -162,6 +171,10 @@ class BrokerConfig:
 
     `dledger_overrides` holds the DLedger-named keys found in the file. A replica's files
     go under `<storePathDLedgerCommitLog or storePathRootDir>/dledger-<selfId>`.
+
+    The `tls.*` keys (streams.tls) set the remoting server's TLS and that of the broker's
+    connections to the name servers; the `dLegerTls*` keys make the DLedger peer port
+    mutual TLS.
     """
 
     broker_cluster_name: str = "DefaultCluster"
@@ -192,6 +205,11 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
+    dleger_tls_cert_path: str | None = None
+    dleger_tls_key_path: str | None = None
+    dleger_tls_trust_cert_path: str | None = None
+    tls_server: ServerTls = attrs.Factory(ServerTls)
+    tls_client: ClientTls = attrs.Factory(ClientTls)  # the broker's connections to the name servers
     dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
 
     def _require_dledger(self) -> None:
@@ -230,6 +248,9 @@ class BrokerConfig:
             file_reserved_hours=self.file_reserved_time + 1,
             record_synced_lengths=self.record_synced_lengths,
             preferred_leader_ids=self.preferred_leader_id or (),
+            tls_cert_path=self.dleger_tls_cert_path,
+            tls_key_path=self.dleger_tls_key_path,
+            tls_trust_cert_path=self.dleger_tls_trust_cert_path,
             **passed_through,
         )
 
@@ -282,16 +303,21 @@ KEYS = KeyTable(
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
+        Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
+        Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
+        Key("dLegerTlsTrustCertPath", "dleger_tls_trust_cert_path", file_path),
+        *TLS_KEYS,
         *_DLEDGER_PASSTHROUGH,
     ],
-    unused=UNUSED_KEYS,
+    unused=UNUSED_KEYS | TLS_UNUSED_KEYS,
     aliases=ALIASES,
 )
 
 # Keys that only matter with enableDLegerCommitLog=true.
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
-     "storePathDLedgerCommitLog", "recordSyncedLengths", *DLEDGER_PASSTHROUGH_KEYS}
+     "storePathDLedgerCommitLog", "recordSyncedLengths", "dLegerTlsCertPath",
+     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
 
 
@@ -314,10 +340,15 @@ def load_broker_config(
 
     fields, warnings = KEYS.read(given)
     for_dledger = {key: fields.pop(key) for key in DLEDGER_PASSTHROUGH_KEYS if key in fields}
-    config = BrokerConfig(**fields, dledger_overrides=for_dledger)
 
     def where(key: str) -> str:
         return given[key][0] if key in given else (path or "<defaults>")
+
+    try:
+        fields = with_tls(fields)
+    except ValueError as exc:
+        raise ValueError(f"{where('tls.server.mode')}: {exc}") from None
+    config = BrokerConfig(**fields, dledger_overrides=for_dledger)
 
     if config.enable_dleger_commit_log:
         _check_dledger(config, where)
@@ -375,14 +406,18 @@ def _property_text(value: object) -> str:
 
 def config_properties(config: BrokerConfig) -> dict[str, str]:
     """Every key's value, as GET_BROKER_CONFIG (26) reports it (`mqadmin getBrokerConfig`);
-    DLedger's pass-through keys only when set."""
+    DLedger's pass-through keys only when set, TLS key passwords never."""
     values = {}
     for key in KEYS.keys:
+        if key.name in TLS_SECRET_KEYS:
+            continue  # a key's password is not for anyone who can ask
         if key.name in DLEDGER_PASSTHROUGH_KEYS:
             if key.name in config.dledger_overrides:
                 values[key.name] = str(config.dledger_overrides[key.name])
         else:
-            values[key.name] = _property_text(getattr(config, key.field))
+            # a dotted field is one of a part's (tls_server.mode)
+            value = functools.reduce(getattr, key.field.split("."), config)
+            values[key.name] = _property_text(value)
     return values
 
 

@@ -140,6 +140,7 @@ class BrokerController:
             config.listen_port,
             self._processors(),
             on_disconnect=self.clients.on_disconnect,
+            tls=config.tls_server,
         )
         self.started = trio.Event()
 

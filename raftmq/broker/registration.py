@@ -120,7 +120,7 @@ class Registration:
     async def _run_lane(self, lane: _Lane) -> None:
         while True:
             try:
-                async with RemotingClient(lane.address) as client:
+                async with RemotingClient(lane.address, tls=self.config.tls_client) as client:
                     await self._register_on(client, lane)
             except (RemotingError, OSError) as exc:
                 # Said once per outage: a name server down for hours is one line.

@@ -37,6 +37,7 @@ from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeo
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.streams.address import parse_peers
 from raftmq.streams.properties import format_properties, parse_properties
+from raftmq.streams.tls import ClientTls
 
 __all__ = [
     "UNREACHABLE",
@@ -240,10 +241,17 @@ class Admin:
     """`async with Admin(namesrv_addr) as admin:`; `namesrv_addr` is a list or
     RocketMQ's `host:port;host:port` form."""
 
-    def __init__(self, namesrv_addr: str | Sequence[str], *, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        namesrv_addr: str | Sequence[str],
+        *,
+        timeout_s: float = 3.0,
+        tls: ClientTls | None = None,
+    ) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.timeout_s = timeout_s
-        self.pool = ConnectionPool(connect_timeout_s=timeout_s)
+        self.tls = tls
+        self.pool = ConnectionPool(connect_timeout_s=timeout_s, tls=tls)
 
     async def __aenter__(self) -> Admin:
         await self.pool.__aenter__()

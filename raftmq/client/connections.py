@@ -18,6 +18,7 @@ import trio
 
 from raftmq.remoting import RemotingClient, RemotingCommand
 from raftmq.remoting.processor import Processor
+from raftmq.streams.tls import ClientTls
 
 __all__ = ["ConnectionPool"]
 
@@ -28,8 +29,14 @@ class ConnectionPool:
     `processor` answers requests the servers send (NOTIFY_CONSUMER_IDS_CHANGED).
     """
 
-    def __init__(self, processor: Processor | None = None, connect_timeout_s: float = 3.0):
+    def __init__(
+        self,
+        processor: Processor | None = None,
+        connect_timeout_s: float = 3.0,
+        tls: ClientTls | None = None,
+    ):
         self.processor = processor
+        self.tls = tls  # `tls.enable`: every connection of the pool is TLS
         self.connect_timeout_s = connect_timeout_s
         self._clients: dict[str, RemotingClient] = {}
         self._connecting: dict[str, trio.Lock] = {}
@@ -72,7 +79,10 @@ class ConnectionPool:
 
     async def _hold(self, address: str, task_status=trio.TASK_STATUS_IGNORED) -> None:
         client = RemotingClient(
-            address, processor=self.processor, connect_timeout_s=self.connect_timeout_s
+            address,
+            processor=self.processor,
+            connect_timeout_s=self.connect_timeout_s,
+            tls=self.tls,
         )
         async with client:
             task_status.started(client)

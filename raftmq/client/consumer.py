@@ -30,6 +30,7 @@ from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt, MessageSysFlag, decode_all, java_string_hash
 from raftmq.remoting import RemotingCommand
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.streams.tls import ClientTls
 
 __all__ = [
     "MAX_RECONSUME_TIMES",
@@ -196,6 +197,7 @@ class PullConsumer:
         rpc_timeout_s: float = 3.0,
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
+        tls: ClientTls | None = None,
     ) -> None:
         self.group = group
         self.instance = ClientInstance(
@@ -203,6 +205,7 @@ class PullConsumer:
             rpc_timeout_s=rpc_timeout_s,
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
+            tls=tls,
         )
 
     async def __aenter__(self) -> PullConsumer:

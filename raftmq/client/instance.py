@@ -37,6 +37,7 @@ from raftmq.remoting import (
 )
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.streams.address import parse_address_list
+from raftmq.streams.tls import ClientTls
 
 __all__ = ["ClientInstance", "backoff_delays", "local_ip", "parse_namesrv_addrs"]
 
@@ -91,6 +92,7 @@ class ClientInstance:
         rpc_timeout_s: float = 3.0,
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
+        tls: ClientTls | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         # Java's `ip@pid#nanotime`: two clients of one process are two group members.
@@ -103,7 +105,7 @@ class ClientInstance:
         # Called with (topic, route) when a topic's route changes, after the heartbeat
         # to its brokers is under way.
         self.route_listeners: list[Callable[[str, TopicRouteData], None]] = []
-        self.pool = ConnectionPool(self._serve, connect_timeout_s=rpc_timeout_s)
+        self.pool = ConnectionPool(self._serve, connect_timeout_s=rpc_timeout_s, tls=tls)
         self.routes = RouteCache(
             self.namesrv_addrs,
             self.pool.invoke,

@@ -47,6 +47,7 @@ from raftmq.client.route import MessageQueue, TopicRouteData
 from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode
+from raftmq.streams.tls import ClientTls
 
 __all__ = ["ConsumeFromWhere", "PushConsumer", "retry_topic"]
 
@@ -124,6 +125,7 @@ class PushConsumer:
         rpc_timeout_s: float = 3.0,
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
+        tls: ClientTls | None = None,
     ) -> None:
         self.group = group
         self.topic = topic
@@ -152,6 +154,7 @@ class PushConsumer:
             rpc_timeout_s=rpc_timeout_s,
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
+            tls=tls,
         )
         self.instance = self._pull.instance
         self.instance.consumer_data = {

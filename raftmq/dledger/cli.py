@@ -27,6 +27,7 @@ from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.address import parse_peers
 from raftmq.streams.groups import first_leaf
+from raftmq.streams.tls import PeerTls
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_STORAGE = 0, 1, 2, 3, 4
 
@@ -48,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--peers", "-p", required=True, help="n0-host:port;n1-host:port;...")
         if with_id:
             p.add_argument("--id", "-i", required=True)
+        tls = p.add_argument_group("mutual TLS on the peer port (all three, or none)")
+        tls.add_argument("--tls-cert", help="PEM certificate this end presents")
+        tls.add_argument("--tls-key", help="its PEM private key")
+        tls.add_argument("--tls-ca", help="PEM CAs the other end's certificate must chain to")
         return p
 
     server = common(verbs.add_parser("server", help="run one replica"), with_id=True)
@@ -101,12 +106,28 @@ def _server_config(args) -> DLedgerConfig:
     }
     if args.preferred_leader_id:
         values["preferredLeaderIds"] = args.preferred_leader_id
+    for key, given in (
+        ("tlsCertPath", args.tls_cert),
+        ("tlsKeyPath", args.tls_key),
+        ("tlsTrustCertPath", args.tls_ca),
+    ):
+        if given:
+            values[key] = given
     for item in args.config:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--config {item!r}: expected KEY=VALUE")
         values[key] = value
     return DLedgerConfig.from_keys(values, "command line")
+
+
+def _client_tls(args) -> PeerTls | None:
+    paths = (args.tls_cert, args.tls_key, args.tls_ca)
+    if not any(paths):
+        return None
+    if not all(paths):
+        raise ValueError("--tls-cert, --tls-key and --tls-ca go together")
+    return PeerTls(*paths)
 
 
 async def _run_server(config: DLedgerConfig) -> None:
@@ -181,7 +202,8 @@ async def _status(client: DLedgerClient, args) -> int:
 
 
 async def _client_verb(args) -> int:
-    async with DLedgerClient(args.group, parse_peers(args.peers)) as client:
+    tls = _client_tls(args)
+    async with DLedgerClient(args.group, parse_peers(args.peers), tls=tls) as client:
         if args.verb == "append":
             return await _append(client, args)
         if args.verb == "get":

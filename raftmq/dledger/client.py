@@ -18,6 +18,7 @@ import trio
 from raftmq.dledger.codes import Code
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.rpc_client import RpcClient, RpcTimeout, RpcUnavailable
+from raftmq.streams.tls import PeerTls
 
 _RETRYABLE = (
     Code.NOT_LEADER,
@@ -45,8 +46,16 @@ def _known_group(response: dict, group: str) -> dict:
 
 
 class DLedgerClient:
-    def __init__(self, group: str, peers: dict[str, str], timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        group: str,
+        peers: dict[str, str],
+        timeout_s: float = 5.0,
+        *,
+        tls: PeerTls | None = None,
+    ) -> None:
         self.group = group
+        self.tls = tls  # the group's peer port is mutual TLS: this client presents a cert
         self.peers = peers
         self.timeout_s = timeout_s
         self.leader_id: str | None = None
@@ -71,7 +80,7 @@ class DLedgerClient:
         return conn
 
     async def _hold(self, peer: str, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with RpcClient(self.peers[peer], connect_timeout_s=0.5) as conn:
+        async with RpcClient(self.peers[peer], connect_timeout_s=0.5, tls=self.tls) as conn:
             task_status.started(conn)
             await trio.sleep_forever()
 

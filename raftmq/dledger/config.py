@@ -14,6 +14,7 @@ import attrs
 
 from raftmq.streams.address import parse_peers
 from raftmq.streams.config_keys import Key, KeyTable, boolean, integer, number
+from raftmq.streams.tls import PeerTls
 
 FSYNC = "SYNC_FLUSH"  # acknowledge an entry only once fsynced (RocketMQ's flushDiskType name)
 PAGE_CACHE = "ASYNC_FLUSH"  # acknowledge once written to the page cache, as DLedger does
@@ -90,7 +91,19 @@ class DLedgerConfig:
         metadata=_key("checkPeerHosts"),
     )
 
+    # Not DLedger's: mutual TLS on the peer port (dledger.net.tcp). All three or none.
+    tls_cert_path: str | None = attrs.field(default=None, metadata=_key("tlsCertPath"))
+    tls_key_path: str | None = attrs.field(default=None, metadata=_key("tlsKeyPath"))
+    tls_trust_cert_path: str | None = attrs.field(default=None, metadata=_key("tlsTrustCertPath"))
+    # ... and whether a listener's certificate must name the host of its member's address
+    tls_check_peer_host: bool = attrs.field(
+        default=False, converter=_flag, metadata=_key("tlsCheckPeerHost")
+    )
+
     def __attrs_post_init__(self) -> None:
+        tls_paths = (self.tls_cert_path, self.tls_key_path, self.tls_trust_cert_path)
+        if any(tls_paths) and not all(tls_paths):
+            raise ValueError("TLS on the peer port needs a certificate, its key and a trust file")
         if self.self_id not in self.peers:
             raise ValueError(f"selfId {self.self_id!r} is not among peers {list(self.peers)}")
         if self.flush_disk_type not in (FSYNC, PAGE_CACHE):
@@ -104,6 +117,18 @@ class DLedgerConfig:
     @property
     def ack_after_fsync(self) -> bool:
         return self.flush_disk_type == FSYNC
+
+    @property
+    def peer_tls(self) -> PeerTls | None:
+        """The peer port's mutual TLS settings, None when it is plain TCP."""
+        if self.tls_cert_path is None:
+            return None
+        return PeerTls(
+            self.tls_cert_path,
+            self.tls_key_path,
+            self.tls_trust_cert_path,
+            check_host=self.tls_check_peer_host,
+        )
 
     @property
     def peer_ids(self) -> list[str]:

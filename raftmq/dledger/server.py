@@ -162,6 +162,7 @@ class DLedgerServer:
             self._on_rpc,
             self._on_rpc_fast,
             check_peer_hosts=config.check_peer_hosts,
+            tls=config.peer_tls,
         )
         self._role_handlers: list[Callable[[int, Role], None]] = []
         self._commit_handlers: list[Callable[[int], None]] = []

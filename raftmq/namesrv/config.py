@@ -18,6 +18,13 @@ from __future__ import annotations
 import attrs
 
 from raftmq.streams.config_keys import Key, KeyTable, integer, read_config_file
+from raftmq.streams.tls import (
+    TLS_CLIENT_KEYS,
+    TLS_SERVER_KEYS,
+    TLS_UNUSED_KEYS,
+    ServerTls,
+    with_tls,
+)
 
 __all__ = ["NamesrvConfig", "load_config"]
 
@@ -45,10 +52,13 @@ UNUSED_KEYS = frozenset(
 
 @attrs.frozen
 class NamesrvConfig:
+    """namesrv.conf; the `tls.server.*` keys set the remoting server's TLS (streams.tls)."""
+
     listen_port: int = 9876
     bind_address: str = "0.0.0.0"
     broker_channel_expired_time_ms: int = 120_000
     scan_not_active_broker_interval_ms: int = 5_000
+    tls_server: ServerTls = attrs.Factory(ServerTls)
 
 
 KEYS = KeyTable(
@@ -57,8 +67,10 @@ KEYS = KeyTable(
         Key("bindAddress", "bind_address", str),  # empty, like 0.0.0.0, is every interface
         Key("brokerChannelExpiredTime", "broker_channel_expired_time_ms", integer(1)),
         Key("scanNotActiveBrokerInterval", "scan_not_active_broker_interval_ms", integer(1)),
+        *TLS_SERVER_KEYS,
     ],
-    unused=UNUSED_KEYS,
+    # a name server opens no connections of its own
+    unused=UNUSED_KEYS | TLS_UNUSED_KEYS | {key.name for key in TLS_CLIENT_KEYS},
 )
 
 
@@ -68,4 +80,7 @@ def load_config(path: str | None) -> tuple[NamesrvConfig, list[str]]:
     if path is None:
         return NamesrvConfig(), []
     fields, warnings = KEYS.read_text(read_config_file(path), path)
-    return NamesrvConfig(**fields), warnings
+    try:
+        return NamesrvConfig(**with_tls(fields, ("tls_server",))), warnings
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None

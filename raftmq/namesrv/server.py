@@ -38,6 +38,7 @@ class NamesrvServer:
             self.config.listen_port,
             self.processor.table(),
             on_disconnect=self.processor.on_disconnect,
+            tls=self.config.tls_server,
         )
 
     @property

@@ -16,6 +16,10 @@ Failures are exceptions of their own: RemotingConnectError when the server canno
 reached or the connection breaks (every pending call fails at once, and every later
 one; open a new client to reconnect), RemotingTimeoutError when one call's answer is
 late (the connection stays up).
+
+With `tls` (a `streams.tls.ClientTls` with `enable`), the connection is TLS, handshaken
+before `__aenter__` returns, so a server that refuses the client's certificate, or
+whose own does not verify, is a RemotingConnectError there.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from raftmq.remoting.connection import DEFAULT_MAX_PENDING_BYTES, Connection
 from raftmq.remoting.errors import RemotingConnectError
 from raftmq.remoting.processor import Processor
 from raftmq.streams.address import parse_address
+from raftmq.streams.tls import ClientTls
 
 __all__ = ["RemotingClient"]
 
@@ -49,6 +54,7 @@ class RemotingClient:
         connect_timeout_s: float = 3.0,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        tls: ClientTls | None = None,
     ) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
@@ -56,6 +62,7 @@ class RemotingClient:
         self.connect_timeout_s = connect_timeout_s
         self.max_frame_bytes = max_frame_bytes
         self.max_pending_bytes = max_pending_bytes
+        self.tls = tls if tls is not None and tls.enable else None
         self._connection: Connection | None = None
         self._stack: AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
@@ -66,8 +73,11 @@ class RemotingClient:
         try:
             with trio.fail_after(self.connect_timeout_s):
                 stream = await trio.open_tcp_stream(self.host, self.port)
-        except (OSError, trio.TooSlowError) as exc:
-            raise RemotingConnectError(f"cannot connect to {self.address}: {exc!r}") from exc
+                if self.tls is not None:
+                    stream = await self._secure(stream)
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            cause = exc.__cause__ or exc
+            raise RemotingConnectError(f"cannot connect to {self.address}: {cause!r}") from exc
         stack = AsyncExitStack()
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         self._stack = stack
@@ -79,6 +89,15 @@ class RemotingClient:
         )
         self._nursery.start_soon(self._connection.run)
         return self
+
+    async def _secure(self, stream: trio.SocketStream) -> trio.SSLStream:
+        secured = trio.SSLStream(stream, self.tls.context(), server_hostname=self.host)
+        try:
+            await secured.do_handshake()
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return secured
 
     async def __aexit__(self, *exc_info) -> None:
         # The body's exception is not handed to the nursery, which would wrap it in an

@@ -392,7 +392,8 @@ class Connection:
 
 def _socket_name(stream, method: str) -> str:
     try:
-        address = getattr(stream.socket, method)()
+        # A TLS stream's socket is its transport's.
+        address = getattr(getattr(stream, "transport_stream", stream).socket, method)()
     except (AttributeError, OSError):
         return "?"
     if isinstance(address, tuple) and len(address) >= 2:

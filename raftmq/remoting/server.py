@@ -13,6 +13,12 @@ argument) to push its own requests later: `connection.invoke_oneway(...)` for
 NOTIFY_CONSUMER_IDS_CHANGED, `await connection.invoke(...)` for
 GET_CONSUMER_RUNNING_INFO. `on_disconnect` tells it when to forget a client, as
 Java's `ChannelEventListener.onChannelClose` does.
+
+With `tls` (a `streams.tls.ServerTls`), a connection is wrapped in TLS before its
+`Connection` exists: enforcing closes a connection whose first byte does not open a TLS
+handshake, permissive serves it plain, and a handshake that fails (a client without
+the certificate `require` asks for, one the trust file does not vouch for) is logged
+and closes that connection.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from raftmq.remoting.connection import (
 )
 from raftmq.remoting.processor import Processor
 from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle
+from raftmq.streams.tls import ServerTls, starts_with_tls
 
 __all__ = ["DEFAULT_IDLE_S", "DEFAULT_MAX_CONNECTIONS", "RemotingServer", "listen_host"]
 
@@ -37,6 +44,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_S = 120.0  # RocketMQ's serverChannelMaxIdleTimeSeconds; clients beat every 30 s
 DEFAULT_MAX_CONNECTIONS = 10_000
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a connection that stalls its handshake holds a slot no longer
 
 
 def listen_host(bind_address: str) -> str | None:
@@ -70,6 +78,7 @@ class RemotingServer:
         on_disconnect: Callable[[Connection], None] | None = None,
         idle_s: float = DEFAULT_IDLE_S,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        tls: ServerTls | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -82,6 +91,9 @@ class RemotingServer:
         self.idle_s = idle_s
         self.connections: set[Connection] = set()
         self._cap = ConnectionCap("remoting server", max_connections)
+        self.tls = tls if tls is not None and tls.enabled else None
+        # Built here so that a bad certificate or key file fails the start, not a connection.
+        self._tls_context = None if self.tls is None else self.tls.context()
 
     @property
     def address(self) -> str:
@@ -91,7 +103,11 @@ class RemotingServer:
         """Listen and serve until cancelled; `task_status.started(port)` once bound."""
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = listeners[0].socket.getsockname()[1]
-        log.info("remoting server listening on %s", self.address)
+        log.info(
+            "remoting server listening on %s (TLS %s)",
+            self.address,
+            "disabled" if self.tls is None else self.tls.mode,
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self._handle, listeners)
             task_status.started(self.port)
@@ -103,11 +119,33 @@ class RemotingServer:
             await trio.aclose_forcefully(stream)
             return
         try:
-            await self._serve_connection(stream)
+            served = stream if self.tls is None else await self._secure(stream)
+            if served is not None:
+                await self._serve_connection(served)
         finally:
             self._cap.release()
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _secure(self, stream: trio.SocketStream) -> trio.abc.Stream | None:
+        """`stream` as TLS demands: wrapped and handshaken, as it is (permissive and
+        plain), or None (closed) when refused."""
+        peer = _peer_name(stream)
+        try:
+            with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                if not await starts_with_tls(stream):
+                    if self.tls.mode == "permissive":
+                        return stream
+                    log.warning("refusing a plain connection from %s: TLS is enforced", peer)
+                    await trio.aclose_forcefully(stream)
+                    return None
+                secured = trio.SSLStream(stream, self._tls_context, server_side=True)
+                await secured.do_handshake()
+                return secured
+        except (trio.BrokenResourceError, trio.TooSlowError, OSError) as exc:
+            log.warning("TLS handshake with %s failed: %s", peer, _reason(exc))
+            await trio.aclose_forcefully(stream)
+            return None
+
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         clock = ReceiveClock(stream)
         connection = Connection(
             clock,
@@ -141,3 +179,17 @@ class RemotingServer:
         self.connections.discard(connection)
         if self.on_disconnect is not None:
             self.on_disconnect(connection)
+
+
+def _peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+def _reason(exc: BaseException) -> str:
+    """The SSL error under trio's BrokenResourceError, which says only that it broke."""
+    cause = exc.__cause__ or exc
+    return f"{type(cause).__name__}: {cause}"

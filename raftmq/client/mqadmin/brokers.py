@@ -178,7 +178,9 @@ async def cluster_rt(admin: Admin, args: argparse.Namespace) -> None:
              "#successCount", "#failCount")  # fmt: skip
     body = b"a" * args.size
     rounds = 0
-    async with Producer(admin.namesrv_addrs, str(int(time.time() * 1000))) as producer:
+    async with Producer(
+        admin.namesrv_addrs, str(int(time.time() * 1000)), tls=admin.tls
+    ) as producer:
         while True:
             for cluster in clusters:
                 if cluster not in info.clusters:

@@ -37,6 +37,14 @@ class Command:
         parser.add_argument(
             "-n", "--namesrvAddr", help="Name server address list, eg: 192.168.0.1:9876;..."
         )
+        tls = parser.add_argument_group("TLS (RocketMQ's tls.enable and tls.client.* keys)")
+        tls.add_argument("--tls", action="store_true", help="connect over TLS (tls.enable)")
+        tls.add_argument("--tlsTrustCertPath", help="PEM CAs the servers' certificates chain to")
+        tls.add_argument("--tlsCertPath", help="PEM certificate to present, if servers ask")
+        tls.add_argument("--tlsKeyPath", help="its PEM private key")
+        tls.add_argument(
+            "--tlsTestMode", action="store_true", help="do not verify the servers' certificates"
+        )
         for flag, name, help_text, kwargs in self.options:
             parser.add_argument(flag, f"--{name}", dest=name, help=help_text, **kwargs)
         return parser

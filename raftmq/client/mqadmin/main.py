@@ -26,6 +26,7 @@ from raftmq.client.mqadmin.commands import (
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import ResponseCode
 from raftmq.streams.groups import first_leaf
+from raftmq.streams.tls import ClientTls
 
 __all__ = ["main"]
 
@@ -62,6 +63,18 @@ def _failure(command: Command, exc: Exception) -> int:
 _HELP = ("help", "-h", "--help")
 
 
+def _client_tls(args) -> ClientTls | None:
+    if not args.tls:
+        return None
+    return ClientTls(
+        enable=True,
+        cert_path=args.tlsCertPath,
+        key_path=args.tlsKeyPath,
+        trust_cert_path=args.tlsTrustCertPath,
+        test_mode=args.tlsTestMode,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or (argv[0] in _HELP and len(argv) == 1):
@@ -94,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
     async def run() -> int:
-        async with Admin(namesrv) as admin:
+        async with Admin(namesrv, tls=_client_tls(args)) as admin:
             return await command.run(admin, args) or EXIT_OK
 
     try:

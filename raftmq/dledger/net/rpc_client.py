@@ -19,9 +19,10 @@ import trio
 
 from raftmq.dledger.net.codec import FrameError, decode_rpc, encode_rpc
 from raftmq.dledger.net.frames import MAX_FRAME_BYTES, RPC, FrameReader, FrameWriter
-from raftmq.dledger.net.tcp import set_nodelay
+from raftmq.dledger.net.tcp import secure_connect, set_nodelay
 from raftmq.streams.address import parse_address
 from raftmq.streams.deadlines import DeadlineReaper
+from raftmq.streams.tls import PeerTls
 
 __all__ = ["RpcClient", "RpcTimeout", "RpcUnavailable"]
 
@@ -69,11 +70,13 @@ class RpcClient:
         *,
         connect_timeout_s: float = 3.0,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        tls: PeerTls | None = None,
     ) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
         self.connect_timeout_s = connect_timeout_s
         self.max_frame_bytes = max_frame_bytes
+        self.tls = tls  # a group whose peer port is mutual TLS: the client needs a cert too
         self._opaque = itertools.count(1)
         self._calls: dict[int, _Call] = {}
         self._deadlines = DeadlineReaper(self._expire, self._is_pending)
@@ -86,9 +89,13 @@ class RpcClient:
         try:
             with trio.fail_after(self.connect_timeout_s):
                 stream = await trio.open_tcp_stream(self.host, self.port)
-        except (OSError, trio.TooSlowError) as exc:
-            raise RpcUnavailable(f"cannot connect to {self.address}: {exc!r}") from exc
-        set_nodelay(stream)
+            if self.tls is None:
+                set_nodelay(stream)
+            else:
+                stream = await secure_connect(stream, self.tls, self.host, self.connect_timeout_s)
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            cause = exc.__cause__ or exc
+            raise RpcUnavailable(f"cannot connect to {self.address}: {cause!r}") from exc
         stack = AsyncExitStack()
         await stack.enter_async_context(stream)
         self._nursery = await stack.enter_async_context(trio.open_nursery())

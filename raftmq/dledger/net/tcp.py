@@ -17,17 +17,25 @@ Callbacks (`on_message`, `on_send_failed`) are called from the transport's own
 tasks, never from inside `send`, so the driver is never re-entered while it is
 handing out an Output.
 
-The port is not authenticated (TLS is not implemented), so what arrives on it is
+With `tls` (a `streams.tls.PeerTls`: `dLegerTlsCertPath`, `dLegerTlsKeyPath`,
+`dLegerTlsTrustCertPath`), every connection on the port, peer link or client RPC, is
+mutual TLS: a connection whose certificate does not chain to the trust file (a
+stranger's self-signed one, or none) is logged and dropped before one frame is read,
+so it can neither vote nor append; an outgoing link to a listener whose certificate
+does not verify counts as a failed connect. Members all hold certificates of one CA, so
+the certificate proves membership, not which member: the checks below still bind a
+connection to one member and its host.
+
+Without TLS the port is not authenticated; with or without it, what arrives is
 screened for what can be checked without credentials. A connection speaks for the
 one member named as the sender (`local_id`) of its first peer message; it is closed,
 with one warning, when that sender is not a configured peer (a stranger, or this
 replica's own id), when a later message names another sender or a receiver other
 than this replica, and — with `check_peer_hosts`, the default — when it does not
 come from an address the sender's configured host resolves to (a host name that
-resolves to a loopback address matches any loopback source). Anyone who can
-connect from a member's host can still speak for that member; only authentication
-closes that. Incoming connections are also capped in number and closed when idle
-(`streams.idle`).
+resolves to a loopback address matches any loopback source). Without TLS, anyone
+who can connect from a member's host can still speak for that member. Incoming
+connections are also capped in number and closed when idle (`streams.idle`).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from raftmq.dledger.net.codec import (
 from raftmq.dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
 from raftmq.streams.address import parse_address
 from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle
+from raftmq.streams.tls import PeerTls
 
 __all__ = ["PeerTransport", "RpcHandler", "set_nodelay"]
 
@@ -69,6 +78,8 @@ _IDLE = 0  # no connection; the next send starts one
 _CONNECTING = 1  # a connect is under way; sends wait in a bounded backlog
 _CONNECTED = 2
 _DOWN = 3  # the last connect failed; sends are reported and dropped until retry_at
+
+TLS_HANDSHAKE_TIMEOUT_S = 5.0  # an incoming connection that stalls its handshake is dropped
 
 
 def set_nodelay(stream) -> None:
@@ -134,8 +145,10 @@ class _Link:
             try:
                 with trio.fail_after(t.connect_timeout_s):
                     stream = await trio.open_tcp_stream(self.host, self.port)
-            except (OSError, trio.TooSlowError) as exc:
-                self._connect_failed(exc)
+                if t.tls is not None:
+                    stream = await secure_connect(stream, t.tls, self.host, t.connect_timeout_s)
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+                self._connect_failed(exc.__cause__ or exc)
                 continue
             await self._use(stream)
 
@@ -157,9 +170,8 @@ class _Link:
         for msg, _ in backlog:
             t._fail(msg, "peer unreachable")
 
-    async def _use(self, stream: trio.SocketStream) -> None:
+    async def _use(self, stream: trio.abc.Stream) -> None:
         t = self.transport
-        set_nodelay(stream)
         writer = FrameWriter(stream, t.max_frame_bytes)
         for _, payload in self.backlog:
             writer.write(PEER, payload)
@@ -179,6 +191,22 @@ class _Link:
             self.writer = None
             self.state = _IDLE
             await stream.aclose()
+
+
+async def secure_connect(
+    stream: trio.SocketStream, tls: PeerTls, host: str, timeout_s: float
+) -> trio.SSLStream:
+    """`stream` (TCP_NODELAY set) after a mutual TLS handshake as a client of the peer
+    port; the stream is closed if the handshake fails or takes over `timeout_s`."""
+    set_nodelay(stream)
+    secured = trio.SSLStream(stream, tls.client_context(), server_hostname=host)
+    try:
+        with trio.fail_after(timeout_s):
+            await secured.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return secured
 
 
 async def _pump(writer: FrameWriter, scope: trio.CancelScope) -> None:
@@ -228,6 +256,7 @@ class PeerTransport:
         check_peer_hosts: bool = True,
         idle_s: float = 120.0,
         max_connections: int = 1024,
+        tls: PeerTls | None = None,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
@@ -242,6 +271,11 @@ class PeerTransport:
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
         self.check_peer_hosts = check_peer_hosts
+        self.tls = tls
+        # Built here so that a bad certificate, key or trust file fails the start.
+        self._tls_server_context = None if tls is None else tls.server_context()
+        if tls is not None:
+            tls.client_context()
         # Incoming connections: closed after `idle_s` without a byte (a link that is
         # needed again is reopened by its sender), at most `max_connections` at once.
         self.idle_s = idle_s
@@ -356,9 +390,14 @@ class PeerTransport:
             await trio.aclose_forcefully(stream)
             return
         set_nodelay(stream)
-        writer = FrameWriter(stream, self.max_frame_bytes)
-        clock = ReceiveClock(stream)
         try:
+            if self.tls is not None:
+                secured = await self._authenticate(stream)
+                if secured is None:
+                    return
+                stream = secured
+            writer = FrameWriter(stream, self.max_frame_bytes)
+            clock = ReceiveClock(stream)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_pump, writer, nursery.cancel_scope)
                 nursery.start_soon(close_when_idle, clock, self.idle_s, nursery.cancel_scope.cancel)
@@ -367,6 +406,26 @@ class PeerTransport:
         finally:
             self._cap.release()
             await stream.aclose()
+
+    async def _authenticate(self, stream: trio.SocketStream) -> trio.SSLStream | None:
+        """`stream` after the mutual TLS handshake, or None (logged, closed) when the
+        other end does not present a certificate the trust file vouches for."""
+        secured = trio.SSLStream(stream, self._tls_server_context, server_side=True)
+        try:
+            with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                await secured.do_handshake()
+        except (trio.BrokenResourceError, trio.TooSlowError, OSError) as exc:
+            cause = exc.__cause__ or exc
+            log.warning(
+                "%s: dropping a connection from %s that failed TLS authentication: %s: %s",
+                self.self_id,
+                _peer_name(stream),
+                type(cause).__name__,
+                cause,
+            )
+            await trio.aclose_forcefully(stream)
+            return None
+        return secured
 
     async def _read_incoming(
         self, stream: trio.SocketStream, writer: FrameWriter, nursery: trio.Nursery
@@ -479,7 +538,8 @@ def _plain_ip(address: str) -> str:
 
 def _peer_address(stream) -> tuple[str, int] | None:
     try:
-        return stream.socket.getpeername()[:2]
+        # A TLS stream's socket is its transport's.
+        return getattr(stream, "transport_stream", stream).socket.getpeername()[:2]
     except (AttributeError, OSError):
         return None
 
