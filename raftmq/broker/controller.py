@@ -206,6 +206,7 @@ class BrokerController:
             RequestCode.GET_BROKER_CONFIG: admin.broker_config,
             RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: queries.runtime_info,
+            RequestCode.QUERY_MESSAGE: queries.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message,
             RequestCode.GET_TOPIC_STATS_INFO: queries.topic_stats,
             RequestCode.GET_CONSUME_STATS: queries.consume_stats,

@@ -1,4 +1,4 @@
-"""Message verbs: queryMsgById, sendMessage, consumeMessage."""
+"""Message verbs: queryMsgById (either kind of id), sendMessage, consumeMessage."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import zlib
 
 from raftmq.client.admin import Admin
 from raftmq.client.consumer import PullConsumer, PullStatus
+from raftmq.client.message_query import view_by_either_id
 from raftmq.client.mqadmin.commands import (
     UsageError,
     human_ms,
@@ -30,7 +31,7 @@ def _body_text(msg: MessageExt) -> str:
     return body.decode("utf-8", errors="replace")
 
 
-def _print_message(msg: MessageExt) -> None:
+def print_message(msg: MessageExt) -> None:
     """QueryMsgByIdSubCommand.printMsg's fields, with the body inline instead of in a
     file under /tmp."""
     properties = ", ".join(f"{k}={v}" for k, v in sorted(msg.properties.items()))
@@ -57,17 +58,21 @@ def _print_message(msg: MessageExt) -> None:
 @verb(
     "queryMsgById",
     "Query Message by Id",
-    option("-i", "msgId", "Message Id (offset msgIds, comma separated)", required=True),
+    option(
+        "-i", "msgId", "Message Id (offset msgIds or UNIQ_KEYs, comma separated)", required=True
+    ),
+    option("-t", "topic", "The topic, to look an id up as a UNIQ_KEY too"),
 )
 async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
+    topic = args.topic.strip() if args.topic else None
     for n, msg_id in enumerate(i.strip() for i in args.msgId.split(",") if i.strip()):
         try:
-            msg = await admin.query_msg_by_id(msg_id)
+            msg = await view_by_either_id(admin, msg_id, topic)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if n:
             print()
-        _print_message(msg)
+        print_message(msg)
 
 
 def _mq_text(mq: MessageQueue) -> str:
@@ -165,7 +170,7 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
                     high, count = low + count - 1, 0
                 else:
                     count -= high - low + 1
-                await _print_queue(consumer, mq, low, high)
+                await print_queue(consumer, mq, low, high)
             return
         mq = MessageQueue(topic, args.brokerName.strip(), args.queueId)
         low, high = await span(mq)
@@ -177,10 +182,10 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
         if high - low > count:
             print(f"The oldler {count} message will be provided")
             high = low + count - 1
-        await _print_queue(consumer, mq, low, high)
+        await print_queue(consumer, mq, low, high)
 
 
-async def _print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: int) -> None:
+async def print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: int) -> None:
     """Messages [low, high] of `mq`, a pull at a time, until the queue has no more."""
     offset = low
     while offset <= high:
