@@ -198,7 +198,13 @@ class IndexFile:
         self._write_header()
 
     def flush(self) -> None:
-        self._map.flush()
+        """Flush to disk; nothing for a file retention deleted meanwhile (the dispatch
+        checkpoint flushes on a worker thread while dispatch goes on)."""
+        try:
+            self._map.flush()
+        except (ValueError, OSError):
+            if not self._map.closed:
+                raise
 
     def close(self) -> None:
         self._map.close()
