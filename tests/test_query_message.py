@@ -8,7 +8,7 @@ import time
 import trio
 
 from raftmq.client.admin import Admin
-from raftmq.client.message_query import query_by_key, query_by_unique_key
+from raftmq.client.message_query import query_by_key, query_by_unique_key, query_header
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RequestCode, ResponseCode
@@ -26,14 +26,7 @@ async def send_keyed(g, broker, topic: str, n: int, keys: str) -> str:
 
 
 async def query(g, broker, topic, key, max_num=64, begin_ms=0, end_ms=END_MS, unique=False):
-    ext = {
-        "topic": topic,
-        "key": key,
-        "maxNum": max_num,
-        "beginTimestamp": begin_ms,
-        "endTimestamp": end_ms,
-        "_UNIQUE_KEY_QUERY": "true" if unique else "false",
-    }
+    ext = query_header(topic, key, max_num, begin_ms, end_ms, unique)
     return await g.call(broker, RequestCode.QUERY_MESSAGE, ext)
 
 

@@ -23,11 +23,12 @@ UNIQUE_KEY_MAX_NUM = 32  # defaultQueryMaxNum
 END_OF_TIME_MS = 2**63 - 1  # Long.MAX_VALUE
 
 
-async def _query(
-    admin: Admin, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int, unique: bool
-) -> list[MessageExt]:
-    masters = await admin.route_masters(topic)
-    ext = {
+def query_header(
+    topic: str, key: str, max_num: int, begin_ms: int, end_ms: int, unique: bool
+) -> dict:
+    """QUERY_MESSAGE's header (`QueryMessageRequestHeader` and the unique-key flag the
+    Java client always sends)."""
+    return {
         "topic": topic,
         "key": key,
         "maxNum": max_num,
@@ -35,6 +36,13 @@ async def _query(
         "endTimestamp": end_ms,
         "_UNIQUE_KEY_QUERY": "true" if unique else "false",
     }
+
+
+async def _query(
+    admin: Admin, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int, unique: bool
+) -> list[MessageExt]:
+    masters = await admin.route_masters(topic)
+    ext = query_header(topic, key, max_num, begin_ms, end_ms, unique)
     found: list[MessageExt] = []
     errors: list[MQClientError] = []
 
@@ -133,5 +141,6 @@ __all__ = [
     "query_all_by_unique_key",
     "query_by_key",
     "query_by_unique_key",
+    "query_header",
     "view_by_either_id",
 ]

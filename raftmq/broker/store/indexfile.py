@@ -45,6 +45,14 @@ CHECKPOINT = "checkpoint"  # entries of the last file durable at the last dispat
 INT_MAX = 2**31 - 1
 
 _HEADER = struct.Struct(">qqqqii")
+_HEADER_FIELDS = (
+    "begin_timestamp",
+    "end_timestamp",
+    "begin_phy_offset",
+    "end_phy_offset",
+    "hash_slot_count",
+    "index_count",
+)
 _SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
 
@@ -78,27 +86,12 @@ class IndexFile:
             if os.fstat(f.fileno()).st_size != size_bytes:
                 f.truncate(size_bytes)  # sparse: the pages appear as they are written
             self._map = mmap.mmap(f.fileno(), size_bytes)
-        (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        ) = _HEADER.unpack_from(self._map, 0)
+        for name, value in zip(_HEADER_FIELDS, _HEADER.unpack_from(self._map, 0), strict=True):
+            setattr(self, name, value)
         self.index_count = max(self.index_count, 1)
 
     def _write_header(self) -> None:
-        _HEADER.pack_into(
-            self._map,
-            0,
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        )
+        _HEADER.pack_into(self._map, 0, *(getattr(self, name) for name in _HEADER_FIELDS))
 
     def seed(self, end_phy_offset: int, end_timestamp: int) -> None:
         """A rolled file's header starts at its predecessor's end (RocketMQ's quirk:
