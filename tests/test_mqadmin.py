@@ -575,6 +575,30 @@ async def test_reset_offset_by_time_with_the_group_stopped_and_running(cluster):
 
 
 @pytest.mark.processes
+async def test_query_msg_by_offset_and_print_msg(cluster):
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Ledger", 1, 1, cluster=CLUSTER)
+        await wait_route(admin, "Ledger")
+    uniq_keys = await send_keyed(cluster, "Ledger")
+    by_offset = await mqadmin(
+        "queryMsgByOffset", "-n", cluster.namesrv_addr, "-t", "Ledger", "-b", cluster.broker_name,
+        "-i", "0", "-o", "1",
+    )  # fmt: skip
+    assert by_offset.returncode == 0, by_offset.stderr
+    out = by_offset.stdout.decode()
+    assert "Topic:               Ledger" in out and "Queue Offset:        1" in out
+    assert "Message Body:        order-1" in out
+    printed = await mqadmin("printMsg", "-n", cluster.namesrv_addr, "-t", "Ledger")
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.decode().splitlines()
+    assert lines[0] == (
+        f"minOffset=0, maxOffset=3, MessageQueue [topic=Ledger, brokerName={cluster.broker_name},"
+        " queueId=0]"
+    )
+    assert [line.split()[1] for line in lines if line.startswith("MSGID: ")] == uniq_keys
+
+
+@pytest.mark.processes
 async def test_send_message_then_consume_message(cluster):
     async with Admin(cluster.namesrv_addr) as admin:
         await admin.create_topic("Mail", 2, 2, cluster=CLUSTER)

@@ -75,7 +75,7 @@ async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
         print_message(msg)
 
 
-def _mq_text(mq: MessageQueue) -> str:
+def mq_text(mq: MessageQueue) -> str:
     """MessageQueue.toString."""
     return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
 
@@ -176,7 +176,7 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
         low, high = await span(mq)
         offset = args.offset or 0
         if offset > high:
-            print(f"{_mq_text(mq)} no matched msg, offset={offset}")
+            print(f"{mq_text(mq)} no matched msg, offset={offset}")
             return
         low = max(low, offset)
         if high - low > count:
@@ -196,8 +196,8 @@ async def print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: 
             for msg in result.messages:
                 print(_message_line(msg, mq.broker_name))
         elif result.status is PullStatus.NO_MATCHED_MSG:
-            print(f"{_mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
+            print(f"{mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
         else:
             status = result.status.name
-            print(f"{_mq_text(mq)} print msg finished. status={status}, offset={offset}")
+            print(f"{mq_text(mq)} print msg finished. status={status}, offset={offset}")
             return

@@ -17,7 +17,7 @@ from raftmq.client.message_query import (
     query_by_key,
 )
 from raftmq.client.mqadmin.commands import option, parse_timestamp_ms, print_row, verb
-from raftmq.client.mqadmin.messages import print_message, print_queue
+from raftmq.client.mqadmin.messages import mq_text, print_message, print_queue
 from raftmq.client.route import MessageQueue
 
 
@@ -86,5 +86,5 @@ async def print_msg(admin: Admin, args: argparse.Namespace) -> None:
             high = await consumer.max_offset(mq)
             if end_ms:
                 high = await consumer.search_offset(mq, end_ms)
-            print(f"minOffset={low}, maxOffset={high}, {mq}")
+            print(f"minOffset={low}, maxOffset={high}, {mq_text(mq)}")
             await print_queue(consumer, mq, low, high - 1)
