@@ -69,6 +69,8 @@ class InProcessGroup:
             "dLegerSelfId": node,
             "mappedFileSizeCommitLog": str(4 << 20),
             "mappedFileSizeForEntryIndex": str(1 << 20),
+            "maxHashSlotNum": "4096",
+            "maxIndexNum": "16384",
             **self.conf,
         }
         return load_broker_config(None, overrides=overrides)[0]

@@ -18,6 +18,7 @@ import trio
 from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
 from raftmq.client.errors import MQBrokerError
+from raftmq.client.message_query import query_by_key, query_by_unique_key
 from raftmq.client.mqadmin import main
 from raftmq.client.mqadmin.commands import parse_timestamp_ms
 from raftmq.client.route import BrokerData
@@ -574,6 +575,30 @@ async def test_reset_offset_by_time_with_the_group_stopped_and_running(cluster):
 
 
 @pytest.mark.processes
+async def test_query_msg_by_offset_and_print_msg(cluster):
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Ledger", 1, 1, cluster=CLUSTER)
+        await wait_route(admin, "Ledger")
+    uniq_keys = await send_keyed(cluster, "Ledger")
+    by_offset = await mqadmin(
+        "queryMsgByOffset", "-n", cluster.namesrv_addr, "-t", "Ledger", "-b", cluster.broker_name,
+        "-i", "0", "-o", "1",
+    )  # fmt: skip
+    assert by_offset.returncode == 0, by_offset.stderr
+    out = by_offset.stdout.decode()
+    assert "Topic:               Ledger" in out and "Queue Offset:        1" in out
+    assert "Message Body:        order-1" in out
+    printed = await mqadmin("printMsg", "-n", cluster.namesrv_addr, "-t", "Ledger")
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.decode().splitlines()
+    assert lines[0] == (
+        f"minOffset=0, maxOffset=3, MessageQueue [topic=Ledger, brokerName={cluster.broker_name},"
+        " queueId=0]"
+    )
+    assert [line.split()[1] for line in lines if line.startswith("MSGID: ")] == uniq_keys
+
+
+@pytest.mark.processes
 async def test_send_message_then_consume_message(cluster):
     async with Admin(cluster.namesrv_addr) as admin:
         await admin.create_topic("Mail", 2, 2, cluster=CLUSTER)
@@ -724,6 +749,48 @@ def check_dledger_rows(completed, cluster, leader: str, unreachable: str | None 
 
 
 @pytest.mark.processes
+async def send_keyed(cluster, topic: str) -> list[str]:
+    """Three messages keyed `order-42` (and one of them `vip`); their UNIQ_KEYs."""
+    async with Producer(cluster.namesrv_addr, "keyed") as producer:
+        return [
+            (await producer.send(topic, b"order-%d" % n, keys=["order-42", *(["vip"] * n)])).msg_id
+            for n in range(2)
+        ] + [(await producer.send(topic, b"other", keys="order-7")).msg_id]
+
+
+async def query_outputs(cluster, admin: Admin, uniq_keys: list[str], check: bool = True):
+    """What queries by key and by unique key answer, through mqadmin and the client."""
+    by_key = await mqadmin(
+        "queryMsgByKey", "-n", cluster.namesrv_addr, "-t", "Survivor", "-k", "order-42"
+    )
+    by_uniq = await mqadmin(
+        "queryMsgByUniqueKey", "-n", cluster.namesrv_addr, "-t", "Survivor", "-i", uniq_keys[1]
+    )
+    by_id = await mqadmin(
+        "queryMsgById", "-n", cluster.namesrv_addr, "-t", "Survivor", "-i", uniq_keys[2]
+    )
+    outputs = [by_key.stdout.decode(), by_uniq.stdout.decode(), by_id.stdout.decode()]
+    try:
+        found = [m.body for m in await query_by_key(admin, "Survivor", "order-42")]
+        vip = [m.body for m in await query_by_key(admin, "Survivor", "vip")]
+        one = (await query_by_unique_key(admin, "Survivor", uniq_keys[0])).body
+    except MQBrokerError:
+        if check:
+            raise
+        return None
+    if check:
+        for completed in (by_key, by_uniq, by_id):
+            assert completed.returncode == 0, completed.stderr
+        rows = table(by_key)
+        assert rows[0] == ["#Message", "ID", "#QID", "#Offset"]
+        assert sorted(row[0] for row in rows[1:]) == sorted(uniq_keys[:2])
+        assert "Message Body:        order-1" in outputs[1]
+        assert "Keys:                [order-42 vip]" in outputs[1]
+        assert "Message Body:        other" in outputs[2]
+        assert (sorted(found), vip, one) == ([b"order-0", b"order-1"], [b"order-1"], b"order-0")
+    return outputs, sorted(found), vip, one
+
+
 async def test_failover_keeps_messages_findable_and_shows_in_dledger_status(cluster):
     """Runs last: it kills the master."""
     old = await cluster.wait_master()
@@ -742,6 +809,9 @@ async def test_failover_keeps_messages_findable_and_shows_in_dledger_status(clus
         assert f"Store Host:          {cluster.broker_addrs[old]}" in out
         assert "Message Body:        still-here" in out
 
+        keyed = await send_keyed(cluster, "Survivor")
+        before = await query_outputs(cluster, admin, keyed)
+
         cluster.kill(old)
         msg = await admin.query_msg_by_id(msg_id)  # from a replica, master or not yet
         assert (msg.topic, msg.body, msg.msg_id) == ("Survivor", b"still-here", msg_id)
@@ -749,5 +819,9 @@ async def test_failover_keeps_messages_findable_and_shows_in_dledger_status(clus
         new = await cluster.wait_master(not_node=old)
         members = await stable_members(admin, not_leader=old)
         assert [m.self_id for m in members if m.role == UNREACHABLE] == [old]
+        with trio.fail_after(20):  # until the route names the new master
+            while await query_outputs(cluster, admin, keyed, check=False) != before:
+                await trio.sleep(0.2)
+        assert await query_outputs(cluster, admin, keyed) == before
     completed = await mqadmin("dledgerStatus", "-n", cluster.namesrv_addr, "-c", CLUSTER)
     check_dledger_rows(completed, cluster, leader=new, unreachable=old)

@@ -2,6 +2,8 @@
 
 GET_BROKER_RUNTIME_INFO (28, with the DLedger member's state: dLegerSelfId,
 dLegerRole, dLegerTerm, dLegerLedgerEndIndex, dLegerCommittedIndex),
+QUERY_MESSAGE (12, from the key index: by a KEYS word, or by UNIQ_KEY when
+`_UNIQUE_KEY_QUERY` is "true", which only caps maxNum at 32 as RocketMQ does),
 VIEW_MESSAGE_BY_ID (33), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
 GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
 QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315, for `statsAll`).
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from raftmq.broker.topic_config_manager import TopicConfigManager
 
 VERSION_DESC = "V4_9_8"
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
+DEFAULT_QUERY_MAX_NUM = 32  # MessageStoreConfig.defaultQueryMaxNum
 STATS_WINDOWS_MS = {"statsMinute": 60_000, "statsHour": 3_600_000, "statsDay": 86_400_000}
 
 
@@ -98,6 +102,31 @@ class AdminQueries:
             "dLegerPeers": ";".join(f"{k}-{v}" for k, v in meta["peers"].items()),
         }
         return request.make_response(ResponseCode.SUCCESS, body=json_body({"table": table}))
+
+    async def query_message(self, request: RemotingCommand, connection: Connection):
+        """QueryMessageProcessor.queryMessage: the raw stored records concatenated."""
+        max_num = integer(request, "maxNum")
+        if (request.ext_fields or {}).get(UNIQUE_KEY_QUERY, "").lower() == "true":
+            max_num = DEFAULT_QUERY_MAX_NUM
+        records, end_ms, end_phy = self.store.query_message(
+            text(request, "topic"),
+            text(request, "key"),
+            max_num,
+            integer(request, "beginTimestamp"),
+            integer(request, "endTimestamp"),
+        )
+        if not records:
+            end_ms = end_phy = 0
+        header = {"indexLastUpdateTimestamp": str(end_ms), "indexLastUpdatePhyoffset": str(end_phy)}
+        if not records:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+                ext_fields=header,
+            )
+        return request.make_response(
+            ResponseCode.SUCCESS, ext_fields=header, body=b"".join(records)
+        )
 
     async def view_message(self, request: RemotingCommand, connection: Connection):
         offset = integer(request, "offset")

@@ -44,6 +44,7 @@ from collections.abc import Callable
 import attrs
 
 from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ENTRY_SIZE
+from raftmq.broker.store.indexfile import MAX_HASH_SLOT_NUM, MAX_INDEX_NUM
 from raftmq.dledger.config import FSYNC, PAGE_CACHE, DLedgerConfig
 from raftmq.dledger.config import KEYS as DLEDGER_KEYS
 from raftmq.streams.address import parse_address_list, parse_peers
@@ -140,7 +141,7 @@ UNUSED_KEYS = frozenset(
         "slaveReadEnable", "offsetCheckInSlave", "brokerIP2",
         # features raftmq does not have
         "aclEnable", "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
-        "messageIndexSafe", "maxHashSlotNum", "maxIndexNum", "filterServerNums",
+        "messageIndexSafe", "filterServerNums",
         "enablePropertyFilter", "enableCalcFilterBitMap", "filterSupportRetry",
         "brokerPermission", "clusterTopicEnable", "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer", "messageStorePlugIn", "commercialEnable",
@@ -195,6 +196,8 @@ class BrokerConfig:
     store_path_dledger_commit_log: str | None = None
     mapped_file_size_commit_log: int = 1 << 30
     mapped_file_size_consume_queue: int = DEFAULT_FILE_ENTRIES * ENTRY_SIZE
+    max_hash_slot_num: int = MAX_HASH_SLOT_NUM  # slots of one IndexFile
+    max_index_num: int = MAX_INDEX_NUM  # entries of one IndexFile
     default_topic_queue_nums: int = 8
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
@@ -293,6 +296,8 @@ KEYS = KeyTable(
         Key("storePathDLedgerCommitLog", "store_path_dledger_commit_log", file_path),
         Key("mappedFileSizeCommitLog", "mapped_file_size_commit_log", integer(1)),
         Key("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue", integer(ENTRY_SIZE)),
+        Key("maxHashSlotNum", "max_hash_slot_num", integer(1)),
+        Key("maxIndexNum", "max_index_num", integer(2)),
         Key("defaultTopicQueueNums", "default_topic_queue_nums", integer(1)),
         Key("autoCreateTopicEnable", "auto_create_topic_enable", boolean),
         Key("autoCreateSubscriptionGroup", "auto_create_subscription_group", boolean),

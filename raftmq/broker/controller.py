@@ -42,6 +42,7 @@ from raftmq.broker.role import BrokerRole
 from raftmq.broker.schedule import ScheduleService
 from raftmq.broker.send import SendProcessor
 from raftmq.broker.stats import BrokerStats
+from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
@@ -98,6 +99,7 @@ class BrokerController:
             ),
             parse_delay_levels(config.message_delay_level),
             config.queue_file_entries,
+            IndexService(self.root / "index", config.max_hash_slot_num, config.max_index_num),
         )
         metadata = self.store.metadata
         self.role = BrokerRole(
@@ -207,6 +209,7 @@ class BrokerController:
             RequestCode.GET_BROKER_CONFIG: admin.broker_config,
             RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: queries.runtime_info,
+            RequestCode.QUERY_MESSAGE: queries.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message,
             RequestCode.GET_TOPIC_STATS_INFO: queries.topic_stats,
             RequestCode.GET_CONSUME_STATS: queries.consume_stats,

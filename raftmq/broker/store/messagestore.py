@@ -36,6 +36,7 @@ from raftmq.broker.store.commitlog import (
     DLedgerCommitLog,
 )
 from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue, ConsumeQueueTable
+from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.dledger.server import durably
@@ -107,11 +108,13 @@ class MessageStore:
         builtin_topics: dict[str, TopicConfig],
         delay_levels_ms: list[int],
         queue_file_entries: int = DEFAULT_FILE_ENTRIES,
+        index: IndexService | None = None,
     ) -> None:
         self.server = server
         self.root = root
         self.commitlog = DLedgerCommitLog(server)
         self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
+        self.index = IndexService(root / "index") if index is None else index
         self.metadata = Metadata(builtin_topics)
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
@@ -141,6 +144,7 @@ class MessageStore:
         resume = min(checkpoint_position(self.root), store.end_pos)
         for queue in self.queues.queues.values():
             queue.truncate_physical(resume)
+        self.index.recover(resume)
         self.trim_queues()
         self.metadata.load(self._snapshot_path)
         meta = self.queues.find(META_TOPIC, 0)
@@ -168,11 +172,13 @@ class MessageStore:
         first = self.dispatched_index + 1
         position = store.pos_at(first) if first <= store.end_index else store.end_pos
         sync_queues = self.queues.sync_plan()
+        sync_index = self.index.sync_plan()
         snapshot = self.metadata.snapshot_bytes()
         record = json.dumps({"position": position}).encode()
 
         def run() -> None:
             sync_queues()
+            sync_index()
             self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self._snapshot_path, snapshot)
             atomic_write(self._checkpoint_path, record)
@@ -199,7 +205,9 @@ class MessageStore:
                 store.begin_index - 1,
             )
             self.dispatched_index = store.begin_index - 1
-        self.queues.trim_head(store.end_pos if store.empty else store.pos_at(store.begin_index))
+        begin_pos = store.end_pos if store.empty else store.pos_at(store.begin_index)
+        self.queues.trim_head(begin_pos)
+        self.index.trim(begin_pos)
         self._trimmed_begin = store.begin_index
 
     def first_index_at(self, position: int) -> int:
@@ -270,6 +278,7 @@ class MessageStore:
                 except OSError as exc:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
             self.queues.close()
+            self.index.close()
 
     def dispatch_some(self, limit: int) -> int:
         """Dispatch up to `limit` committed entries; returns how many."""
@@ -295,6 +304,8 @@ class MessageStore:
 
     def _dispatch(self, request: DispatchRequest) -> None:
         transaction = codec.MessageSysFlag.get_transaction_value(request.sysflag)
+        if transaction != codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            self._index(request)
         if transaction in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
             return
         queue = self.queues.find_or_create(request.topic, request.queue_id)
@@ -315,6 +326,18 @@ class MessageStore:
             )
             self._meta_applied.set()
             self._meta_applied = trio.Event()
+
+    def _index(self, request: DispatchRequest) -> None:
+        """Feed the key index a committed message's UNIQ_KEY and KEYS words, read from
+        its properties (the dispatch fields do not carry them)."""
+        record = self.commitlog.read(request.physical_offset, request.size)
+        properties = codec.read_dispatch_fields(record)[6]
+        if b"KEY" not in properties:
+            return
+        props = codec.string_to_properties(properties.decode("utf-8"))
+        keys = [props.get(codec.MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")]
+        keys += props.get(codec.MessageConst.PROPERTY_KEYS, "").split(" ")
+        self.index.dispatch(request.topic, request.physical_offset, request.store_timestamp, keys)
 
     async def wait_applied(self, meta_offset: int) -> None:
         """Until the metadata record at META_TOPIC offset `meta_offset` is applied here."""
@@ -414,6 +437,22 @@ class MessageStore:
         if queue is None or not len(queue):
             return -1
         return self.store_time(queue.get(queue.min_offset)[0])
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+    ) -> tuple[list[bytes], int, int]:
+        """`DefaultMessageStore.queryMessage`: the stored records the index finds for
+        the key (hash collisions included), oldest first, with the index's end
+        timestamp and end physical offset. Records retention deleted are left out."""
+        self.trim_queues()
+        offsets, end_ms_indexed, end_phy = self.index.query(topic, key, max_num, begin_ms, end_ms)
+        records = []
+        for offset in sorted(set(offsets)):
+            try:
+                records.append(self.commitlog.read_message(offset))
+            except (IndexError, ValueError):
+                continue
+        return records, end_ms_indexed, end_phy
 
     def message_at(self, physical_offset: int) -> bytes:
         """The record at a physical offset (what an offset msgId names)."""

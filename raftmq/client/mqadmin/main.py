@@ -11,7 +11,13 @@ import trio
 from raftmq.client.admin import Admin, UnreachableError
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import parse_namesrv_addrs
-from raftmq.client.mqadmin import brokers, groups, messages, topics  # noqa: F401  (they register)
+from raftmq.client.mqadmin import (  # noqa: F401  (they register)
+    brokers,
+    groups,
+    messages,
+    queries,
+    topics,
+)
 from raftmq.client.mqadmin.commands import (
     COMMANDS,
     EXIT_ANSWERED_ERROR,

@@ -1,4 +1,4 @@
-"""Message verbs: queryMsgById, sendMessage, consumeMessage."""
+"""Message verbs: queryMsgById (either kind of id), sendMessage, consumeMessage."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import zlib
 
 from raftmq.client.admin import Admin
 from raftmq.client.consumer import PullConsumer, PullStatus
+from raftmq.client.message_query import view_by_either_id
 from raftmq.client.mqadmin.commands import (
     UsageError,
     human_ms,
@@ -30,7 +31,7 @@ def _body_text(msg: MessageExt) -> str:
     return body.decode("utf-8", errors="replace")
 
 
-def _print_message(msg: MessageExt) -> None:
+def print_message(msg: MessageExt) -> None:
     """QueryMsgByIdSubCommand.printMsg's fields, with the body inline instead of in a
     file under /tmp."""
     properties = ", ".join(f"{k}={v}" for k, v in sorted(msg.properties.items()))
@@ -57,20 +58,24 @@ def _print_message(msg: MessageExt) -> None:
 @verb(
     "queryMsgById",
     "Query Message by Id",
-    option("-i", "msgId", "Message Id (offset msgIds, comma separated)", required=True),
+    option(
+        "-i", "msgId", "Message Id (offset msgIds or UNIQ_KEYs, comma separated)", required=True
+    ),
+    option("-t", "topic", "The topic, to look an id up as a UNIQ_KEY too"),
 )
 async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
+    topic = args.topic.strip() if args.topic else None
     for n, msg_id in enumerate(i.strip() for i in args.msgId.split(",") if i.strip()):
         try:
-            msg = await admin.query_msg_by_id(msg_id)
+            msg = await view_by_either_id(admin, msg_id, topic)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if n:
             print()
-        _print_message(msg)
+        print_message(msg)
 
 
-def _mq_text(mq: MessageQueue) -> str:
+def mq_text(mq: MessageQueue) -> str:
     """MessageQueue.toString."""
     return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
 
@@ -165,22 +170,22 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
                     high, count = low + count - 1, 0
                 else:
                     count -= high - low + 1
-                await _print_queue(consumer, mq, low, high)
+                await print_queue(consumer, mq, low, high)
             return
         mq = MessageQueue(topic, args.brokerName.strip(), args.queueId)
         low, high = await span(mq)
         offset = args.offset or 0
         if offset > high:
-            print(f"{_mq_text(mq)} no matched msg, offset={offset}")
+            print(f"{mq_text(mq)} no matched msg, offset={offset}")
             return
         low = max(low, offset)
         if high - low > count:
             print(f"The oldler {count} message will be provided")
             high = low + count - 1
-        await _print_queue(consumer, mq, low, high)
+        await print_queue(consumer, mq, low, high)
 
 
-async def _print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: int) -> None:
+async def print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: int) -> None:
     """Messages [low, high] of `mq`, a pull at a time, until the queue has no more."""
     offset = low
     while offset <= high:
@@ -191,8 +196,8 @@ async def _print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high:
             for msg in result.messages:
                 print(_message_line(msg, mq.broker_name))
         elif result.status is PullStatus.NO_MATCHED_MSG:
-            print(f"{_mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
+            print(f"{mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
         else:
             status = result.status.name
-            print(f"{_mq_text(mq)} print msg finished. status={status}, offset={offset}")
+            print(f"{mq_text(mq)} print msg finished. status={status}, offset={offset}")
             return

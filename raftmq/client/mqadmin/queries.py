@@ -1,0 +1,90 @@
+"""Message queries: queryMsgByKey, queryMsgByUniqueKey, queryMsgByOffset, printMsg.
+
+Outputs are RocketMQ's (`QueryMsgByKeySubCommand`, `QueryMsgByUniqueKeySubCommand`,
+`QueryMsgByOffsetSubCommand`, `PrintMessageSubCommand`); the detail print is
+queryMsgById's, with the body inline.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from raftmq.client.admin import Admin
+from raftmq.client.consumer import PullConsumer, PullStatus
+from raftmq.client.message_query import (
+    MAX_KEY_HITS,
+    query_all_by_unique_key,
+    query_by_key,
+)
+from raftmq.client.mqadmin.commands import option, parse_timestamp_ms, print_row, verb
+from raftmq.client.mqadmin.messages import mq_text, print_message, print_queue
+from raftmq.client.route import MessageQueue
+
+
+@verb(
+    "queryMsgByKey",
+    "Query Message by Key",
+    option("-t", "topic", "topic name", required=True),
+    option("-k", "msgKey", "Message Key", required=True),
+)
+async def query_msg_by_key(admin: Admin, args: argparse.Namespace) -> None:
+    messages = await query_by_key(admin, args.topic.strip(), args.msgKey.strip(), MAX_KEY_HITS)
+    print_row("%-50s %4s %40s", "#Message ID", "#QID", "#Offset")
+    for msg in messages:
+        print_row("%-50s %4d %40d", msg.uniq_key or msg.msg_id, msg.queue_id, msg.queue_offset)
+
+
+@verb(
+    "queryMsgByUniqueKey",
+    "Query Message by Unique key",
+    option("-i", "msgId", "Message Id", required=True),
+    option("-t", "topic", "The topic of msg", required=True),
+    option("-a", "showAll", "Print all message, the limit is 32", action="store_true"),
+)
+async def query_msg_by_unique_key(admin: Admin, args: argparse.Namespace) -> None:
+    topic, uniq_key = args.topic.strip(), args.msgId.strip()
+    messages = await query_all_by_unique_key(admin, topic, uniq_key)
+    for n, msg in enumerate(messages if args.showAll else messages[:1]):
+        if n:
+            print()
+        print_message(msg)
+
+
+@verb(
+    "queryMsgByOffset",
+    "Query Message by offset",
+    option("-t", "topic", "topic name", required=True),
+    option("-b", "brokerName", "Broker Name", required=True),
+    option("-i", "queueId", "Queue Id", type=int, required=True),
+    option("-o", "offset", "Queue Offset", type=int, required=True),
+)
+async def query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> None:
+    mq = MessageQueue(args.topic.strip(), args.brokerName.strip(), args.queueId)
+    async with PullConsumer(admin.namesrv_addrs, "TOOLS_CONSUMER") as consumer:
+        result = await consumer.pull(mq, args.offset, 1)
+    if result.status is PullStatus.FOUND and result.messages:
+        print_message(result.messages[0])
+
+
+@verb(
+    "printMsg",
+    "Print Message Detail",
+    option("-t", "topic", "Topic name", required=True),
+    option("-b", "beginTimestamp", "Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
+    option("-e", "endTimestamp", "End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
+)
+async def print_msg(admin: Admin, args: argparse.Namespace) -> None:
+    """PrintMessageSubCommand: every queue of the topic, between two store times."""
+    topic = args.topic.strip()
+    begin_ms = parse_timestamp_ms(args.beginTimestamp.strip()) if args.beginTimestamp else 0
+    end_ms = parse_timestamp_ms(args.endTimestamp.strip()) if args.endTimestamp else 0
+    async with PullConsumer(admin.namesrv_addrs, "TOOLS_CONSUMER") as consumer:
+        for mq in await consumer.fetch_queues(topic):
+            low = await consumer.search_offset(mq, begin_ms) if begin_ms else None
+            if low is None:
+                low = await consumer.min_offset(mq)
+            high = await consumer.max_offset(mq)
+            if end_ms:
+                high = await consumer.search_offset(mq, end_ms)
+            print(f"minOffset={low}, maxOffset={high}, {mq_text(mq)}")
+            await print_queue(consumer, mq, low, high - 1)

@@ -1,0 +1,109 @@
+"""QUERY_MESSAGE (12) against an in-process broker group: by key, by unique key, with
+a time range and maxNum, on every replica, after a restart and after a failover."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from raftmq.client.admin import Admin
+from raftmq.client.message_query import query_by_key, query_by_unique_key, query_header
+from raftmq.protocol import message as codec
+from raftmq.protocol.message import properties_to_string
+from raftmq.remoting import RequestCode, ResponseCode
+from tests.helpers import create_topic, group, wait_for
+
+END_MS = 2**63 - 1
+
+
+async def send_keyed(g, broker, topic: str, n: int, keys: str) -> str:
+    uniq = f"{n:032X}"
+    props = properties_to_string({"KEYS": keys, "UNIQ_KEY": uniq})
+    response = await g.send(broker, topic, b"b%d" % n, queue_id=n % 2, props=props)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    return uniq
+
+
+async def query(g, broker, topic, key, max_num=64, begin_ms=0, end_ms=END_MS, unique=False):
+    ext = query_header(topic, key, max_num, begin_ms, end_ms, unique)
+    return await g.call(broker, RequestCode.QUERY_MESSAGE, ext)
+
+
+def bodies(response) -> list[bytes]:
+    return [m.body for m in codec.decode_all(response.body)]
+
+
+async def caught_up(g) -> None:
+    end = g.master().dledger.replica.committed_index
+    await wait_for(lambda: all(b.store.dispatched_index >= end for b in g.brokers.values()))
+
+
+async def test_query_by_key_unique_key_range_and_max_num(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    await create_topic(g, "Orders", 2)
+    master = g.master()
+    uniqs = [await send_keyed(g, master, "Orders", n, f"order-{n % 3} all") for n in range(9)]
+    await caught_up(g)
+    for broker in g.brokers.values():  # every replica indexed the committed messages
+        response = await query(g, broker, "Orders", "order-1")
+        assert response.code == ResponseCode.SUCCESS
+        assert bodies(response) == [b"b1", b"b4", b"b7"]  # oldest first
+        assert int(response.ext_fields["indexLastUpdatePhyoffset"]) > 0
+        assert bodies(await query(g, broker, "Orders", "all", max_num=4)) == [
+            b"b5",
+            b"b6",
+            b"b7",
+            b"b8",
+        ]  # the newest maxNum
+        found = await query(g, broker, "Orders", uniqs[4], unique=True)
+        assert bodies(found) == [b"b4"]
+        assert codec.decode_all(found.body)[0].uniq_key == uniqs[4]
+    missing = await query(g, master, "Orders", "order-9")
+    assert missing.code == ResponseCode.QUERY_NOT_FOUND
+    assert missing.remark == "can not find message, maybe time range not correct"
+    assert missing.ext_fields["indexLastUpdateTimestamp"] == "0"
+    assert (await query(g, master, "Other", "order-1")).code == ResponseCode.QUERY_NOT_FOUND
+    future_ms = int(time.time() * 1000) + 60_000
+    late = await query(g, master, "Orders", "order-1", begin_ms=future_ms)
+    assert late.code == ResponseCode.QUERY_NOT_FOUND
+
+
+async def test_the_client_filters_collisions_and_the_index_survives_failover(nursery, tmp_path):
+    """ "Aa" and "BB" have the same Java hash: the broker returns both, the client keeps
+    the one asked for. A restarted member and a new master answer the same."""
+    g = await group(nursery, tmp_path)
+    await create_topic(g, "Orders", 2)
+    master = g.master()
+    uniq_aa = await send_keyed(g, master, "Orders", 1, "Aa")
+    await send_keyed(g, master, "Orders", 2, "BB")
+    await caught_up(g)
+    assert bodies(await query(g, master, "Orders", "Aa")) == [b"b1", b"b2"]
+    async with Admin(g.namesrv_addr) as admin:
+        with trio.fail_after(10):
+            while True:
+                try:
+                    await admin.topic_route("Orders")
+                    break
+                except Exception:
+                    await trio.sleep(0.05)
+        before = [m.body for m in await query_by_key(admin, "Orders", "Aa")]
+        assert before == [b"b1"]
+        assert (await query_by_unique_key(admin, "Orders", uniq_aa, begin_ms=0)).body == b"b1"
+
+        old = next(n for n, b in g.brokers.items() if b is master)
+        g.crash(old)
+        new = await g.wait_master()
+        assert new is not master
+        await g.start_member(old)  # recovers its index from the dispatch checkpoint
+        await caught_up(g)
+        for broker in g.brokers.values():
+            assert bodies(await query(g, broker, "Orders", "Aa")) == [b"b1", b"b2"]
+        with trio.fail_after(15):
+            while True:
+                try:
+                    after = [m.body for m in await query_by_key(admin, "Orders", "Aa")]
+                    break
+                except Exception:
+                    await trio.sleep(0.1)
+        assert after == before
