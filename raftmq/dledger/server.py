@@ -34,6 +34,7 @@ from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.file import FileLogStore
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
+from raftmq.streams import stages
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +115,13 @@ class _Effects:
         self.server._hard_state_ready.set()
 
     def send(self, msg) -> None:
+        if stages.ON:
+            stages.mark(f"send {type(msg).__name__}")
         self.server.transport.send(msg)
 
     def sync(self) -> None:
+        if stages.ON:
+            stages.mark("fsync wanted")
         self.server._sync_wanted.set()
 
     def role_changed(self, term: int, role: Role) -> None:
@@ -126,6 +131,8 @@ class _Effects:
             handler(term, role)
 
     def committed(self, index: int) -> None:
+        if stages.ON:
+            stages.mark("committed")
         for handler in self.server._commit_handlers:
             handler(index)
 
@@ -268,6 +275,8 @@ class DLedgerServer:
         """`append_batch` without a task: `callback(code, positions)` runs on completion
         (positions are (index, pos) pairs, None on failure). For hot paths where an
         awaiting task per request costs more than the append."""
+        if stages.ON:
+            stages.mark("append queued")
         handle = self._new_handle(callback)
         self._append_queue.append((handle, bodies))
         self._append_ready.set()
@@ -308,6 +317,8 @@ class DLedgerServer:
         if msg.group != self.config.group or msg.remote_id != self.config.self_id:
             log.warning("dropping %s for %s/%s", type(msg).__name__, msg.group, msg.remote_id)
             return
+        if stages.ON:
+            stages.mark(f"receive {type(msg).__name__}")
         self.replica.receive(msg, self._now())
         self._process()
 
@@ -320,6 +331,8 @@ class DLedgerServer:
             await self._append_ready.wait()
             self._append_ready = trio.Event()
             queue, self._append_queue = self._append_queue, []
+            if stages.ON:
+                stages.mark("append started")
             codes = self.replica.append_batch(queue, self._now())
             for (handle, _bodies), code in zip(queue, codes, strict=True):
                 if code is not Code.SUCCESS:
@@ -367,7 +380,11 @@ class DLedgerServer:
             await self._sync_wanted.wait()
             self._sync_wanted = trio.Event()
             plan = self.store.sync_plan()
+            if stages.ON:
+                stages.mark("fsync started")
             await durably(plan.run)
+            if stages.ON:
+                stages.mark("fsync done")
             self._record_synced()
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()

@@ -19,6 +19,7 @@ import threading
 import weakref
 
 from raftmq.dledger.store.base import SyncPlan
+from raftmq.streams import stages
 
 
 class PlanRecord:
@@ -44,6 +45,8 @@ class SyncWork:
     def __call__(self) -> None:
         if self._done:
             return
+        if stages.ON:
+            stages.mark("fsync thread started")
         try:
             for handle in self._handles:
                 handle.sync()
@@ -54,6 +57,8 @@ class SyncWork:
             self._close_handles()
         self._done = True
         self._commit.completed(self._record)
+        if stages.ON:
+            stages.mark("fsync thread done")
 
     def _close_handles(self) -> None:
         handles, self._handles = self._handles, []
