@@ -3,10 +3,13 @@
 It feeds the core every event (a peer's message, a deadline, a client append, an
 fsync completing) and supplies the I/O for the core's `Handoff`, which carries out
 each `Output` in order: a changed term or vote is fsynced (in a worker thread)
-before any message leaves, entries are fsynced by a group-commit task — one fsync
+before any message leaves, entries are fsynced by a group-commit thread — one fsync
 covers everything appended since the last — and only then do the acknowledgments
-that depend on them go out. The simulator drives its replicas through the same
-`Handoff`, so the order it checks is the order this server keeps.
+that depend on them go out. The core's request to fsync hands the plan to that
+thread at once (no task to wake, no thread to borrow from a pool), because on a
+single send every such hop is latency the client waits for. The simulator drives
+its replicas through the same `Handoff`, so the order it checks is the order this
+server keeps.
 
 Client appends that arrive together are appended together: RPC tasks queue them
 and one batcher hands them to the core in a single call, so a burst costs one
@@ -18,7 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +69,45 @@ async def durably(write_and_sync, *args) -> None:
         await trio.to_thread.run_sync(write_and_sync, *args)
     except OSError as exc:
         raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
+
+
+class _SyncThread:
+    """The thread that runs group-commit plans, one at a time, in the order given.
+
+    `submit` (on the event loop) queues a plan; when it has run, the thread sets
+    `done` (through the run's token) with the plan and the error it raised, if any,
+    for the group-commit task to act on."""
+
+    def __init__(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._plans: queue.SimpleQueue = queue.SimpleQueue()
+        self.done = trio.Event()
+        self.result: tuple[object, BaseException | None] | None = None
+        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self._thread.start()
+
+    def submit(self, plan) -> None:
+        self._plans.put(plan)
+
+    def close(self) -> None:
+        self._plans.put(None)
+
+    def _run(self) -> None:
+        while (plan := self._plans.get()) is not None:
+            error = None
+            try:
+                plan.run()
+            except BaseException as exc:  # handed to the loop, which stops the replica
+                error = exc
+            try:
+                self._token.run_sync_soon(self._finished, plan, error)
+            except trio.RunFinishedError:
+                return
+
+    def _finished(self, plan, error) -> None:
+        assert self.result is None, "one plan at a time"
+        self.result = (plan, error)
+        self.done.set()
 
 
 class _Waiter:
@@ -122,7 +166,7 @@ class _Effects:
     def sync(self) -> None:
         if stages.ON:
             stages.mark("fsync wanted")
-        self.server._sync_wanted.set()
+        self.server._want_sync()
 
     def role_changed(self, term: int, role: Role) -> None:
         server = self.server
@@ -177,7 +221,9 @@ class DLedgerServer:
         self._handles = 0
         self._append_queue: list[tuple[int, list[bytes]]] = []
         self._append_ready = trio.Event()
-        self._sync_wanted = trio.Event()
+        self._sync_wanted = False
+        self._sync_thread: _SyncThread | None = None  # with ackAfterFsync, while serving
+        self._plan_in_flight = False
         self._deadline_moved = trio.Event()
         self._armed_deadline_ms = float("inf")
         self._hard_state_to_save: tuple[int, str | None] | None = None
@@ -200,6 +246,7 @@ class DLedgerServer:
                 nursery.start_soon(self._append_loop, name="appends")
                 nursery.start_soon(self._hard_state_loop, name="term-vote")
                 if self.config.ack_after_fsync:
+                    self._sync_thread = _SyncThread()
                     nursery.start_soon(self._sync_loop, name="group-commit")
                 else:
                     nursery.start_soon(self._flush_loop, name="page-cache-flush")
@@ -209,6 +256,9 @@ class DLedgerServer:
                 self.started.set()
                 task_status.started()
         finally:
+            if self._sync_thread is not None:
+                self._sync_thread.close()  # it ends after the plan it runs, if any
+                self._sync_thread = None
             if self.checkpoint is not None:
                 try:
                     self.checkpoint.save(self._durable_committed())
@@ -374,20 +424,43 @@ class DLedgerServer:
             self._handoff.hard_state_saved()
             self._process()
 
-    async def _sync_loop(self) -> None:
-        """Group commit: one fsync covers every entry appended before it started."""
-        while True:
-            await self._sync_wanted.wait()
-            self._sync_wanted = trio.Event()
+    def _want_sync(self) -> None:
+        """Group commit: start a plan now unless one is running; a request made while
+        one runs starts the next as soon as it ends, covering everything since."""
+        if self._sync_thread is None:  # page-cache mode: the flush task syncs on its clock
+            return
+        self._sync_wanted = True
+        if not self._plan_in_flight:
+            self._sync_wanted = False
             plan = self.store.sync_plan()
+            self._plan_in_flight = True
             if stages.ON:
                 stages.mark("fsync started")
-            await durably(plan.run)
+            self._sync_thread.submit(plan)
+
+    async def _sync_loop(self) -> None:
+        """Group commit: reports each plan's completion to the core, and stops the
+        replica (DiskFailure) on a failed fsync."""
+        thread = self._sync_thread
+        assert thread is not None, "serve() starts the thread before this task"
+        while True:
+            await thread.done.wait()
+            thread.done = trio.Event()
+            (plan, error), thread.result = thread.result, None
+            self._plan_in_flight = False
+            if isinstance(error, OSError):
+                raise DiskFailure(
+                    f"fsync failed ({error}); stopping before anything depends on it"
+                ) from error
+            if error is not None:
+                raise error
             if stages.ON:
                 stages.mark("fsync done")
             self._record_synced()
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
+            if self._sync_wanted:
+                self._want_sync()
 
     async def _flush_loop(self) -> None:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""
