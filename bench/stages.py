@@ -64,7 +64,7 @@ def timeline(sends, marks: dict[int, list[tuple[str, int]]], roles: dict[int, st
                     key = (roles.get(pid, str(pid)), stage)
                     offsets.setdefault(key, []).append((ns - started) / 1000)
     # A stage counts when it happens in most sends (not a heartbeat that fell in one).
-    common = {k: v for k, v in offsets.items() if len(v) >= len(sends) // 2}
+    common = {k: v for k, v in offsets.items() if 2 * len(v) > len(sends)}
     ordered = sorted(common.items(), key=lambda kv: statistics.median(kv[1]))
     rows, previous = [], 0.0
     for (role, stage), values in ordered:
