@@ -198,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="raftmq's load generator: Go where it can be built (auto), or each in turn",
     )
+    br.add_argument(
+        "--stages",
+        action="store_true",
+        help="instead of the table: where a single send's latency goes, stage by stage",
+    )
+    br.add_argument("--sends", type=int, default=300, help="single sends timed by --stages")
     br.add_argument("--json", type=Path)
     sp = sub.add_parser("spark", help="Spark source (local[2] stream) vs our PullConsumer")
     sp.add_argument("--messages", type=int, default=200_000, help="messages in the topic")
@@ -207,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     load_at_start = os.getloadavg()
+    if args.what == "broker" and args.stages:
+        from bench import stages
+
+        for size in (128, 1024):
+            stages.print_table(size, trio.run(stages.measure, size, args.sends))
+        print(f"\nload average at the start {' '.join(f'{x:.2f}' for x in load_at_start)}")
+        return 0
     if args.what == "broker":
         rows, columns, size_key = run_broker(args), BROKER_COLUMNS, "size"
     elif args.what == "spark":

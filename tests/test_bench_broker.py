@@ -31,3 +31,23 @@ def test_the_broker_benchmark_measures_every_phase(tmp_path):
         assert row["generator"] in ("go", "python")
         assert row["generator"] == "python" or row["cpu_puller_us"] > 0
     assert "| raftmq broker R3" in run.stdout
+
+
+def test_stage_timeline_orders_each_sends_first_marks_and_ignores_strays(tmp_path):
+    """`bench broker --stages`: a mark counts for the send whose write and read enclose
+    it (first occurrence), rows come in time order with the gap from the row before,
+    and a mark seen in no more than half the sends (a heartbeat) is left out."""
+    from bench.stages import CLIENT_READ, timeline
+    from raftmq.streams import stages
+
+    (tmp_path / "10.stages").write_text("read 1100\nread 1150\nread 2100\nstray 2500\n")
+    (tmp_path / "20.stages").write_text("fsync 1300\nfsync 2400\n")
+    marks = stages.read(str(tmp_path))
+    rows = timeline([(1000, 1500), (2000, 2600)], marks, {10: "master", 20: "follower1"})
+    assert [(r["role"], r["stage"]) for r in rows] == [
+        ("master", "read"),
+        ("follower1", "fsync"),
+        ("client", CLIENT_READ),
+    ]
+    assert [r["at_us"] for r in rows] == [0.1, 0.35, 0.55]
+    assert rows[1]["gap_us"] == pytest.approx(0.25)

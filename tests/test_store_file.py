@@ -24,6 +24,7 @@ from raftmq.dledger.store.base import StoreClosed
 from raftmq.dledger.store.file import FileLogStore, StoreCorruption
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.dledger.store.scan import NoFastStart
+from raftmq.dledger.store.sync import sync_concurrently
 
 SEGMENT_BYTES = 10 * 1024
 INDEX_SEGMENT_BYTES = 32 * 16
@@ -901,3 +902,28 @@ def test_recovery_starts_from_synced_lengths_of_what_is_on_disk(written):
         assert store.sync_plan().end_index == 99
     finally:
         store.close()
+
+
+def test_a_plans_fsyncs_run_at_once_and_all_finish_before_it_returns():
+    """Data and index fsyncs overlap; a failing one is raised only after every other
+    has finished, so no handle is closed under a running fsync."""
+    started = threading.Barrier(3, timeout=5)
+    finished = []
+
+    class Handle:
+        def __init__(self, name, fail=False):
+            self.name, self.fail = name, fail
+
+        def sync(self):
+            started.wait()  # all three are inside sync at once, or this times out
+            time.sleep(0.01)
+            finished.append(self.name)
+            if self.fail:
+                raise OSError(5, "EIO")
+
+    sync_concurrently([Handle("a"), Handle("b"), Handle("c")])
+    assert sorted(finished) == ["a", "b", "c"]
+    finished.clear()
+    with pytest.raises(OSError):
+        sync_concurrently([Handle("a"), Handle("b", fail=True), Handle("c")])
+    assert sorted(finished) == ["a", "b", "c"]

@@ -3,10 +3,13 @@
 It feeds the core every event (a peer's message, a deadline, a client append, an
 fsync completing) and supplies the I/O for the core's `Handoff`, which carries out
 each `Output` in order: a changed term or vote is fsynced (in a worker thread)
-before any message leaves, entries are fsynced by a group-commit task — one fsync
+before any message leaves, entries are fsynced by a group-commit thread — one fsync
 covers everything appended since the last — and only then do the acknowledgments
-that depend on them go out. The simulator drives its replicas through the same
-`Handoff`, so the order it checks is the order this server keeps.
+that depend on them go out. The core's request to fsync hands the plan to that
+thread at once (no task to wake, no thread to borrow from a pool), because on a
+single send every such hop is latency the client waits for. The simulator drives
+its replicas through the same `Handoff`, so the order it checks is the order this
+server keeps.
 
 Client appends that arrive together are appended together: RPC tasks queue them
 and one batcher hands them to the core in a single call, so a burst costs one
@@ -18,7 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +39,7 @@ from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.file import FileLogStore
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
+from raftmq.streams import stages
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,45 @@ async def durably(write_and_sync, *args) -> None:
         await trio.to_thread.run_sync(write_and_sync, *args)
     except OSError as exc:
         raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
+
+
+class _SyncThread:
+    """The thread that runs group-commit plans, one at a time, in the order given.
+
+    `submit` (on the event loop) queues a plan; when it has run, the thread sets
+    `done` (through the run's token) with the plan and the error it raised, if any,
+    for the group-commit task to act on."""
+
+    def __init__(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._plans: queue.SimpleQueue = queue.SimpleQueue()
+        self.done = trio.Event()
+        self.result: tuple[object, BaseException | None] | None = None
+        self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
+        self._thread.start()
+
+    def submit(self, plan) -> None:
+        self._plans.put(plan)
+
+    def close(self) -> None:
+        self._plans.put(None)
+
+    def _run(self) -> None:
+        while (plan := self._plans.get()) is not None:
+            error = None
+            try:
+                plan.run()
+            except BaseException as exc:  # handed to the loop, which stops the replica
+                error = exc
+            try:
+                self._token.run_sync_soon(self._finished, plan, error)
+            except trio.RunFinishedError:
+                return
+
+    def _finished(self, plan, error) -> None:
+        assert self.result is None, "one plan at a time"
+        self.result = (plan, error)
+        self.done.set()
 
 
 class _Waiter:
@@ -114,10 +159,14 @@ class _Effects:
         self.server._hard_state_ready.set()
 
     def send(self, msg) -> None:
+        if stages.ON:
+            stages.mark(f"send {type(msg).__name__}")
         self.server.transport.send(msg)
 
     def sync(self) -> None:
-        self.server._sync_wanted.set()
+        if stages.ON:
+            stages.mark("fsync wanted")
+        self.server._want_sync()
 
     def role_changed(self, term: int, role: Role) -> None:
         server = self.server
@@ -126,6 +175,8 @@ class _Effects:
             handler(term, role)
 
     def committed(self, index: int) -> None:
+        if stages.ON:
+            stages.mark("committed")
         for handler in self.server._commit_handlers:
             handler(index)
 
@@ -171,7 +222,9 @@ class DLedgerServer:
         self._handles = 0
         self._append_queue: list[tuple[int, list[bytes]]] = []
         self._append_ready = trio.Event()
-        self._sync_wanted = trio.Event()
+        self._sync_wanted = False
+        self._sync_thread: _SyncThread | None = None  # with ackAfterFsync, while serving
+        self._plan_in_flight = False
         self._deadline_moved = trio.Event()
         self._armed_deadline_ms = float("inf")
         self._hard_state_to_save: tuple[int, str | None] | None = None
@@ -194,6 +247,7 @@ class DLedgerServer:
                 nursery.start_soon(self._append_loop, name="appends")
                 nursery.start_soon(self._hard_state_loop, name="term-vote")
                 if self.config.ack_after_fsync:
+                    self._sync_thread = _SyncThread()
                     nursery.start_soon(self._sync_loop, name="group-commit")
                 else:
                     nursery.start_soon(self._flush_loop, name="page-cache-flush")
@@ -203,6 +257,9 @@ class DLedgerServer:
                 self.started.set()
                 task_status.started()
         finally:
+            if self._sync_thread is not None:
+                self._sync_thread.close()  # it ends after the plan it runs, if any
+                self._sync_thread = None
             if self.checkpoint is not None:
                 try:
                     self.checkpoint.save(self._durable_committed())
@@ -269,6 +326,8 @@ class DLedgerServer:
         """`append_batch` without a task: `callback(code, positions)` runs on completion
         (positions are (index, pos) pairs, None on failure). For hot paths where an
         awaiting task per request costs more than the append."""
+        if stages.ON:
+            stages.mark("append queued")
         handle = self._new_handle(callback)
         self._append_queue.append((handle, bodies))
         self._append_ready.set()
@@ -309,6 +368,8 @@ class DLedgerServer:
         if msg.group != self.config.group or msg.remote_id != self.config.self_id:
             log.warning("dropping %s for %s/%s", type(msg).__name__, msg.group, msg.remote_id)
             return
+        if stages.ON:
+            stages.mark(f"receive {type(msg).__name__}")
         self.replica.receive(msg, self._now())
         self._process()
 
@@ -321,6 +382,8 @@ class DLedgerServer:
             await self._append_ready.wait()
             self._append_ready = trio.Event()
             queue, self._append_queue = self._append_queue, []
+            if stages.ON:
+                stages.mark("append started")
             codes = self.replica.append_batch(queue, self._now())
             for (handle, _bodies), code in zip(queue, codes, strict=True):
                 if code is not Code.SUCCESS:
@@ -362,16 +425,43 @@ class DLedgerServer:
             self._handoff.hard_state_saved()
             self._process()
 
-    async def _sync_loop(self) -> None:
-        """Group commit: one fsync covers every entry appended before it started."""
-        while True:
-            await self._sync_wanted.wait()
-            self._sync_wanted = trio.Event()
+    def _want_sync(self) -> None:
+        """Group commit: start a plan now unless one is running; a request made while
+        one runs starts the next as soon as it ends, covering everything since."""
+        if self._sync_thread is None:  # page-cache mode: the flush task syncs on its clock
+            return
+        self._sync_wanted = True
+        if not self._plan_in_flight:
+            self._sync_wanted = False
             plan = self.store.sync_plan()
-            await durably(plan.run)
+            self._plan_in_flight = True
+            if stages.ON:
+                stages.mark("fsync started")
+            self._sync_thread.submit(plan)
+
+    async def _sync_loop(self) -> None:
+        """Group commit: reports each plan's completion to the core, and stops the
+        replica (DiskFailure) on a failed fsync."""
+        thread = self._sync_thread
+        assert thread is not None, "serve() starts the thread before this task"
+        while True:
+            await thread.done.wait()
+            thread.done = trio.Event()
+            (plan, error), thread.result = thread.result, None
+            self._plan_in_flight = False
+            if isinstance(error, OSError):
+                raise DiskFailure(
+                    f"fsync failed ({error}); stopping before anything depends on it"
+                ) from error
+            if error is not None:
+                raise error
+            if stages.ON:
+                stages.mark("fsync done")
             self._record_synced()
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
+            if self._sync_wanted:
+                self._want_sync()
 
     async def _flush_loop(self) -> None:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""

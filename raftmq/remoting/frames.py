@@ -28,6 +28,7 @@ from raftmq.remoting.codec import (
 )
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
+from raftmq.streams import stages
 from raftmq.streams.writer import BatchWriter
 
 __all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter", "split_frames"]
@@ -159,6 +160,8 @@ class FrameReader:
         with iteration, which may hold commands already decoded.
         """
         data = await self._stream.receive_some(self._receive_size)
+        if stages.ON:
+            stages.mark("remoting read")
         if not data:
             self._decoder.end_of_stream()
             return None
@@ -178,7 +181,7 @@ class FrameWriter:
     """
 
     def __init__(self, stream: trio.abc.SendStream, max_frame_bytes: int = MAX_FRAME_BYTES):
-        self._out = out = BatchWriter(stream)
+        self._out = out = BatchWriter(stream, "remoting written")
         self._max = max_frame_bytes
         self.run = out.run
         self.close = out.close

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import trio
 
+from raftmq.streams import stages
+
 __all__ = ["BatchWriter"]
 
 
@@ -29,8 +31,9 @@ class BatchWriter:
     unbounded; `pending_bytes` lets the owner apply its own limit.
     """
 
-    def __init__(self, stream: trio.abc.SendStream) -> None:
+    def __init__(self, stream: trio.abc.SendStream, stage: str = "written") -> None:
         self._stream = stream
+        self._stage = stage  # the `stages.mark` of each batch sent
         self._pending = bytearray()
         self._wake = trio.Event()
         self._done = trio.Event()
@@ -83,6 +86,8 @@ class BatchWriter:
                 if self._pending:
                     batch, self._pending = self._pending, bytearray()
                     await stream.send_all(batch)
+                    if stages.ON:
+                        stages.mark(self._stage)
                 elif self._closed:
                     return
                 else:

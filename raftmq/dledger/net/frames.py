@@ -24,6 +24,7 @@ from collections import deque
 import trio
 
 from raftmq.dledger.net.codec import FrameError
+from raftmq.streams import stages
 from raftmq.streams.writer import BatchWriter
 
 __all__ = [
@@ -85,6 +86,8 @@ class FrameReader:
         ready = self._ready
         while not ready:
             data = await self._stream.receive_some(self._receive_size)
+            if stages.ON:
+                stages.mark("peer read")
             if not data:
                 if self._buf:
                     raise FrameError(f"stream ended inside a frame ({len(self._buf)} bytes)")
@@ -136,7 +139,7 @@ class FrameWriter:
     """
 
     def __init__(self, stream: trio.abc.SendStream, max_frame_bytes: int = MAX_FRAME_BYTES):
-        self._out = BatchWriter(stream)
+        self._out = BatchWriter(stream, "peer written")
         self._max = max_frame_bytes
         self.run = self._out.run
 

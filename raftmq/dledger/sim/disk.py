@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import random
+import threading
 from pathlib import Path
 
 from raftmq.dledger.sim.checks import InvariantViolation
@@ -106,6 +107,9 @@ class SimFileSystem:
         self._files: dict[str, _SimFile] = {}  # the names a reader sees now
         self._durable_names: dict[str, _SimFile] = {}  # the names a crash keeps
         self._small: dict[str, bytes] = {}  # files written whole and atomically
+        # A plan fsyncs its directories at once from several threads (store.sync); the
+        # names they update are shared, as a file system's are.
+        self._names_lock = threading.Lock()
 
     def crash(self, rng: random.Random) -> None:
         """A power cut: keep the durable names, each file torn (see `_SimFile.torn`)."""
@@ -145,12 +149,13 @@ class SimFileSystem:
         return _SimHandle(lambda: self.sync_dir(directory))
 
     def sync_dir(self, directory: Path) -> None:
-        for path in [p for p in self._durable_names if Path(p).parent == directory]:
-            if path not in self._files:
-                del self._durable_names[path]
-        for path, file in self._files.items():
-            if Path(path).parent == directory:
-                self._durable_names[path] = file
+        with self._names_lock:
+            for path in [p for p in self._durable_names if Path(p).parent == directory]:
+                if path not in self._files:
+                    del self._durable_names[path]
+            for path, file in self._files.items():
+                if Path(path).parent == directory:
+                    self._durable_names[path] = file
 
     def read_text(self, path: Path) -> str:
         try:

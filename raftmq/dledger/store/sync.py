@@ -11,14 +11,53 @@ plan made durable and that still hold the current log: a fault injector that zer
 everything after them (keeping the file size) reproduces a power cut. Truncations
 clamp these, and the lengths of plans still in flight, so a plan that started
 before a truncation never vouches for bytes written after it.
+
+A plan's fsyncs (data files, index files, directories) are independent of each
+other, so they run at once (`sync_concurrently`): one group commit then waits for
+the slowest fsync, not for their sum, and the plan still completes only after
+every one of them did, so an acknowledgment still means every file is durable.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 from raftmq.dledger.store.base import SyncPlan
+from raftmq.streams import stages
+
+# Threads for the second and later fsyncs of a plan; the first runs on the plan's own
+# thread. A plan covers the active data and index segments (two files), plus, rarely,
+# a segment just filled and the directories.
+_SYNC_THREADS = 4
+_sync_pool: ThreadPoolExecutor | None = None
+_sync_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _sync_pool
+    with _sync_pool_lock:
+        if _sync_pool is None:
+            _sync_pool = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="fsync")
+        return _sync_pool
+
+
+def sync_concurrently(handles) -> None:
+    """fsync every handle, the first on this thread and the rest in the pool at the
+    same time; returns once all have finished (raising the first error), so no
+    handle is closed while another thread still syncs it."""
+    if len(handles) == 1:
+        handles[0].sync()
+        return
+    futures = [_pool().submit(handle.sync) for handle in handles[1:]]
+    try:
+        handles[0].sync()
+    finally:
+        errors = [future.exception() for future in futures]  # waits for each
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 class PlanRecord:
@@ -44,9 +83,11 @@ class SyncWork:
     def __call__(self) -> None:
         if self._done:
             return
+        if stages.ON:
+            stages.mark("fsync thread started")
         try:
-            for handle in self._handles:
-                handle.sync()
+            if self._handles:
+                sync_concurrently(self._handles)
         except BaseException:
             self._give_back()
             raise
@@ -54,6 +95,8 @@ class SyncWork:
             self._close_handles()
         self._done = True
         self._commit.completed(self._record)
+        if stages.ON:
+            stages.mark("fsync thread done")
 
     def _close_handles(self) -> None:
         handles, self._handles = self._handles, []
