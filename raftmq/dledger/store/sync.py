@@ -22,42 +22,37 @@ from __future__ import annotations
 
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+
+import trio
 
 from raftmq.dledger.store.base import SyncPlan
 from raftmq.streams import stages
 
-# Threads for the second and later fsyncs of a plan; the first runs on the plan's own
-# thread. A plan covers the active data and index segments (two files), plus, rarely,
-# a segment just filled and the directories.
-_SYNC_THREADS = 4
-_sync_pool: ThreadPoolExecutor | None = None
-_sync_pool_lock = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _sync_pool
-    with _sync_pool_lock:
-        if _sync_pool is None:
-            _sync_pool = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="fsync")
-        return _sync_pool
-
 
 def sync_concurrently(handles) -> None:
-    """fsync every handle, the first on this thread and the rest in the pool at the
-    same time; returns once all have finished (raising the first error), so no
-    handle is closed while another thread still syncs it."""
+    """fsync every handle, the first on this thread and the rest on threads of trio's
+    thread cache at the same time; returns once all have finished (raising the first
+    error), so no handle is closed while another thread still syncs it."""
     if len(handles) == 1:
         handles[0].sync()
         return
-    futures = [_pool().submit(handle.sync) for handle in handles[1:]]
+    outcomes: list = []
+    finished = threading.Condition()
+
+    def deliver(result) -> None:
+        with finished:
+            outcomes.append(result)
+            finished.notify()
+
+    for handle in handles[1:]:
+        trio.lowlevel.start_thread_soon(handle.sync, deliver)
     try:
         handles[0].sync()
     finally:
-        errors = [future.exception() for future in futures]  # waits for each
-    for error in errors:
-        if error is not None:
-            raise error
+        with finished:
+            finished.wait_for(lambda: len(outcomes) == len(handles) - 1)
+    for result in outcomes:
+        result.unwrap()  # raises the error a thread's fsync raised
 
 
 class PlanRecord:
