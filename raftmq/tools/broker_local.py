@@ -51,11 +51,14 @@ class LocalCluster:
         extra_conf: dict[str, str] | None = None,
         hosts: Sequence[str] | None = None,
         advertised: Sequence[str] | None = None,
+        namesrv_addr: str | None = None,
     ) -> None:
         """`hosts[i]` is the address node i's broker and DLedger replica listen on
         (127.0.0.1 for all by default); `advertised[i]` the one its broker registers with
         the name server (brokerIP1), which clients dial: its own by default. An
-        advertised address of its own needs something, a proxy, listening there."""
+        advertised address of its own needs something, a proxy, listening there.
+        `namesrv_addr` joins a name server someone else runs (another group's, so that
+        several groups form one cluster) instead of starting one."""
         self.base_dir = Path(base_dir)
         self.broker_name = broker_name
         self.cluster_name = cluster_name
@@ -64,7 +67,8 @@ class LocalCluster:
         advertised = list(advertised or hosts)
         ports = free_ports(1 + 2 * nodes, {LOOPBACK, *hosts, *advertised})
         self.namesrv_port = ports[0]
-        self.namesrv_addr = f"{LOOPBACK}:{ports[0]}"
+        self.own_namesrv = namesrv_addr is None
+        self.namesrv_addr = namesrv_addr or f"{LOOPBACK}:{ports[0]}"
         broker_ports = ports[1 : 1 + nodes]
         # Where each broker listens: the harness's own calls go here directly.
         self.broker_addrs = _addresses(self.ids, hosts, broker_ports)
@@ -154,10 +158,10 @@ class LocalCluster:
     async def __aenter__(self) -> LocalCluster:
         self._write_confs()
         try:
-            self._spawn(
-                "namesrv", ["-m", "raftmq.namesrv.cli", "-c", str(self.base_dir / "namesrv.conf")]
-            )
-            await self._booted("namesrv", b"boot success")
+            if self.own_namesrv:
+                namesrv_conf = str(self.base_dir / "namesrv.conf")
+                self._spawn("namesrv", ["-m", "raftmq.namesrv.cli", "-c", namesrv_conf])
+                await self._booted("namesrv", b"boot success")
             for node in self.ids:
                 self.start_broker(node)
             for node in self.ids:
@@ -244,3 +248,51 @@ class LocalCluster:
                 await self.namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             ).code != ResponseCode.SUCCESS:
                 await trio.sleep(0.02)
+
+
+class LocalGroups:
+    """`async with LocalGroups(tmp, groups=2) as groups:` — several DLedger groups, one
+    cluster, one name server (the first group's): what `updateTopic -c` spreads a topic
+    over and what a producer fails over between. `groups.groups[i]` is group i's
+    LocalCluster, brokerName RaftNode0i."""
+
+    def __init__(self, base_dir: str | Path, groups: int = 2, nodes: int = 3, **kwargs) -> None:
+        assert groups >= 1, groups
+        self.base_dir = Path(base_dir)
+        self.groups = [
+            LocalCluster(self.base_dir / "g0", nodes, broker_name="RaftNode00", **kwargs)
+        ]
+        for index in range(1, groups):
+            self.groups.append(
+                LocalCluster(
+                    self.base_dir / f"g{index}",
+                    nodes,
+                    broker_name=f"RaftNode{index:02d}",
+                    namesrv_addr=self.groups[0].namesrv_addr,
+                    **kwargs,
+                )
+            )
+        self.namesrv_addr = self.groups[0].namesrv_addr
+        self.cluster_name = self.groups[0].cluster_name
+
+    async def __aenter__(self) -> LocalGroups:
+        try:
+            for group in self.groups:
+                await group.__aenter__()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Brokers first, the shared name server last."""
+        for group in reversed(self.groups):
+            group.stop()
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        """Create `topic` on every group's master; routed once the last one is."""
+        for group in self.groups:
+            await group.create_topic(topic, queues)
