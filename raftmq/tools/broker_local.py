@@ -296,3 +296,37 @@ class LocalGroups:
         """Create `topic` on every group's master; routed once the last one is."""
         for group in self.groups:
             await group.create_topic(topic, queues)
+
+
+async def _serve(base_dir: str, groups: int, nodes: int) -> None:
+    async with LocalGroups(base_dir, groups, nodes) as cluster:
+        print(f"name server {cluster.namesrv_addr}, cluster {cluster.cluster_name}", flush=True)
+        for group in cluster.groups:
+            print(f"  {group.broker_name}: {' '.join(group.client_addrs.values())}", flush=True)
+        print("Ctrl-C stops every process", flush=True)
+        await trio.sleep_forever()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m raftmq.tools.broker_local")
+    parser.add_argument("--groups", type=int, default=1, help="DLedger groups (brokerNames)")
+    parser.add_argument("--nodes", type=int, default=3, help="brokers in each group")
+    parser.add_argument("--dir", help="where stores and logs go (a temporary directory if not)")
+    args = parser.parse_args(argv)
+    try:
+        if args.dir:
+            trio.run(_serve, args.dir, args.groups, args.nodes)
+        else:
+            with tempfile.TemporaryDirectory(prefix="raftmq-local-") as tmp:
+                trio.run(_serve, tmp, args.groups, args.nodes)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
