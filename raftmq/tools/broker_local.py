@@ -9,6 +9,7 @@ caller gives each node an address of its own (the fault-injection harness does).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -276,21 +277,15 @@ class LocalGroups:
         self.cluster_name = self.groups[0].cluster_name
 
     async def __aenter__(self) -> LocalGroups:
-        try:
+        """Groups stop in reverse order, so the first group's name server stops last."""
+        async with contextlib.AsyncExitStack() as stack:
             for group in self.groups:
-                await group.__aenter__()
-        except BaseException:
-            self.stop()
-            raise
+                await stack.enter_async_context(group)
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        """Brokers first, the shared name server last."""
-        for group in reversed(self.groups):
-            group.stop()
+        await self._stack.aclose()
 
     async def create_topic(self, topic: str, queues: int = 4) -> None:
         """Create `topic` on every group's master; routed once the last one is."""
