@@ -9,6 +9,7 @@ caller gives each node an address of its own (the fault-injection harness does).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -51,11 +52,14 @@ class LocalCluster:
         extra_conf: dict[str, str] | None = None,
         hosts: Sequence[str] | None = None,
         advertised: Sequence[str] | None = None,
+        namesrv_addr: str | None = None,
     ) -> None:
         """`hosts[i]` is the address node i's broker and DLedger replica listen on
         (127.0.0.1 for all by default); `advertised[i]` the one its broker registers with
         the name server (brokerIP1), which clients dial: its own by default. An
-        advertised address of its own needs something, a proxy, listening there."""
+        advertised address of its own needs something, a proxy, listening there.
+        `namesrv_addr` joins a name server someone else runs (another group's, so that
+        several groups form one cluster) instead of starting one."""
         self.base_dir = Path(base_dir)
         self.broker_name = broker_name
         self.cluster_name = cluster_name
@@ -64,7 +68,8 @@ class LocalCluster:
         advertised = list(advertised or hosts)
         ports = free_ports(1 + 2 * nodes, {LOOPBACK, *hosts, *advertised})
         self.namesrv_port = ports[0]
-        self.namesrv_addr = f"{LOOPBACK}:{ports[0]}"
+        self.own_namesrv = namesrv_addr is None
+        self.namesrv_addr = namesrv_addr or f"{LOOPBACK}:{ports[0]}"
         broker_ports = ports[1 : 1 + nodes]
         # Where each broker listens: the harness's own calls go here directly.
         self.broker_addrs = _addresses(self.ids, hosts, broker_ports)
@@ -154,10 +159,10 @@ class LocalCluster:
     async def __aenter__(self) -> LocalCluster:
         self._write_confs()
         try:
-            self._spawn(
-                "namesrv", ["-m", "raftmq.namesrv.cli", "-c", str(self.base_dir / "namesrv.conf")]
-            )
-            await self._booted("namesrv", b"boot success")
+            if self.own_namesrv:
+                namesrv_conf = str(self.base_dir / "namesrv.conf")
+                self._spawn("namesrv", ["-m", "raftmq.namesrv.cli", "-c", namesrv_conf])
+                await self._booted("namesrv", b"boot success")
             for node in self.ids:
                 self.start_broker(node)
             for node in self.ids:
@@ -244,3 +249,79 @@ class LocalCluster:
                 await self.namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             ).code != ResponseCode.SUCCESS:
                 await trio.sleep(0.02)
+
+
+class LocalGroups:
+    """`async with LocalGroups(tmp, groups=2) as groups:` — several DLedger groups, one
+    cluster, one name server (the first group's): what `updateTopic -c` spreads a topic
+    over and what a producer fails over between. `groups.groups[i]` is group i's
+    LocalCluster, brokerName RaftNode0i."""
+
+    def __init__(self, base_dir: str | Path, groups: int = 2, nodes: int = 3, **kwargs) -> None:
+        assert groups >= 1, groups
+        self.base_dir = Path(base_dir)
+        self.groups = [
+            LocalCluster(self.base_dir / "g0", nodes, broker_name="RaftNode00", **kwargs)
+        ]
+        for index in range(1, groups):
+            self.groups.append(
+                LocalCluster(
+                    self.base_dir / f"g{index}",
+                    nodes,
+                    broker_name=f"RaftNode{index:02d}",
+                    namesrv_addr=self.groups[0].namesrv_addr,
+                    **kwargs,
+                )
+            )
+        self.namesrv_addr = self.groups[0].namesrv_addr
+        self.cluster_name = self.groups[0].cluster_name
+
+    async def __aenter__(self) -> LocalGroups:
+        """Groups stop in reverse order, so the first group's name server stops last."""
+        async with contextlib.AsyncExitStack() as stack:
+            for group in self.groups:
+                await stack.enter_async_context(group)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._stack.aclose()
+
+    async def create_topic(self, topic: str, queues: int = 4) -> None:
+        """Create `topic` on every group's master; routed once the last one is."""
+        for group in self.groups:
+            await group.create_topic(topic, queues)
+
+
+async def _serve(base_dir: str, groups: int, nodes: int) -> None:
+    async with LocalGroups(base_dir, groups, nodes) as cluster:
+        print(f"name server {cluster.namesrv_addr}, cluster {cluster.cluster_name}", flush=True)
+        for group in cluster.groups:
+            print(f"  {group.broker_name}: {' '.join(group.client_addrs.values())}", flush=True)
+        print("Ctrl-C stops every process", flush=True)
+        await trio.sleep_forever()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m raftmq.tools.broker_local")
+    parser.add_argument("--groups", type=int, default=1, help="DLedger groups (brokerNames)")
+    parser.add_argument("--nodes", type=int, default=3, help="brokers in each group")
+    parser.add_argument("--dir", help="where stores and logs go (a temporary directory if not)")
+    args = parser.parse_args(argv)
+    try:
+        if args.dir:
+            trio.run(_serve, args.dir, args.groups, args.nodes)
+        else:
+            with tempfile.TemporaryDirectory(prefix="raftmq-local-") as tmp:
+                trio.run(_serve, tmp, args.groups, args.nodes)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

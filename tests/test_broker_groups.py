@@ -1,0 +1,112 @@
+"""Two DLedger groups in one cluster, as real processes: a topic spread over both by
+`mqadmin updateTopic -c`, a producer that keeps sending to the second group while the
+first one's master is killed, and a consumer group that reads every acknowledged
+message from both."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import trio
+
+from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
+from raftmq.client.admin import Admin
+from raftmq.tools.broker_local import LocalGroups
+
+TOPIC = "Spread"
+
+
+async def mqadmin(*args: str) -> subprocess.CompletedProcess:
+    return await trio.run_process(
+        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+@pytest.mark.processes
+async def test_kill_one_groups_master_while_sending(tmp_path):
+    async with LocalGroups(tmp_path, groups=2) as cluster:
+        first = cluster.groups[0]
+        completed = await mqadmin(
+            "updateTopic", "-n", cluster.namesrv_addr, "-c", cluster.cluster_name,
+            "-t", TOPIC, "-r", "4", "-w", "4",
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        async with Admin(cluster.namesrv_addr) as admin:
+            with trio.fail_after(10):
+                while True:
+                    try:
+                        route = await admin.topic_route(TOPIC)
+                    except Exception:
+                        route = None
+                    if route and len({q.broker_name for q in route.queue_datas}) == 2:
+                        break
+                    await trio.sleep(0.05)
+        assert {q.broker_name for q in route.queue_datas} == {"RaftNode00", "RaftNode01"}
+
+        acked: dict[bytes, str] = {}  # body -> brokerName
+        ack_times_s: list[tuple[float, str]] = []
+        killed_at_s = 0.0
+        async with Producer(cluster.namesrv_addr, "spreader", send_timeout_s=3.0) as producer:
+
+            async def sends(stop_at_s: float) -> None:
+                index = 0
+                while time.monotonic() < stop_at_s:
+                    body = f"m{index}".encode()
+                    index += 1
+                    try:
+                        result = await producer.send(TOPIC, body)
+                    except Exception:
+                        continue
+                    acked[body] = result.message_queue.broker_name
+                    ack_times_s.append((time.monotonic(), result.message_queue.broker_name))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sends, time.monotonic() + 12.0)
+                await trio.sleep(2.0)
+                master = await first.wait_master()
+                killed_at_s = time.monotonic()
+                first.kill(master, signal.SIGKILL)
+                new_master = await first.wait_master(timeout_s=30.0, not_node=master)
+                failover_s = time.monotonic() - killed_at_s
+                assert new_master != master
+
+        after = [(t, b) for t, b in ack_times_s if t > killed_at_s]
+        times = [killed_at_s] + [t for t, _ in after]
+        longest_gap_s = max(b - a for a, b in itertools.pairwise(times))
+        second_times = [killed_at_s] + [t for t, b in after if b == "RaftNode01"]
+        second_gap_s = max(b - a for a, b in itertools.pairwise(second_times))
+        print(
+            f"failover {failover_s:.2f}s longest gap {longest_gap_s:.2f}s "
+            f"group-2 gap {second_gap_s:.2f}s acked {len(acked)}"
+        )
+        assert {b for _, b in after} >= {"RaftNode01"}
+        assert second_gap_s < 1.5, (second_gap_s, failover_s)
+        assert longest_gap_s < max(1.5, failover_s / 2), (longest_gap_s, failover_s)
+
+        seen: set[bytes] = set()
+
+        async def handle(msgs) -> bool:
+            seen.update(m.body for m in msgs)
+            return True
+
+        async with PushConsumer(
+            cluster.namesrv_addr, "reader", TOPIC, handle, "*",
+            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        ) as consumer:  # fmt: skip
+            with trio.fail_after(30):
+                while not set(acked) <= seen:
+                    await trio.sleep(0.1)
+            # one consumer owns every queue of both groups
+            assert {mq.broker_name for mq in consumer.assigned_queues} == {
+                "RaftNode00",
+                "RaftNode01",
+            }
+        assert set(acked) <= seen, len(set(acked) - seen)
