@@ -15,7 +15,6 @@ import argparse
 import fcntl
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from raftmq.dledger.server import DiskFailure
 from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.groups import first_leaf
+from raftmq.streams.signals import cancel_on_stop_signal
 
 EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK = 0, 2, 3, 4
 
@@ -71,10 +71,7 @@ async def _run(config: BrokerConfig) -> None:
             f"serializeType=JSON and name server is {';'.join(config.namesrv_addr)}",
             flush=True,
         )
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+        await cancel_on_stop_signal(nursery.cancel_scope)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 
 import trio
@@ -27,6 +26,7 @@ from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.address import parse_peers
 from raftmq.streams.groups import first_leaf
+from raftmq.streams.signals import cancel_on_stop_signal
 from raftmq.streams.tls import PeerTls
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_STORAGE = 0, 1, 2, 3, 4
@@ -140,10 +140,7 @@ async def _run_server(config: DLedgerConfig) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
             print(f"dledger server {config.group}/{config.self_id} on {address}", flush=True)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    break
+            await cancel_on_stop_signal(nursery.cancel_scope)
     except* DiskFailure as failures:
         raise failures.exceptions[0] from None
     except* OSError as failures:

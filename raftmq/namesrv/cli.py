@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 
 import trio
@@ -17,6 +16,7 @@ import trio
 from raftmq.namesrv.config import NamesrvConfig, load_config
 from raftmq.namesrv.server import NamesrvServer
 from raftmq.streams.groups import first_leaf
+from raftmq.streams.signals import cancel_on_stop_signal
 
 EXIT_OK, EXIT_USAGE, EXIT_BIND = 0, 2, 3
 
@@ -26,10 +26,7 @@ async def _run(config: NamesrvConfig) -> None:
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve)
         print(f"The Name Server boot success. listenPort={port}", flush=True)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+        await cancel_on_stop_signal(nursery.cancel_scope)
 
 
 def main(argv: list[str] | None = None) -> int:
