@@ -38,7 +38,7 @@ from raftmq.broker.store.commitlog import (
 from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue, ConsumeQueueTable
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
-from raftmq.broker.store.replicated_log import ReplicatedLog
+from raftmq.broker.store.replicated_log import CommitLog, ReplicatedLog
 from raftmq.dledger.server import durably
 from raftmq.dledger.store.meta import atomic_write
 from raftmq.protocol import message as codec
@@ -99,7 +99,11 @@ def parse_delay_levels(text: str) -> list[int]:
 
 class MessageStore:
     """The CommitLog, ConsumeQueues and metadata over `server`, the replicated log (a
-    DLedgerServer, or anything else that speaks `replicated_log.ReplicatedLog`)."""
+    DLedgerServer, or anything else that speaks `replicated_log.ReplicatedLog`).
+
+    `commitlog` is the CommitLog over it: by default the DLedger one; a classic
+    broker passes its `ClassicCommitLog` (with `server` its `ClassicLog`). The store
+    uses either through the same methods."""
 
     def __init__(
         self,
@@ -109,10 +113,11 @@ class MessageStore:
         delay_levels_ms: list[int],
         queue_file_entries: int = DEFAULT_FILE_ENTRIES,
         index: IndexService | None = None,
+        commitlog: CommitLog | None = None,
     ) -> None:
         self.server = server
         self.root = root
-        self.commitlog = DLedgerCommitLog(server)
+        self.commitlog = DLedgerCommitLog(server) if commitlog is None else commitlog
         self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
         self.index = IndexService(root / "index") if index is None else index
         self.metadata = Metadata(builtin_topics)

@@ -1,17 +1,21 @@
 """What the message store needs of the log under it: the replicated-log protocol.
 
 The CommitLog here is a DLedger log (`DLedgerServer`); the simulator's `SimServer`
-(jepsen/sim_broker.py) is another implementation, and a classic master/slave
-CommitLog is meant to be a third. The store appends records, reads them back by
-byte position (a message's physical offset) or as encoded entries by index (the
-dispatcher), follows the commit index, and holds retention back to its dispatch
-checkpoint; nothing else. Entries are read in DLedger's entry encoding
-(`dledger.store.entry`): every implementation presents its log that way.
+(jepsen/sim_broker.py) is another implementation. The store appends records,
+reads them back by byte position (a message's physical offset) or as encoded
+entries by index (the dispatcher), follows the commit index, and holds retention
+back to its dispatch checkpoint; nothing else. Entries are read in DLedger's entry
+encoding (`dledger.store.entry`) by `commitlog.DLedgerCommitLog`.
+
+The classic master/slave log (`classic_log.ClassicLog`) presents the read side
+(`store`, `replica`, the handlers) and brings its own `CommitLog`
+(`classic_commitlog`) for the rest: the message store uses either through the
+`CommitLog` protocol below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 from raftmq.dledger.codes import Code
@@ -68,3 +72,25 @@ class ReplicatedLog(Protocol):
     def append_nowait(self, bodies: list[bytes], callback: AppendCallback) -> None:
         """Append `bodies` as consecutive entries; `callback(code, positions)` once they
         are committed (Code.SUCCESS) or refused or lost (another code, None)."""
+
+
+class CommitLog(Protocol):
+    """What the message store and the send path use of a CommitLog: the DLedger one
+    (`commitlog.DLedgerCommitLog`) or the classic one (`classic_commitlog`)."""
+
+    next_offsets: dict[tuple[str, int], int]  # the master's next queue offset per queue
+
+    def reset_offsets(self, table: dict[tuple[str, int], int]) -> None: ...
+
+    async def put(self, records: list[bytes]) -> list[tuple[int, int]]:
+        """(physical offset, queue offset) of each record once stored."""
+
+    def put_nowait(self, records: list[bytes], done: Callable) -> None:
+        """`put` with a callback: `done(code, [(physical offset, queue offset)] or None)`."""
+
+    def read(self, physical_offset: int, size: int) -> bytes: ...
+
+    def read_message(self, physical_offset: int) -> bytes: ...
+
+    def scan(self, first: int, last: int) -> Iterator[tuple[int, object]]:
+        """(index, DispatchRequest or None) for the log's entries first..last."""

@@ -1,0 +1,241 @@
+"""ClassicCommitLog: the message store's CommitLog over the classic files (`classic_log`).
+
+It has the DLedger CommitLog's interface (`put`, `put_nowait`, `read`, `read_message`,
+`scan`, `reset_offsets`), so the message store, its dispatcher and the send path
+work unchanged on either. A put is answered as RocketMQ's `CommitLog.asyncPutMessage`
+answers it, combining two waits that run at once:
+
+- flush (`flushDiskType`): SYNC_FLUSH waits for the group commit that fsyncs the
+  record (FLUSH_DISK_TIMEOUT after `syncFlushTimeout`); ASYNC_FLUSH does not wait,
+  and a background flush runs every `flushIntervalCommitLog`.
+- replication (`brokerRole=SYNC_MASTER`): SLAVE_NOT_AVAILABLE at once when no slave
+  is connected or the nearest is more than `haSlaveFallbehindMax` bytes behind;
+  otherwise wait until a slave has acknowledged the record's end offset, or
+  FLUSH_SLAVE_TIMEOUT after `slaveTimeout` (RocketMQ 4.9.3's per-request deadline).
+
+The answer carries the worse of the two (the replication status first, as in
+RocketMQ). All of these statuses mean "stored here": the send is answered with the
+status's response code and the usual msgId and offsets, and clients count it as sent.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import struct
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import trio
+
+from raftmq.broker.store.commitlog import PLACE_RECORD, DispatchRequest, dispatch_fields
+from raftmq.dledger.codes import Code
+from raftmq.dledger.server import durably
+
+if TYPE_CHECKING:
+    from raftmq.broker.store.classic_log import ClassicLog
+
+_INT = struct.Struct(">i")
+
+
+class PutStatus(enum.IntEnum):
+    """A put stored here but not as the producer asked; the value is RocketMQ's
+    response code for it (SendMessageProcessor.handlePutMessageResult)."""
+
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+
+
+@attrs.define
+class FlushPolicy:
+    sync_flush: bool  # flushDiskType=SYNC_FLUSH
+    sync_flush_timeout_s: float  # syncFlushTimeout
+    interval_s: float  # flushIntervalCommitLog: the background flush
+
+
+class Replication(Protocol):
+    """What the put path asks of a SYNC_MASTER's HA service (`ha.HAService`)."""
+
+    def slave_ok(self, offset: int) -> bool:
+        """A slave is connected and at most haSlaveFallbehindMax behind `offset`."""
+
+    @property
+    def acked_offset(self) -> int:
+        """The highest offset a slave acknowledged (push2SlaveMaxOffset)."""
+
+
+class OffsetWaiters:
+    """Callbacks waiting for an offset to be reached (flushed, or acknowledged by a
+    slave), each with a deadline (trio clock). Offsets are asked for in increasing
+    order, so release takes from the front."""
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[int, float, Callable[[bool], None]]] = []
+        self.changed = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, offset: int, deadline: float, callback: Callable[[bool], None]) -> None:
+        self._waiting.append((offset, deadline, callback))
+        self.changed.set()
+
+    def release(self, reached: int) -> None:
+        """Call back (True) everyone waiting for an offset up to `reached`."""
+        waiting = self._waiting
+        n = 0
+        while n < len(waiting) and waiting[n][0] <= reached:
+            n += 1
+        if n:
+            done, self._waiting = waiting[:n], waiting[n:]
+            for _offset, _deadline, callback in done:
+                callback(True)
+
+    def next_deadline(self) -> float:
+        return min((deadline for _o, deadline, _c in self._waiting), default=math.inf)
+
+    def expire(self, now: float) -> None:
+        """Call back (False) everyone whose deadline has passed."""
+        if not any(deadline <= now for _o, deadline, _c in self._waiting):
+            return
+        expired = [w for w in self._waiting if w[1] <= now]
+        self._waiting = [w for w in self._waiting if w[1] > now]
+        for _offset, _deadline, callback in expired:
+            callback(False)
+
+    async def run_expiry(self) -> None:
+        """Time out waiters at their deadlines, forever."""
+        while True:
+            self.changed = trio.Event()
+            with trio.move_on_at(self.next_deadline()):
+                await self.changed.wait()
+            self.expire(trio.current_time())
+
+
+class ClassicCommitLog:
+    """The broker's view of a classic CommitLog; `next_offsets` is the master's
+    topic-queue offset table, rebuilt from the ConsumeQueues at start."""
+
+    def __init__(
+        self,
+        log: ClassicLog,
+        flush: FlushPolicy,
+        replication: Replication | None = None,
+        slave_timeout_s: float = 3.0,
+    ) -> None:
+        self.server = log
+        self.log = log
+        self.flush = flush
+        self.replication = replication  # None unless SYNC_MASTER
+        self.slave_timeout_s = slave_timeout_s
+        self.next_offsets: dict[tuple[str, int], int] = {}
+        self._flushes = OffsetWaiters()
+        self._acks = OffsetWaiters()
+        self._flush_wanted = trio.Event()
+
+    def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
+        self.next_offsets = dict(table)
+
+    # ------------------------------------------------------------------ writes
+    def put_nowait(self, records: list[bytes], done: Callable[[Code | PutStatus, list], None]):
+        """Append `records` now; `done(status, [(physical offset, queue offset)])` once
+        the flush and replication rules are met (Code.SUCCESS) or not (a PutStatus)."""
+        queue_offsets: list[int] = []
+        next_offsets = self.next_offsets
+
+        def place(body: bytes, pos: int) -> bytes:
+            record, queue_offset = PLACE_RECORD(body, pos, next_offsets)
+            queue_offsets.append(queue_offset)
+            return record
+
+        positions = self.log.append(records, place)
+        placed = list(zip(positions, queue_offsets, strict=True))
+        end = positions[-1] + len(records[-1])
+        statuses: list[PutStatus | None] = [None, None]  # flush, replication; None: fine
+        pending = [2]
+
+        def finish(which: int, status: PutStatus | None) -> None:
+            statuses[which] = status
+            pending[0] -= 1
+            if not pending[0]:
+                # the replication status wins over the flush status, as in RocketMQ
+                done(statuses[1] or statuses[0] or Code.SUCCESS, placed)
+
+        now = trio.current_time()
+        if self.flush.sync_flush:
+            deadline = now + self.flush.sync_flush_timeout_s
+            self._flushes.add(
+                end, deadline, lambda ok: finish(0, None if ok else PutStatus.FLUSH_DISK_TIMEOUT)
+            )
+            self._flush_wanted.set()
+        else:
+            finish(0, None)
+        replication = self.replication
+        if replication is None or replication.acked_offset >= end:
+            finish(1, None)
+        elif not replication.slave_ok(end):
+            finish(1, PutStatus.SLAVE_NOT_AVAILABLE)
+        else:
+            self._acks.add(
+                end,
+                now + self.slave_timeout_s,
+                lambda ok: finish(1, None if ok else PutStatus.FLUSH_SLAVE_TIMEOUT),
+            )
+
+    async def put(self, records: list[bytes]) -> list[tuple[int, int]]:
+        """`put_nowait`, awaited: the (physical offset, queue offset) of each record,
+        whatever the status (every status means stored here)."""
+        finished = trio.Event()
+        result: list = []
+
+        def done(_status, placed) -> None:
+            result.extend(placed)
+            finished.set()
+
+        self.put_nowait(records, done)
+        await finished.wait()
+        return result
+
+    def on_slave_ack(self, offset: int) -> None:
+        """A slave acknowledged everything before `offset` (GroupTransferService)."""
+        self._acks.release(offset)
+
+    # ------------------------------------------------------------------ reads
+    def read(self, physical_offset: int, size: int) -> bytes:
+        return self.log.read_at(physical_offset, size)
+
+    def read_message(self, physical_offset: int) -> bytes:
+        (size,) = _INT.unpack_from(self.log.read_at(physical_offset, 4))
+        return self.read(physical_offset, size)
+
+    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest]]:
+        """(index, dispatch request) for the messages first..last."""
+        log = self.log
+        for index in range(first, last + 1):
+            pos = log.pos_at(index)
+            buffer, offset = log.locate(pos)
+            yield index, DispatchRequest(*dispatch_fields(buffer, offset, pos))
+
+    # ------------------------------------------------------------------ running
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Flush (group commit on demand, and every interval) and time out waiters."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flushes.run_expiry)
+            nursery.start_soon(self._acks.run_expiry)
+            task_status.started()
+            await self._flush_loop()
+
+    async def _flush_loop(self) -> None:
+        log = self.log
+        while True:
+            with trio.move_on_after(self.flush.interval_s):
+                await self._flush_wanted.wait()
+            self._flush_wanted = trio.Event()
+            if log.write_pos == log.flushed_pos and not len(self._flushes):
+                continue
+            target, work = log.flush_plan()
+            await durably(work)
+            log.flushed_pos = max(log.flushed_pos, target)
+            self._flushes.release(log.flushed_pos)
