@@ -185,7 +185,7 @@ def test_dledger_keys_out_of_line_with_each_other(tmp_path: Path) -> None:
 
 def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
     keys = ["deleteWhen=04", "diskMaxUsedSpaceRatio=88", "transientStorePoolEnable=false"]
-    keys += ["haListenPort=10912", "brokerIP2=10.0.0.2", "aclEnable=false"]
+    keys += ["offsetCheckInSlave=false", "aclEnable=false"]
     config, warnings = load_text(tmp_path, "\n".join(keys))
     path = tmp_path / "broker.conf"
     assert warnings == [f"{path}: {k.split('=')[0]}: accepted, not used by raftmq" for k in keys]
@@ -199,6 +199,24 @@ def test_dledger_keys_in_classic_mode_are_warnings(tmp_path: Path) -> None:
         f"{path}: dLegerPeers: ignored, enableDLegerCommitLog is false",
         f"{path}: heartBeatTimeIntervalMs: ignored, enableDLegerCommitLog is false",
     ]
+
+
+def test_classic_keys_in_dledger_mode_are_warnings(tmp_path: Path) -> None:
+    _, warnings = load_text(tmp_path, dledger_conf("haListenPort=10912", "slaveTimeout=100"))
+    path = tmp_path / "broker.conf"
+    assert warnings == [
+        f"{path}: haListenPort: ignored in DLedger mode",
+        f"{path}: slaveTimeout: ignored in DLedger mode",
+    ]
+
+
+def test_classic_ha_keys(tmp_path: Path) -> None:
+    config, _ = load_text(tmp_path, "listenPort=20911\nbrokerIP2=10.0.0.2")
+    assert (config.ha_port, config.broker_ip2) == (20912, "10.0.0.2")  # listenPort + 1
+    config, _ = load_text(tmp_path, "haListenPort=30000\nhaMasterAddress=10.0.0.1:10912")
+    assert (config.ha_port, config.ha_master_address) == (30000, "10.0.0.1:10912")
+    with pytest.raises(ValueError, match="haMasterAddress"):
+        load_text(tmp_path, "haMasterAddress=nowhere")
 
 
 def test_classic_broker_ids(tmp_path: Path) -> None:

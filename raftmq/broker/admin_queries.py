@@ -79,28 +79,35 @@ class AdminQueries:
     stats: BrokerStats
     clients: ClientManager
     broker_name: str = attrs.field(kw_only=True)
-    dledger_metadata: Callable[[], dict] = attrs.field(kw_only=True)  # DLedgerServer.metadata
+    # DLedgerServer.metadata; None for a classic broker, which reports `classic_info`
+    dledger_metadata: Callable[[], dict] | None = attrs.field(kw_only=True)
+    classic_info: Callable[[], dict[str, str]] = attrs.field(kw_only=True, default=dict)
 
     async def runtime_info(self, request: RemotingCommand, connection: Connection):
-        meta = self.dledger_metadata()
         table = {
             "brokerVersionDesc": VERSION_DESC,
             "brokerName": self.broker_name,
             "brokerId": str(self.role.broker_id),
-            "brokerRole": "SYNC_MASTER" if self.role.is_master else "SLAVE",
+            "brokerRole": self.role.master_role if self.role.is_master else "SLAVE",
             "commitLogMaxOffset": str(self.store.physical_max),
             "dispatchBehindEntries": str(self.store.dispatch_behind()),
             "msgPutTotalTodayNow": str(self.stats.put_messages),
             "msgGetTotalTodayNow": str(self.stats.got_messages),
-            "dLegerGroup": meta["group"],
-            "dLegerSelfId": meta["selfId"],
-            "dLegerRole": meta["role"],
-            "dLegerTerm": str(meta["term"]),
-            "dLegerLeaderId": str(meta["leaderId"] or ""),
-            "dLegerLedgerEndIndex": str(meta["ledgerEndIndex"]),
-            "dLegerCommittedIndex": str(meta["committedIndex"]),
-            "dLegerPeers": ";".join(f"{k}-{v}" for k, v in meta["peers"].items()),
         }
+        if self.dledger_metadata is None:
+            table |= self.classic_info()
+        else:
+            meta = self.dledger_metadata()
+            table |= {
+                "dLegerGroup": meta["group"],
+                "dLegerSelfId": meta["selfId"],
+                "dLegerRole": meta["role"],
+                "dLegerTerm": str(meta["term"]),
+                "dLegerLeaderId": str(meta["leaderId"] or ""),
+                "dLegerLedgerEndIndex": str(meta["ledgerEndIndex"]),
+                "dLegerCommittedIndex": str(meta["committedIndex"]),
+                "dLegerPeers": ";".join(f"{k}-{v}" for k, v in meta["peers"].items()),
+            }
         return request.make_response(ResponseCode.SUCCESS, body=json_body({"table": table}))
 
     async def query_message(self, request: RemotingCommand, connection: Connection):

@@ -3,10 +3,12 @@
 Prints "The broker[<name>, <address>] boot success. serializeType=JSON and name
 server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
 `listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
-(SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key),
-3 when a port cannot be bound or another process holds the store's lock, 4 when the
-store cannot be used: `storePathRootDir` not writable, damaged data (naming the file
-and offset), or a failed fsync or disk write, at start or later.
+(SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key;
+RocketMQ's start-up refusals, such as a SLAVE with brokerId 0, are among them),
+3 when a port (the remoting port, or a classic broker's haListenPort) cannot be
+bound or another process holds the store's lock, 4 when the store cannot be used:
+`storePathRootDir` not writable, damaged data (naming the file and offset), or a
+failed fsync or disk write, at start or later.
 """
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ async def _run(config: BrokerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mqbroker", description="RocketMQ broker on DLedger.")
+    parser = argparse.ArgumentParser(
+        prog="mqbroker", description="RocketMQ broker on DLedger, or classic master/slave."
+    )
     parser.add_argument("-c", "--configFile", dest="config", help="broker.conf (key=value)")
     parser.add_argument("-n", "--namesrvAddr", dest="namesrv", help="host:port;host:port")
     parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -93,11 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         config, warnings = load_broker_config(
             args.config, args.namesrv or os.environ.get("NAMESRV_ADDR"), overrides
         )
-        if not config.enable_dleger_commit_log:
-            raise ValueError(
-                "enableDLegerCommitLog=true is required: this broker stores its CommitLog in "
-                "DLedger (set dLegerPeers and dLegerSelfId too)"
-            )
     except ValueError as exc:
         print(f"mqbroker: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -47,7 +47,7 @@ from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ENTRY_SIZE
 from raftmq.broker.store.indexfile import MAX_HASH_SLOT_NUM, MAX_INDEX_NUM
 from raftmq.dledger.config import FSYNC, PAGE_CACHE, DLedgerConfig
 from raftmq.dledger.config import KEYS as DLEDGER_KEYS
-from raftmq.streams.address import parse_address_list, parse_peers
+from raftmq.streams.address import parse_address, parse_address_list, parse_peers
 from raftmq.streams.config_keys import (
     Key,
     KeyTable,
@@ -121,24 +121,22 @@ UNUSED_KEYS = frozenset(
         "rocketmqHome", "storePathCommitLog", "storePathConsumeQueue", "storePathIndex",
         "storeCheckpoint",
         "abortFile", "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt",
-        "flushIntervalCommitLog", "commitIntervalCommitLog", "flushCommitLogTimed",
+        "commitIntervalCommitLog", "flushCommitLogTimed",
         "flushIntervalConsumeQueue",
         "flushCommitLogLeastPages", "commitCommitLogLeastPages",
         "flushConsumeQueueLeastPages", "flushCommitLogThoroughInterval",
         "commitCommitLogThoroughInterval", "flushConsumeQueueThoroughInterval",
         "flushLeastPagesWhenWarmMapedFile", "warmMapedFileEnable",
         "transientStorePoolEnable", "transientStorePoolSize",
-        "fastFailIfNoBufferInStorePool", "syncFlushTimeout", "checkCRCOnRecover",
+        "fastFailIfNoBufferInStorePool", "checkCRCOnRecover",
         "readOnlyCommitLogStorePaths", "enableBatchPush",
         # retention by schedule and disk pressure (files go by age: fileReservedTime)
         "deleteWhen", "diskMaxUsedSpaceRatio", "cleanFileForciblyEnable",
         "cleanResourceInterval", "deleteCommitLogFilesInterval",
         "deleteConsumeQueueFilesInterval", "destroyMapedFileIntervalForcibly",
         "redeleteHangedFileInterval",
-        # classic master/slave HA and reading from slaves
-        "haListenPort", "haMasterAddress", "haSendHeartbeatInterval",
-        "haHousekeepingInterval", "haTransferBatchSize", "haSlaveFallbehindMax",
-        "slaveReadEnable", "offsetCheckInSlave", "brokerIP2",
+        # reading from slaves
+        "slaveReadEnable", "offsetCheckInSlave",
         # features raftmq does not have
         "aclEnable", "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
         "messageIndexSafe", "filterServerNums",
@@ -211,9 +209,33 @@ class BrokerConfig:
     dleger_tls_cert_path: str | None = None
     dleger_tls_key_path: str | None = None
     dleger_tls_trust_cert_path: str | None = None
+    # classic mode (enableDLegerCommitLog=false): the CommitLog's flushing and HA
+    flush_interval_commit_log: int = 500  # ms between ASYNC_FLUSH flushes
+    sync_flush_timeout: int = 5000  # ms until FLUSH_DISK_TIMEOUT
+    slave_timeout: int = 3000  # ms until FLUSH_SLAVE_TIMEOUT (SYNC_MASTER)
+    ha_listen_port: int | None = None  # default listenPort + 1
+    ha_master_address: str | None = None  # else learnt from REGISTER_BROKER answers
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    broker_ip2: str | None = None  # the HA address's host; default brokerIP1
     tls_server: ServerTls = attrs.Factory(ServerTls)
     tls_client: ClientTls = attrs.Factory(ClientTls)  # the broker's connections to the name servers
     dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
+
+    @property
+    def is_slave(self) -> bool:
+        """A classic slave (in DLedger mode the election decides, not the config)."""
+        return not self.enable_dleger_commit_log and self.broker_role == "SLAVE"
+
+    @property
+    def ha_port(self) -> int:
+        """haListenPort, or listenPort + 1 as RocketMQ's BrokerStartup sets it (0, any
+        free port, when listenPort is 0)."""
+        if self.ha_listen_port is not None:
+            return self.ha_listen_port
+        return self.listen_port + 1 if self.listen_port else 0
 
     def _require_dledger(self) -> None:
         if not self.enable_dleger_commit_log:
@@ -264,6 +286,11 @@ def _self_id(value: str) -> str:
     return value
 
 
+def _address(value: str) -> str:
+    parse_address(value)
+    return value
+
+
 def _delay_levels(value: str) -> str:
     levels = value.split()
     if not levels or not all(_DELAY_LEVEL.match(level) for level in levels):
@@ -308,6 +335,16 @@ KEYS = KeyTable(
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
+        Key("flushIntervalCommitLog", "flush_interval_commit_log", integer(1)),
+        Key("syncFlushTimeout", "sync_flush_timeout", integer(1)),
+        Key("slaveTimeout", "slave_timeout", integer(1)),
+        Key("haListenPort", "ha_listen_port", integer(0, 65535)),
+        Key("haMasterAddress", "ha_master_address", _address),
+        Key("haSendHeartbeatInterval", "ha_send_heartbeat_interval", integer(1)),
+        Key("haHousekeepingInterval", "ha_housekeeping_interval", integer(1)),
+        Key("haTransferBatchSize", "ha_transfer_batch_size", integer(1)),
+        Key("haSlaveFallbehindMax", "ha_slave_fallbehind_max", integer(1)),
+        Key("brokerIP2", "broker_ip2", ip_address),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
         Key("dLegerTlsTrustCertPath", "dleger_tls_trust_cert_path", file_path),
@@ -318,6 +355,12 @@ KEYS = KeyTable(
     aliases=ALIASES,
 )
 
+# Keys that only matter with enableDLegerCommitLog=false.
+_CLASSIC_ONLY = frozenset(
+    {"flushIntervalCommitLog", "syncFlushTimeout", "slaveTimeout", "haListenPort",
+     "haMasterAddress", "haSendHeartbeatInterval", "haHousekeepingInterval",
+     "haTransferBatchSize", "haSlaveFallbehindMax", "brokerIP2"}
+)  # fmt: skip
 # Keys that only matter with enableDLegerCommitLog=true.
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
@@ -357,8 +400,8 @@ def load_broker_config(
 
     if config.enable_dleger_commit_log:
         _check_dledger(config, where)
-        for key in sorted({"brokerId", "brokerRole"} & given.keys()):
-            warnings.append(f"{where(key)}: {key}: ignored in DLedger mode, the election decides")
+        for key in sorted(({"brokerId", "brokerRole"} | _CLASSIC_ONLY) & given.keys()):
+            warnings.append(f"{where(key)}: {key}: ignored in DLedger mode")
         return config, warnings
     for key in sorted(_DLEDGER_ONLY & given.keys()):
         warnings.append(f"{where(key)}: {key}: ignored, enableDLegerCommitLog is false")

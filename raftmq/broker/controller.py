@@ -1,6 +1,8 @@
-"""BrokerController: one broker of a DLedger group, wired together and run.
+"""BrokerController: one broker of a DLedger group (or a classic master or slave),
+wired together and run.
 
-It builds the DLedger replica, the message store on top of it, the role, the
+It builds the DLedger replica (or the classic CommitLog and HA: `classic`), the
+message store on top of it, the role, the
 managers of topics, subscription groups and consumer offsets, each request
 processor (given only the parts it uses), the remoting server, the name-server
 registration and the services only a master runs (delayed delivery, offset and
@@ -29,6 +31,7 @@ import trio
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_queries import AdminQueries
 from raftmq.broker.admin_requests import AdminRequests
+from raftmq.broker.classic import ClassicReplica
 from raftmq.broker.clients import ClientManager
 from raftmq.broker.config import BrokerConfig
 from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -87,12 +90,20 @@ def answer_refusals(handler: Processor) -> Processor:
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        dconfig = config.dledger_config()
-        self.dledger = DLedgerServer(dconfig, client_appends=False)
-        self.self_id = dconfig.self_id
         self.root = Path(config.store_path_root_dir)
+        self.dledger: DLedgerServer | None = None
+        self.classic: ClassicReplica | None = None
+        if config.enable_dleger_commit_log:
+            dconfig = config.dledger_config()
+            self.dledger = DLedgerServer(dconfig, client_appends=False)
+            self.self_id = dconfig.self_id
+            log_server, commitlog = self.dledger, None
+        else:
+            self.classic = ClassicReplica(config)
+            self.self_id = f"brokerId {config.broker_id}"
+            log_server, commitlog = self.classic.log, self.classic.commitlog
         self.store = MessageStore(
-            self.dledger,
+            log_server,
             self.root,
             builtin_topics(
                 config.broker_cluster_name, config.broker_name, config.default_topic_queue_nums
@@ -100,20 +111,40 @@ class BrokerController:
             parse_delay_levels(config.message_delay_level),
             config.queue_file_entries,
             IndexService(self.root / "index", config.max_hash_slot_num, config.max_index_num),
+            commitlog,
         )
         metadata = self.store.metadata
-        self.role = BrokerRole(
-            config.broker_name,
-            self.self_id,
-            config.slave_broker_id,
-            lambda: self.dledger.replica.leader_id,
-        )
+        if self.dledger is not None:
+            dledger = self.dledger
+            self.role = BrokerRole(
+                config.broker_name,
+                self.self_id,
+                config.slave_broker_id,
+                lambda: dledger.replica.leader_id,
+            )
+        else:
+            self.role = BrokerRole(
+                config.broker_name,
+                self.self_id,
+                config.broker_id if config.is_slave else 0,
+                lambda: None,
+                master_role=config.broker_role,
+                classic=True,
+            )
         self.broker_addr = BrokerAddress(config.broker_ip1, config.listen_port)
         self.stats = BrokerStats()
         self.clients = ClientManager()
         self.locks = QueueLocks(self.store.now_ms)
         self.meta = MetaWriter(self.store, self.broker_addr)
-        self.registration = Registration(config, self.role, self.broker_addr, metadata)
+        classic = self.classic
+        self.registration = Registration(
+            config,
+            self.role,
+            self.broker_addr,
+            metadata,
+            ha_server_addr=None if classic is None else lambda: classic.ha_server_addr,
+            on_master_ha=None if classic is None else classic.learn_master,
+        )
         self.topics = TopicConfigManager(
             metadata, self.meta, self.registration, config.auto_create_topic_enable
         )
@@ -136,7 +167,8 @@ class BrokerController:
             self.role, self.store, self.meta, self.sender.put, self.broker_addr
         )
         self._roles_send, self._roles_recv = trio.open_memory_channel(ROLE_EVENTS_BUFFERED)
-        self.dledger.add_role_change_handler(self._on_role_change)
+        if self.dledger is not None:
+            self.dledger.add_role_change_handler(self._on_role_change)
         self.server = RemotingServer(
             listen_host(config.bind_address),
             config.listen_port,
@@ -179,7 +211,8 @@ class BrokerController:
             self.stats,
             self.clients,
             broker_name=self.config.broker_name,
-            dledger_metadata=self.dledger.metadata,
+            dledger_metadata=None if self.dledger is None else self.dledger.metadata,
+            classic_info=dict if self.classic is None else self.classic.info,
         )
         locks = LockRequests(self.role, self.locks)
         table = {
@@ -249,7 +282,25 @@ class BrokerController:
         self.locks.clear()
         self.registration.register_soon()
 
+    async def _classic_role(self) -> None:
+        """A classic broker's role, from its config: a master once the ConsumeQueues hold
+        everything its CommitLog does (its queue offsets continue from them)."""
+        if self.config.is_slave:
+            self.role.become_slave(0)
+        else:
+            while not self.store.caught_up():
+                await self.store.wait_dispatch(0.05)
+            self.store.take_over_offsets()
+            self.schedule.reset()
+            self.role.become_master(0)
+        log.warning(
+            "%s: %s (brokerId %d)", self.config.broker_name, self.config.broker_role,
+            self.role.broker_id,
+        )  # fmt: skip
+        await self.registration.register_now()
+
     async def _become_master(self, term: int, elected_at: float) -> None:
+        assert self.dledger is not None
         replica, store = self.dledger.replica, self.store
         while True:
             if replica.role is not Role.LEADER or replica.term != term:
@@ -278,15 +329,27 @@ class BrokerController:
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled. A stopped broker's connections close, and the name
         servers drop it at once (their channel-destroy rule)."""
-        async with trio.open_nursery() as nursery:
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._serve_in(nursery)
+                task_status.started(self.broker_addr.port)
+        finally:
+            if self.classic is not None:
+                self.classic.close()
+
+    async def _serve_in(self, nursery: trio.Nursery) -> None:
+        # the CommitLog first (DLedger replica, or classic files with flushing and HA)
+        if self.dledger is not None:
             await nursery.start(self.dledger.serve)
-            await nursery.start(self.store.run)
-            self.broker_addr.port = await nursery.start(self.server.serve)
-            nursery.start_soon(self._role_loop)
-            nursery.start_soon(self.registration.run)
-            nursery.start_soon(self.offsets.run)
-            nursery.start_soon(self.schedule.run)
-            nursery.start_soon(self._expire_loop)
-            self.registration.register_soon()
-            self.started.set()
-            task_status.started(self.broker_addr.port)
+        else:
+            assert self.classic is not None
+            await nursery.start(self.classic.serve)
+        await nursery.start(self.store.run)
+        self.broker_addr.port = await nursery.start(self.server.serve)
+        nursery.start_soon(self._role_loop if self.classic is None else self._classic_role)
+        nursery.start_soon(self.registration.run)
+        nursery.start_soon(self.offsets.run)
+        nursery.start_soon(self.schedule.run)
+        nursery.start_soon(self._expire_loop)
+        self.registration.register_soon()
+        self.started.set()

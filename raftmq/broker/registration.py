@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -60,9 +61,20 @@ class Registration:
     server of `config`."""
 
     def __init__(
-        self, config: BrokerConfig, role: BrokerRole, address: BrokerAddress, metadata: Metadata
+        self,
+        config: BrokerConfig,
+        role: BrokerRole,
+        address: BrokerAddress,
+        metadata: Metadata,
+        ha_server_addr: Callable[[], str] | None = None,
+        on_master_ha: Callable[[str | None], None] | None = None,
     ) -> None:
+        """A classic broker gives its HA address to advertise (`ha_server_addr`) and
+        learns its master's from every answer (`on_master_ha`, given the answer's
+        haServerAddr: None while the group has no live master)."""
         self.config = config
+        self.ha_server_addr = ha_server_addr
+        self.on_master_ha = on_master_ha
         self.role = role
         self.address = address
         self.metadata = metadata
@@ -103,7 +115,7 @@ class Registration:
                 "brokerId": str(self.role.broker_id),
                 "brokerName": self.config.broker_name,
                 "clusterName": self.config.broker_cluster_name,
-                "haServerAddr": address,
+                "haServerAddr": address if self.ha_server_addr is None else self.ha_server_addr(),
                 "compressed": "false",
                 "bodyCrc32": "0",
                 # not RocketMQ's: lets a name server ignore a deposed master's late claim
@@ -140,6 +152,8 @@ class Registration:
             response = await client.invoke(self._request(), timeout)
             if response.code != ResponseCode.SUCCESS:
                 raise RemotingError(f"answered {response.code}: {response.remark}")
+            if self.on_master_ha is not None:
+                self.on_master_ha((response.ext_fields or {}).get("haServerAddr"))
             self._settle(lane, requested)
             if lane.failures:
                 log.warning("registered with name server %s again", lane.address)

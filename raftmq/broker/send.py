@@ -5,7 +5,9 @@ Transactional (half) messages are refused with NO_PERMISSION: there is no
 END_TRANSACTION or check-back here to settle them.
 
 A message is serialized here as a CommitLog record and appended through DLedger;
-the answer goes back once a quorum has it on disk. DLedger's refusals map as
+the answer goes back once a quorum has it on disk. (On a classic CommitLog,
+`store.classic_commitlog`, a message stored but not flushed or replicated in time
+is answered 10, 11 or 12, as RocketMQ answers it.) DLedger's refusals map as
 RocketMQ's DLedgerCommitLog maps them: not the leader → SERVICE_NOT_AVAILABLE
 (the client retries, and refreshes its route), a quorum-ack timeout →
 SYSTEM_ERROR with a remark saying the outcome is unknown, a full pending queue
@@ -20,12 +22,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
+import trio
 
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
 from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES, sent_message
+from raftmq.broker.store.classic_commitlog import PutStatus
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.dledger.codes import Code
-from raftmq.dledger.server import DLedgerError
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id, pack_host
@@ -125,7 +128,8 @@ class SendProcessor:
                 dlq = await self.topics.ensure_dlq(topic[len(RETRY_PREFIX) :])
                 topic, queue_id = dlq.topic_name, 0
         messages = self._messages(request, connection, topic, queue_id)
-        return self._response(request, queue_id, await self.put(messages))
+        code, results = await self._put(messages)
+        return self._response(request, queue_id, results, code)
 
     def send_inline(
         self, requests: list[RemotingCommand], connection: Connection
@@ -201,13 +205,19 @@ class SendProcessor:
     ) -> Callable[[Code, list | None], None]:
         """The completion of a batch of inline sends: every response in one write."""
 
-        def done(code: Code, results) -> None:
+        def done(code: Code | PutStatus, results) -> None:
             if results is None:
                 failure = _append_failure(code)
                 for request, _queue_id in taken:
                     connection.respond(request, request.make_response(*failure))
                 return
             assert len(results) == len(taken), (len(results), len(taken))
+            if isinstance(code, PutStatus):  # stored, but not flushed or replicated in time
+                for (request, queue_id), placed in zip(taken, results, strict=True):
+                    response = self._response(request, queue_id, [placed], int(code))
+                    if not request.flag & FLAG_ONEWAY:
+                        connection.respond(request, response)
+                return
             self.stats.put_messages += len(results)
             answers = [
                 (request.opaque, request.serialize_type, queue_id, queue_offset, physical_offset)
@@ -291,7 +301,12 @@ class SendProcessor:
             messages.append(self.schedule_if_delayed(msg))
         return messages
 
-    def _response(self, request: RemotingCommand, queue_id: int, results) -> RemotingCommand:
+    def _response(
+        self, request: RemotingCommand, queue_id: int, results, code: int = ResponseCode.SUCCESS
+    ) -> RemotingCommand:
+        """A stored send's answer: SUCCESS, or a classic store's FLUSH_DISK_TIMEOUT (10),
+        SLAVE_NOT_AVAILABLE (11) or FLUSH_SLAVE_TIMEOUT (12), which carry the same
+        headers and which clients count as sent (SendMessageProcessor)."""
         self.stats.put_messages += len(results)
         store_host = self.address.store_host
         ext = {
@@ -301,7 +316,7 @@ class SendProcessor:
             "MSG_REGION": "DefaultRegion",
             "TRACE_ON": "true",
         }
-        return request.make_response(ResponseCode.SUCCESS, None, ext_fields=ext)
+        return request.make_response(code, None, ext_fields=ext)
 
     def schedule_if_delayed(self, msg: MessageExt) -> MessageExt:
         """A message with a delay level goes to the schedule topic first (RocketMQ's
@@ -327,12 +342,28 @@ class SendProcessor:
         return records
 
     async def put(self, messages: list[MessageExt]) -> list[tuple[int, int]]:
+        """Store messages; (physical offset, queue offset) of each."""
+        return (await self._put(messages))[1]
+
+    async def _put(self, messages: list[MessageExt]) -> tuple[int, list[tuple[int, int]]]:
+        """Store messages: the response code (SUCCESS, or a classic store's 10, 11 or 12:
+        stored all the same) and (physical offset, queue offset) of each; BadRequest
+        with the refusal's code when they are not stored."""
         records = self._records(messages)
-        try:
-            return await self.store.commitlog.put(records)
-        except DLedgerError as exc:
-            code, remark = _append_failure(exc.code)
-            raise BadRequest(remark, code) from None
+        finished = trio.Event()
+        outcome: list = []
+
+        def done(code: Code | PutStatus, placed) -> None:
+            outcome[:] = [code, placed]
+            finished.set()
+
+        self.store.commitlog.put_nowait(records, done)
+        await finished.wait()
+        code, placed = outcome
+        if placed is None:
+            response_code, remark = _append_failure(code)
+            raise BadRequest(remark, response_code)
+        return (int(code) if isinstance(code, PutStatus) else ResponseCode.SUCCESS), placed
 
     async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: a message the consumer failed goes to %RETRY%group

@@ -1,4 +1,5 @@
-"""A name server and a DLedger broker group as real processes on loopback addresses.
+"""A name server and a DLedger broker group (or a classic master/slave group) as real
+processes on loopback addresses.
 
 RocketMQ's `fast-try` for this project: the main demo, the process tests, the
 benchmarks and the fault-injection runs all start the same thing, kill -9 and
@@ -97,27 +98,35 @@ class LocalCluster:
             "scanNotActiveBrokerInterval=1000\n"
         )
         for node in self.ids:
-            bind_host, listen_port = parse_address(self.broker_addrs[node])
-            conf = {
-                "brokerClusterName": self.cluster_name,
-                "brokerName": self.broker_name,
-                "listenPort": str(listen_port),
-                "bindAddress": bind_host,
-                "brokerIP1": parse_address(self.client_addrs[node])[0],
-                "namesrvAddr": self.namesrv_addr,
-                "storePathRootDir": str(self.store_dir(node)),
-                "enableDLegerCommitLog": "true",
-                "dLegerGroup": self.broker_name,
-                "dLegerPeers": self.dledger_peers(node),
-                "dLegerSelfId": node,
-                "mappedFileSizeCommitLog": str(LOCAL_SEGMENT_BYTES),
-                "mappedFileSizeForEntryIndex": str(32 << 20),
-                # the name server here expires a broker after 10 s of silence (not 120 s),
-                # so brokers re-register every 3 s (not 30 s)
-                "registerNameServerPeriod": "3000",
-                **self.extra_conf,
-            }
+            conf = {**self._broker_conf(node), **self.extra_conf}
             self.conf_path(node).write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+
+    def _common_conf(self, node: str) -> dict[str, str]:
+        """What every broker here is given, DLedger or classic."""
+        bind_host, listen_port = parse_address(self.broker_addrs[node])
+        return {
+            "brokerClusterName": self.cluster_name,
+            "brokerName": self.broker_name,
+            "listenPort": str(listen_port),
+            "bindAddress": bind_host,
+            "brokerIP1": parse_address(self.client_addrs[node])[0],
+            "namesrvAddr": self.namesrv_addr,
+            "storePathRootDir": str(self.store_dir(node)),
+            "mappedFileSizeCommitLog": str(LOCAL_SEGMENT_BYTES),
+            # the name server here expires a broker after 10 s of silence (not 120 s),
+            # so brokers re-register every 3 s (not 30 s)
+            "registerNameServerPeriod": "3000",
+        }
+
+    def _broker_conf(self, node: str) -> dict[str, str]:
+        return {
+            **self._common_conf(node),
+            "enableDLegerCommitLog": "true",
+            "dLegerGroup": self.broker_name,
+            "dLegerPeers": self.dledger_peers(node),
+            "dLegerSelfId": node,
+            "mappedFileSizeForEntryIndex": str(32 << 20),
+        }
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
@@ -249,6 +258,68 @@ class LocalCluster:
                 await self.namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
             ).code != ResponseCode.SUCCESS:
                 await trio.sleep(0.02)
+
+
+class LocalClassicGroup(LocalCluster):
+    """`async with LocalClassicGroup(tmp, slaves=1) as group:` — a classic master/slave
+    group (enableDLegerCommitLog=false): node n0 is the master (brokerId 0,
+    `master_role`), n1.. its slaves (brokerId 1..), each with its HA port; slaves learn
+    the master's HA address from the name server."""
+
+    def __init__(
+        self,
+        base_dir: str | Path,
+        slaves: int = 1,
+        master_role: str = "ASYNC_MASTER",
+        broker_name: str = "broker-a",
+        cluster_name: str = "DefaultCluster",
+        **kwargs,
+    ) -> None:
+        assert master_role in ("ASYNC_MASTER", "SYNC_MASTER"), master_role
+        super().__init__(base_dir, 1 + slaves, broker_name, cluster_name, **kwargs)
+        self.master_role = master_role
+        # the ports LocalCluster keeps for DLedger peers serve HA here
+        self.ha_addrs = self.peer_addrs
+
+    def _broker_conf(self, node: str) -> dict[str, str]:
+        broker_id = self.ids.index(node)
+        return {
+            **self._common_conf(node),
+            "brokerId": str(broker_id),
+            "brokerRole": "SLAVE" if broker_id else self.master_role,
+            "haListenPort": str(parse_address(self.ha_addrs[node])[1]),
+            "haSendHeartbeatInterval": "1000",
+            "haHousekeepingInterval": "4000",
+        }
+
+    async def __aenter__(self) -> LocalClassicGroup:
+        """Started, and every slave connected to the master's HA port (a slave learns
+        the address at its first registration after the master's)."""
+        await super().__aenter__()
+        try:
+            await self.wait_slaves(len(self.ids) - 1)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def wait_slaves(self, count: int, timeout_s: float = 20.0) -> None:
+        """Until the master has `count` HA connections."""
+        with trio.fail_after(timeout_s):
+            while (await self.member_state(self.ids[0]))["haConnections"] != str(count):
+                await trio.sleep(0.05)
+
+    async def wait_replicated(self, timeout_s: float = 30.0) -> None:
+        """Until every running slave holds the master's CommitLog bytes and every
+        broker has dispatched what it holds."""
+        with trio.fail_after(timeout_s):
+            while True:
+                states = [await self.member_state(n) for n in self.ids if n in self.procs]
+                if len({s["commitLogWriteOffset"] for s in states}) == 1 and all(
+                    s["dispatchBehindEntries"] == "0" for s in states
+                ):
+                    return
+                await trio.sleep(0.05)
 
 
 class LocalGroups:

@@ -1,0 +1,100 @@
+"""A classic broker's store and replication (`enableDLegerCommitLog=false`).
+
+The CommitLog files (`store.classic_log`), the CommitLog the message store uses over
+them (`store.classic_commitlog`), and HA (`store.ha`): every classic broker listens
+on `haListenPort`, as RocketMQ's does; a SYNC_MASTER's puts wait for a slave's
+acknowledgement; a SLAVE connects to `haMasterAddress`, or else to the HA address
+the name servers gave in the last REGISTER_BROKER answer, and appends what it is
+sent. The role never changes at run time (RocketMQ 4.x has no automatic failover
+in this mode; that is what DLedger mode is for).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import trio
+
+from raftmq.broker.config import BrokerConfig
+from raftmq.broker.store.classic_commitlog import ClassicCommitLog, FlushPolicy
+from raftmq.broker.store.classic_log import ABORT_FILE, ClassicLog
+from raftmq.broker.store.ha import HAClient, HAConfig, HAService
+from raftmq.dledger.config import FSYNC
+from raftmq.remoting import listen_host
+
+log = logging.getLogger(__name__)
+
+
+class ClassicReplica:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        root = Path(config.store_path_root_dir)
+        self.log = ClassicLog(
+            root / "commitlog", config.mapped_file_size_commit_log, root / ABORT_FILE
+        )
+        ha_config = HAConfig(
+            heartbeat_interval_s=config.ha_send_heartbeat_interval / 1000,
+            housekeeping_interval_s=config.ha_housekeeping_interval / 1000,
+            transfer_batch_bytes=config.ha_transfer_batch_size,
+            fallbehind_max_bytes=config.ha_slave_fallbehind_max,
+        )
+        self.ha = HAService(self.log, ha_config)
+        self.commitlog = ClassicCommitLog(
+            self.log,
+            FlushPolicy(
+                sync_flush=config.flush_disk_type == FSYNC,
+                sync_flush_timeout_s=config.sync_flush_timeout / 1000,
+                interval_s=config.flush_interval_commit_log / 1000,
+            ),
+            replication=self.ha if config.broker_role == "SYNC_MASTER" else None,
+            slave_timeout_s=config.slave_timeout / 1000,
+        )
+        self.ha.on_ack = self.commitlog.on_slave_ack
+        self.master_ha_address = config.ha_master_address
+        self.client = HAClient(self.log, ha_config, lambda: self.master_ha_address)
+        self.ha_port = config.ha_port
+
+    @property
+    def ha_server_addr(self) -> str:
+        """What REGISTER_BROKER advertises: brokerIP2 (else brokerIP1) and the HA port."""
+        return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.ha_port}"
+
+    def learn_master(self, ha_server_addr: str | None) -> None:
+        """A REGISTER_BROKER answer's haServerAddr, unless haMasterAddress is set."""
+        if self.config.ha_master_address or not ha_server_addr:
+            return
+        if ha_server_addr != self.master_ha_address:
+            log.warning("HA: master's address from the name server: %s", ha_server_addr)
+            self.master_ha_address = ha_server_addr
+
+    def info(self) -> dict[str, str]:
+        """Runtime-info entries: the HA state as mqadmin brokerStatus shows it."""
+        table = {
+            "commitLogMinOffset": str(self.log.min_offset),
+            "commitLogWriteOffset": str(self.log.write_pos),  # RocketMQ's getMaxPhyOffset
+            "haListenPort": str(self.ha_port),
+        }
+        if self.config.is_slave:
+            table["masterAddr"] = self.client.connected_to or ""
+            table["haMasterAddress"] = self.master_ha_address or ""
+        else:
+            table["haConnections"] = str(len(self.ha.connections))
+            table["slaveAckOffset"] = str(self.ha.acked_offset)
+            table["slaveFallBehindBytes"] = str(self.ha.slave_lag_bytes)
+        return table
+
+    async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Flush, serve HA (and follow the master, on a slave) until cancelled; the log
+        is closed (cleanly: no abort file) once everything using it has stopped."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.commitlog.run)
+            self.ha_port = await nursery.start(
+                self.ha.serve, listen_host(self.config.bind_address), self.ha_port
+            )
+            if self.config.is_slave:
+                nursery.start_soon(self.client.run)
+            task_status.started(self.ha_port)
+
+    def close(self) -> None:
+        self.log.close()

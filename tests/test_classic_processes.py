@@ -1,0 +1,176 @@
+"""Real processes, classic mode (enableDLegerCommitLog=false): a name server and a
+master with its slave replicating over RocketMQ's HA protocol; SYNC_MASTER's answers
+with the slave gone; a master killed after an acknowledgement."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import trio
+
+from raftmq.client import Producer
+from raftmq.client.consumer import Subscription, pull_request, pull_result
+from raftmq.client.producer import SendStatus, send_request
+from raftmq.client.route import MessageQueue
+from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
+from raftmq.tools.broker_local import LocalClassicGroup, _lenient_json
+
+pytestmark = pytest.mark.processes
+
+FILE_BYTES = 256 * 1024  # small CommitLog files: a few hundred messages fill one
+
+
+async def pull_all(address: str, topic: str, queue_id: int, broker: str) -> list:
+    """Every message of one queue, pulled from the broker at `address` (master or slave)."""
+    mq = MessageQueue(topic, broker, queue_id)
+    messages, offset = [], 0
+    async with RemotingClient(address) as client:
+        while True:
+            subscription = Subscription(topic, "*", 0)
+            request = pull_request("G", mq, offset, 32, subscription, None, None)
+            result = pull_result(await client.invoke(request, 5.0), offset, subscription, broker)
+            if not result.messages:
+                return messages
+            messages += result.messages
+            offset = result.next_begin_offset
+
+
+def commitlog_files(group: LocalClassicGroup, node: str) -> dict[str, bytes]:
+    directory = group.store_dir(node) / "commitlog"
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+async def send_all(producer: Producer, topic: str, count: int, size: int = 300) -> list:
+    return [
+        await producer.send(topic, f"{n:06d}".encode().ljust(size, b"."), queue=None)
+        for n in range(count)
+    ]
+
+
+async def test_a_slave_copies_the_masters_files_byte_for_byte(tmp_path):
+    conf = {"mappedFileSizeCommitLog": str(FILE_BYTES)}
+    async with LocalClassicGroup(tmp_path, slaves=1, extra_conf=conf) as group:
+        await group.create_topic("T", queues=2)
+        async with Producer(group.namesrv_addr) as producer:
+            results = await send_all(producer, "T", 2000)
+        assert {r.status for r in results} == {SendStatus.SEND_OK}
+        await group.wait_replicated()
+        master, slave = commitlog_files(group, "n0"), commitlog_files(group, "n1")
+        assert len(master) >= 3  # several files, each ended by a BLANK record
+        assert master == slave
+        # the slave registered as brokerId 1 and learnt the master's HA address
+        info = _lenient_json((await group.namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+        addrs = info["brokerAddrTable"]["broker-a"]["brokerAddrs"]
+        assert addrs == {"0": group.client_addrs["n0"], "1": group.client_addrs["n1"]}
+        state = await group.member_state("n1")
+        assert state["haMasterAddress"] == group.ha_addrs["n0"]
+        assert state["brokerRole"] == "SLAVE"
+        # the slave built its ConsumeQueues from the replicated bytes and serves pulls
+        on_master = await pull_all(group.broker_addrs["n0"], "T", 1, "broker-a")
+        on_slave = await pull_all(group.broker_addrs["n1"], "T", 1, "broker-a")
+        assert len(on_master) > 900
+        assert [(m.msg_id, m.body) for m in on_slave] == [(m.msg_id, m.body) for m in on_master]
+
+        # a new, empty slave starts at the start of the master's last file
+        group.kill("n1")
+        shutil.rmtree(group.store_dir("n1"))
+        await group.restart("n1")
+        await group.wait_slaves(1)
+        master = commitlog_files(group, "n0")
+        last = max(master)
+        await group.wait_replicated()
+        assert commitlog_files(group, "n1") == {last: master[last]}
+        async with Producer(group.namesrv_addr) as producer:
+            await send_all(producer, "T", 1000)
+        await group.wait_replicated()
+        master, slave = commitlog_files(group, "n0"), commitlog_files(group, "n1")
+        assert min(slave) == last and len(slave) >= 2
+        assert slave == {name: data for name, data in master.items() if name >= last}
+
+
+async def test_a_slave_refuses_sends(tmp_path):
+    async with LocalClassicGroup(tmp_path, slaves=1) as group:
+        await group.create_topic("T")
+        mq = MessageQueue("T", "broker-a", 0)
+        request = send_request(RequestCode.SEND_MESSAGE_V2, "P", mq, b"x", "", 0)
+        async with RemotingClient(group.broker_addrs["n1"]) as client:
+            response = await client.invoke(request, 5.0)
+        assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert "messages are put to the slave" in response.remark
+
+
+async def test_sync_master_answers_11_without_its_slave_and_12_when_it_is_silent(tmp_path):
+    conf = {"slaveTimeout": "1000"}
+    group = LocalClassicGroup(tmp_path, slaves=1, master_role="SYNC_MASTER", extra_conf=conf)
+    async with group:
+        await group.create_topic("T")
+        async with Producer(group.namesrv_addr, send_timeout_s=10) as producer:
+            await group.wait_replicated()
+            assert (await producer.send("T", b"first")).status is SendStatus.SEND_OK
+            # a slave that stops answering: the master waits slaveTimeout, then says 12
+            group.procs["n1"].send_signal(signal.SIGSTOP)
+            try:
+                started = trio.current_time()
+                result = await producer.send("T", b"late")
+                waited = trio.current_time() - started
+            finally:
+                group.procs["n1"].send_signal(signal.SIGCONT)
+            assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+            assert 1.0 <= waited < 3.0
+            # no slave at all: 11 at once
+            group.kill("n1")
+            with trio.fail_after(10):
+                while (await group.member_state("n0"))["haConnections"] != "0":
+                    await trio.sleep(0.05)
+            started = trio.current_time()
+            result = await producer.send("T", b"alone")
+            assert result.status is SendStatus.SLAVE_NOT_AVAILABLE
+            assert trio.current_time() - started < 0.5
+            # the message is stored all the same
+            stored = await pull_all(group.broker_addrs["n0"], "T", result.message_queue.queue_id,
+                                    "broker-a")  # fmt: skip
+            assert b"alone" in [m.body for m in stored]
+
+
+async def test_what_sync_master_acknowledged_is_on_the_slave_when_the_master_dies(tmp_path):
+    async with LocalClassicGroup(tmp_path, slaves=1, master_role="SYNC_MASTER") as group:
+        await group.create_topic("T", queues=1)
+        await group.wait_replicated()
+        async with Producer(group.namesrv_addr) as producer:
+            results = await send_all(producer, "T", 200, size=100)
+        assert {r.status for r in results} == {SendStatus.SEND_OK}
+        group.kill("n0")  # SIGKILL, right after the last acknowledgement
+        on_slave = await pull_all(group.broker_addrs["n1"], "T", 0, "broker-a")
+        assert [m.msg_id for m in on_slave] == [r.offset_msg_id for r in results]
+
+
+async def test_a_single_classic_broker_keeps_its_messages_across_restarts(tmp_path):
+    async with LocalClassicGroup(tmp_path, slaves=0) as group:
+        await group.create_topic("T", queues=1)
+        async with Producer(group.namesrv_addr) as producer:
+            first = await send_all(producer, "T", 50, size=50)
+        await group.restart("n0")  # SIGKILL and start: an abnormal recovery
+        await group.wait_master()
+        async with Producer(group.namesrv_addr) as producer:
+            second = await send_all(producer, "T", 50, size=50)
+        assert [r.queue_offset for r in first + second] == list(range(100))
+        stored = await pull_all(group.broker_addrs["n0"], "T", 0, "broker-a")
+        assert [m.msg_id for m in stored] == [r.offset_msg_id for r in first + second]
+
+
+def test_a_slave_with_broker_id_0_is_refused(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerRole=SLAVE\nbrokerId=0\nstorePathRootDir={tmp_path}\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "raftmq.broker.cli", "-c", str(conf)],
+        capture_output=True,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert run.stderr.decode().strip().splitlines() == [
+        f"mqbroker: {conf}: brokerId=0: a SLAVE needs brokerId > 0"
+    ]
