@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from raftmq.broker.store.classic_commitlog import ClassicCommitLog, FlushPolicy, PutStatus
+from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy, PutStatus
 from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
 from raftmq.broker.store.messagestore import GetStatus, MessageStore
 from raftmq.dledger.codes import Code
@@ -28,7 +28,7 @@ def open_log(root: Path, file_bytes: int = FILE_BYTES) -> ClassicLog:
 
 
 def commitlog(log: ClassicLog, sync: bool = False, replication=None) -> ClassicCommitLog:
-    return ClassicCommitLog(log, FlushPolicy(sync, 5.0, 0.05), replication, slave_timeout_s=0.2)
+    return ClassicCommitLog(log, PutPolicy(sync, 5.0, 0.05, slave_timeout_s=0.2), replication)
 
 
 async def put(cl: ClassicCommitLog, records: list[bytes]) -> tuple[object, list]:

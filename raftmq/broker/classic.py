@@ -17,7 +17,7 @@ from pathlib import Path
 import trio
 
 from raftmq.broker.config import BrokerConfig
-from raftmq.broker.store.classic_commitlog import ClassicCommitLog, FlushPolicy
+from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import ABORT_FILE, ClassicLog
 from raftmq.broker.store.ha import HAClient, HAConfig, HAService
 from raftmq.dledger.config import FSYNC
@@ -42,13 +42,13 @@ class ClassicReplica:
         self.ha = HAService(self.log, ha_config)
         self.commitlog = ClassicCommitLog(
             self.log,
-            FlushPolicy(
+            PutPolicy(
                 sync_flush=config.flush_disk_type == FSYNC,
                 sync_flush_timeout_s=config.sync_flush_timeout / 1000,
-                interval_s=config.flush_interval_commit_log / 1000,
+                flush_interval_s=config.flush_interval_commit_log / 1000,
+                slave_timeout_s=config.slave_timeout / 1000,
             ),
             replication=self.ha if config.broker_role == "SYNC_MASTER" else None,
-            slave_timeout_s=config.slave_timeout / 1000,
         )
         self.ha.on_ack = self.commitlog.on_slave_ack
         self.master_ha_address = config.ha_master_address

@@ -31,7 +31,10 @@ Deliberate differences from RocketMQ:
   loads and the operator learns what is not in effect.
 
 In DLedger mode the election decides master or slave, so `brokerRole` and `brokerId`
-are not used; as a slave the broker registers as `slave_broker_id`.
+are not used; as a slave the broker registers as `slave_broker_id`. Without DLedger the
+broker is RocketMQ's classic master or slave (`broker.classic`): `brokerRole`, `brokerId`
+and the HA keys (`haListenPort`, `haMasterAddress`, `brokerIP2`, ...) apply, DLedger's
+keys do not.
 """
 
 from __future__ import annotations

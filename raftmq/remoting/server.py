@@ -128,7 +128,7 @@ class RemotingServer:
     async def _secure(self, stream: trio.SocketStream) -> trio.abc.Stream | None:
         """`stream` as TLS demands: wrapped and handshaken, as it is (permissive and
         plain), or None (closed) when refused."""
-        peer = _peer_name(stream)
+        peer = peer_name(stream)
         try:
             with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
                 if not await starts_with_tls(stream):
@@ -181,7 +181,7 @@ class RemotingServer:
             self.on_disconnect(connection)
 
 
-def _peer_name(stream: trio.SocketStream) -> str:
+def peer_name(stream: trio.SocketStream) -> str:
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:

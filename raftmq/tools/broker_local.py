@@ -266,17 +266,12 @@ class LocalClassicGroup(LocalCluster):
     `master_role`), n1.. its slaves (brokerId 1..), each with its HA port; slaves learn
     the master's HA address from the name server."""
 
-    def __init__(
-        self,
-        base_dir: str | Path,
-        slaves: int = 1,
-        master_role: str = "ASYNC_MASTER",
-        broker_name: str = "broker-a",
-        cluster_name: str = "DefaultCluster",
-        **kwargs,
-    ) -> None:
+    def __init__(self, base_dir, slaves: int = 1, master_role="ASYNC_MASTER", **kwargs) -> None:
+        """`kwargs` as LocalCluster's (brokerName broker-a, cluster DefaultCluster here)."""
         assert master_role in ("ASYNC_MASTER", "SYNC_MASTER"), master_role
-        super().__init__(base_dir, 1 + slaves, broker_name, cluster_name, **kwargs)
+        kwargs.setdefault("broker_name", "broker-a")
+        kwargs.setdefault("cluster_name", "DefaultCluster")
+        super().__init__(base_dir, 1 + slaves, **kwargs)
         self.master_role = master_role
         # the ports LocalCluster keeps for DLedger peers serve HA here
         self.ha_addrs = self.peer_addrs
@@ -373,8 +368,23 @@ async def _serve(base_dir: str, groups: int, nodes: int) -> None:
         await trio.sleep_forever()
 
 
+async def _serve_classic(base_dir: str, slaves: int, master_role: str) -> None:
+    async with LocalClassicGroup(base_dir, slaves, master_role) as group:
+        print(f"name server {group.namesrv_addr}, cluster {group.cluster_name}", flush=True)
+        for node in group.ids:
+            role = "SLAVE" if group.ids.index(node) else master_role
+            print(
+                f"  {group.broker_name} {role}: {group.client_addrs[node]}"
+                f" (HA {group.ha_addrs[node]})",
+                flush=True,
+            )
+        print("Ctrl-C stops every process", flush=True)
+        await trio.sleep_forever()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C."""
+    """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C;
+    `--classic [--slaves N] [--role SYNC_MASTER]`: a classic master/slave group."""
     import argparse
     import tempfile
 
@@ -382,13 +392,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=1, help="DLedger groups (brokerNames)")
     parser.add_argument("--nodes", type=int, default=3, help="brokers in each group")
     parser.add_argument("--dir", help="where stores and logs go (a temporary directory if not)")
+    parser.add_argument("--classic", action="store_true", help="a classic master/slave group")
+    parser.add_argument("--slaves", type=int, default=1, help="with --classic: slaves")
+    parser.add_argument(
+        "--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER",
+        help="with --classic: the master's brokerRole",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+
+    def serve(base_dir: str) -> None:
+        if args.classic:
+            trio.run(_serve_classic, base_dir, args.slaves, args.role)
+        else:
+            trio.run(_serve, base_dir, args.groups, args.nodes)
+
     try:
         if args.dir:
-            trio.run(_serve, args.dir, args.groups, args.nodes)
+            serve(args.dir)
         else:
             with tempfile.TemporaryDirectory(prefix="raftmq-local-") as tmp:
-                trio.run(_serve, tmp, args.groups, args.nodes)
+                serve(tmp)
     except KeyboardInterrupt:
         return 130
     return 0

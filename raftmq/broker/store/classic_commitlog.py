@@ -49,10 +49,13 @@ class PutStatus(enum.IntEnum):
 
 
 @attrs.define
-class FlushPolicy:
+class PutPolicy:
+    """When a put is answered: the broker's flush and replication keys."""
+
     sync_flush: bool  # flushDiskType=SYNC_FLUSH
     sync_flush_timeout_s: float  # syncFlushTimeout
-    interval_s: float  # flushIntervalCommitLog: the background flush
+    flush_interval_s: float  # flushIntervalCommitLog: the background flush
+    slave_timeout_s: float = 3.0  # slaveTimeout: a SYNC_MASTER's wait for a slave
 
 
 class Replication(Protocol):
@@ -119,17 +122,12 @@ class ClassicCommitLog:
     topic-queue offset table, rebuilt from the ConsumeQueues at start."""
 
     def __init__(
-        self,
-        log: ClassicLog,
-        flush: FlushPolicy,
-        replication: Replication | None = None,
-        slave_timeout_s: float = 3.0,
+        self, log: ClassicLog, policy: PutPolicy, replication: Replication | None = None
     ) -> None:
         self.server = log
         self.log = log
-        self.flush = flush
+        self.policy = policy
         self.replication = replication  # None unless SYNC_MASTER
-        self.slave_timeout_s = slave_timeout_s
         self.next_offsets: dict[tuple[str, int], int] = {}
         self._flushes = OffsetWaiters()
         self._acks = OffsetWaiters()
@@ -164,8 +162,8 @@ class ClassicCommitLog:
                 done(statuses[1] or statuses[0] or Code.SUCCESS, placed)
 
         now = trio.current_time()
-        if self.flush.sync_flush:
-            deadline = now + self.flush.sync_flush_timeout_s
+        if self.policy.sync_flush:
+            deadline = now + self.policy.sync_flush_timeout_s
             self._flushes.add(
                 end, deadline, lambda ok: finish(0, None if ok else PutStatus.FLUSH_DISK_TIMEOUT)
             )
@@ -180,7 +178,7 @@ class ClassicCommitLog:
         else:
             self._acks.add(
                 end,
-                now + self.slave_timeout_s,
+                now + self.policy.slave_timeout_s,
                 lambda ok: finish(1, None if ok else PutStatus.FLUSH_SLAVE_TIMEOUT),
             )
 
@@ -230,7 +228,7 @@ class ClassicCommitLog:
     async def _flush_loop(self) -> None:
         log = self.log
         while True:
-            with trio.move_on_after(self.flush.interval_s):
+            with trio.move_on_after(self.policy.flush_interval_s):
                 await self._flush_wanted.wait()
             self._flush_wanted = trio.Event()
             if log.write_pos == log.flushed_pos and not len(self._flushes):

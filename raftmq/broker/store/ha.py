@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from raftmq.remoting.server import peer_name
 from raftmq.streams.address import parse_address
 from raftmq.streams.groups import first_leaf
 
@@ -68,14 +69,6 @@ class HAConfig:
 
 
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, HAProtocolError)
-
-
-def _peer(stream: trio.SocketStream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"
 
 
 class HAService:
@@ -139,7 +132,7 @@ class HAConnection:
     def __init__(self, service: HAService, stream: trio.SocketStream) -> None:
         self.service = service
         self.stream = stream
-        self.peer = _peer(stream)
+        self.peer = peer_name(stream)
         self.start_offset: int | None = None  # where this connection's transfer began
         self.sent_offset = -1  # the end of the bytes sent on this connection
         self.acked_offset = -1  # the slave's last report
