@@ -206,3 +206,10 @@ async def test_message_store_dispatches_from_the_classic_log(tmp_path):
     store = MessageStore(log, tmp_path, {}, [1000], commitlog=commitlog(log))
     store.take_over_offsets()
     assert store.max_offset("T", 0) == 50 and store.max_offset("T", 1) == 50
+
+
+async def test_a_record_larger_than_a_file_is_refused_whole(tmp_path):
+    log = open_log(tmp_path)
+    status, placed = await put(commitlog(log), [record(), record(body=b"x" * FILE_BYTES)])
+    assert (status, placed) == (PutStatus.MESSAGE_ILLEGAL, None)
+    assert log.write_pos == 0 and log.empty  # the small one was not stored either

@@ -85,8 +85,14 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     return items
 
 
-def _append_failure(code: Code) -> tuple[int, str]:
-    """(response code, remark) for an append DLedger did not acknowledge."""
+def _append_failure(code: Code | PutStatus) -> tuple[int, str]:
+    """(response code, remark) for an append DLedger (or a classic CommitLog) did not
+    acknowledge."""
+    if code is PutStatus.MESSAGE_ILLEGAL:
+        return (
+            ResponseCode.MESSAGE_ILLEGAL,
+            "the message is larger than a CommitLog file (mappedFileSizeCommitLog)",
+        )
     if code in _NOT_LEADER:
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"not master: {code.name}; refresh the route"
     if code is Code.LEADER_PENDING_FULL:

@@ -40,12 +40,14 @@ _INT = struct.Struct(">i")
 
 
 class PutStatus(enum.IntEnum):
-    """A put stored here but not as the producer asked; the value is RocketMQ's
-    response code for it (SendMessageProcessor.handlePutMessageResult)."""
+    """A put stored here but not as the producer asked, or (MESSAGE_ILLEGAL) not
+    stored; the value is RocketMQ's response code for it
+    (SendMessageProcessor.handlePutMessageResult)."""
 
     FLUSH_DISK_TIMEOUT = 10
     SLAVE_NOT_AVAILABLE = 11
     FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13  # MESSAGE_SIZE_EXCEEDED: a record larger than a CommitLog file
 
 
 @attrs.define
@@ -139,7 +141,11 @@ class ClassicCommitLog:
     # ------------------------------------------------------------------ writes
     def put_nowait(self, records: list[bytes], done: Callable[[Code | PutStatus, list], None]):
         """Append `records` now; `done(status, [(physical offset, queue offset)])` once
-        the flush and replication rules are met (Code.SUCCESS) or not (a PutStatus)."""
+        the flush and replication rules are met (Code.SUCCESS) or not (a PutStatus);
+        `done(MESSAGE_ILLEGAL, None)` at once, storing none, if one cannot fit a file."""
+        if any(not self.log.fits(len(record)) for record in records):
+            done(PutStatus.MESSAGE_ILLEGAL, None)
+            return
         queue_offsets: list[int] = []
         next_offsets = self.next_offsets
 

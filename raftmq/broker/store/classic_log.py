@@ -273,6 +273,10 @@ class ClassicLog:
         self._dirs_dirty = True
         return seg
 
+    def fits(self, record_bytes: int) -> bool:
+        """Whether a record of this size fits a file (with room for a BLANK after it)."""
+        return record_bytes + END_FILE_MIN_BLANK_LENGTH <= self.file_size
+
     def append(self, bodies: list[bytes], place: Callable[[bytes, int], bytes]) -> list[int]:
         """Append records, each as `place(body, physical offset)` returns it (the same
         length); returns their physical offsets. A record that does not fit in the
@@ -281,7 +285,7 @@ class ClassicLog:
         placed = []
         for body in bodies:
             total = len(body)
-            if total + END_FILE_MIN_BLANK_LENGTH > size:
+            if not self.fits(total):
                 raise RecordTooLarge(f"a {total}-byte record does not fit a {size}-byte file")
             pos = self.write_pos
             seg = self._segment_for_write(pos)
