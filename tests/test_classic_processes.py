@@ -92,8 +92,10 @@ async def test_a_slave_copies_the_masters_files_byte_for_byte(tmp_path):
         assert slave == {name: data for name, data in master.items() if name >= last}
 
 
-async def test_a_slave_refuses_sends(tmp_path):
-    async with LocalClassicGroup(tmp_path, slaves=1) as group:
+async def test_a_slave_refuses_sends_and_slow_pulls_are_sent_to_it(tmp_path):
+    # every pull counts as slow: anything behind the log's end is "not in memory"
+    conf = {"slaveReadEnable": "true", "accessMessageInMemoryMaxRatio": "0"}
+    async with LocalClassicGroup(tmp_path, slaves=1, extra_conf=conf) as group:
         await group.create_topic("T")
         mq = MessageQueue("T", "broker-a", 0)
         request = send_request(RequestCode.SEND_MESSAGE_V2, "P", mq, b"x", "", 0)
@@ -101,6 +103,16 @@ async def test_a_slave_refuses_sends(tmp_path):
             response = await client.invoke(request, 5.0)
         assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert "messages are put to the slave" in response.remark
+
+        async with RemotingClient(group.broker_addrs["n0"]) as client:
+            assert (await client.invoke(request, 5.0)).code == ResponseCode.SUCCESS
+            subscription = Subscription("T", "*", 0)
+            suggestions = []
+            for offset in (0, 1):  # a message, then nothing
+                pull = pull_request("G", mq, offset, 32, subscription, None, None)
+                suggestions.append((await client.invoke(pull, 5.0)).ext_fields)
+        # whichBrokerWhenConsumeSlowly (1) after reading behind the end, brokerId (0) at it
+        assert [s["suggestWhichBrokerId"] for s in suggestions] == ["1", "0"]
 
 
 async def test_sync_master_answers_11_without_its_slave_and_12_when_it_is_silent(tmp_path):

@@ -139,14 +139,14 @@ UNUSED_KEYS = frozenset(
         "deleteConsumeQueueFilesInterval", "destroyMapedFileIntervalForcibly",
         "redeleteHangedFileInterval",
         # reading from slaves
-        "slaveReadEnable", "offsetCheckInSlave",
+        "offsetCheckInSlave",
         # features raftmq does not have
         "aclEnable", "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
         "messageIndexSafe", "filterServerNums",
         "enablePropertyFilter", "enableCalcFilterBitMap", "filterSupportRetry",
         "brokerPermission", "clusterTopicEnable", "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer", "messageStorePlugIn", "commercialEnable",
-        "highSpeedMode", "transferMsgByHeap", "accessMessageInMemoryMaxRatio",
+        "highSpeedMode", "transferMsgByHeap",
         "compressedRegister", "forceRegister", "regionId", "traceOn",
         "storeReplyMessageEnable", "enableScheduleMessageStats", "duplicationEnable",
         "debugLockEnable", "shortPollingTimeMills", "notifyConsumerIdsChangedEnable",
@@ -203,6 +203,8 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     long_polling_enable: bool = True
+    slave_read_enable: bool = False  # pulls may suggest a slave (suggestWhichBrokerId)
+    access_message_in_memory_max_ratio: int = 40  # % of RAM: a pull further behind is "slow"
     register_broker_timeout_mills: int = 6000
     register_name_server_period: int = 30_000
     max_message_size: int = 4 * 1024 * 1024
@@ -332,6 +334,12 @@ KEYS = KeyTable(
         Key("autoCreateTopicEnable", "auto_create_topic_enable", boolean),
         Key("autoCreateSubscriptionGroup", "auto_create_subscription_group", boolean),
         Key("longPollingEnable", "long_polling_enable", boolean),
+        Key("slaveReadEnable", "slave_read_enable", boolean),
+        Key(
+            "accessMessageInMemoryMaxRatio",
+            "access_message_in_memory_max_ratio",
+            integer(0, 100),
+        ),
         Key("registerBrokerTimeoutMills", "register_broker_timeout_mills", integer(1)),
         Key("registerNameServerPeriod", "register_name_server_period", integer(1)),
         Key("maxMessageSize", "max_message_size", integer(1)),

@@ -22,6 +22,7 @@ Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from pathlib import Path
@@ -67,6 +68,11 @@ log = logging.getLogger(__name__)
 
 EXPIRE_SCAN_S = 10.0
 ROLE_EVENTS_BUFFERED = 1000
+
+
+def physical_memory_bytes() -> int:
+    """The machine's RAM (RocketMQ's TOTAL_PHYSICAL_MEMORY_SIZE)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def answer_refusals(handler: Processor) -> Processor:
@@ -198,6 +204,10 @@ class BrokerController:
             self.offsets,
             self.stats,
             long_polling_enable=self.config.long_polling_enable,
+            slave_read_enable=self.config.slave_read_enable,
+            in_memory_bytes=(
+                physical_memory_bytes() * self.config.access_message_in_memory_max_ratio // 100
+            ),
         )
         consumer = ConsumerRequests(
             self.role, self.clients, store, self.topics, self.groups, self.offsets

@@ -8,8 +8,14 @@ RocketMQ's clients re-pull at once after PULL_NOT_FOUND, so answering at once
 would turn every idle consumer into a busy loop.
 
 Slaves serve pulls too (every replica dispatches committed data), suggesting
-broker 0 for the next one. A slave's queues end where its commit index does, which
-trails the master's by up to a heartbeat, so an offset past a slave's end is one
+broker 0 for the next one. With `slaveReadEnable` the suggestion
+(`suggestWhichBrokerId`) is RocketMQ's: the subscription group's
+`whichBrokerWhenConsumeSlowly` (default 1, a slave) when the pulled messages lie
+further behind the log's end than `accessMessageInMemoryMaxRatio` percent of the
+machine's memory (no longer likely in the page cache), else its `brokerId` (0).
+
+A slave's queues end where its commit index does, which trails the master's by up
+to a heartbeat, so an offset past a slave's end is one
 the consumer read at the master, not a bad one: the slave holds the pull like an
 idle one and then answers PULL_RETRY_IMMEDIATELY with the offset unchanged, as
 RocketMQ's slave does without `offsetCheckInSlave`. Answering PULL_OFFSET_MOVED
@@ -23,6 +29,7 @@ or, with `autoCreateSubscriptionGroup=false`, unknown.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 import attrs
@@ -30,7 +37,7 @@ import trio
 
 from raftmq.broker.headers import integer, text
 from raftmq.broker.store.messagestore import GetResult, GetStatus
-from raftmq.broker.store.metadata import PERM_READ
+from raftmq.broker.store.metadata import PERM_READ, SubscriptionGroupConfig
 from raftmq.protocol.message import tags_code
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
@@ -43,6 +50,8 @@ if TYPE_CHECKING:
     from raftmq.broker.topic_config_manager import TopicConfigManager
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
+PHYSICAL_OFFSET = struct.Struct(">q")  # a record's PHYSICALOFFSET, at byte 28
+PHYSICAL_OFFSET_POSITION = 28
 MAX_SUSPEND_MS = 20_000  # below the 30 s the clients wait for a pull response
 
 _CODES = {
@@ -72,6 +81,20 @@ class PullProcessor:
     offsets: ConsumerOffsetManager  # commits a pull carries
     stats: BrokerStats
     long_polling_enable: bool = attrs.field(kw_only=True)
+    slave_read_enable: bool = attrs.field(kw_only=True, default=False)
+    # how far behind the log's end a pull may read before it counts as slow
+    in_memory_bytes: int = attrs.field(kw_only=True, default=0)
+
+    def suggest_broker(self, group: str, result: GetResult) -> int:
+        """suggestWhichBrokerId (PullMessageProcessor): 0 unless slaveReadEnable."""
+        if not self.slave_read_enable:
+            return 0
+        config = self.groups.metadata.groups.get(group) or SubscriptionGroupConfig(group)
+        if result.records:
+            (last,) = PHYSICAL_OFFSET.unpack_from(result.records[-1], PHYSICAL_OFFSET_POSITION)
+            if self.store.physical_max - last > self.in_memory_bytes:
+                return config.which_broker_when_consume_slowly
+        return config.broker_id
 
     async def pull(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         role = self.role
@@ -119,14 +142,18 @@ class PullProcessor:
                 if result.status == GetStatus.NO_MATCHED_MESSAGE:
                     break
         self.stats.got_messages += len(result.records)
+        suggest = self.suggest_broker(group, result)
         if not role.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY:
-            return self._response(request, result, ResponseCode.PULL_RETRY_IMMEDIATELY, offset)
-        return self._response(request, result)
+            return self._response(
+                request, result, suggest, ResponseCode.PULL_RETRY_IMMEDIATELY, offset
+            )
+        return self._response(request, result, suggest)
 
     @staticmethod
     def _response(
         request: RemotingCommand,
         result: GetResult,
+        suggest: int,
         code: int | None = None,
         next_begin_offset: int | None = None,
     ) -> RemotingCommand:
@@ -135,7 +162,7 @@ class PullProcessor:
         if next_begin_offset is None:
             next_begin_offset = result.next_begin_offset
         ext = {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": str(suggest),
             "nextBeginOffset": str(next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),
