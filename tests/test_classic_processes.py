@@ -4,6 +4,7 @@ with the slave gone; a master killed after an acknowledgement."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,11 @@ async def pull_all(address: str, topic: str, queue_id: int, broker: str) -> list
             offset = result.next_begin_offset
 
 
+async def all_topics(group: LocalClassicGroup, node: str) -> dict:
+    response = await group.broker_call(node, RequestCode.GET_ALL_TOPIC_CONFIG)
+    return json.loads(response.body)["topicConfigTable"]
+
+
 def commitlog_files(group: LocalClassicGroup, node: str) -> dict[str, bytes]:
     directory = group.store_dir(node) / "commitlog"
     return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
@@ -55,6 +61,9 @@ async def test_a_slave_copies_the_masters_files_byte_for_byte(tmp_path):
     conf = {"mappedFileSizeCommitLog": str(FILE_BYTES)}
     async with LocalClassicGroup(tmp_path, slaves=1, extra_conf=conf) as group:
         await group.create_topic("T", queues=2)
+        commit = {"consumerGroup": "G", "topic": "T", "queueId": "1", "commitOffset": "7"}
+        response = await group.broker_call("n0", RequestCode.UPDATE_CONSUMER_OFFSET, commit)
+        assert response.code == ResponseCode.SUCCESS
         async with Producer(group.namesrv_addr) as producer:
             results = await send_all(producer, "T", 2000)
         assert {r.status for r in results} == {SendStatus.SEND_OK}
@@ -90,6 +99,13 @@ async def test_a_slave_copies_the_masters_files_byte_for_byte(tmp_path):
         master, slave = commitlog_files(group, "n0"), commitlog_files(group, "n1")
         assert min(slave) == last and len(slave) >= 2
         assert slave == {name: data for name, data in master.items() if name >= last}
+        # topic T was created in the first file, which this slave never had:
+        # SlaveSynchronize brings it, and the consumer offsets, from the master
+        with trio.fail_after(20):
+            while "T" not in (await all_topics(group, "n1")):
+                await trio.sleep(0.2)
+        offsets = await group.broker_call("n1", RequestCode.GET_ALL_CONSUMER_OFFSET)
+        assert json.loads(offsets.body)["offsetTable"]["T@G"] == {"1": 7}
 
 
 async def test_a_slave_refuses_sends_and_slow_pulls_are_sent_to_it(tmp_path):

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from raftmq.broker.slave_sync import consumer_offsets, delay_offsets, loads
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy, PutStatus
 from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
 from raftmq.broker.store.messagestore import GetStatus, MessageStore
+from raftmq.broker.store.metadata import Metadata
 from raftmq.dledger.codes import Code
 from raftmq.protocol import message as codec
 
@@ -213,3 +215,24 @@ async def test_a_record_larger_than_a_file_is_refused_whole(tmp_path):
     status, placed = await put(commitlog(log), [record(), record(body=b"x" * FILE_BYTES)])
     assert (status, placed) == (PutStatus.MESSAGE_ILLEGAL, None)
     assert log.write_pos == 0 and log.empty  # the small one was not stored either
+
+
+def test_slave_sync_takes_a_java_masters_tables():
+    """The bodies as a Java master's fastjson writes them (integer keys unquoted)."""
+    metadata = Metadata({})
+    metadata.offsets[("G", "T", 0)] = 3
+    metadata.offsets[("Old", "T", 0)] = 9
+    topics = loads(
+        b'{"dataVersion":{"counter":2,"timestamp":5},"topicConfigTable":{"T":{"topicName":"T",'
+        b'"readQueueNums":4,"writeQueueNums":4,"perm":6}}}'
+    )
+    offsets = consumer_offsets(loads(b'{"offsetTable":{"T@G":{0:5,1:7}}}'))
+    delays = delay_offsets(loads(b'{"offsetTable":{1:0,2:17}}'))
+    groups = loads(b'{"subscriptionGroupTable":{"G":{"groupName":"G","brokerId":1}}}')
+    metadata.synchronize(topics, groups, offsets, delays)
+    assert metadata.topics["T"].write_queue_nums == 4
+    assert metadata.data_version == {"counter": 2, "timestamp": 5}
+    assert metadata.groups["G"].broker_id == 1
+    # RocketMQ's putAll: added and overwritten, never removed
+    assert metadata.offsets == {("G", "T", 0): 5, ("G", "T", 1): 7, ("Old", "T", 0): 9}
+    assert metadata.delay_offsets == {1: 0, 2: 17}

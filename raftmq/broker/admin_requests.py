@@ -4,8 +4,11 @@ broker.admin_queries).
 
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG
 (21), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), DELETE_SUBSCRIPTIONGROUP (207),
-GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201). Changes to topics and groups are refused on a
-slave; they go through the log on the master, so every replica has them.
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), and GET_ALL_CONSUMER_OFFSET (43) and
+GET_ALL_DELAY_OFFSET (45), which with 21 and 201 are what a classic slave's
+SlaveSynchronize asks its master (`broker.slave_sync`). Changes to topics and groups
+are refused on a slave; they go through the log on the master, so every replica has
+them.
 
 UPDATE_BROKER_CONFIG (25) and GET_BROKER_CONFIG (26) are per broker, as in RocketMQ:
 each member answers for itself. Only the keys in `RUNTIME_KEYS` can change, and a
@@ -63,6 +66,18 @@ class AdminRequests:
             return self.role.not_master(request)
         await self.topics.delete(text(request, "topic"))
         return request.make_response(ResponseCode.SUCCESS)
+
+    async def all_consumer_offsets(self, request: RemotingCommand, connection: Connection):
+        """ConsumerOffsetManager's JSON: {"offsetTable": {"topic@group": {queueId: offset}}}."""
+        table: dict[str, dict[str, int]] = {}
+        for (group, topic, queue_id), offset in self.topics.metadata.offsets.items():
+            table.setdefault(f"{topic}@{group}", {})[str(queue_id)] = offset
+        return request.make_response(ResponseCode.SUCCESS, body=json_body({"offsetTable": table}))
+
+    async def all_delay_offsets(self, request: RemotingCommand, connection: Connection):
+        """DelayOffsetSerializeWrapper: {"offsetTable": {delayLevel: ConsumeQueue offset}}."""
+        table = {str(level): o for level, o in self.topics.metadata.delay_offsets.items()}
+        return request.make_response(ResponseCode.SUCCESS, body=json_body({"offsetTable": table}))
 
     async def all_topics(self, request: RemotingCommand, connection: Connection):
         body = json_body(self.topics.serialize_wrapper())

@@ -52,6 +52,7 @@ class ClassicReplica:
         )
         self.ha.on_ack = self.commitlog.on_slave_ack
         self.master_ha_address = config.ha_master_address
+        self.master_addr: str | None = None  # the master's remoting address, for slave sync
         self.client = HAClient(self.log, ha_config, lambda: self.master_ha_address)
         self.ha_port = config.ha_port
 
@@ -60,8 +61,12 @@ class ClassicReplica:
         """What REGISTER_BROKER advertises: brokerIP2 (else brokerIP1) and the HA port."""
         return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.ha_port}"
 
-    def learn_master(self, ha_server_addr: str | None) -> None:
-        """A REGISTER_BROKER answer's haServerAddr, unless haMasterAddress is set."""
+    def learn_master(self, answer: dict[str, str]) -> None:
+        """From a REGISTER_BROKER answer: the master's address for SlaveSynchronize
+        (masterAddr, taken even when absent, as RocketMQ does) and its HA address
+        (haServerAddr, kept when absent; never over a set haMasterAddress)."""
+        self.master_addr = answer.get("masterAddr")
+        ha_server_addr = answer.get("haServerAddr")
         if self.config.ha_master_address or not ha_server_addr:
             return
         if ha_server_addr != self.master_ha_address:

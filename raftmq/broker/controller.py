@@ -45,6 +45,7 @@ from raftmq.broker.registration import Registration
 from raftmq.broker.role import BrokerRole
 from raftmq.broker.schedule import ScheduleService
 from raftmq.broker.send import SendProcessor
+from raftmq.broker.slave_sync import SlaveSynchronize
 from raftmq.broker.stats import BrokerStats
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
@@ -149,7 +150,7 @@ class BrokerController:
             self.broker_addr,
             metadata,
             ha_server_addr=None if classic is None else lambda: classic.ha_server_addr,
-            on_master_ha=None if classic is None else classic.learn_master,
+            on_answer=None if classic is None else classic.learn_master,
         )
         self.topics = TopicConfigManager(
             metadata, self.meta, self.registration, config.auto_create_topic_enable
@@ -169,6 +170,14 @@ class BrokerController:
             broker_name=config.broker_name,
             max_message_size=config.max_message_size,
         )
+        self.slave_sync = None
+        if classic is not None and config.is_slave:
+            self.slave_sync = SlaveSynchronize(
+                metadata,
+                lambda: classic.master_addr,
+                lambda: self.broker_addr.address,
+                config.tls_client,
+            )
         self.schedule = ScheduleService(
             self.role, self.store, self.meta, self.sender.put, self.broker_addr
         )
@@ -246,6 +255,8 @@ class BrokerController:
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
+            RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.create_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.all_groups,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_group,
@@ -357,6 +368,8 @@ class BrokerController:
         await nursery.start(self.store.run)
         self.broker_addr.port = await nursery.start(self.server.serve)
         nursery.start_soon(self._role_loop if self.classic is None else self._classic_role)
+        if self.slave_sync is not None:
+            nursery.start_soon(self.slave_sync.run)
         nursery.start_soon(self.registration.run)
         nursery.start_soon(self.offsets.run)
         nursery.start_soon(self.schedule.run)

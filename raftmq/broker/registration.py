@@ -67,14 +67,15 @@ class Registration:
         address: BrokerAddress,
         metadata: Metadata,
         ha_server_addr: Callable[[], str] | None = None,
-        on_master_ha: Callable[[str | None], None] | None = None,
+        on_answer: Callable[[dict[str, str]], None] | None = None,
     ) -> None:
         """A classic broker gives its HA address to advertise (`ha_server_addr`) and
-        learns its master's from every answer (`on_master_ha`, given the answer's
-        haServerAddr: None while the group has no live master)."""
+        learns its master's addresses from every answer (`on_answer`, given the
+        answer's header: haServerAddr and masterAddr, absent while its group has no
+        live master)."""
         self.config = config
         self.ha_server_addr = ha_server_addr
-        self.on_master_ha = on_master_ha
+        self.on_answer = on_answer
         self.role = role
         self.address = address
         self.metadata = metadata
@@ -152,8 +153,8 @@ class Registration:
             response = await client.invoke(self._request(), timeout)
             if response.code != ResponseCode.SUCCESS:
                 raise RemotingError(f"answered {response.code}: {response.remark}")
-            if self.on_master_ha is not None:
-                self.on_master_ha((response.ext_fields or {}).get("haServerAddr"))
+            if self.on_answer is not None:
+                self.on_answer(response.ext_fields or {})
             self._settle(lane, requested)
             if lane.failures:
                 log.warning("registered with name server %s again", lane.address)

@@ -151,7 +151,8 @@ def encode_record(op: str, **fields) -> bytes:
 
 
 class Metadata:
-    """The applied state. `apply` is the only writer; every replica calls it in log order."""
+    """The applied state. `apply` writes it on every replica, in log order; a classic
+    slave also takes the master's tables as they are (`synchronize`)."""
 
     def __init__(self, builtin: dict[str, TopicConfig]) -> None:
         self.builtin = builtin
@@ -187,6 +188,33 @@ class Metadata:
         elif op == "delay":
             for level, offset in record["entries"].items():
                 self.delay_offsets[int(level)] = int(offset)
+
+    def synchronize(
+        self,
+        topics: dict | None = None,
+        groups: dict | None = None,
+        offsets: dict[tuple[str, str, int], int] | None = None,
+        delay_offsets: dict[int, int] | None = None,
+    ) -> None:
+        """SlaveSynchronize's results (None: not fetched): the master's topic and
+        subscription group tables (their wrappers; topics taken whole when their data
+        version differs from ours), consumer offsets (added and overwritten, never
+        removed, as RocketMQ's `putAll`) and delay offsets."""
+        if topics is not None and topics.get("dataVersion") != self.data_version:
+            table = {
+                name: TopicConfig.from_json(config)
+                for name, config in topics["topicConfigTable"].items()
+            }
+            self.topics.clear()  # in place: the managers hold the tables
+            self.topics.update(self.builtin)
+            self.topics.update(table)
+            self.data_version = dict(topics["dataVersion"])
+        if groups is not None:
+            self.groups.clear()
+            for name, config in groups["subscriptionGroupTable"].items():
+                self.groups[name] = SubscriptionGroupConfig.from_json(config)
+        self.offsets.update(offsets or {})
+        self.delay_offsets.update(delay_offsets or {})
 
     def _bump(self) -> None:
         self.data_version = {
