@@ -40,6 +40,17 @@ async def pull_all(address: str, topic: str, queue_id: int, broker: str) -> list
             offset = result.next_begin_offset
 
 
+async def mqadmin(*args: str) -> subprocess.CompletedProcess:
+    completed = await trio.run_process(
+        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed
+
+
 async def all_topics(group: LocalClassicGroup, node: str) -> dict:
     response = await group.broker_call(node, RequestCode.GET_ALL_TOPIC_CONFIG)
     return json.loads(response.body)["topicConfigTable"]
@@ -78,6 +89,23 @@ async def test_a_slave_copies_the_masters_files_byte_for_byte(tmp_path):
         state = await group.member_state("n1")
         assert state["haMasterAddress"] == group.ha_addrs["n0"]
         assert state["brokerRole"] == "SLAVE"
+        # mqadmin haStatus, RocketMQ 5's view of the group
+        end = (await group.member_state("n0"))["commitLogWriteOffset"]
+        master_view = await mqadmin("haStatus", "-n", group.namesrv_addr, "-c", "DefaultCluster")
+        lines = master_view.stdout.decode().splitlines()
+        assert lines[1:5] == [
+            f"#MasterAddr\t{group.client_addrs['n0']}",
+            f"#MasterCommitLogMaxOffset\t{end}",
+            "#SlaveNum\t1",
+            "#InSyncSlaveNum\t1",
+        ]
+        slave_row = lines[6].split()
+        assert (slave_row[1], slave_row[2], slave_row[4]) == (end, "0", "OK")
+        slave_view = await mqadmin(
+            "haStatus", "-n", group.namesrv_addr, "-b", group.broker_addrs["n1"]
+        )
+        assert f"#MasterAddr\t{group.ha_addrs['n0']}" in slave_view.stdout.decode()
+        assert f"#CommitLogMaxOffset\t{end}" in slave_view.stdout.decode()
         # the slave built its ConsumeQueues from the replicated bytes and serves pulls
         on_master = await pull_all(group.broker_addrs["n0"], "T", 1, "broker-a")
         on_slave = await pull_all(group.broker_addrs["n1"], "T", 1, "broker-a")

@@ -82,6 +82,17 @@ class AdminQueries:
     # DLedgerServer.metadata; None for a classic broker, which reports `classic_info`
     dledger_metadata: Callable[[], dict] | None = attrs.field(kw_only=True)
     classic_info: Callable[[], dict[str, str]] = attrs.field(kw_only=True, default=dict)
+    ha_runtime_info: Callable[[], dict] | None = attrs.field(kw_only=True, default=None)
+
+    async def ha_status(self, request: RemotingCommand, connection: Connection):
+        """GET_BROKER_HA_STATUS (907, RocketMQ 5): HARuntimeInfo; a DLedger broker has
+        no classic HA to report (`mqadmin dledgerStatus` shows its replication)."""
+        if self.ha_runtime_info is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                "Can not get HARuntimeInfo: this broker replicates by DLedger, not classic HA",
+            )
+        return request.make_response(ResponseCode.SUCCESS, body=json_body(self.ha_runtime_info()))
 
     async def runtime_info(self, request: RemotingCommand, connection: Connection):
         table = {

@@ -89,6 +89,10 @@ class ClassicReplica:
             table["slaveFallBehindBytes"] = str(self.ha.slave_lag_bytes)
         return table
 
+    def ha_runtime_info(self) -> dict:
+        """RocketMQ 5's HARuntimeInfo (GET_BROKER_HA_STATUS, `mqadmin haStatus`)."""
+        return self.client.runtime_info() if self.config.is_slave else self.ha.runtime_info()
+
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Flush, serve HA (and follow the master, on a slave) until cancelled; the log
         is closed (cleanly: no abort file) once everything using it has stopped."""

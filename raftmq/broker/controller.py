@@ -232,6 +232,7 @@ class BrokerController:
             broker_name=self.config.broker_name,
             dledger_metadata=None if self.dledger is None else self.dledger.metadata,
             classic_info=dict if self.classic is None else self.classic.info,
+            ha_runtime_info=None if self.classic is None else self.classic.ha_runtime_info,
         )
         locks = LockRequests(self.role, self.locks)
         table = {
@@ -271,6 +272,7 @@ class BrokerController:
             RequestCode.GET_PRODUCER_CONNECTION_LIST: queries.producer_connections,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: queries.topic_consumed_by,
             RequestCode.VIEW_BROKER_STATS_DATA: queries.broker_stats,
+            RequestCode.GET_BROKER_HA_STATUS: queries.ha_status,
         }
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):

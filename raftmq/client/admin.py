@@ -535,6 +535,14 @@ class Admin:
         response = await self.call(broker_addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         return dict(_loads(response.body, broker_addr).get("table") or {})
 
+    async def ha_status(self, broker_addr: str) -> dict:
+        """GET_BROKER_HA_STATUS (RocketMQ 5): a classic broker's HARuntimeInfo."""
+        response = await self.call(broker_addr, RequestCode.GET_BROKER_HA_STATUS)
+        info = _loads(response.body, broker_addr)
+        if not isinstance(info, dict):
+            raise MQClientError(f"{broker_addr} answered an HA status that is not an object")
+        return info
+
     async def query_msg_by_id(self, msg_id: str) -> MessageExt:
         """The message an offset msgId names (ValueError if it is not one).
 

@@ -122,6 +122,7 @@ class RequestCode(IntEnum):
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    GET_BROKER_HA_STATUS = 907  # RocketMQ 5: HARuntimeInfo (`mqadmin haStatus`)
 
 
 class ResponseCode(IntEnum):

@@ -56,6 +56,31 @@ IDLE_POLL_S = 0.1  # WriteSocketService waits up to 100 ms for new data
 CONNECT_TIMEOUT_S = 3.0
 
 
+class RateMeter:
+    """Bytes per second over the last whole second (RocketMQ's transferredByteInSecond)."""
+
+    def __init__(self) -> None:
+        self._window_start = time.monotonic()
+        self._bytes = 0
+        self.per_second = 0
+
+    def add(self, count: int) -> None:
+        self._roll()
+        self._bytes += count
+
+    def current(self) -> int:
+        self._roll()
+        return self.per_second
+
+    def _roll(self) -> None:
+        now = time.monotonic()
+        elapsed = now - self._window_start
+        if elapsed >= 1.0:
+            self.per_second = int(self._bytes / elapsed) if elapsed < 2.0 else 0
+            self._bytes = 0
+            self._window_start = now
+
+
 class HAProtocolError(Exception):
     """A peer's bytes make no sense for this replication; the connection ends."""
 
@@ -98,6 +123,19 @@ class HAService:
             self.acked_offset = offset
             self.on_ack(offset)
 
+    def runtime_info(self) -> dict:
+        """RocketMQ 5's HARuntimeInfo of a master (GET_BROKER_HA_STATUS)."""
+        end = self.log.write_pos
+        connections = [
+            c.runtime_info(end, self.config.fallbehind_max_bytes) for c in self.connections
+        ]
+        return {
+            "master": True,
+            "masterCommitLogMaxOffset": end,
+            "inSyncSlaveNums": sum(1 for c in connections if c["inSync"]),
+            "haConnectionInfo": connections,
+        }
+
     @property
     def slave_lag_bytes(self) -> int:
         """ "Slave fall behind master": the master's max offset minus the best ack."""
@@ -136,7 +174,20 @@ class HAConnection:
         self.start_offset: int | None = None  # where this connection's transfer began
         self.sent_offset = -1  # the end of the bytes sent on this connection
         self.acked_offset = -1  # the slave's last report
+        self.rate = RateMeter()
         self._started = trio.Event()
+
+    def runtime_info(self, end: int, fallbehind_max_bytes: int) -> dict:
+        """HARuntimeInfo.HAConnectionRuntimeInfo."""
+        acked = max(self.acked_offset, 0)
+        return {
+            "addr": self.peer,
+            "slaveAckOffset": acked,
+            "diff": end - acked,
+            "inSync": self.start_offset is not None and end - acked < fallbehind_max_bytes,
+            "transferredByteInSecond": self.rate.current(),
+            "transferFromWhere": self.sent_offset,
+        }
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -209,6 +260,7 @@ class HAConnection:
             if data:
                 # counted as sent before the send returns: the slave may already answer
                 self.sent_offset = offset + len(data)
+                self.rate.add(len(data))
                 await stream.send_all(HEADER.pack(offset, len(data)) + data)
                 last_write = time.monotonic()
                 continue
@@ -229,8 +281,29 @@ class HAClient:
         self.config = config
         self.master_address = master_address
         self.connected_to: str | None = None
+        self.rate = RateMeter()
+        self.last_read_ms = 0  # wall clock, as HARuntimeInfo reports it
+        self.last_write_ms = 0
         self._send_lock = trio.Lock()
         self._reported = -1
+
+    def runtime_info(self) -> dict:
+        """RocketMQ 5's HARuntimeInfo of a slave (GET_BROKER_HA_STATUS)."""
+        return {
+            "master": False,
+            "masterCommitLogMaxOffset": 0,
+            "inSyncSlaveNums": 0,
+            "haConnectionInfo": [],
+            "haClientRuntimeInfo": {
+                "masterAddr": self.connected_to or self.master_address() or "",
+                "transferredByteInSecond": self.rate.current(),
+                "maxOffset": self.log.write_pos,
+                "lastReadTimestamp": self.last_read_ms,
+                "lastWriteTimestamp": self.last_write_ms,
+                "masterFlushOffset": 0,  # controller mode's; not in classic HA
+                "isActivated": self.connected_to is not None,
+            },
+        }
 
     async def run(self) -> None:
         retry_s = min(5.0, self.config.heartbeat_interval_s)
@@ -267,6 +340,7 @@ class HAClient:
             async with self._send_lock:
                 await stream.send_all(REPORT.pack(offset))
             self._reported = offset
+            self.last_write_ms = int(time.time() * 1000)
 
     async def _heartbeats(self, stream: trio.SocketStream) -> None:
         while True:
@@ -291,6 +365,8 @@ class HAClient:
                 raise HAProtocolError(f"nothing from the master for {idle:.0f} s")
             if not data:
                 raise HAProtocolError("the master closed the connection")
+            self.last_read_ms = int(time.time() * 1000)
+            self.rate.add(len(data))
             pending += data
             while len(pending) >= HEADER.size:
                 offset, size = HEADER.unpack_from(pending)

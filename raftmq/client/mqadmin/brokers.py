@@ -1,5 +1,5 @@
-"""Cluster and broker verbs: clusterList, brokerStatus, dledgerStatus, getBrokerConfig,
-updateBrokerConfig, clusterRT."""
+"""Cluster and broker verbs: clusterList, brokerStatus, dledgerStatus, haStatus,
+getBrokerConfig, updateBrokerConfig, clusterRT."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from raftmq.client.mqadmin.commands import (
     EXIT_UNREACHABLE,
     UsageError,
     broker_or_cluster,
+    human_ms,
     java_bool,
     option,
     print_row,
@@ -108,6 +109,57 @@ async def dledger_status(admin: Admin, args: argparse.Namespace) -> int:
     if members and not any(m.reachable for m in members):
         return EXIT_UNREACHABLE
     return EXIT_OK
+
+
+@verb(
+    "haStatus",
+    "Fetch ha runtime status data",
+    *broker_or_cluster("which broker to fetch", "which cluster"),
+)
+async def ha_status(admin: Admin, args: argparse.Namespace) -> None:
+    """RocketMQ 5's HAStatusSubCommand: a classic master's slaves and how far behind
+    each is, or a slave's view of its master; -c asks every master of the cluster."""
+    target = target_kwargs(args)
+    if "broker_addr" in target:
+        addresses = [target["broker_addr"]]
+    else:
+        brokers = (await admin.cluster_info()).broker_datas(target["cluster"])
+        addresses = [b.master for b in brokers if b.master is not None]
+    for address in addresses:
+        _print_ha_status(address, await admin.ha_status(address))
+
+
+def _print_ha_status(address: str, info: dict) -> None:
+    if info.get("master"):
+        connections = info.get("haConnectionInfo") or []
+        print(
+            f"\n#MasterAddr\t{address}\n#MasterCommitLogMaxOffset\t"
+            f"{info.get('masterCommitLogMaxOffset', 0)}\n#SlaveNum\t{len(connections)}\n"
+            f"#InSyncSlaveNum\t{info.get('inSyncSlaveNums', 0)}"
+        )
+        print_row(
+            "%-32s  %-16s %16s %16s %16s %16s",
+            "#SlaveAddr", "#SlaveAckOffset", "#Diff", "#TransferSpeed(KB/s)", "#Status",
+            "#TransferFromWhere",
+        )  # fmt: skip
+        for c in connections:
+            print_row(
+                "%-32s  %-16d %16d %16.2f %16s %16d",
+                c.get("addr", ""),
+                c.get("slaveAckOffset", 0),
+                c.get("diff", 0),
+                c.get("transferredByteInSecond", 0) / 1024.0,
+                "OK" if c.get("inSync") else "Fall Behind",
+                c.get("transferFromWhere", 0),
+            )
+        return
+    client = info.get("haClientRuntimeInfo") or {}
+    print(f"\n#MasterAddr\t{client.get('masterAddr', '')}")
+    print(f"#CommitLogMaxOffset\t{client.get('maxOffset', 0)}")
+    print(f"#TransferSpeed(KB/s)\t{client.get('transferredByteInSecond', 0) / 1024.0:.2f}")
+    print(f"#LastReadTime\t{human_ms(client.get('lastReadTimestamp', 0))}")
+    print(f"#LastWriteTime\t{human_ms(client.get('lastWriteTimestamp', 0))}")
+    print(f"#MasterFlushOffset\t{client.get('masterFlushOffset', 0)}")
 
 
 @verb(
