@@ -12,6 +12,7 @@ import trio
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import ClassicLog
 from raftmq.broker.store.ha import HAClient, HAConfig, HAService
+from raftmq.dledger.codes import Code
 from raftmq.protocol import message as codec
 from tests.helpers import wait_for
 
@@ -98,7 +99,8 @@ async def test_a_peer_claiming_an_offset_acknowledges_nothing(tmp_path):
         await stream.send_all(REPORT.pack(log.write_pos))  # "I have everything"
         await trio.sleep(0.3)
         assert service.acked_offset == 0
-        assert not service.slave_ok(log.write_pos + FAST.fallbehind_max_bytes)
+        # the claim counts for availability (a put would wait, then answer 12), not as an ack
+        assert service.slave_ok(log.write_pos + 1)
         # and a later claim beyond what it was sent ends the connection
         await stream.send_all(REPORT.pack(log.write_pos + 1))
         assert await closed_by_peer(stream)
@@ -205,4 +207,24 @@ async def test_our_slave_detects_a_silent_master(tmp_path):
         await wait_for(lambda: len(sessions) >= 2, timeout_s=5)
         gap = sessions[1] - sessions[0]
         assert FAST.housekeeping_interval_s <= gap < FAST.housekeeping_interval_s + 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_sync_master_puts_are_released_by_the_slaves_acks(tmp_path):
+    async with trio.open_nursery() as nursery:
+        master, service, port = await serve_master(nursery, tmp_path / "m", 5)
+        cl = ClassicCommitLog(master, PutPolicy(False, 5.0, 1.0, slave_timeout_s=3.0), service)
+        service.on_ack = cl.on_slave_ack
+        await nursery.start(cl.run)
+        slave = open_log(tmp_path / "s")
+        nursery.start_soon(HAClient(slave, FAST, lambda: f"127.0.0.1:{port}").run)
+        await wait_for(lambda: slave.write_pos == master.write_pos)
+        outcome = []
+        cl.put_nowait(
+            [record(99)], lambda status, placed: outcome.append((status, slave.write_pos))
+        )
+        await wait_for(lambda: bool(outcome))
+        [(status, slave_end)] = outcome
+        assert status is Code.SUCCESS
+        assert slave_end == master.write_pos  # answered once the slave had the record
         nursery.cancel_scope.cancel()

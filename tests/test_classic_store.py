@@ -15,6 +15,7 @@ from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
 from raftmq.broker.store.messagestore import GetStatus, MessageStore
 from raftmq.broker.store.metadata import Metadata
 from raftmq.dledger.codes import Code
+from raftmq.dledger.store.segments import StoreCorruption
 from raftmq.protocol import message as codec
 
 FILE_BYTES = 1024
@@ -236,3 +237,12 @@ def test_slave_sync_takes_a_java_masters_tables():
     # RocketMQ's putAll: added and overwritten, never removed
     assert metadata.offsets == {("G", "T", 0): 5, ("G", "T", 1): 7, ("Old", "T", 0): 9}
     assert metadata.delay_offsets == {1: 0, 2: 17}
+
+
+async def test_a_missing_file_in_the_middle_is_refused(tmp_path):
+    log = open_log(tmp_path)
+    await put(commitlog(log), [record() for _ in range(50)])  # three files
+    log.close()
+    (tmp_path / "commitlog" / f"{FILE_BYTES:020d}").unlink()
+    with pytest.raises(StoreCorruption, match=f"{FILE_BYTES:020d} at offset 0: missing"):
+        open_log(tmp_path)

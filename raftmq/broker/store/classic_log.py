@@ -30,6 +30,7 @@ owner's flush loop (`classic_commitlog`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import struct
 from array import array
@@ -108,6 +109,10 @@ class ClassicLog:
         self.fs.makedirs(self.directory)
         self.aborted = self.abort_path.exists()
         starts = list_segments(self.fs, self.directory, self.file_size)
+        for before, after in itertools.pairwise(starts):
+            if after != before + self.file_size:
+                missing = segment_path(self.directory, before + self.file_size)
+                raise StoreCorruption(missing, 0, "missing: the commitlog files have a gap")
         self._segments = [
             open_segment(self.fs, self.directory, s, self.file_size, create=False) for s in starts
         ]

@@ -113,9 +113,14 @@ class HAService:
         self.acked_offset = 0
 
     def slave_ok(self, offset: int) -> bool:
-        """HAService.isSlaveOK: a slave is connected and not too far behind."""
-        return bool(self.connections) and (
-            offset - self.acked_offset < self.config.fallbehind_max_bytes
+        """HAService.isSlaveOK: a slave is connected and not too far behind `offset`.
+        A slave's own report counts here, checked or not: trusting a false one only
+        turns the put's SLAVE_NOT_AVAILABLE into FLUSH_SLAVE_TIMEOUT, never into an
+        acknowledgement (only verified reports release puts: `acked`)."""
+        limit = self.config.fallbehind_max_bytes
+        return any(
+            c.start_offset is not None and offset - max(c.acked_offset, 0) < limit
+            for c in self.connections
         )
 
     def acked(self, offset: int) -> None:
