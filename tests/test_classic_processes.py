@@ -147,6 +147,11 @@ async def test_a_slave_refuses_sends_and_slow_pulls_are_sent_to_it(tmp_path):
             response = await client.invoke(request, 5.0)
         assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert "messages are put to the slave" in response.remark
+        # nor does it take consumer offsets, which SlaveSynchronize would overwrite
+        commit = {"consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "1"}
+        response = await group.broker_call("n1", RequestCode.UPDATE_CONSUMER_OFFSET, commit)
+        assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert "brokerId 1 is a SLAVE" in response.remark
 
         async with RemotingClient(group.broker_addrs["n0"]) as client:
             assert (await client.invoke(request, 5.0)).code == ResponseCode.SUCCESS

@@ -3,7 +3,9 @@ after a clean stop and after a crash, group commit, and the message store over i
 
 from __future__ import annotations
 
+import os
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -246,3 +248,48 @@ async def test_a_missing_file_in_the_middle_is_refused(tmp_path):
     (tmp_path / "commitlog" / f"{FILE_BYTES:020d}").unlink()
     with pytest.raises(StoreCorruption, match=f"{FILE_BYTES:020d} at offset 0: missing"):
         open_log(tmp_path)
+
+
+async def test_expired_files_go_but_not_past_the_retention_limit(tmp_path):
+    log = open_log(tmp_path)
+    await put(commitlog(log), [record() for _ in range(50)])  # several files
+    last = log.write_pos - log.write_pos % FILE_BYTES
+    assert last >= 2 * FILE_BYTES
+    old = time.time() - 7200
+    for path in (tmp_path / "commitlog").iterdir():
+        os.utime(path, (old, old))
+    first_kept = log.end_index  # a dispatch checkpoint at the last message
+    log.add_retention_limit(lambda: first_kept)
+    assert log.delete_expired(3600.0) == last // FILE_BYTES
+    assert files(tmp_path) == [f"{last:020d}"]  # never the file the log ends in
+    assert log.min_offset == last
+    assert log.pos_at(log.begin_index) == last
+    assert log.end_index == first_kept  # indexes do not move
+    with pytest.raises(IndexError):
+        log.read_at(0, 8)
+    # a limit in the first file keeps everything; young files stay too
+    log = open_log(tmp_path / "again")
+    await put(commitlog(log), [record() for _ in range(50)])
+    log.add_retention_limit(lambda: 3)
+    assert log.delete_expired(0.0) == 0
+    assert log.delete_expired(3600.0) == 0
+
+
+async def test_queues_follow_the_logs_new_beginning(tmp_path):
+    log = open_log(tmp_path)
+    cl = commitlog(log)
+    store = MessageStore(log, tmp_path, {}, [1000], commitlog=cl)
+    await put(cl, [record("T", 0) for _ in range(60)])
+    store.dispatch_some(1000)
+    store.checkpoint_work()()  # the ConsumeQueues are durable: retention may pass them
+    old = time.time() - 7200
+    for path in (tmp_path / "commitlog").iterdir():
+        os.utime(path, (old, old))
+    assert log.delete_expired(3600.0) > 0
+    first = log.pos_at(log.begin_index)
+    result = store.get_message("T", 0, 0, 32)
+    assert result.status == GetStatus.OFFSET_TOO_SMALL
+    assert result.next_begin_offset == log.begin_index  # one message per queue offset here
+    kept = store.get_message("T", 0, result.next_begin_offset, 1)
+    assert codec.decode(kept.records[0])[0].physical_offset == first
+    store.queues.close()

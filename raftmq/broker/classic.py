@@ -25,6 +25,8 @@ from raftmq.remoting import listen_host
 
 log = logging.getLogger(__name__)
 
+EXPIRE_CHECK_S = 10.0  # cleanResourceInterval
+
 
 class ClassicReplica:
     def __init__(self, config: BrokerConfig) -> None:
@@ -103,7 +105,15 @@ class ClassicReplica:
             )
             if self.config.is_slave:
                 nursery.start_soon(self.client.run)
+            nursery.start_soon(self._expire_files)
             task_status.started(self.ha_port)
+
+    async def _expire_files(self) -> None:
+        """RocketMQ's CleanCommitLogService, by age only: every 10 s, delete the files
+        older than fileReservedTime hours (see ClassicLog.delete_expired)."""
+        while True:
+            await trio.sleep(EXPIRE_CHECK_S)
+            self.log.delete_expired(self.config.file_reserved_time * 3600.0)
 
     def close(self) -> None:
         self.log.close()

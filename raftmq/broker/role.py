@@ -14,7 +14,12 @@ from collections.abc import Callable
 
 import attrs
 
-from raftmq.remoting import RemotingCommand, ResponseCode
+from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
+
+_SENDS = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+     RequestCode.CONSUMER_SEND_MSG_BACK}
+)  # fmt: skip
 
 
 @attrs.define
@@ -38,14 +43,17 @@ class BrokerRole:
         """The answer to a request only a master serves, on a slave (None if oneway)."""
         if request.is_oneway:
             return None
-        if self.classic:  # DefaultMessageStore.checkStoreStatus, as the send processor words it
-            return request.make_response(
-                ResponseCode.SERVICE_NOT_AVAILABLE,
-                "service not available now. It may be caused by one of the following reasons:"
-                " the broker's disk is full, messages are put to the slave, message store has"
-                f" been shut down, etc. ({self.broker_name} brokerId {self.broker_id} is a"
-                " SLAVE)",
-            )
+        if self.classic:
+            slave = f"{self.broker_name} brokerId {self.broker_id} is a SLAVE"
+            if request.code in _SENDS:  # DefaultMessageStore.checkStoreStatus, as worded
+                remark = (
+                    "service not available now. It may be caused by one of the following"
+                    " reasons: the broker's disk is full, messages are put to the slave,"
+                    f" message store has been shut down, etc. ({slave})"
+                )
+            else:
+                remark = f"not master: {slave}; ask the master (brokerId 0)"
+            return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, remark)
         leader = self._leader_id()
         return request.make_response(
             ResponseCode.SERVICE_NOT_AVAILABLE,

@@ -17,22 +17,27 @@ only the record headers. Either way the log ends at the last whole record: a
 torn or zeroed tail is cut off (zeroed) and files after it are deleted, as
 RocketMQ's `truncateDirtyFiles` does.
 
-Unlike RocketMQ, opening walks every record header of every file (not only the
-last three files) to build the table of message starts that the dispatcher reads
-by index (`pos_at`); the store thereby presents the same read side as the DLedger
-log (`replicated_log.LogEntries`/`CommitPosition`), and the message store does not
-care which log it stands on. The table costs 8 bytes per message in memory.
+Files expire by age (`delete_expired`, `fileReservedTime`), but never past what
+the message store has made durable in its ConsumeQueues.
 
-Durability is group commit: `flush_waiters` are released by one fdatasync of every
-file written since the last (`flush_plan`), run in a worker thread by the
-owner's flush loop (`classic_commitlog`).
+Unlike RocketMQ, opening walks every record header of every file (not only the last
+three files) to build the table of message starts that the dispatcher reads by index
+(`pos_at`); the store thereby presents the same read side as the DLedger log
+(`replicated_log.LogEntries`/`CommitPosition`), and the message store does not care
+which log it stands on. The table costs 8 bytes per message in memory.
+
+Durability is group commit: every file written since the last plan is fdatasynced
+by one plan (`flush_plan`), run in a worker thread by the owner's flush loop
+(`classic_commitlog`).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import struct
+import time
 from array import array
 from collections.abc import Callable
 from pathlib import Path
@@ -97,9 +102,10 @@ class ClassicLog:
         self.write_pos = 0  # the next byte to write: RocketMQ's getMaxPhyOffset
         self.parsed_pos = 0  # after the last whole record (or blank) read into _positions
         self.flushed_pos = 0  # durable up to here
-        self._dirty: set[int] = set()  # indexes into _segments written since the last plan
+        self._dirty: set[int] = set()  # start offsets of the files written since the last plan
         self._dirs_dirty = False
         self._commit_handlers: list[Callable[[int], None]] = []
+        self._retention_limits: list[Callable[[], int]] = []
         self.written = trio.Event()  # set (and replaced) at every write: HA senders wait on it
         self.aborted = False  # the last run did not close cleanly
         self._open()
@@ -228,9 +234,6 @@ class ClassicLog:
             return self._segments[i]
         return None
 
-    def _index_of(self, seg: Segment) -> int:
-        return (seg.start - self._segments[0].start) // self.file_size
-
     def locate(self, pos: int):
         """(file map, offset in it) of a written physical offset, for parsing in place."""
         seg = self._segment_at(pos)
@@ -262,7 +265,39 @@ class ClassicLog:
         self._commit_handlers.append(handler)
 
     def add_retention_limit(self, limit: Callable[[], int]) -> None:
-        """Classic mode deletes no CommitLog files (expiry is not built), so nothing to hold."""
+        """Retention keeps every message from index `limit()` on (`delete_expired`)."""
+        self._retention_limits.append(limit)
+
+    def delete_expired(self, older_than_s: float, now: float | None = None) -> int:
+        """Delete the files at the front of the log last written more than `older_than_s`
+        seconds ago (RocketMQ's `deleteExpiredFile` by `fileReservedTime`) whose messages
+        are all below every retention limit (the message store's dispatch checkpoint:
+        a restart dispatches again from there), never the file the log ends in; the
+        log then begins at the first message of the first file kept. Returns how many."""
+        now = time.time() if now is None else now
+        keep_from = min((limit() for limit in self._retention_limits), default=self.end_index + 1)
+        keep_pos = self.pos_at(keep_from) if keep_from <= self.end_index else self.parsed_pos
+        keep_pos = min(keep_pos, self.write_pos - self.write_pos % self.file_size)
+        doomed = []
+        for seg in self._segments:
+            if seg.start + self.file_size > keep_pos:
+                break
+            if now - self.fs.mtime(seg.path) < older_than_s:
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        new_start = doomed[-1].start + self.file_size
+        gone = bisect.bisect_left(self._positions, new_start)
+        del self._positions[:gone]
+        self.begin_index += gone
+        self._segments = self._segments[len(doomed) :]
+        for seg in doomed:
+            seg.close()
+            self.fs.unlink(seg.path)
+        self.fs.sync_dir(self.directory)
+        log.info("deleted %d expired commitlog files: the log begins at %d", len(doomed), new_start)
+        return len(doomed)
 
     # ------------------------------------------------------------------ writes
     def _segment_for_write(self, pos: int) -> Segment:
@@ -297,14 +332,14 @@ class ClassicLog:
             offset = pos - seg.start
             if offset + total + END_FILE_MIN_BLANK_LENGTH > size:
                 _HEAD.pack_into(seg.map, offset, size - offset, BLANK_MAGIC_CODE)
-                self._dirty.add(self._index_of(seg))
+                self._dirty.add(seg.start)
                 pos = seg.start + size
                 seg = self._segment_for_write(pos)
                 offset = 0
             record = place(body, pos)
             assert len(record) == total, (len(record), total)
             seg.map[offset : offset + total] = record
-            self._dirty.add(len(self._segments) - 1)
+            self._dirty.add(seg.start)
             self._positions.append(pos)
             placed.append(pos)
             self.write_pos = self.parsed_pos = pos + total
@@ -326,7 +361,7 @@ class ClassicLog:
         if offset + len(data) > self.file_size:
             raise ValueError(f"{len(data)} bytes at offset {pos} cross a commitlog file end")
         seg.map[offset : offset + len(data)] = data
-        self._dirty.add(self._index_of(seg))
+        self._dirty.add(seg.start)
         self.write_pos = pos + len(data)
         stop, why = self._scan(self.parsed_pos, self.write_pos)
         if why is not None:
@@ -346,7 +381,8 @@ class ClassicLog:
         """(offset, work): running `work` (blocking, in a worker thread) makes the log
         durable up to `offset`, what was written when the plan was made."""
         target = self.write_pos
-        handles = [self._segments[i].file.handle.dup() for i in sorted(self._dirty)]
+        files = (self._segment_at(start) for start in sorted(self._dirty))
+        handles = [seg.file.handle.dup() for seg in files if seg is not None]
         dirs = self._dirs_dirty
         self._dirty.clear()
         self._dirs_dirty = False

@@ -262,6 +262,10 @@ class HAConnection:
         while True:
             offset = self.sent_offset
             data = log_.read_file_data(offset, config.transfer_batch_bytes)
+            if data is None and offset < log_.min_offset:
+                raise HAProtocolError(
+                    f"the slave needs offset {offset}, deleted here meanwhile (wipe its store)"
+                )
             if data:
                 # counted as sent before the send returns: the slave may already answer
                 self.sent_offset = offset + len(data)
