@@ -174,6 +174,15 @@ async def test_sync_master_statuses(tmp_path, replication, expected):
         nursery.cancel_scope.cancel()
 
 
+async def test_wait_false_is_answered_at_once(tmp_path):
+    log = open_log(tmp_path)
+    cl = commitlog(log, sync=True, replication=_SilentSlave())
+    msg = codec.MessageExt(topic="T", body=b"x", properties={"WAIT": "false"})
+    outcome = []
+    cl.put_nowait([codec.encode(msg)], lambda status, placed: outcome.append((status, placed)))
+    assert outcome == [(Code.SUCCESS, [(0, 0)])]
+
+
 async def test_sync_master_waits_for_the_ack(tmp_path):
     log = open_log(tmp_path)
     slave = _SilentSlave()

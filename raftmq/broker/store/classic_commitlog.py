@@ -14,7 +14,8 @@ answers it, combining two waits that run at once:
   FLUSH_SLAVE_TIMEOUT after `slaveTimeout` (RocketMQ 4.9.3's per-request deadline).
 
 The answer carries the worse of the two (the replication status first, as in
-RocketMQ). All of these statuses mean "stored here": the send is answered with the
+RocketMQ). A message whose WAIT property is false is answered at once, as RocketMQ
+answers it. All of these statuses mean "stored here": the send is answered with the
 status's response code and the usual msgId and offsets, and clients count it as sent.
 """
 
@@ -32,11 +33,22 @@ import trio
 from raftmq.broker.store.commitlog import PLACE_RECORD, DispatchRequest, dispatch_fields
 from raftmq.dledger.codes import Code
 from raftmq.dledger.server import durably
+from raftmq.protocol import message as codec
 
 if TYPE_CHECKING:
     from raftmq.broker.store.classic_log import ClassicLog
 
 _INT = struct.Struct(">i")
+_WAIT = (codec.MessageConst.PROPERTY_WAIT_STORE_MSG_OK + codec.NAME_VALUE_SEPARATOR).encode()
+
+
+def waits_for_store(record: bytes) -> bool:
+    """`Message.isWaitStoreMsgOK` of a record: true unless its WAIT property says not."""
+    properties = codec.READ_DISPATCH_FIELDS(record)[6]
+    if _WAIT not in properties:
+        return True
+    value = codec.string_to_properties(properties.decode("utf-8")).get("WAIT", "true")
+    return value.lower() == "true"
 
 
 class PutStatus(enum.IntEnum):
@@ -168,6 +180,14 @@ class ClassicCommitLog:
                 done(statuses[1] or statuses[0] or Code.SUCCESS, placed)
 
         now = trio.current_time()
+        replication = self.replication
+        wait = (self.policy.sync_flush or replication is not None) and any(
+            waits_for_store(record) for record in records
+        )
+        if not wait:  # WAIT=false: answered at once (RocketMQ only wakes the flusher)
+            self._flush_wanted.set()
+            done(Code.SUCCESS, placed)
+            return
         if self.policy.sync_flush:
             deadline = now + self.policy.sync_flush_timeout_s
             self._flushes.add(
@@ -176,7 +196,6 @@ class ClassicCommitLog:
             self._flush_wanted.set()
         else:
             finish(0, None)
-        replication = self.replication
         if replication is None or replication.acked_offset >= end:
             finish(1, None)
         elif not replication.slave_ok(end):
