@@ -228,3 +228,24 @@ async def test_sync_master_puts_are_released_by_the_slaves_acks(tmp_path):
         assert status is Code.SUCCESS
         assert slave_end == master.write_pos  # answered once the slave had the record
         nursery.cancel_scope.cancel()
+
+
+async def test_our_slave_keeps_only_whole_records_of_a_master_sending_garbage(tmp_path):
+    master = open_log(tmp_path / "m")
+    await fill(master, 3)
+    good = master.read_file_data(0, FILE_BYTES)
+    sessions = []
+
+    def frames(report: int):
+        sessions.append(report)
+        return [(report, (good + b"\x07" * 64)[report:])]  # three records, then junk
+
+    slave = open_log(tmp_path / "s")
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(lambda task_status: spec_master(task_status, frames=frames))
+        nursery.start_soon(HAClient(slave, FAST, lambda: f"127.0.0.1:{port}").run)
+        await wait_for(lambda: len(sessions) >= 2)  # dropped, then reconnected
+        assert sessions[1] == len(good)  # the slave kept the three records and nothing else
+        assert slave.end_index == 2
+        assert slave.read_file_data(0, FILE_BYTES) == good
+        nursery.cancel_scope.cancel()

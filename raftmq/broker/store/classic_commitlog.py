@@ -22,6 +22,7 @@ status's response code and the usual msgId and offsets, and clients count it as 
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import struct
 from collections.abc import Callable, Iterator
@@ -37,6 +38,8 @@ from raftmq.protocol import message as codec
 
 if TYPE_CHECKING:
     from raftmq.broker.store.classic_log import ClassicLog
+
+log = logging.getLogger(__name__)
 
 _INT = struct.Struct(">i")
 _WAIT = (codec.MessageConst.PROPERTY_WAIT_STORE_MSG_OK + codec.NAME_VALUE_SEPARATOR).encode()
@@ -233,13 +236,20 @@ class ClassicCommitLog:
         (size,) = _INT.unpack_from(self.log.read_at(physical_offset, 4))
         return self.read(physical_offset, size)
 
-    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest]]:
-        """(index, dispatch request) for the messages first..last."""
-        log = self.log
+    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
+        """(index, dispatch request) for the messages first..last; None for a record the
+        dispatcher cannot read (a RocketMQ 5 master's V2 record, for a topic longer
+        than 127 bytes, copied by a slave), which is logged and left out."""
+        log_ = self.log
         for index in range(first, last + 1):
-            pos = log.pos_at(index)
-            buffer, offset = log.locate(pos)
-            yield index, DispatchRequest(*dispatch_fields(buffer, offset, pos))
+            pos = log_.pos_at(index)
+            buffer, offset = log_.locate(pos)
+            try:
+                request = DispatchRequest(*dispatch_fields(buffer, offset, pos))
+            except codec.MessageFormatError as exc:
+                log.error("not dispatched: %s", exc)
+                request = None
+            yield index, request
 
     # ------------------------------------------------------------------ running
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

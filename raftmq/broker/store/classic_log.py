@@ -364,9 +364,13 @@ class ClassicLog:
         self._dirty.add(seg.start)
         self.write_pos = pos + len(data)
         stop, why = self._scan(self.parsed_pos, self.write_pos)
-        if why is not None:
-            raise StoreCorruption(seg.path, stop - seg.start, f"replicated bytes: {why}")
         self.parsed_pos = stop
+        if why is not None:
+            # not a copy of a CommitLog: keep the whole records before it, drop the rest
+            zero(seg.map, stop - seg.start, self.write_pos - seg.start)
+            self.write_pos = stop
+            self._wrote()
+            raise ValueError(f"replicated bytes at offset {stop} are not a record: {why}")
         self._wrote()
 
     def _wrote(self) -> None:
