@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from raftmq.client.consumer import Subscription, pull_request, pull_result
 from raftmq.client.producer import SendStatus, send_request
 from raftmq.client.route import MessageQueue
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
+from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalClassicGroup, _lenient_json
 
 pytestmark = pytest.mark.processes
@@ -221,6 +223,41 @@ async def test_a_single_classic_broker_keeps_its_messages_across_restarts(tmp_pa
         assert [r.queue_offset for r in first + second] == list(range(100))
         stored = await pull_all(group.broker_addrs["n0"], "T", 0, "broker-a")
         assert [m.msg_id for m in stored] == [r.offset_msg_id for r in first + second]
+
+
+async def test_a_slave_written_from_the_protocol_is_served_by_a_master_process(tmp_path):
+    """What a Java slave does: connect, say nothing for a heartbeat interval, report 0
+    (an empty store), read 12-byte headers and bodies, acknowledge."""
+    conf = {"mappedFileSizeCommitLog": str(FILE_BYTES)}
+    async with LocalClassicGroup(tmp_path, slaves=0, extra_conf=conf) as group:
+        await group.create_topic("T")
+        async with Producer(group.namesrv_addr) as producer:
+            await send_all(producer, "T", 1000)
+        files = commitlog_files(group, "n0")
+        last = max(files)
+        end = int((await group.member_state("n0"))["commitLogWriteOffset"])
+        assert int(last) < end < int(last) + FILE_BYTES
+        host, port = parse_address(group.ha_addrs["n0"])
+        stream = await trio.open_tcp_stream(host, port)
+        await trio.sleep(1.0)
+        await stream.send_all(struct.pack(">q", 0))
+        copied, buffer = bytearray(), bytearray()
+        with trio.fail_after(10):
+            while int(last) + len(copied) < end:
+                buffer += await stream.receive_some(1 << 16)
+                while len(buffer) >= 12:
+                    offset, size = struct.unpack_from(">qi", buffer)
+                    if len(buffer) < 12 + size:
+                        break
+                    assert offset == int(last) + len(copied)  # from the last file's start
+                    copied += buffer[12 : 12 + size]
+                    del buffer[: 12 + size]
+        assert bytes(copied) == files[last][: len(copied)]
+        await stream.send_all(struct.pack(">q", end))
+        with trio.fail_after(5):
+            while (await group.member_state("n0"))["slaveAckOffset"] != str(end):
+                await trio.sleep(0.05)
+        await stream.aclose()
 
 
 def test_a_slave_with_broker_id_0_is_refused(tmp_path):
