@@ -192,7 +192,7 @@ async def test_sync_master_answers_11_without_its_slave_and_12_when_it_is_silent
             started = trio.current_time()
             result = await producer.send("T", b"alone")
             assert result.status is SendStatus.SLAVE_NOT_AVAILABLE
-            assert trio.current_time() - started < 0.5
+            assert trio.current_time() - started < 1.0  # at once, not after slaveTimeout
             # the message is stored all the same
             stored = await pull_all(group.broker_addrs["n0"], "T", result.message_queue.queue_id,
                                     "broker-a")  # fmt: skip
