@@ -142,7 +142,7 @@ UNUSED_KEYS = frozenset(
         # features raftmq does not have
         "aclEnable", "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
         "messageIndexSafe", "filterServerNums",
-        "enablePropertyFilter", "enableCalcFilterBitMap", "filterSupportRetry",
+        "enableCalcFilterBitMap", "filterSupportRetry",
         "brokerPermission", "clusterTopicEnable", "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer", "messageStorePlugIn", "commercialEnable",
         "highSpeedMode", "transferMsgByHeap", "accessMessageInMemoryMaxRatio",
@@ -202,6 +202,7 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     long_polling_enable: bool = True
+    enable_property_filter: bool = False  # SQL92 subscriptions (broker.sql92)
     register_broker_timeout_mills: int = 6000
     register_name_server_period: int = 30_000
     max_message_size: int = 4 * 1024 * 1024
@@ -302,6 +303,7 @@ KEYS = KeyTable(
         Key("autoCreateTopicEnable", "auto_create_topic_enable", boolean),
         Key("autoCreateSubscriptionGroup", "auto_create_subscription_group", boolean),
         Key("longPollingEnable", "long_polling_enable", boolean),
+        Key("enablePropertyFilter", "enable_property_filter", boolean),
         Key("registerBrokerTimeoutMills", "register_broker_timeout_mills", integer(1)),
         Key("registerNameServerPeriod", "register_name_server_period", integer(1)),
         Key("maxMessageSize", "max_message_size", integer(1)),

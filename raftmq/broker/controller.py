@@ -165,10 +165,18 @@ class BrokerController:
             self.groups,
             self.offsets,
             self.stats,
+            self.clients,
             long_polling_enable=self.config.long_polling_enable,
+            property_filter_enabled=self.config.enable_property_filter,
         )
         consumer = ConsumerRequests(
-            self.role, self.clients, store, self.topics, self.groups, self.offsets
+            self.role,
+            self.clients,
+            store,
+            self.topics,
+            self.groups,
+            self.offsets,
+            property_filter_enabled=self.config.enable_property_filter,
         )
         admin = AdminRequests(self.role, self.topics, self.groups, self.config)
         queries = AdminQueries(
@@ -189,6 +197,7 @@ class BrokerController:
             RequestCode.CONSUMER_SEND_MSG_BACK: send.send_back,
             RequestCode.PULL_MESSAGE: pull.pull,
             RequestCode.HEART_BEAT: consumer.heartbeat,
+            RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
             RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_offset,

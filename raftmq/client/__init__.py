@@ -35,7 +35,13 @@ Where it differs from the Java client, on purpose:
 
 from raftmq.client.allocate import allocate_averagely
 from raftmq.client.blocking import BlockingProducer, BlockingPullConsumer
-from raftmq.client.consumer import PullConsumer, PullResult, PullStatus, Subscription
+from raftmq.client.consumer import (
+    MessageSelector,
+    PullConsumer,
+    PullResult,
+    PullStatus,
+    Subscription,
+)
 from raftmq.client.errors import MQBrokerError, MQClientError, RouteNotFoundError, SendError
 from raftmq.client.producer import Message, Producer, SendResult, SendStatus
 from raftmq.client.push import ConsumeFromWhere, PushConsumer
@@ -49,6 +55,7 @@ __all__ = [
     "MQClientError",
     "Message",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PullResult",

@@ -4,7 +4,11 @@ RocketMQ's `DefaultMQPushConsumer` in clustering mode, built on PullConsumer's c
 
 - **Membership.** HEART_BEAT with the group's ConsumerData to every member of every
   broker group of the topic (at start, every 30 s, and when a route changes), which
-  also makes the broker create `%RETRY%<group>`; that topic is subscribed too.
+  also makes the broker create `%RETRY%<group>`; that topic is subscribed too. An
+  SQL92 subscription (`MessageSelector.by_sql`) is first checked with every master of
+  the topic (CHECK_CLIENT_CONFIG, as Java's consumer does at start): entering raises
+  MQBrokerError with the broker's remark when one refuses it (property filters
+  disabled, or an expression that does not compile).
 - **Rebalance.** The topic's readable queues and the member ids
   (GET_CONSUMER_LIST_BY_GROUP) are allocated averagely (`allocate_averagely`) at start,
   every `rebalance_interval_s`, and at once when a broker sends
@@ -31,6 +35,7 @@ RocketMQ's `DefaultMQPushConsumer` in clustering mode, built on PullConsumer's c
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,14 +44,21 @@ import trio
 
 from raftmq.client import fastjson
 from raftmq.client.allocate import allocate_averagely
-from raftmq.client.consumer import MAX_RECONSUME_TIMES, PullConsumer, PullStatus, Subscription
-from raftmq.client.errors import MQClientError
+from raftmq.client.consumer import (
+    MAX_RECONSUME_TIMES,
+    TAG,
+    MessageSelector,
+    PullConsumer,
+    PullStatus,
+    Subscription,
+)
+from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import backoff_delays
 from raftmq.client.offsets import QueueOffsets
 from raftmq.client.route import MessageQueue, TopicRouteData
 from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
-from raftmq.remoting.codes import RequestCode
+from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.streams.tls import ClientTls
 
 __all__ = ["ConsumeFromWhere", "PushConsumer", "retry_topic"]
@@ -112,7 +124,7 @@ class PushConsumer:
         group: str,
         topic: str,
         handler: Handler,
-        subscription: str = "*",
+        subscription: str | MessageSelector = "*",
         consume_from: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         *,
         consume_timestamp_ms: int | None = None,
@@ -145,7 +157,7 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.retry_topic = retry_topic(group)
         self.subscriptions = {
-            topic: Subscription(topic, subscription),
+            topic: Subscription.of(topic, subscription),
             self.retry_topic: Subscription(self.retry_topic, "*"),
         }
         self._pull = PullConsumer(
@@ -200,6 +212,7 @@ class PushConsumer:
                     await self.instance.routes.get(topic)
                 except MQClientError as exc:  # the retry topic appears after the heartbeat
                     log.debug("%s", exc)
+            await self._check_subscriptions()
             await self.instance.heartbeat()
             await self._rebalance()
         except BaseException:
@@ -207,6 +220,28 @@ class PushConsumer:
             raise
         self.instance.nursery.start_soon(self._run_loops)
         return self
+
+    async def _check_subscriptions(self) -> None:
+        """CHECK_CLIENT_CONFIG for each subscription that is not by tag, with every
+        master of its topic; MQBrokerError for the first refusal."""
+        for subscription in self.subscriptions.values():
+            if subscription.expression_type == TAG:
+                continue
+            route = await self.instance.routes.get(subscription.topic)
+            body = json.dumps(
+                {
+                    "clientId": self.client_id,
+                    "group": self.group,
+                    "subscriptionData": subscription.to_json(),
+                }
+            ).encode()
+            for address in sorted(route.all_addresses(masters_only=True)):
+                request = RemotingCommand(RequestCode.CHECK_CLIENT_CONFIG, body=body)
+                response = await self.instance.pool.invoke(
+                    address, request, self.instance.rpc_timeout_s
+                )
+                if response.code != ResponseCode.SUCCESS:
+                    raise MQBrokerError(response.code, response.remark, address)
 
     async def __aexit__(self, *exc_info) -> None:
         try:
