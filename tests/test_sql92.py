@@ -200,6 +200,26 @@ def test_a_bad_expression_names_the_problem_and_where(expression, problem):
     assert problem in str(caught.value)
 
 
+def test_limits_keep_hostile_input_to_an_error():
+    """Deep nesting, huge numbers and huge literals end in a short Sql92Error or no
+    match, never in a RecursionError or Python's digit limit for int()."""
+    for expression in (" AND ".join(["a = 1"] * 401), "NOT " * 3000 + "a"):
+        with pytest.raises(Sql92Error, match="nests more than 400 operators"):
+            compile_sql92(expression)
+    assert compile_sql92(" AND ".join(["a = 1"] * 300)).matches({"a": "1"})
+    with pytest.raises(Sql92Error, match="does not fit in a long") as caught:
+        compile_sql92("a = " + "9" * 5000)
+    assert len(str(caught.value)) < 100
+    with pytest.raises(Sql92Error, match=r"^column 1: 'x+\.\.\. cannot be compared with >"):
+        compile_sql92("'" + "x" * 5000 + "' > a")
+    with pytest.raises(Sql92Error, match=r"^column 3: unexpected 'y+\.\.\.'"):
+        compile_sql92("a " + "y" * 5000)
+    assert compile_sql92("x" * 5000 + " IS NULL").matches({"x" * 5000: "1"}) is False
+    huge = {"a": "9" * 5000}
+    for expression in ("a = 1", "a = 10000000000", "a < 1.5", "a = TRUE"):
+        assert compile_sql92(expression).matches(huge) is False
+
+
 def test_compiled_once_per_text_and_errors_cached_too():
     assert compile_sql92("a > 5 AND b = 'x'") is compile_sql92("a > 5 AND b = 'x'")
     with pytest.raises(Sql92Error) as first:

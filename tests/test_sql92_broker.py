@@ -118,6 +118,13 @@ async def test_bad_expressions_are_refused_with_their_position(nursery, tmp_path
     assert answer.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
     assert answer.remark.startswith("group CG, topic T: invalid SQL92 expression 'a >': column 4")
     assert b.clients.members("CG") == []
+    for body, problem in (
+        (b"[1]", "heartbeat body is not a JSON object"),
+        (json.dumps({"consumerDataSet": ["CG"]}).encode(), "consumerDataSet entry is not"),
+        (heartbeat("c1", ["a > 1"]), "subscriptionDataSet entry is not a JSON object"),
+    ):
+        answer = await g.call(b, RequestCode.HEART_BEAT, body=body)
+        assert (answer.code, problem in answer.remark) == (ResponseCode.MESSAGE_ILLEGAL, True)
 
 
 async def test_pulls_without_their_expression_use_the_heartbeats(nursery, tmp_path):

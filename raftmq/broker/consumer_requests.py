@@ -71,8 +71,9 @@ class ConsumerRequests:
         BadRequest (naming the group and topic) for the first one refused."""
         filters: dict[str, dict[str, Sql92Filter]] = {}
         for consumer in data.get("consumerDataSet") or []:
-            group = str(consumer.get("groupName"))
+            group = str(_json_object(consumer, "consumerDataSet entry").get("groupName"))
             for subscription in consumer.get("subscriptionDataSet") or []:
+                _json_object(subscription, "subscriptionDataSet entry")
                 topic = str(subscription.get("topic"))
                 try:
                     compiled = subscription_filter(
@@ -90,6 +91,7 @@ class ConsumerRequests:
         SUCCESS, or the code and remark the subscription would be refused with."""
         subscription = _json_body(request, "CHECK_CLIENT_CONFIG").get("subscriptionData")
         if subscription:
+            _json_object(subscription, "subscriptionData")
             subscription_filter(
                 subscription.get("expressionType"), subscription.get("subString"),
                 self.property_filter_enabled,
@@ -198,6 +200,10 @@ def _json_body(request: RemotingCommand, what: str) -> dict:
         data = json.loads(request.body or b"{}")
     except ValueError as exc:
         raise BadRequest(f"{what} body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadRequest(f"{what} body is not a JSON object")
-    return data
+    return _json_object(data, f"{what} body")
+
+
+def _json_object(value: object, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} is not a JSON object")
+    return value

@@ -90,10 +90,12 @@ def subscription_filter(
         return None
     _check_supported(expression_type, property_filter_enabled)
     try:
-        return compile_sql92(expression or "")
+        expression = str(expression or "")
+        return compile_sql92(expression)
     except Sql92Error as exc:
+        shown = expression if len(expression) <= 200 else expression[:197] + "..."
         raise BadRequest(
-            f"invalid SQL92 expression {expression!r}: {exc}",
+            f"invalid SQL92 expression {shown!r}: {exc}",
             ResponseCode.SUBSCRIPTION_PARSE_FAILED,
         ) from None
 

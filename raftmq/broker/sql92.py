@@ -40,7 +40,7 @@ import re
 from collections.abc import Callable, Mapping
 
 import attrs
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 from raftmq.protocol.message import READ_DISPATCH_FIELDS, string_to_properties
@@ -50,6 +50,11 @@ __all__ = ["Sql92Error", "Sql92EvaluationError", "Sql92Filter", "compile_sql92"]
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 COMPILED_CACHE_SIZE = 1024  # expressions, good or bad (RocketMQ caches 100)
+# Operators nested in one another (a chain of ANDs counts each); evaluation recurses
+# once per level, so this keeps it far from Python's recursion limit.
+MAX_NESTING = 400
+SHOWN_CHARS = 60  # how much of a sub-expression an error message quotes
+LONG_DIGITS = 19  # int() refuses very long digit strings; a long has at most 19 digits
 
 
 class Sql92Error(ValueError):
@@ -158,7 +163,7 @@ _DOUBLE = re.compile(
 
 def _java_int(text: str, low: int, high: int, kind: type) -> int:
     """`Integer.valueOf` / `Long.valueOf`: sign and digits only, in range."""
-    if _INTEGER.fullmatch(text):
+    if len(text) <= LONG_DIGITS + 1 and _INTEGER.fullmatch(text):
         value = int(text)
         if low <= value <= high:
             return kind(value)
@@ -187,9 +192,8 @@ def _java_double_compare(a: float, b: float) -> int:
     a_nan, b_nan = math.isnan(a), math.isnan(b)
     if a_nan or b_nan:
         return int(a_nan) - int(b_nan)
-    return int(math.copysign(1, a) > math.copysign(1, b)) - int(
-        math.copysign(1, a) < math.copysign(1, b)
-    )
+    a_sign, b_sign = math.copysign(1, a), math.copysign(1, b)
+    return (a_sign > b_sign) - (a_sign < b_sign)
 
 
 def _convert(text: str, like: object) -> object:
@@ -221,6 +225,12 @@ def _compare(left: object, right: object) -> int:
 
 # --- the expression tree ----------------------------------------------------------------
 
+
+def _shown(text: str) -> str:
+    """`text`, cut short for an error message."""
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
 Evaluate = Callable[[Mapping[str, str]], object]
 
 
@@ -231,13 +241,13 @@ class _Node:
     PropertyExpression classes)."""
 
     evaluate: Evaluate
-    text: str  # as Java's toString shows it, for error messages
+    text: str = attrs.field(converter=_shown)  # Java's toString, for error messages
     line: int
     column: int
     constant: bool = False  # a literal: `value` holds it
     boolean: bool = False  # gives TRUE, FALSE or NULL (comparisons, logic, TRUE/FALSE/NULL)
     property: bool = False
-    value: object = None
+    value: object = None  # a literal's value; a property's name
 
 
 def _constant(value: object, text: str, meta, boolean: bool = False) -> _Node:
@@ -256,8 +266,12 @@ def _where(line: int, column: int) -> str:
     return f"column {column}" if line == 1 else f"line {line}, column {column}"
 
 
+def _error(line: int, column: int, problem: str) -> Sql92Error:
+    return Sql92Error(f"{_where(line, column)}: {problem}")
+
+
 def _fail(node: _Node, problem: str):
-    raise Sql92Error(f"{_where(node.line, node.column)}: {problem}")
+    raise _error(node.line, node.column, problem)
 
 
 def _as_condition(node: _Node) -> Evaluate:
@@ -266,7 +280,7 @@ def _as_condition(node: _Node) -> Evaluate:
     if node.boolean:
         return node.evaluate
     if node.property:
-        name = node.text
+        name = node.value
         return lambda props: None if props.get(name) is None else False
     _fail(node, f"{node.text} is not a condition (it gives no TRUE or FALSE)")
 
@@ -293,9 +307,7 @@ def _ordering(left: _Node, right: _Node, operator: str, meta) -> _Node:
 
     def evaluate(props):
         lv = left_eval(props)
-        if lv is None:
-            return None
-        rv = right_eval(props)
+        rv = None if lv is None else right_eval(props)  # NULL on the left: right unread
         if rv is None:
             return None
         if type(lv) is str and type(rv) is str:  # two properties: both must be numbers
@@ -362,7 +374,7 @@ def _logic(left: _Node, right: _Node, meta, dominant: bool) -> _Node:
 def _membership(left: _Node, strings: list[Token], meta, negated: bool) -> _Node:
     if not left.property:
         _fail(left, f"IN needs a property on its left, not {left.text}")
-    name, values = left.text, frozenset(_unquote(s) for s in strings)
+    name, values = left.value, frozenset(_unquote(s) for s in strings)
 
     def evaluate(props):
         value = props.get(name)
@@ -374,7 +386,7 @@ def _membership(left: _Node, strings: list[Token], meta, negated: bool) -> _Node
 
 
 @v_args(meta=True)
-class _Build(Transformer):
+class _Build(Transformer_NonRecursive):
     """Parse tree -> _Node, with RocketMQ's parse-time checks."""
 
     def string(self, meta, children):
@@ -383,16 +395,16 @@ class _Build(Transformer):
 
     def decimal(self, meta, children):
         digits = children[0].rstrip("lL")
-        value = int(digits)
+        value = int(digits) if len(digits) <= LONG_DIGITS else LONG_MAX + 1
         if value > LONG_MAX:
-            raise Sql92Error(f"{_where(meta.line, meta.column)}: {digits} does not fit in a long")
+            raise _error(meta.line, meta.column, f"{_shown(digits)} does not fit in a long")
         return _constant(value if value <= INT_MAX else Long(value), digits, meta)
 
     def floating(self, meta, children):
         value = float(children[0])
         if math.isinf(value):
-            where = _where(meta.line, meta.column)
-            raise Sql92Error(f"{where}: {children[0]} is beyond the range of a double")
+            problem = f"{_shown(children[0])} is beyond the range of a double"
+            raise _error(meta.line, meta.column, problem)
         return _constant(value, str(children[0]), meta)
 
     def true(self, meta, children):
@@ -406,7 +418,9 @@ class _Build(Transformer):
 
     def property(self, meta, children):
         name = str(children[0])
-        return _Node(lambda props: props.get(name), name, meta.line, meta.column, property=True)
+        return _Node(
+            lambda props: props.get(name), name, meta.line, meta.column, property=True, value=name
+        )
 
     def negate(self, meta, children):
         (node,) = children
@@ -481,17 +495,15 @@ class _Build(Transformer):
 def _parse_error(text: str, exc: UnexpectedInput) -> Sql92Error:
     if isinstance(exc, UnexpectedCharacters):
         char = text[exc.pos_in_stream]
-        where = _where(exc.line, exc.column)
         if char == "'":
-            return Sql92Error(f"{where}: a 'string' without its closing quote")
-        return Sql92Error(f"{where}: unexpected character {char!r}")
+            return _error(exc.line, exc.column, "a 'string' without its closing quote")
+        return _error(exc.line, exc.column, f"unexpected character {char!r}")
     expected = sorted({_EXPECTED_NAMES.get(name, name) for name in exc.expected or ()})
     wanted = f"; expected {', '.join(expected)}" if expected else ""
     if isinstance(exc, UnexpectedToken) and exc.token.type != "$END":
-        where = _where(exc.line, exc.column)
-        return Sql92Error(f"{where}: unexpected {str(exc.token)!r}{wanted}")
-    end = _where(text.count("\n") + 1, len(text) - text.rfind("\n"))
-    return Sql92Error(f"{end}: the expression ends too early{wanted}")
+        return _error(exc.line, exc.column, f"unexpected {_shown(str(exc.token))!r}{wanted}")
+    line, column = text.count("\n") + 1, len(text) - text.rfind("\n")
+    return _error(line, column, f"the expression ends too early{wanted}")
 
 
 @attrs.frozen
@@ -518,13 +530,25 @@ class Sql92Filter:
         return self.matches(string_to_properties(raw.decode("utf-8", "replace")))
 
 
+def _nesting(tree: Tree) -> int:
+    """How deep the parse tree is, found without recursion."""
+    deepest, pending = 0, [(tree, 1)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        pending += [(child, depth + 1) for child in node.children if isinstance(child, Tree)]
+    return deepest
+
+
 @functools.lru_cache(maxsize=COMPILED_CACHE_SIZE)
 def _compile(expression: str) -> Sql92Filter | Sql92Error:
     if not expression.strip():
         return Sql92Error("the expression is empty")
     try:
-        root = _Build().transform(_PARSER.parse(expression))
-        return Sql92Filter(expression, _as_condition(root))
+        tree = _PARSER.parse(expression)
+        if _nesting(tree) > MAX_NESTING:
+            return Sql92Error(f"the expression nests more than {MAX_NESTING} operators")
+        return Sql92Filter(expression, _as_condition(_Build().transform(tree)))
     except UnexpectedInput as exc:
         return _parse_error(expression, exc)
     except VisitError as exc:
