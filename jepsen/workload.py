@@ -92,6 +92,7 @@ class Workload:
         self.drain_to: dict[int, int] | None = None  # queue -> offset the consumers must reach
         self.positions: dict[int, int] = {}  # queue -> the consumer's next offset
         self.drained = trio.Event()
+        self.sends_done = trio.Event()  # the producers stopped sending
 
     def queue(self, queue_id: int) -> MessageQueue:
         return MessageQueue(TOPIC, self.broker_name, queue_id)
@@ -102,6 +103,12 @@ class Workload:
         async with client, trio.open_nursery() as nursery:
             for _ in range(self.producers):
                 nursery.start_soon(self._producer, client)
+        self.sends_done.set()
+
+    async def settle(self, master_address: str) -> bool:
+        """Wait, after the faults, for what the broker still owes the history before the
+        drain (nothing, for plain sends); returns whether it came."""
+        return True
 
     async def _producer(self, client: ClientInstance) -> None:
         process = self.processes.new()

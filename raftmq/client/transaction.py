@@ -32,6 +32,7 @@ import attrs
 
 from raftmq.client.errors import MQBrokerError, RouteNotFoundError
 from raftmq.client.producer import Producer, SendResult, SendStatus
+from raftmq.client.route import MessageQueue
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import decode_message_id
@@ -112,16 +113,18 @@ class TransactionProducer(Producer):
         tags: str | None = None,
         keys: str | Iterable[str] | None = None,
         properties: Mapping[str, str] | None = None,
+        queue: MessageQueue | None = None,
     ) -> TransactionSendResult:
-        """Send a half message, run `local_transaction(send_result)`, end the
-        transaction with its state. Raises SendError if the half message is not
-        stored (the local transaction does not run then)."""
+        """Send a half message (to `queue` if given), run
+        `local_transaction(send_result)`, end the transaction with its state. Raises
+        SendError if the half message is not stored (the local transaction does not
+        run then)."""
         props = self._properties(tags, keys, properties)
         props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
         props[MessageConst.PROPERTY_TRANSACTION_PREPARED] = "true"
         props[MessageConst.PROPERTY_PRODUCER_GROUP] = self.group
         sent = await self._send_message(
-            topic, body, props, None, MessageSysFlag.TRANSACTION_PREPARED_TYPE
+            topic, body, props, queue, MessageSysFlag.TRANSACTION_PREPARED_TYPE
         )
         if sent.status is SendStatus.SEND_OK:
             state = await _call(local_transaction, sent)
