@@ -62,6 +62,7 @@ class TransactionWorkload(Workload):
             self.namesrv_addr,
             PRODUCER_GROUP,
             check=self._check,
+            topics=[TOPIC],
             send_timeout_s=SEND_TIMEOUT_S,
             rpc_timeout_s=SEND_TIMEOUT_S,
             poll_name_server_interval_s=1.0,

@@ -201,3 +201,49 @@ async def test_end_transaction_refusals_and_idempotent_commit(nursery, tmp_path)
 
     refused = await g.send(g.master(), HALF_TOPIC, b"x")  # the broker's own topics
     assert refused.code == ResponseCode.NO_PERMISSION
+
+
+async def test_settled_state_survives_a_restart(nursery, tmp_path):
+    """The state is read back from the op queue: after a restart a commit is not written
+    again, and a half left open is still checked."""
+    # Checks count while no producer is there to ask (RocketMQ's rule): allow plenty.
+    g = await one_member(nursery, tmp_path, transactionCheckMax="1000", **FAST_CHECKS)
+    answers = {b"done": COMMIT, b"open": UNKNOW}
+    async with TransactionProducer(
+        g.namesrv_addr, "PG_TX", check=answering(UNKNOW, [])
+    ) as producer:
+        done = await producer.send_in_transaction("Orders", b"done", answering(COMMIT, []))
+        await producer.send_in_transaction("Orders", b"open", lambda r: answers[b"open"])
+    g.crash("n0")
+    await g.start_member("n0")
+    await g.wait_master()
+    sent = done.send_result
+    offset = decode_message_id(sent.offset_msg_id).offset
+    again = await end(g, offset, sent.queue_offset, 8)
+    assert again.code == ResponseCode.SUCCESS
+    assert again.remark == "transaction already ended (commit)"
+    checks: list = []
+    async with TransactionProducer(  # a restarted application: it has not sent yet
+        g.namesrv_addr, "PG_TX", check=answering(COMMIT, checks), topics=["Orders"]
+    ):
+        await wait_for(lambda: len(checks) >= 1, timeout_s=10)
+        await wait_for(lambda: g.master().store.max_offset("Orders", 0) +
+                       g.master().store.max_offset("Orders", 1) == 2)  # fmt: skip
+    assert [m.body for m in checks] == [b"open"]
+    assert sorted(m.body for m in await stored(g, "Orders", 2)) == [b"done", b"open"]
+
+
+async def test_a_retry_carrying_tran_msg_is_an_ordinary_message(nursery, tmp_path):
+    """Clients before 4.6.1 resend a failed transactional message to the retry topic
+    with TRAN_MSG still set: it is delivered, not turned into a half message."""
+    g = await one_member(nursery, tmp_path)
+    props = properties_to_string({MessageConst.PROPERTY_TRANSACTION_PREPARED: "true"})
+    born_ms = int(time.time() * 1000)
+    ext = send_header_v2(
+        "PG", "%RETRY%CG", 0, born_timestamp_ms=born_ms, properties=props, sys_flag=4
+    )
+    response = await g.call(g.master(), RequestCode.SEND_MESSAGE_V2, ext, b"retried")
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    [retried] = await stored(g, "%RETRY%CG")
+    assert retried.body == b"retried" and retried.sysflag & 0xC == 0
+    assert await stored(g, HALF_TOPIC) == []

@@ -272,8 +272,15 @@ class SendProcessor:
                 f"sysFlag {sysflag}: commit (8) and rollback (12) are written by the broker;"
                 " a client sends 0 or prepared (4)"
             )
-        prepared = [is_prepared(sysflag, props) for _flag, _body, props in items]
-        if any(prepared):
+        prepared = any(is_prepared(sysflag, props) for _flag, _body, props in items)
+        if prepared and topic.startswith(RETRY_PREFIX):
+            # A consumer's retry of a committed transactional message still carries
+            # TRAN_MSG (clients before 4.6.1): an ordinary message, as in RocketMQ.
+            prepared = False
+            sysflag = MessageSysFlag.reset_transaction_value(
+                sysflag, MessageSysFlag.TRANSACTION_NOT_TYPE
+            )
+        if prepared:
             self._check_transactional(len(items))
         born = parse_address(connection.remote_address)  # the producer: the born host
         born_timestamp = integer(request, "bornTimestamp", 0)
@@ -298,7 +305,7 @@ class SendProcessor:
                 store_host=self.address.store_host,
                 reconsume_times=reconsume,
             )
-            messages.append(to_half(msg) if prepared[0] else self.schedule_if_delayed(msg))
+            messages.append(to_half(msg) if prepared else self.schedule_if_delayed(msg))
         return messages
 
     def _check_transactional(self, count: int) -> None:

@@ -85,7 +85,7 @@ async def _call(callback: Callable, argument) -> LocalTransactionState:
 
 
 class TransactionProducer(Producer):
-    """`async with TransactionProducer(namesrv, "group", check=check) as p:
+    """`async with TransactionProducer(namesrv, "group", check=check, topics=["T"]) as p:
     result = await p.send_in_transaction("T", b"x", local_transaction)`.
 
     `check(message)` gets the half message (its real topic, properties and
@@ -98,12 +98,26 @@ class TransactionProducer(Producer):
         group: str,
         *,
         check: CheckListener,
+        topics: Iterable[str] = (),
         **options,
     ) -> None:
         super().__init__(namesrv_addr, group, **options)
         self.check = check
+        self.topics = tuple(topics)
         self.instance.heartbeat_replicas = True
         self.instance.handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
+
+    async def __aenter__(self) -> TransactionProducer:
+        """Open, and look up the routes of `topics`: their brokers learn of this producer
+        (its heartbeat follows) before its first send, so an application that restarts
+        answers the check-backs of transactions its previous run left open."""
+        await super().__aenter__()
+        for topic in self.topics:
+            try:
+                await self.instance.routes.get(topic)
+            except RouteNotFoundError as exc:
+                log.warning("transaction producer %s: %s", self.group, exc)
+        return self
 
     async def send_in_transaction(
         self,
