@@ -25,7 +25,10 @@ whose append is still in flight then shows as an op record), requests for one ha
 are taken one at a time, and a committed real message found by the key index
 (REAL_TOPIC#UNIQ_KEY with the half's offset as preparedTransactionOffset) counts as
 settled too: the real message and its op record are two log entries, and a crash
-between them must not let a check-back commit the transaction again.
+between them must not let a check-back commit the transaction again. A commit of a
+half already rolled back or discarded (checked too often), or a rollback of a committed
+one, is answered TRANSACTION_FAILED: a discard is final here, where RocketMQ would still
+deliver a late commit it had already copied to the discard topic.
 """
 
 from __future__ import annotations
