@@ -70,30 +70,21 @@ class TransactionWorkload(Workload):
         async with producer:
             async with trio.open_nursery() as nursery:
                 for _ in range(self.producers):
-                    nursery.start_soon(self._transactions, producer)
+                    nursery.start_soon(self._producer, producer)
             self.sends_done.set()
             await trio.sleep_forever()  # answering check-backs until the run ends
 
-    async def _transactions(self, producer: TransactionProducer) -> None:
-        process = self.processes.new()
-        seq = 0
-        interval = self.producers / self.rate if self.rate > 0 else 0.0
-        while self.producing:
-            started = trio.current_time()
-            queue_id = self.rng.randrange(QUEUES)
-            value = f"t{process}-{seq}"
-            seq += 1
-            decision = self.rng.choice(("commit", "rollback"))
-            via = self.rng.choice(("end", "check"))
-            fields = {"value": value, "key": queue_id, "decision": decision, "via": via}
-            self.history.invoke(process, "send", **fields)
-            outcome, more = await self._transaction(producer, value, queue_id, decision, via)
-            self.history.complete(outcome, process, "send", **fields, **more)
-            pause = interval - (trio.current_time() - started)
-            if pause > 0:
-                await trio.sleep(pause)
+    def _operation(self, process: int, seq: int) -> dict:
+        op = super()._operation(process, seq)
+        op["value"] = f"t{op['value']}"
+        op["decision"] = self.rng.choice(("commit", "rollback"))
+        op["via"] = self.rng.choice(("end", "check"))
+        return op
 
-    async def _transaction(self, producer, value: str, queue_id: int, decision: str, via: str):
+    async def _perform(self, producer: TransactionProducer, op: dict) -> tuple[str, dict]:
+        return await self._transaction(producer, **op)
+
+    async def _transaction(self, producer, value: str, key: int, decision: str, via: str):
         self.halves[value] = SENDING
 
         def local(sent) -> LocalTransactionState:
@@ -102,7 +93,7 @@ class TransactionWorkload(Workload):
 
         try:
             result = await producer.send_in_transaction(
-                TOPIC, value.encode(), local, queue=self.queue(queue_id)
+                TOPIC, value.encode(), local, queue=self.queue(key)
             )
         except SendError as exc:
             self.halves[value] = FAILED

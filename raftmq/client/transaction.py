@@ -36,12 +36,7 @@ from raftmq.client.route import MessageQueue
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import decode_message_id
-from raftmq.remoting import (
-    Connection,
-    RemotingCommand,
-    RemotingConnectError,
-    RemotingTimeoutError,
-)
+from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 
 __all__ = ["LocalTransactionState", "TransactionProducer", "TransactionSendResult"]
