@@ -247,3 +247,25 @@ async def test_a_retry_carrying_tran_msg_is_an_ordinary_message(nursery, tmp_pat
     [retried] = await stored(g, "%RETRY%CG")
     assert retried.body == b"retried" and retried.sysflag & 0xC == 0
     assert await stored(g, HALF_TOPIC) == []
+
+
+async def test_every_replica_derives_the_same_state_and_slaves_refuse(nursery, tmp_path):
+    g = await group(nursery, tmp_path)  # three members
+    await create_topic(g, "Orders", 2)
+    async with TransactionProducer(g.namesrv_addr, "PG_TX", check=answering(UNKNOW, [])) as p:
+        for body, state in ((b"c", COMMIT), (b"r", ROLLBACK), (b"u", UNKNOW)):
+            await p.send_in_transaction("Orders", body, answering(state, []))
+    end_index = g.master().dledger.replica.committed_index
+    await wait_for(lambda: all(b.store.dispatched_index >= end_index for b in g.brokers.values()))
+    states = []
+    for broker in g.brokers.values():
+        broker.transactions.state.refresh(broker.store)
+        state = broker.transactions.state
+        states.append((state.settled_below, dict(state.ended), dict(state.checks)))
+    assert states == [(2, {}, {})] * 3  # halves 0 and 1 settled, 2 open, on every replica
+    slave = g.slaves()[0]
+    ext = {"producerGroup": "PG_TX", "tranStateTableOffset": 2, "commitLogOffset": 0,
+           "commitOrRollback": 8, "msgId": "X"}  # fmt: skip
+    refused = await g.call(slave, RequestCode.END_TRANSACTION, ext)
+    assert refused.code == ResponseCode.SLAVE_NOT_AVAILABLE
+    assert "END_TRANSACTION goes to the master" in refused.remark
