@@ -29,8 +29,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import attrs
+import trio
 
 from raftmq.client.errors import MQBrokerError, RouteNotFoundError
+from raftmq.client.instance import backoff_delays
 from raftmq.client.producer import Producer, SendResult, SendStatus
 from raftmq.client.route import MessageQueue
 from raftmq.protocol import message as codec
@@ -42,6 +44,8 @@ from raftmq.remoting.codes import RequestCode, ResponseCode
 __all__ = ["LocalTransactionState", "TransactionProducer", "TransactionSendResult"]
 
 log = logging.getLogger(__name__)
+
+_CALL_ERRORS = (MQBrokerError, RouteNotFoundError, RemotingConnectError, RemotingTimeoutError)
 
 
 class LocalTransactionState(enum.Enum):
@@ -155,14 +159,23 @@ class TransactionProducer(Producer):
             "msgId": sent.msg_id,
             "bname": mq.broker_name,
         }
-        request = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=header)
-        try:
-            response = await self.instance.call_broker(
-                mq.topic, mq.broker_name, request, self.send_timeout_s
-            )
-        except (MQBrokerError, RouteNotFoundError, RemotingConnectError, RemotingTimeoutError) as e:
-            log.warning("END_TRANSACTION for %s not delivered (check-back decides): %s", mq, e)
-            return
+        deadline = trio.current_time() + self.send_timeout_s
+        delays = backoff_delays()
+        while True:
+            request = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=dict(header))
+            remaining = deadline - trio.current_time()
+            try:
+                response = await self.instance.call_broker(
+                    mq.topic, mq.broker_name, request, max(remaining, 0.001)
+                )
+            except _CALL_ERRORS as exc:
+                log.warning("END_TRANSACTION for %s lost (the check-back decides): %s", mq, exc)
+                return
+            # A stale route named a member that is now a slave: ask the new master.
+            if response.code != ResponseCode.SLAVE_NOT_AVAILABLE or remaining <= 0:
+                break
+            self.instance.routes.invalidate(mq.topic)
+            await trio.sleep(min(next(delays), max(remaining, 0)))
         if response.code != ResponseCode.SUCCESS:
             code, remark = response.code, response.remark
             log.warning("END_TRANSACTION for %s answered %d: %s", sent.msg_id, code, remark)
