@@ -5,7 +5,8 @@ of a topic's route, slaves included), so a slave that becomes master already
 knows the group. A member expires after 120 s without a heartbeat or when its
 connection closes; the group's other members are told (NOTIFY_CONSUMER_IDS_CHANGED,
 oneway) so they rebalance at once instead of at their next timer. Producer groups are
-kept the same way, for GET_PRODUCER_CONNECTION_LIST (`mqadmin producerConnection`).
+kept the same way, for GET_PRODUCER_CONNECTION_LIST (`mqadmin producerConnection`)
+and for the transaction check-back, which asks one of a group's producers.
 
 A member's SQL92 subscriptions are kept with their compiled filters (the heartbeat
 processor compiles them, and refuses the heartbeat when one does not compile), for
@@ -67,6 +68,7 @@ class ClientManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[str, ConsumerInfo]] = {}
         self.producers: dict[str, dict[str, ClientInfo]] = {}
+        self._producer_turn = 0
 
     def heartbeat(
         self,
@@ -129,6 +131,16 @@ class ClientManager:
                 if newest is None or version > newest[0]:
                     newest = (version, info.filters.get(topic))
         return newest
+
+    def producer_connection(self, group: str) -> Connection | None:
+        """An open connection of a producer of `group`, a different one each call
+        (ProducerManager.getAvailableChannel), or None."""
+        live = [i.connection for i in self.producers.get(group, {}).values()]
+        live = [c for c in live if not c.closed]
+        if not live:
+            return None
+        self._producer_turn += 1
+        return live[self._producer_turn % len(live)]
 
     def members(self, group: str) -> list[str]:
         return sorted(self.groups.get(group, {}))

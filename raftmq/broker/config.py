@@ -208,6 +208,10 @@ class BrokerConfig:
     max_message_size: int = 4 * 1024 * 1024
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
+    reject_transaction_message: bool = False
+    transaction_time_out: int = 6000  # ms before a half message may be checked
+    transaction_check_max: int = 15  # checks before a half message is discarded
+    transaction_check_interval: int = 60_000  # ms between check runs
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     dleger_tls_cert_path: str | None = None
     dleger_tls_key_path: str | None = None
@@ -309,6 +313,10 @@ KEYS = KeyTable(
         Key("maxMessageSize", "max_message_size", integer(1)),
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
+        Key("rejectTransactionMessage", "reject_transaction_message", boolean),
+        Key("transactionTimeOut", "transaction_time_out", integer(0)),
+        Key("transactionCheckMax", "transaction_check_max", integer(0)),
+        Key("transactionCheckInterval", "transaction_check_interval", integer(1)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),

@@ -3,9 +3,9 @@
 It builds the DLedger replica, the message store on top of it, the role, the
 managers of topics, subscription groups and consumer offsets, each request
 processor (given only the parts it uses), the remoting server, the name-server
-registration and the services only a master runs (delayed delivery, offset and
-metadata writes); then it runs them and carries out role changes. It holds no
-request logic of its own.
+registration and the services only a master runs (delayed delivery, the
+transaction check-back, offset and metadata writes); then it runs them and carries
+out role changes. It holds no request logic of its own.
 
 Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 - follower or candidate: slave at once (brokerId = selfId number + 1), registered
@@ -47,6 +47,8 @@ from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
+from raftmq.broker.transaction_check import TransactionCheckService
+from raftmq.broker.transactions import TransactionalMessages
 from raftmq.dledger.codes import Role
 from raftmq.dledger.server import DLedgerError, DLedgerServer
 from raftmq.remoting import (
@@ -131,9 +133,25 @@ class BrokerController:
             cluster_name=config.broker_cluster_name,
             broker_name=config.broker_name,
             max_message_size=config.max_message_size,
+            reject_transaction_message=config.reject_transaction_message,
         )
         self.schedule = ScheduleService(
             self.role, self.store, self.meta, self.sender.put, self.broker_addr
+        )
+        self.transactions = TransactionalMessages(
+            self.role,
+            self.store,
+            self.topics,
+            self.broker_addr,
+            self.sender.put,
+            self.sender.schedule_if_delayed,
+        )
+        self.transaction_check = TransactionCheckService(
+            self.transactions,
+            self.clients,
+            check_interval_ms=config.transaction_check_interval,
+            timeout_ms=config.transaction_time_out,
+            check_max=config.transaction_check_max,
         )
         self._roles_send, self._roles_recv = trio.open_memory_channel(ROLE_EVENTS_BUFFERED)
         self.dledger.add_role_change_handler(self._on_role_change)
@@ -195,6 +213,7 @@ class BrokerController:
             RequestCode.SEND_MESSAGE_V2: send.send,
             RequestCode.SEND_BATCH_MESSAGE: send.send,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.send_back,
+            RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.PULL_MESSAGE: pull.pull,
             RequestCode.HEART_BEAT: consumer.heartbeat,
             RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
@@ -295,6 +314,7 @@ class BrokerController:
             nursery.start_soon(self.registration.run)
             nursery.start_soon(self.offsets.run)
             nursery.start_soon(self.schedule.run)
+            nursery.start_soon(self.transaction_check.run)
             nursery.start_soon(self._expire_loop)
             self.registration.register_soon()
             self.started.set()

@@ -9,6 +9,7 @@ server as well as raftmq's. Modules:
 - `connections`: one pipelined connection per address
 - `instance`: what a client shares (id, pool, routes, heartbeat, broker calls)
 - `producer`: Producer, SendResult; `consumer`: PullConsumer; `push`: PushConsumer
+- `transaction`: TransactionProducer (half message, local transaction, check-back)
 - `offsets`, `allocate`: consumed-offset bookkeeping and queue allocation
 - `blocking`: BlockingProducer, BlockingPullConsumer for scripts
 - `errors`: SendError (with `indeterminate`), MQBrokerError, RouteNotFoundError
@@ -46,11 +47,17 @@ from raftmq.client.errors import MQBrokerError, MQClientError, RouteNotFoundErro
 from raftmq.client.producer import Message, Producer, SendResult, SendStatus
 from raftmq.client.push import ConsumeFromWhere, PushConsumer
 from raftmq.client.route import MessageQueue, TopicRouteData, parse_route
+from raftmq.client.transaction import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "BlockingProducer",
     "BlockingPullConsumer",
     "ConsumeFromWhere",
+    "LocalTransactionState",
     "MQBrokerError",
     "MQClientError",
     "Message",
@@ -67,6 +74,8 @@ __all__ = [
     "SendStatus",
     "Subscription",
     "TopicRouteData",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
     "parse_route",
 ]

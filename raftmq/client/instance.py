@@ -50,7 +50,8 @@ ASK_ELSEWHERE_CODES = frozenset(
 
 _serial = itertools.count()
 
-Handler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+# A request a broker sends, and the connection it came on (to answer with a request).
+Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
 
 
 def local_ip() -> str:
@@ -100,6 +101,9 @@ class ClientInstance:
         self.rpc_timeout_s = rpc_timeout_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.producer_group: str | None = None
+        # Heartbeat every member, not only masters (a transactional producer: a new
+        # master must know whom to ask about open transactions).
+        self.heartbeat_replicas = False
         self.consumer_data: dict | None = None
         self.handlers: dict[int, Handler] = {}
         # Called with (topic, route) when a topic's route changes, after the heartbeat
@@ -142,7 +146,7 @@ class ClientInstance:
         handler = self.handlers.get(request.code)
         if handler is None:
             return not_supported(request)
-        return await handler(request)
+        return await handler(request, connection)
 
     # ------------------------------------------------------------------ heartbeats
     @property
@@ -152,7 +156,7 @@ class ClientInstance:
     def heartbeat_addresses(self) -> set[str]:
         """Masters of every route in use; consumers also heartbeat the slaves they may
         pull from (Java's `sendHeartbeatToAllBroker`)."""
-        masters_only = self.consumer_data is None
+        masters_only = self.consumer_data is None and not self.heartbeat_replicas
         addrs: set[str] = set()
         for topic in self.routes.topics:
             addrs |= self.routes.cached(topic).all_addresses(masters_only)

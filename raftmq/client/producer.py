@@ -207,7 +207,17 @@ class Producer:
         Raises SendError when it is not acknowledged within `send_timeout_s`.
         """
         props = self._properties(tags, keys, properties)
-        sysflag = 0
+        return await self._send_message(topic, body, props, queue)
+
+    async def _send_message(
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        queue: MessageQueue | None,
+        sysflag: int = 0,
+    ) -> SendResult:
+        """One message with its properties (UNIQ_KEY set), compressed if large."""
         if len(body) >= self.compress_over_bytes:
             body = zlib.compress(body, COMPRESS_LEVEL)
             sysflag |= MessageSysFlag.COMPRESSED_FLAG

@@ -57,7 +57,7 @@ from raftmq.client.instance import backoff_delays
 from raftmq.client.offsets import QueueOffsets
 from raftmq.client.route import MessageQueue, TopicRouteData
 from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError
-from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
+from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.streams.tls import ClientTls
 
@@ -253,11 +253,11 @@ class PushConsumer:
         finally:
             await self._pull.__aexit__(*exc_info)
 
-    async def _on_ids_changed(self, request: RemotingCommand) -> None:
+    async def _on_ids_changed(self, request: RemotingCommand, _connection: Connection) -> None:
         if request.ext_fields.get("consumerGroup") == self.group:
             self._wakeup.set()
 
-    async def _on_reset_offset(self, request: RemotingCommand) -> None:
+    async def _on_reset_offset(self, request: RemotingCommand, _connection: Connection) -> None:
         """The broker committed new offsets for the group (ResetOffsetBody: MessageQueue
         -> offset); the queues restart from them in a task, not on the connection's."""
         if request.ext_fields.get("group") != self.group:
