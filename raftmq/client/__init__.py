@@ -31,6 +31,10 @@ Where it differs from the Java client, on purpose:
   retried at the new master, and a released queue commits before it counts as
   released; a queue that starts from `consume_from` commits its start offset.
 - Pull consumers do not heartbeat, so they never join a push group's rebalance.
+
+Every client takes `credentials=SessionCredentials(access_key, secret_key)` for a
+broker with `aclEnable=true`; each request is then signed as Java's AclClientRPCHook
+signs it (raftmq.remoting.signing).
 """
 
 from raftmq.client.allocate import allocate_averagely
@@ -40,6 +44,7 @@ from raftmq.client.errors import MQBrokerError, MQClientError, RouteNotFoundErro
 from raftmq.client.producer import Message, Producer, SendResult, SendStatus
 from raftmq.client.push import ConsumeFromWhere, PushConsumer
 from raftmq.client.route import MessageQueue, TopicRouteData, parse_route
+from raftmq.remoting.signing import SessionCredentials
 
 __all__ = [
     "BlockingProducer",
@@ -58,6 +63,7 @@ __all__ = [
     "SendError",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
     "Subscription",
     "TopicRouteData",
     "allocate_averagely",

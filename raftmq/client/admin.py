@@ -35,6 +35,7 @@ from raftmq.protocol.message import MessageExt, MessageFormatError, decode
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_peers
 from raftmq.streams.properties import format_properties, parse_properties
 from raftmq.streams.tls import ClientTls
@@ -247,11 +248,13 @@ class Admin:
         *,
         timeout_s: float = 3.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.timeout_s = timeout_s
         self.tls = tls
-        self.pool = ConnectionPool(connect_timeout_s=timeout_s, tls=tls)
+        self.credentials = credentials  # RocketMQ's ACL account; every request is signed
+        self.pool = ConnectionPool(connect_timeout_s=timeout_s, tls=tls, credentials=credentials)
 
     async def __aenter__(self) -> Admin:
         await self.pool.__aenter__()
