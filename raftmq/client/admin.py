@@ -403,6 +403,24 @@ class Admin:
             await self.call(address, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
         return targets
 
+    async def acl_change(
+        self, code: int, ext: dict, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """An ACL change (UPDATE_AND_CREATE_ACL_CONFIG, DELETE_ACL_CONFIG,
+        UPDATE_GLOBAL_WHITE_ADDRS_CONFIG) on one broker or every master of `cluster`; the
+        log carries it to the slaves. Returns the addresses written to."""
+        targets = await self._masters(cluster, broker_addr)
+        for address in targets:
+            await self.call(address, code, ext)
+        return targets
+
+    async def acl_answers(
+        self, code: int, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[RemotingCommand]:
+        """GET_BROKER_CLUSTER_ACL_INFO or GET_BROKER_CLUSTER_ACL_CONFIG from one broker
+        or every master of `cluster`."""
+        return [await self.call(a, code) for a in await self._masters(cluster, broker_addr)]
+
     async def subscription_groups(self, broker_addr: str) -> dict[str, dict]:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name -> its config's JSON."""
         response = await self.call(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
