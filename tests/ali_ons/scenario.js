@@ -6,7 +6,8 @@
 //   node scenario.js consume   push-consumes until stdin closes
 //
 // Settings come from the environment (NAMESRV, TOPIC, GROUP, COUNT, INTERVAL_MS,
-// BODY_PREFIX, LARGE_EVERY, SUBSCRIPTION, FAIL_BODIES). Everything that happens is
+// BODY_PREFIX, LARGE_EVERY, SUBSCRIPTION, FAIL_BODIES, and ACCESS_KEY with SECRET_KEY to
+// sign every request for a broker with aclEnable). Everything that happens is
 // printed as one JSON object per line on stdout, with `t` = Date.now(), so the test can
 // line events up with the faults it injects. ALI_ONS_DEBUG=1 sends ali-ons' own log to
 // stderr.
@@ -25,6 +26,9 @@ const common = {
   rebalanceInterval: 1000,
   // Consumed offsets go to the (new) master every second instead of every 5 s.
   persistConsumerOffsetInterval: 1000,
+  // ali-ons signs every request when it has both (lib/channel.js beforeRequest).
+  accessKeyId: env.ACCESS_KEY,
+  accessKeySecret: env.SECRET_KEY,
   // ali-ons prints a stack trace for every emitted error unless given a logger.
   logger: env.ALI_ONS_DEBUG ?
     { info: console.error, warn: console.error, error: console.error, debug() {} } :
