@@ -5,6 +5,7 @@ patterns, the permission each request code needs, the check of one request again
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,6 +26,8 @@ from raftmq.broker.acl.plain import (
     with_global_white,
     without_account,
 )
+from raftmq.client.mqadmin.commands import EXIT_USAGE
+from raftmq.client.mqadmin.main import _credentials, _find, _leading_signing, main
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingCommand, RequestCode
 from raftmq.remoting.signing import SessionCredentials, content_to_sign, sign, signature
@@ -315,3 +318,25 @@ def test_document_changes_move_the_data_version_on():
     assert doc["accounts"] == [] and version_of(doc)["counter"] == 4
     with pytest.raises(KeyError):
         without_account(doc, "newUser1")
+
+
+def test_mqadmin_signing_flags(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    args = SimpleNamespace(signAccessKey=None, signSecretKey=None)
+    assert _credentials({}, args) is None
+    given = _credentials({}, SimpleNamespace(signAccessKey="ak12345", signSecretKey="sk12345"))
+    assert given == SessionCredentials("ak12345", "sk12345")
+    leading, rest = _leading_signing(["--accessKey", "adm1234", "--secretKey=s3cret!", "x", "-a"])
+    assert (leading, rest) == ({"accessKey": "adm1234", "secretKey": "s3cret!"}, ["x", "-a"])
+    # RocketMQ's place for them: $ROCKETMQ_HOME/conf/tools.yml
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "tools.yml").write_text("accessKey: rocketmq2\nsecretKey: 12345678\n")
+    monkeypatch.setenv("ROCKETMQ_HOME", str(tmp_path))
+    assert _credentials({}, args) == SessionCredentials("rocketmq2", "12345678")
+    assert main(["--accessKey", "only1234", "topicList", "-n", "127.0.0.1:1"]) == EXIT_USAGE
+    assert "give both --accessKey and --secretKey" in capsys.readouterr().err
+    assert main(["--secretKey"]) == EXIT_USAGE
+    # the ACL verbs keep RocketMQ's -a/--accessKey for the account they write
+    update = _find("updateAclConfig").parser().parse_args(["-c", "C", "--accessKey", "newUser1"])
+    assert update.accessKey == "newUser1" and not hasattr(update, "signAccessKey")
+    assert _find("deleteAccessConfig").name == "deleteAclConfig"

@@ -4,15 +4,12 @@ accounts the old one was told about, and every member's plain_acl.yml is the sam
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-import trio
 import yaml
 
 from raftmq.client import Producer, SendError, SessionCredentials
 from raftmq.tools.broker_local import LocalCluster
+from tests.helpers import mqadmin
 
 pytestmark = pytest.mark.processes
 
@@ -26,15 +23,6 @@ ACL = {
         {"accessKey": "oldUser1", "secretKey": "oldSecret1", "defaultTopicPerm": "PUB"},
     ]
 }
-
-
-async def mqadmin(*args: str) -> subprocess.CompletedProcess:
-    return await trio.run_process(
-        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
 
 
 async def send(cluster: LocalCluster, credentials, topic: str, body: bytes, timeout_s=5.0):

@@ -16,7 +16,6 @@ import json
 from raftmq.client.admin import Admin
 from raftmq.client.mqadmin.commands import (
     broker_or_cluster,
-    java_bool,
     option,
     print_row,
     target_kwargs,
@@ -24,17 +23,9 @@ from raftmq.client.mqadmin.commands import (
 )
 from raftmq.remoting.codes import RequestCode
 
-
-def _strip(value: str | None) -> str | None:
-    return None if value is None else value.strip()
-
-
-@verb(
-    "updateAclConfig",
-    "Update acl config yaml file in broker",
-    *broker_or_cluster(
-        "update acl config file to which broker", "update acl config file to which cluster"
-    ),
+# The account's fields (CreateAccessConfigRequestHeader), by UpdateAccessConfigSubCommand's
+# flags; `admin` goes as given, the broker reads it as Boolean.parseBoolean does.
+ACCOUNT_OPTIONS = (
     option("-a", "accessKey", "set accessKey in acl config file", required=True),
     option("-s", "secretKey", "set secretKey in acl config file"),
     option("-w", "whiteRemoteAddress", "set white ip Address for account in acl config file"),
@@ -44,18 +35,20 @@ def _strip(value: str | None) -> str | None:
     option("-g", "groupPerms", "set groupPerms list,eg: groupD=DENY,groupD=SUB"),
     option("-m", "admin", "set admin flag in acl config file", default="false"),
 )
+
+
+@verb(
+    "updateAclConfig",
+    "Update acl config yaml file in broker",
+    *broker_or_cluster(
+        "update acl config file to which broker", "update acl config file to which cluster"
+    ),
+    *ACCOUNT_OPTIONS,
+)
 async def update_acl_config(admin: Admin, args: argparse.Namespace) -> None:
-    ext = {
-        "accessKey": args.accessKey.strip(),
-        "secretKey": _strip(args.secretKey),
-        "whiteRemoteAddress": _strip(args.whiteRemoteAddress),
-        "defaultTopicPerm": _strip(args.defaultTopicPerm),
-        "defaultGroupPerm": _strip(args.defaultGroupPerm),
-        "topicPerms": _strip(args.topicPerms),
-        "groupPerms": _strip(args.groupPerms),
-        "admin": java_bool(args.admin),
-    }
-    ext = {k: v for k, v in ext.items() if v is not None}
+    names = [name for _flag, name, _help, _kwargs in ACCOUNT_OPTIONS]
+    given = {name: getattr(args, name) for name in names}
+    ext = {name: value.strip() for name, value in given.items() if value is not None}
     targets = await admin.acl_change(
         RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, ext, **target_kwargs(args)
     )
