@@ -15,6 +15,7 @@ import trio
 import yaml
 
 from raftmq.broker.acl import service
+from raftmq.broker.store.metadata import META_TOPIC
 from raftmq.client import PullConsumer, SendError, SessionCredentials
 from raftmq.client.producer import Producer
 from raftmq.protocol.headers import send_header_v2
@@ -178,6 +179,11 @@ async def test_changes_through_the_master_reach_every_file_and_survive_it(
     g.credentials = new_user  # the ACL's own requests are admin-only
     secrets = await g.call(g.master(), RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
     assert secrets.code == ResponseCode.NO_PERMISSION
+    # nor can the replicated record, which holds the secret keys, be read by its offset
+    meta = g.master().store.queue(META_TOPIC, 0)
+    physical_offset, _size, _tags = meta.get(meta.max_offset - 1)
+    record = await g.call(g.master(), RequestCode.VIEW_MESSAGE_BY_ID, {"offset": physical_offset})
+    assert record.code == ResponseCode.NO_PERMISSION and "internal" in record.remark
 
 
 async def test_global_white_addresses_admit_unsigned_requests(nursery, tmp_path):

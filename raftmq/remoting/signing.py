@@ -54,11 +54,11 @@ def content_to_sign(ext_fields: dict[str, str], body: bytes, skip: str | None = 
     """The bytes a signature covers: values sorted by field name, `Signature` (and
     `skip`) left out, then the body. Field names are ASCII, so Python's order is Java's
     TreeMap order."""
-    text = "".join(
-        java_string(ext_fields[name], name) or ""
-        for name in sorted(ext_fields)
-        if name != SIGNATURE and name != skip
-    )
+    values = [ext_fields[name] for name in sorted(ext_fields) if name != SIGNATURE and name != skip]
+    try:
+        text = "".join(values)  # what a broker decoded: strings only
+    except TypeError:  # a client's own request: ints and bools, spelt as Java spells them
+        text = "".join(java_string(value) or "" for value in values)
     return text.encode("utf-8", "replace") + body
 
 
