@@ -26,6 +26,7 @@ from raftmq.broker.acl.plain import (
     with_global_white,
     without_account,
 )
+from raftmq.broker.cli import main as broker_main
 from raftmq.client.mqadmin.commands import EXIT_USAGE
 from raftmq.client.mqadmin.main import _credentials, _find, _leading_signing, main
 from raftmq.protocol.headers import send_header_v2
@@ -340,3 +341,17 @@ def test_mqadmin_signing_flags(monkeypatch, tmp_path, capsys):
     update = _find("updateAclConfig").parser().parse_args(["-c", "C", "--accessKey", "newUser1"])
     assert update.accessKey == "newUser1" and not hasattr(update, "signAccessKey")
     assert _find("deleteAccessConfig").name == "deleteAclConfig"
+
+
+def test_a_broker_with_a_bad_acl_file_exits_2_naming_it(tmp_path, capsys):
+    (tmp_path / "conf").mkdir()
+    acl = tmp_path / "conf" / "plain_acl.yml"
+    acl.write_text("accounts:\n  - accessKey: RocketMQ\n    secretKey: 12345678\n    admin: [\n")
+    conf = [
+        "enableDLegerCommitLog=true", "dLegerPeers=n0-127.0.0.1:1", "dLegerSelfId=n0",
+        f"storePathRootDir={tmp_path / 'store'}", "aclEnable=true", f"rocketmqHome={tmp_path}",
+        "mappedFileSizeCommitLog=1048576",
+    ]  # fmt: skip
+    (tmp_path / "broker.conf").write_text("\n".join(conf))
+    assert broker_main(["-c", str(tmp_path / "broker.conf")]) == 2
+    assert capsys.readouterr().err.startswith(f"mqbroker: {acl}: ")

@@ -62,18 +62,22 @@ DELETE_ACL_CONFIG_FAILED = 210
 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
 
 
+class AclFileError(ValueError):
+    """plain_acl.yml cannot be read as an ACL document (named, with the reason)."""
+
+
 def read_document(path: Path) -> dict:
-    """The file as a normal document; {} when it is missing or empty. ValueError naming
+    """The file as a normal document; {} when it is missing or empty. AclFileError naming
     the file when it is not YAML or not an ACL document."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    try:
-        doc = normal_document(yaml.safe_load(raw))
+        doc = normal_document(yaml.safe_load(path.read_bytes()))
         PlainAcl(doc)
     except (yaml.YAMLError, ValueError) as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise AclFileError(f"{path}: {exc}") from None
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise AclFileError(f"{path}: {exc.strerror or exc}") from None
     return doc
 
 
@@ -143,8 +147,12 @@ class AccessControl:
         one was applied, else the file if it changed on disk."""
         metadata = self.metadata
         if metadata.acl_meta_offset != self._synced_offset and metadata.acl is not None:
+            try:
+                self._write(metadata.acl)
+            except OSError as exc:  # tried again at the next poll; the checks stay as they were
+                log.error("%s: cannot write the replicated ACL: %s", self.path, exc)
+                return
             self._synced_offset = metadata.acl_meta_offset
-            self._write(metadata.acl)
             log.info("%s: replicated ACL written (dataVersion %s)", self.path,
                      version_of(metadata.acl)["counter"])  # fmt: skip
             return
@@ -154,7 +162,7 @@ class AccessControl:
         self._stamp = stamp
         try:
             doc = read_document(self.path)
-        except (OSError, ValueError) as exc:
+        except AclFileError as exc:
             log.error("ACL file not reloaded, the previous one stays in force: %s", exc)
             return
         self.document, self.acl = doc, PlainAcl(doc)
