@@ -108,13 +108,20 @@ def _send(topic: str | None) -> list[tuple[str | None, int]]:
     return [(topic, PUB)]
 
 
+def _name(value) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"a group or topic name is a {type(value).__name__}")
+    return value
+
+
 def _heartbeat(body: bytes) -> list[tuple[str | None, int]]:
     try:
         data = json.loads(body or b"{}")
         needed = []
         for consumer in data.get("consumerDataSet") or ():
-            needed.append((_retry(consumer.get("groupName")), SUB))
-            needed += [(s.get("topic"), SUB) for s in consumer.get("subscriptionDataSet") or ()]
+            needed.append((_retry(_name(consumer.get("groupName"))), SUB))
+            for subscription in consumer.get("subscriptionDataSet") or ():
+                needed.append((_name(subscription.get("topic")), SUB))
     except (ValueError, AttributeError, TypeError) as exc:
         raise ValueError(f"cannot read the heartbeat body: {exc}") from None
     return needed
