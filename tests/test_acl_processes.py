@@ -1,10 +1,12 @@
 """ACL on real processes: a three-broker DLedger group with `aclEnable=true`, changed
 with the `mqadmin` command line, then the master killed: the new master enforces the
-accounts the old one was told about, and every member's plain_acl.yml is the same."""
+accounts the old one was told about, the living members' plain_acl.yml files converge, and
+a change made after the kill reaches them too."""
 
 from __future__ import annotations
 
 import pytest
+import trio
 import yaml
 
 from raftmq.client import Producer, SendError, SessionCredentials
@@ -74,8 +76,27 @@ async def test_mqadmin_changes_reach_the_next_master(tmp_path):
             await send(cluster, OLD_USER, "Orders", b"deleted account", timeout_s=1)
         with pytest.raises(SendError, match="no PUB permission on topic:Other"):
             await send(cluster, NEW_USER, "Other", b"not allowed", timeout_s=1)
+        white = await mqadmin(*signing, "updateGlobalWhiteAddr", *namesrv, "-g", "10.10.103.*")
+        assert white.returncode == 0, white.stderr.decode()
+        listed = await mqadmin(*signing, "getAccessConfigSubCommand", *namesrv)
+        assert listed.returncode == 0, listed.stderr.decode()
+        lines = [line.split() for line in listed.stdout.decode().splitlines()]
+        assert ["globalWhiteRemoteAddresses:", "[10.10.103.*]"] in lines
+        assert ["accessKey", ":", "newUser1"] in lines
+        assert ["topicPerms", ":", "[Orders=PUB]"] in lines
 
-    files = {(cluster.store_dir(n) / "conf" / "plain_acl.yml").read_text() for n in cluster.ids}
-    assert len(files) == 1, files  # the killed member had it too, before it died
-    doc = yaml.safe_load(files.pop())
+        # the living members' files converge (each polls the log's document every second)
+        living = [n for n in cluster.ids if n != old_master]
+
+        def files(nodes):
+            return [(cluster.store_dir(n) / "conf" / "plain_acl.yml").read_text() for n in nodes]
+
+        with trio.fail_after(5):
+            while len(set(files(living))) != 1 or "10.10.103" not in files(living)[0]:
+                await trio.sleep(0.1)
+    doc = yaml.safe_load(files(living)[0])
     assert [a["accessKey"] for a in doc["accounts"]] == ["adminUser", "newUser1"]
+    assert doc["dataVersion"][0]["counter"] == 3
+    # the killed master had written the two changes made before it died
+    dead = yaml.safe_load(files([old_master])[0])
+    assert dead["dataVersion"][0]["counter"] == 2 and dead["accounts"] == doc["accounts"]

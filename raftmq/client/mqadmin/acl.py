@@ -148,10 +148,22 @@ async def get_access_config(admin: Admin, args: argparse.Namespace) -> None:
     for answer in await admin.acl_answers(code, **target_kwargs(args)):
         body = json.loads(answer.body)
         print()
-        print_row("%-20s: %s", "globalWhiteRemoteAddresses", body.get("globalWhiteAddrs"))
+        white = _java_text(body.get("globalWhiteAddrs") or [])
+        print_row("%-20s: %s", "globalWhiteRemoteAddresses", white)
         print()
         print("accounts:")
         for config in body.get("plainAccessConfigs") or []:
             for name, value in config.items():
-                print_row("%-1s %-18s: %s", "", name, "" if value is None else value)
+                print_row("%-1s %-18s: %s", "", name, _java_text(value))
             print()
+
+
+def _java_text(value) -> str:
+    """A field as the Java tool prints it (`String.valueOf`, List.toString)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(_java_text(v) for v in value) + "]"
+    return str(value)
