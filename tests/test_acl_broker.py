@@ -19,7 +19,8 @@ from raftmq.broker.store.metadata import META_TOPIC
 from raftmq.client import PullConsumer, SendError, SessionCredentials
 from raftmq.client.producer import Producer
 from raftmq.protocol.headers import send_header_v2
-from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting.signing import sign
 from tests.helpers import create_topic, wait_for
 from tests.inprocess_broker import InProcessGroup
 
@@ -205,3 +206,27 @@ async def test_without_acl_enable_signatures_are_ignored_and_acl_requests_refuse
     assert (await g.call(g.master(), RequestCode.SEND_MESSAGE_V2, ext, b"x")).code == 0
     answer = await g.call(g.master(), RequestCode.DELETE_ACL_CONFIG, {"accessKey": "whoever1"})
     assert answer.code == ResponseCode.SYSTEM_ERROR and "aclEnable=false" in answer.remark
+
+
+async def test_refused_and_admitted_sends_in_one_batch_each_get_their_answer(nursery, tmp_path):
+    """Requests pipelined on one connection reach the inline send path together."""
+    g = await acl_group(nursery, tmp_path)
+    wrong = SessionCredentials("producer1", "notTheSecret")
+    requests = []
+    for n in range(20):
+        ext = send_header_v2("PG", "Allowed", 0, born_timestamp_ms=int(time.time() * 1000))
+        request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=b"%d" % n)
+        sign(request, PRODUCER if n % 2 else wrong)
+        requests.append(request)
+    answers = {}
+    async with RemotingClient(g.master().address) as client:
+
+        async def invoke(n, request):
+            answers[n] = await client.invoke(request, 5.0)
+
+        async with trio.open_nursery() as batch:
+            for n, request in enumerate(requests):
+                batch.start_soon(invoke, n, request)
+    codes = [answers[n].code for n in range(20)]
+    assert codes == [ResponseCode.NO_PERMISSION, ResponseCode.SUCCESS] * 10
+    assert g.master().store.max_offset("Allowed", 0) == 10
