@@ -108,6 +108,9 @@ def _split(value: str | None) -> list[str] | None:
 
 
 class AccessControl:
+    """One broker's ACL: the document in force (`document`, checked as `acl`), kept in
+    step with its file and with the replicated log by `run`."""
+
     def __init__(
         self,
         config: BrokerConfig,
@@ -121,13 +124,15 @@ class AccessControl:
         self.metadata = metadata
         self.meta = meta
         self.role = role
-        self._changing = trio.Lock()
+        self._changing = trio.Lock()  # one change at a time, each on the latest document
+        self._syncing = trio.Lock()  # one writer of the file at a time
         self.document = read_document(self.path)  # a bad file stops the broker here
         replicated = metadata.acl
         if replicated is not None and (
             version_of(self.document)["counter"] < version_of(replicated)["counter"]
         ):
-            self._write(replicated)
+            write_document(self.path, replicated)  # at start, before anything is served
+            self.document = replicated
         self._synced_offset = metadata.acl_meta_offset
         self._stamp = _stamp(self.path)
         self.acl = PlainAcl(self.document)
@@ -136,19 +141,23 @@ class AccessControl:
                         "until it does", self.path)  # fmt: skip
 
     # ------------------------------------------------------------------ the file
-    def _write(self, doc: dict) -> None:
-        write_document(self.path, doc)
+    async def _write(self, doc: dict) -> None:
+        await trio.to_thread.run_sync(write_document, self.path, doc)  # it fsyncs
         self.document = doc
         self.acl = PlainAcl(doc)
         self._stamp = _stamp(self.path)
 
-    def sync(self) -> None:
+    async def sync(self) -> None:
         """Bring the file and the checks up to date: the replicated document if a newer
         one was applied, else the file if it changed on disk."""
+        async with self._syncing:
+            await self._sync()
+
+    async def _sync(self) -> None:
         metadata = self.metadata
         if metadata.acl_meta_offset != self._synced_offset and metadata.acl is not None:
             try:
-                self._write(metadata.acl)
+                await self._write(metadata.acl)
             except OSError as exc:  # tried again at the next poll; the checks stay as they were
                 log.error("%s: cannot write the replicated ACL: %s", self.path, exc)
                 return
@@ -171,7 +180,7 @@ class AccessControl:
     async def run(self) -> None:
         while True:
             await trio.sleep(POLL_S)
-            self.sync()
+            await self.sync()
 
     # ------------------------------------------------------------------ checking
     def refusal(self, request: RemotingCommand, connection: Connection) -> RemotingCommand | None:
@@ -207,13 +216,13 @@ class AccessControl:
         if not self.role.is_master:
             return self.role.not_master(request)
         async with self._changing:
-            self.sync()  # a new master may not have written the last replicated one yet
+            await self.sync()  # a new master may not have written the last replicated one yet
             try:
                 doc = change(self.document)
             except (ValueError, KeyError) as exc:
                 return request.make_response(failed_code, str(exc).strip("'\""))
             await self.meta.write("acl", document=doc)
-            self.sync()
+            await self.sync()
         return request.make_response(ResponseCode.SUCCESS)
 
     async def update_account(self, request: RemotingCommand, connection: Connection):
