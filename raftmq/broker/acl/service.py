@@ -10,9 +10,10 @@ The file is polled (mtime, size, inode) every second and reloaded when it change
 file that does not parse is logged and the last good one stays in force. Changes made
 with `mqadmin updateAclConfig`, `deleteAccessConfig` and `updateGlobalWhiteAddr` go to
 the master, which appends the whole resulting document to the replicated metadata log
-(broker.store.metadata, op "acl"); every replica writes it to its own plain_acl.yml
-when it applies it, so all files end up the same and a new master enforces what the
-old one was told. A replica restarted with a file whose dataVersion counter is at least
+(broker.store.metadata, op "acl") and enforces it before it answers; every replica
+writes it to its own plain_acl.yml at its next poll after applying it, so all files end
+up the same, and a new master, which writes it before its first change, enforces what
+the old one was told. A replica restarted with a file whose dataVersion counter is at least
 the replicated one's keeps its file (a hand edit survives); otherwise the log wins.
 """
 
