@@ -15,7 +15,9 @@ import trio
 import yaml
 
 from raftmq.broker.acl import service
-from raftmq.broker.store.metadata import META_TOPIC
+from raftmq.broker.acl.plain import with_account
+from raftmq.broker.config import load_broker_config
+from raftmq.broker.store.metadata import META_TOPIC, Metadata
 from raftmq.client import PullConsumer, SendError, SessionCredentials
 from raftmq.client.producer import Producer
 from raftmq.protocol.headers import send_header_v2
@@ -157,7 +159,7 @@ async def test_changes_through_the_master_reach_every_file_and_survive_it(
     await wait_for(
         lambda: (
             len({acl_file(g, n).read_text() for n in g.ids}) == 1
-            and "newUser1" in acl_file(g, g.ids[0]).read_text()
+            and "counter: 2" in acl_file(g, g.ids[0]).read_text()
         )
     )
     doc = yaml.safe_load(acl_file(g, g.ids[0]).read_text())
@@ -230,3 +232,45 @@ async def test_refused_and_admitted_sends_in_one_batch_each_get_their_answer(nur
     codes = [answers[n].code for n in range(20)]
     assert codes == [ResponseCode.NO_PERMISSION, ResponseCode.SUCCESS] * 10
     assert g.master().store.max_offset("Allowed", 0) == 10
+
+
+async def test_a_replica_enforces_a_change_once_applied_before_its_file_has_it(
+    nursery, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(service, "POLL_S", 3600.0)  # no poll writes a file in this test
+    g = await acl_group(nursery, tmp_path)
+    update = {"accessKey": "newUser1", "secretKey": "newSecret1", "defaultTopicPerm": "PUB"}
+    answer = await g.call(g.master(), RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, update)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    old_master = next(n for n, b in g.brokers.items() if b is g.master())
+    await wait_for(lambda: all(b.store.metadata.acl is not None for b in g.brokers.values()))
+    g.crash(old_master)
+    new_master = await g.wait_master(timeout_s=15)
+    new_node = next(n for n, b in g.brokers.items() if b is new_master)
+    assert "newUser1" not in acl_file(g, new_node).read_text()
+    sent = await send_as(g, SessionCredentials("newUser1", "newSecret1"), "Allowed")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+
+
+async def test_a_record_applied_while_the_file_is_written_is_written_next(tmp_path, monkeypatch):
+    config, _ = load_broker_config(
+        None, overrides={"aclEnable": "true", "rocketmqHome": str(tmp_path)}
+    )
+    metadata = Metadata({})
+    access = service.AccessControl(config, metadata, meta=None, role=None)
+    first = with_account({}, {"accessKey": "newUser1", "secretKey": "newSecret1"})
+    second = with_account(first, {"accessKey": "newUser2", "secretKey": "newSecret2"})
+    metadata.acl, metadata.acl_meta_offset = first, 1
+    real_write = service.write_document
+
+    def write_while_the_next_is_applied(path, doc):
+        metadata.acl, metadata.acl_meta_offset = second, 2
+        real_write(path, doc)
+
+    monkeypatch.setattr(service, "write_document", write_while_the_next_is_applied)
+    await access.sync()
+    assert "newUser2" not in access.path.read_text()
+    monkeypatch.setattr(service, "write_document", real_write)
+    await access.sync()
+    assert yaml.safe_load(access.path.read_text()) == second
+    assert set(access.acl.accounts) == {"newUser1", "newUser2"}

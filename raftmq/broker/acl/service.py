@@ -10,11 +10,11 @@ The file is polled (mtime, size, inode) every second and reloaded when it change
 file that does not parse is logged and the last good one stays in force. Changes made
 with `mqadmin updateAclConfig`, `deleteAccessConfig` and `updateGlobalWhiteAddr` go to
 the master, which appends the whole resulting document to the replicated metadata log
-(broker.store.metadata, op "acl") and enforces it before it answers; every replica
-writes it to its own plain_acl.yml at its next poll after applying it, so all files end
-up the same, and a new master, which writes it before its first change, enforces what
-the old one was told. A replica restarted with a file whose dataVersion counter is at least
-the replicated one's keeps its file (a hand edit survives); otherwise the log wins.
+(broker.store.metadata, op "acl"); every replica enforces it from the request after it
+applied it and writes it to its own plain_acl.yml at its next poll, so all files end up
+the same and a new master enforces what the old one was told. A replica restarted with
+a file whose dataVersion counter is at least the replicated one's keeps its file (a
+hand edit survives); otherwise the log wins.
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ class AccessControl:
         ):
             write_document(self.path, replicated)  # at start, before anything is served
             self.document = replicated
-        self._synced_offset = metadata.acl_meta_offset
+        self._synced_offset = metadata.acl_meta_offset  # the record the file holds
+        self._enforced_offset = metadata.acl_meta_offset  # the record the checks hold
         self._stamp = _stamp(self.path)
         self.acl = PlainAcl(self.document)
         if not self.path.exists():
@@ -145,7 +146,6 @@ class AccessControl:
     async def _write(self, doc: dict) -> None:
         await trio.to_thread.run_sync(write_document, self.path, doc)  # it fsyncs
         self.document = doc
-        self.acl = PlainAcl(doc)
         self._stamp = _stamp(self.path)
 
     async def sync(self) -> None:
@@ -155,16 +155,20 @@ class AccessControl:
             await self._sync()
 
     async def _sync(self) -> None:
-        metadata = self.metadata
-        if metadata.acl_meta_offset != self._synced_offset and metadata.acl is not None:
+        # both read before the write, during which the next record may be applied
+        offset, replicated = self.metadata.acl_meta_offset, self.metadata.acl
+        if offset != self._synced_offset and replicated is not None:
             try:
-                await self._write(metadata.acl)
-            except OSError as exc:  # tried again at the next poll; the checks stay as they were
+                await self._write(replicated)
+            except OSError as exc:  # tried again at the next poll (the checks have it already)
                 log.error("%s: cannot write the replicated ACL: %s", self.path, exc)
                 return
-            self._synced_offset = metadata.acl_meta_offset
+            self._synced_offset = offset
+            if offset >= self._enforced_offset:  # else `refusal` took a newer one meanwhile
+                self._enforced_offset = offset
+                self.acl = PlainAcl(replicated)
             log.info("%s: replicated ACL written (dataVersion %s)", self.path,
-                     version_of(metadata.acl)["counter"])  # fmt: skip
+                     version_of(replicated)["counter"])  # fmt: skip
             return
         stamp = _stamp(self.path)
         if stamp == self._stamp:
@@ -185,6 +189,10 @@ class AccessControl:
 
     # ------------------------------------------------------------------ checking
     def refusal(self, request: RemotingCommand, connection: Connection) -> RemotingCommand | None:
+        if self.metadata.acl_meta_offset != self._enforced_offset:
+            # a replicated change applied since: in force at once, in the file at the poll
+            self._enforced_offset = self.metadata.acl_meta_offset
+            self.acl = PlainAcl(self.metadata.acl)
         remark = self.acl.refusal(request, remote_host(connection.remote_address))
         if remark is None:
             return None
