@@ -118,7 +118,7 @@ UNUSED_KEYS = frozenset(
         "clientSocketSndBufSize", "clientSocketRcvBufSize",
         "clientPooledByteBufAllocatorEnable", "clientCloseSocketIfTimeout", "useTLS",
         # the classic store's files, flushing and page-cache tricks
-        "rocketmqHome", "storePathCommitLog", "storePathConsumeQueue", "storePathIndex",
+        "storePathCommitLog", "storePathConsumeQueue", "storePathIndex",
         "storeCheckpoint",
         "abortFile", "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt",
         "flushIntervalCommitLog", "commitIntervalCommitLog", "flushCommitLogTimed",
@@ -140,7 +140,7 @@ UNUSED_KEYS = frozenset(
         "haHousekeepingInterval", "haTransferBatchSize", "haSlaveFallbehindMax",
         "slaveReadEnable", "offsetCheckInSlave", "brokerIP2",
         # features raftmq does not have
-        "aclEnable", "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
+        "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
         "messageIndexSafe", "filterServerNums",
         "enableCalcFilterBitMap", "filterSupportRetry",
         "brokerPermission", "clusterTopicEnable", "brokerTopicEnable",
@@ -164,6 +164,10 @@ _DELAY_LEVEL = re.compile(r"^\d+[smhd]$")
 
 def _home_store() -> str:
     return os.path.expanduser("~/store")
+
+
+def _rocketmq_home() -> str | None:
+    return os.environ.get("ROCKETMQ_HOME")
 
 
 @attrs.frozen
@@ -218,6 +222,9 @@ class BrokerConfig:
     dleger_tls_trust_cert_path: str | None = None
     tls_server: ServerTls = attrs.Factory(ServerTls)
     tls_client: ClientTls = attrs.Factory(ClientTls)  # the broker's connections to the name servers
+    acl_enable: bool = False
+    rocketmq_home: str | None = attrs.Factory(_rocketmq_home)
+    acl_plain_file: str = "conf/plain_acl.yml"  # RocketMQ's -Drocketmq.acl.plain.file
     dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
 
     def _require_dledger(self) -> None:
@@ -237,6 +244,15 @@ class BrokerConfig:
         self._require_dledger()
         assert self.dleger_self_id is not None
         return int(self.dleger_self_id[1:]) + 1
+
+    @property
+    def acl_file_path(self) -> str | None:
+        """plain_acl.yml: `rocketmq.acl.plain.file`, under `rocketmqHome` when relative
+        (RocketMQ's rule); None when relative and there is no home."""
+        path = os.path.expanduser(self.acl_plain_file)
+        if os.path.isabs(path):
+            return path
+        return None if self.rocketmq_home is None else os.path.join(self.rocketmq_home, path)
 
     def dledger_config(self) -> DLedgerConfig:
         """The replica's DLedgerConfig, derived as RocketMQ's DLedgerCommitLog does."""
@@ -321,6 +337,9 @@ KEYS = KeyTable(
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
         Key("dLegerTlsTrustCertPath", "dleger_tls_trust_cert_path", file_path),
+        Key("aclEnable", "acl_enable", boolean),
+        Key("rocketmqHome", "rocketmq_home", file_path),
+        Key("rocketmq.acl.plain.file", "acl_plain_file", text),
         *TLS_KEYS,
         *_DLEDGER_PASSTHROUGH,
     ],
@@ -364,6 +383,12 @@ def load_broker_config(
     except ValueError as exc:
         raise ValueError(f"{where('tls.server.mode')}: {exc}") from None
     config = BrokerConfig(**fields, dledger_overrides=for_dledger)
+    if config.acl_enable and config.acl_file_path is None:
+        raise ValueError(
+            f"{where('aclEnable')}: aclEnable=true: plain_acl.yml is "
+            f"{config.acl_plain_file!r} under rocketmqHome, which is not set "
+            "(set rocketmqHome or ROCKETMQ_HOME, or an absolute rocketmq.acl.plain.file)"
+        )
 
     if config.enable_dleger_commit_log:
         _check_dledger(config, where)

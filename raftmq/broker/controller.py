@@ -26,6 +26,7 @@ from pathlib import Path
 
 import trio
 
+from raftmq.broker.acl.service import AccessControl
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_queries import AdminQueries
 from raftmq.broker.admin_requests import AdminRequests
@@ -53,6 +54,7 @@ from raftmq.dledger.codes import Role
 from raftmq.dledger.server import DLedgerError, DLedgerServer
 from raftmq.remoting import (
     Connection,
+    Dispatcher,
     Processor,
     ProcessorTable,
     RemotingCommand,
@@ -84,6 +86,13 @@ def answer_refusals(handler: Processor) -> Processor:
         return None if request.is_oneway else response
 
     return processor
+
+
+async def acl_disabled(request: RemotingCommand, connection: Connection):
+    """The ACL requests (50-54) on a broker without aclEnable."""
+    return request.make_response(
+        ResponseCode.SYSTEM_ERROR, "aclEnable=false on this broker: there is no ACL to change"
+    )
 
 
 class BrokerController:
@@ -123,6 +132,9 @@ class BrokerController:
             metadata, self.meta, config.auto_create_subscription_group
         )
         self.offsets = ConsumerOffsetManager(metadata, self.meta, self.role)
+        self.acl = (
+            AccessControl(config, metadata, self.meta, self.role) if config.acl_enable else None
+        )
         self.sender = SendProcessor(
             self.role,
             self.store,
@@ -174,7 +186,7 @@ class BrokerController:
         return self.role.is_master
 
     # ------------------------------------------------------------------ processors
-    def _processors(self) -> ProcessorTable:
+    def _processors(self) -> Dispatcher:
         send, store = self.sender, self.store
         pull = PullProcessor(
             self.role,
@@ -246,10 +258,12 @@ class BrokerController:
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: queries.topic_consumed_by,
             RequestCode.VIEW_BROKER_STATS_DATA: queries.broker_stats,
         }
+        acl_codes = dict.fromkeys(AccessControl.CODES, acl_disabled)
+        table.update(acl_codes if self.acl is None else self.acl.processors())
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
             processors.register_inline(code, send.send_inline)
-        return processors
+        return processors if self.acl is None else self.acl.guard(processors)
 
     # ------------------------------------------------------------------ roles
     def _on_role_change(self, term: int, role: Role) -> None:
@@ -316,6 +330,8 @@ class BrokerController:
             nursery.start_soon(self.schedule.run)
             nursery.start_soon(self.transaction_check.run)
             nursery.start_soon(self._expire_loop)
+            if self.acl is not None:
+                nursery.start_soon(self.acl.run)
             self.registration.register_soon()
             self.started.set()
             task_status.started(self.broker_addr.port)

@@ -32,6 +32,10 @@ Where it differs from the Java client, on purpose:
   retried at the new master, and a released queue commits before it counts as
   released; a queue that starts from `consume_from` commits its start offset.
 - Pull consumers do not heartbeat, so they never join a push group's rebalance.
+
+Every client takes `credentials=SessionCredentials(access_key, secret_key)` for a
+broker with `aclEnable=true`; each request is then signed as Java's AclClientRPCHook
+signs it (raftmq.remoting.signing).
 """
 
 from raftmq.client.allocate import allocate_averagely
@@ -52,6 +56,7 @@ from raftmq.client.transaction import (
     TransactionProducer,
     TransactionSendResult,
 )
+from raftmq.remoting.signing import SessionCredentials
 
 __all__ = [
     "BlockingProducer",
@@ -72,6 +77,7 @@ __all__ = [
     "SendError",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
     "Subscription",
     "TopicRouteData",
     "TransactionProducer",

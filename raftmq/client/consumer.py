@@ -31,6 +31,7 @@ from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt, MessageSysFlag, decode_all, java_string_hash
 from raftmq.remoting import RemotingCommand
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.tls import ClientTls
 
 __all__ = [
@@ -231,6 +232,7 @@ class PullConsumer:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.instance = ClientInstance(
@@ -239,6 +241,7 @@ class PullConsumer:
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
             tls=tls,
+            credentials=credentials,
         )
 
     async def __aenter__(self) -> PullConsumer:

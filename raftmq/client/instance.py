@@ -36,6 +36,7 @@ from raftmq.remoting import (
     not_supported,
 )
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_address_list
 from raftmq.streams.tls import ClientTls
 
@@ -94,6 +95,7 @@ class ClientInstance:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         # Java's `ip@pid#nanotime`: two clients of one process are two group members.
@@ -109,7 +111,9 @@ class ClientInstance:
         # Called with (topic, route) when a topic's route changes, after the heartbeat
         # to its brokers is under way.
         self.route_listeners: list[Callable[[str, TopicRouteData], None]] = []
-        self.pool = ConnectionPool(self._serve, connect_timeout_s=rpc_timeout_s, tls=tls)
+        self.pool = ConnectionPool(
+            self._serve, connect_timeout_s=rpc_timeout_s, tls=tls, credentials=credentials
+        )
         self.routes = RouteCache(
             self.namesrv_addrs,
             self.pool.invoke,

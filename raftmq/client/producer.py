@@ -43,6 +43,7 @@ from raftmq.protocol.message import MessageConst, MessageSysFlag, properties_to_
 from raftmq.protocol.msgid import UniqIdGenerator
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.tls import ClientTls
 
 __all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch", "send_request"]
@@ -153,6 +154,7 @@ class Producer:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.send_timeout_s = send_timeout_s
@@ -164,6 +166,7 @@ class Producer:
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
             tls=tls,
+            credentials=credentials,
         )
         self.instance.producer_group = group
         self._uniq_ids = UniqIdGenerator(ip=local_ip())

@@ -59,6 +59,7 @@ from raftmq.client.route import MessageQueue, TopicRouteData
 from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError
 from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.tls import ClientTls
 
 __all__ = ["ConsumeFromWhere", "PushConsumer", "retry_topic"]
@@ -138,6 +139,7 @@ class PushConsumer:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.topic = topic
@@ -167,6 +169,7 @@ class PushConsumer:
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
             tls=tls,
+            credentials=credentials,
         )
         self.instance = self._pull.instance
         self.instance.consumer_data = {

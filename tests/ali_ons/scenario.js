@@ -6,7 +6,8 @@
 //   node scenario.js consume   push-consumes until stdin closes
 //
 // Settings come from the environment (NAMESRV, TOPIC, GROUP, COUNT, INTERVAL_MS,
-// BODY_PREFIX, LARGE_EVERY, PROPS, SUBSCRIPTION, SQL92, FAIL_BODIES). PROPS=1 gives
+// BODY_PREFIX, LARGE_EVERY, PROPS, SUBSCRIPTION, SQL92, FAIL_BODIES, and ACCESS_KEY with
+// SECRET_KEY to sign every request for a broker with aclEnable). PROPS=1 gives
 // message i the user properties n=i and kind=red|blue|green (i % 3); SQL92 subscribes
 // with that expression (ali-ons' `{expressionType: 'SQL92', subString}`) instead of
 // the tag expression SUBSCRIPTION. Everything that happens is
@@ -28,6 +29,9 @@ const common = {
   rebalanceInterval: 1000,
   // Consumed offsets go to the (new) master every second instead of every 5 s.
   persistConsumerOffsetInterval: 1000,
+  // ali-ons signs every request when it has both (lib/channel.js beforeRequest).
+  accessKeyId: env.ACCESS_KEY,
+  accessKeySecret: env.SECRET_KEY,
   // ali-ons prints a stack trace for every emitted error unless given a logger.
   logger: env.ALI_ONS_DEBUG ?
     { info: console.error, warn: console.error, error: console.error, debug() {} } :
