@@ -14,6 +14,8 @@ import importlib.util
 import os
 import random
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -72,6 +74,17 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> Non
     with trio.fail_after(timeout_s):
         while not predicate():
             await trio.sleep(0.005)
+
+
+async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`mqadmin ARGS` as a process; its exit status and output, whatever they are."""
+    return await trio.run_process(
+        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=env,
+    )
 
 
 # ---------------------------------------------------------------- simulation schedules

@@ -4,7 +4,8 @@ Prints "The broker[<name>, <address>] boot success. serializeType=JSON and name
 server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
 `listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
 (SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key;
-RocketMQ's start-up refusals, such as a SLAVE with brokerId 0, are among them),
+RocketMQ's start-up refusals, such as a SLAVE with brokerId 0, are among them) or a
+plain_acl.yml that does not parse (with aclEnable=true; the message names the file),
 3 when a port (the remoting port, or a classic broker's haListenPort) cannot be
 bound or another process holds the store's lock, 4 when the store cannot be used:
 `storePathRootDir` not writable, damaged data (naming the file and offset), or a
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import trio
 
+from raftmq.broker.acl.service import AclFileError
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.broker.controller import BrokerController
 from raftmq.dledger.server import DiskFailure
@@ -113,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except* (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as group:
         print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_DISK
+    except* AclFileError as group:
+        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
+        status = EXIT_USAGE
     except* StoreInUse as group:
         print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_BIND

@@ -96,7 +96,9 @@ async def send_message(admin: Admin, args: argparse.Namespace) -> None:
         raise UsageError("Broker name must be set if the queue is chosen!")
     queue = None if args.qid is None else MessageQueue(topic, args.broker.strip(), args.qid)
     group = str(int(time.time() * 1000))  # as SendMessageCommand names its producer
-    async with Producer(admin.namesrv_addrs, group, tls=admin.tls) as producer:
+    async with Producer(
+        admin.namesrv_addrs, group, tls=admin.tls, credentials=admin.credentials
+    ) as producer:
         result = await producer.send(
             topic,
             args.body.strip().encode("utf-8"),
@@ -149,7 +151,9 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
     begin_ms = parse_timestamp_ms(args.beginTimestamp.strip()) if args.beginTimestamp else 0
     end_ms = parse_timestamp_ms(args.endTimestamp.strip()) if args.endTimestamp else 0
     group = (args.consumerGroup or "TOOLS_CONSUMER").strip()
-    async with PullConsumer(admin.namesrv_addrs, group, tls=admin.tls) as consumer:
+    async with PullConsumer(
+        admin.namesrv_addrs, group, tls=admin.tls, credentials=admin.credentials
+    ) as consumer:
 
         async def span(mq: MessageQueue) -> tuple[int, int]:
             low, high = await consumer.min_offset(mq), await consumer.max_offset(mq)
