@@ -24,14 +24,18 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import struct
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
 
-from raftmq.broker.store.commitlog import PLACE_RECORD, DispatchRequest, dispatch_fields
+from raftmq.broker.store.commitlog import (
+    PLACE_RECORD,
+    DispatchRequest,
+    RecordReads,
+    dispatch_fields,
+)
 from raftmq.dledger.codes import Code
 from raftmq.dledger.server import durably
 from raftmq.protocol import message as codec
@@ -41,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_INT = struct.Struct(">i")
 _WAIT = (codec.MessageConst.PROPERTY_WAIT_STORE_MSG_OK + codec.NAME_VALUE_SEPARATOR).encode()
 
 
@@ -134,15 +137,14 @@ class OffsetWaiters:
             self.expire(trio.current_time())
 
 
-class ClassicCommitLog:
+class ClassicCommitLog(RecordReads):
     """The broker's view of a classic CommitLog; `next_offsets` is the master's
     topic-queue offset table, rebuilt from the ConsumeQueues at start."""
 
     def __init__(
         self, log: ClassicLog, policy: PutPolicy, replication: Replication | None = None
     ) -> None:
-        self.server = log
-        self.log = log
+        self.server = self.store = self.log = log
         self.policy = policy
         self.replication = replication  # None unless SYNC_MASTER
         self.next_offsets: dict[tuple[str, int], int] = {}
@@ -229,13 +231,6 @@ class ClassicCommitLog:
         self._acks.release(offset)
 
     # ------------------------------------------------------------------ reads
-    def read(self, physical_offset: int, size: int) -> bytes:
-        return self.log.read_at(physical_offset, size)
-
-    def read_message(self, physical_offset: int) -> bytes:
-        (size,) = _INT.unpack_from(self.log.read_at(physical_offset, 4))
-        return self.read(physical_offset, size)
-
     def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
         """(index, dispatch request) for the messages first..last; None for a record the
         dispatcher cannot read (a RocketMQ 5 master's V2 record, for a topic longer

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 import attrs
 import trio
 
-from raftmq.broker.store.replicated_log import ReplicatedLog
+from raftmq.broker.store.replicated_log import LogEntries, ReplicatedLog
 from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.server import DLedgerError
 from raftmq.dledger.store import entry as dentry
@@ -125,7 +125,23 @@ def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytear
 PLACE_RECORD = compiled_or("place_record", place_record)
 
 
-class DLedgerCommitLog:
+class RecordReads:
+    """Reads of CommitLog records by physical offset, over `store.read_at` (the DLedger
+    log's entries, or the classic files): shared by both CommitLogs."""
+
+    store: LogEntries
+
+    def read(self, physical_offset: int, size: int) -> bytes:
+        """The record of `size` bytes at `physical_offset` (IndexError if not stored)."""
+        return self.store.read_at(physical_offset, size)
+
+    def read_message(self, physical_offset: int) -> bytes:
+        """The whole record at `physical_offset`, its size read from the record."""
+        (size,) = _INT.unpack_from(self.store.read_at(physical_offset, 4))
+        return self.read(physical_offset, size)
+
+
+class DLedgerCommitLog(RecordReads):
     """The broker's view of the DLedger log: put records, read them by physical offset.
 
     `next_offsets` is the leader's topic-queue offset table (RocketMQ's
@@ -190,15 +206,6 @@ class DLedgerCommitLog:
                 )
             claimed.append((physical_offset, queue_offset))
         return claimed
-
-    def read(self, physical_offset: int, size: int) -> bytes:
-        """The record of `size` bytes at `physical_offset` (IndexError if not stored)."""
-        return self.store.read_at(physical_offset, size)
-
-    def read_message(self, physical_offset: int) -> bytes:
-        """The whole record at `physical_offset`, its size read from the record."""
-        (size,) = _INT.unpack_from(self.store.read_at(physical_offset, 4))
-        return self.read(physical_offset, size)
 
     def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
         """(index, dispatch request) for entries first..last; None for a NOOP entry."""
