@@ -4,7 +4,9 @@ against a master written the same way; every mismatch ends in a clear state."""
 
 from __future__ import annotations
 
+import os
 import struct
+import time
 
 import pytest
 import trio
@@ -248,4 +250,35 @@ async def test_our_slave_keeps_only_whole_records_of_a_master_sending_garbage(tm
         assert sessions[1] == len(good)  # the slave kept the three records and nothing else
         assert slave.end_index == 2
         assert slave.read_file_data(0, FILE_BYTES) == good
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+async def test_retention_keeps_what_a_connected_slave_still_needs(tmp_path):
+    """A slave that stops reading: the master's sends stall once the socket buffers are
+    full, and retention keeps every file from the first byte not yet sent to it."""
+    size = 4 << 20
+    master = ClassicLog(tmp_path / "commitlog", size, tmp_path / "abort")
+    record_1k = codec.encode(codec.MessageExt(topic="T", body=b"x" * 1024))
+    await ClassicCommitLog(master, PutPolicy(False, 5.0, 1.0)).put([record_1k] * 24_000)
+    last = master.write_pos - master.write_pos % size
+    service = HAService(master, FAST)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(service.serve, "127.0.0.1", 0)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(REPORT.pack(size))  # a slave at the second file, reading nothing
+        await wait_for(lambda: any(c.start_offset for c in service.connections))
+        connection = next(iter(service.connections))
+        await trio.sleep(0.5)  # until the stalled sends stop moving
+        old = time.time() - 7200
+        for path in (tmp_path / "commitlog").iterdir():
+            os.utime(path, (old, old))
+        needed = connection.sent_offset
+        assert needed < last, "the socket buffers took everything: no stall to test"
+        master.delete_expired(3600.0)
+        assert master.min_offset == needed - needed % size
+        await stream.aclose()
+        await wait_for(lambda: not service.connections)
+        master.delete_expired(3600.0)
+        assert master.min_offset == last  # the slave gone, so is the hold
         nursery.cancel_scope.cancel()

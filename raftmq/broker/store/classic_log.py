@@ -226,6 +226,10 @@ class ClassicLog:
     def pos_at(self, index: int) -> int:
         return self._positions[index - self.begin_index]
 
+    def first_index_at(self, pos: int) -> int:
+        """The first message at or after physical offset `pos` (end_index + 1 if none)."""
+        return self.begin_index + bisect.bisect_left(self._positions, pos)
+
     def _segment_at(self, pos: int) -> Segment | None:
         if not self._segments:
             return None
@@ -288,9 +292,9 @@ class ClassicLog:
         if not doomed:
             return 0
         new_start = doomed[-1].start + self.file_size
-        gone = bisect.bisect_left(self._positions, new_start)
-        del self._positions[:gone]
-        self.begin_index += gone
+        new_begin = self.first_index_at(new_start)
+        del self._positions[: new_begin - self.begin_index]
+        self.begin_index = new_begin
         self._segments = self._segments[len(doomed) :]
         for seg in doomed:
             seg.close()

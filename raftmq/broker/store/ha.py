@@ -111,6 +111,15 @@ class HAService:
         self.on_ack = on_ack
         self.connections: set[HAConnection] = set()
         self.acked_offset = 0
+        log_.add_retention_limit(self._retention_limit)
+
+    def _retention_limit(self) -> int:
+        """Retention keeps what a connected slave has yet to receive (RocketMQ deletes it
+        and leaves the slave stuck on heartbeats, #3388)."""
+        needed = [c.sent_offset for c in self.connections if c.start_offset is not None]
+        if not needed:
+            return self.log.end_index + 1
+        return self.log.first_index_at(min(needed))
 
     def slave_ok(self, offset: int) -> bool:
         """HAService.isSlaveOK: a slave is connected and not too far behind `offset`.
