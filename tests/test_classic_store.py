@@ -3,6 +3,7 @@ after a clean stop and after a crash, group commit, and the message store over i
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import time
@@ -109,6 +110,31 @@ async def test_crash_recovery_truncates_a_torn_tail(tmp_path):
     # the log goes on from there
     _status, placed = await put(commitlog(again), [record()])
     assert placed[0][0] == last
+
+
+async def test_crash_recovery_checks_the_crcs_after_the_checkpoint_only(tmp_path):
+    log = open_log(tmp_path)
+    cl = commitlog(log)
+    size = len(record())
+    _status, placed = await put(cl, [record() for _ in range(3)])
+    _target, work = log.flush_plan()
+    work()  # durable, and the checkpoint says so
+    assert json.loads((tmp_path / "commitlog_checkpoint").read_bytes()) == {"flushed": 3 * size}
+    _status, later = await put(cl, [record() for _ in range(3)])
+    for pos in (placed[0][0], later[1][0]):  # a bad body byte before and after it
+        buffer, offset = log.locate(pos)
+        buffer[offset + size - 20] ^= 0xFF  # in the body
+    again = open_log(tmp_path)  # a crash: no close
+    assert again.aborted
+    assert again.write_pos == later[1][0]  # cut at the bad record after the checkpoint
+    assert again.end_index == 3  # the one before it was not read again (trusted as durable)
+    # a damaged header below the checkpoint: the log ends below what it vouched for, and
+    # from then on it vouches for nothing (what is written next is not durable yet)
+    buffer, offset = again.locate(placed[1][0])
+    buffer[offset + 4 : offset + 8] = b"\0\0\0\1"
+    third = open_log(tmp_path)
+    assert third.write_pos == placed[1][0]
+    assert json.loads((tmp_path / "commitlog_checkpoint").read_bytes()) == {"flushed": 0}
 
 
 async def test_crash_recovery_drops_files_after_the_end(tmp_path):

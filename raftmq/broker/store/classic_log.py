@@ -11,11 +11,13 @@ every file, bytes after the blank included, is identical on a master and the
 slaves that copy it (HA ships raw file bytes, `read_file_data`/`append_data`).
 
 Opening the log recovers it. The `abort` file, created at open and removed by
-a clean `close`, says whether the last run ended cleanly: after a crash every
-record's body CRC is checked (RocketMQ's abnormal recovery), after a clean stop
-only the record headers. Either way the log ends at the last whole record: a
-torn or zeroed tail is cut off (zeroed) and files after it are deleted, as
-RocketMQ's `truncateDirtyFiles` does.
+a clean `close`, says whether the last run ended cleanly: after a crash the body
+CRC of every record from the last checkpoint on is checked (RocketMQ's abnormal
+recovery starts from its StoreCheckpoint likewise; ours records the offset the
+files were fsynced up to, at most once a second, not a timestamp, which a clock
+step could move), after a clean stop only the record headers. Either way the log
+ends at the last whole record: a torn or zeroed tail is cut off (zeroed) and files
+after it are deleted, as RocketMQ's `truncateDirtyFiles` does.
 
 Files expire by age (`delete_expired`, `fileReservedTime`), but never past what
 the message store has made durable in its ConsumeQueues.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import logging
 import struct
 import time
@@ -61,6 +64,8 @@ BLANK_MAGIC_CODE = codec.BLANK_MAGIC_CODE
 END_FILE_MIN_BLANK_LENGTH = 8  # CommitLog.END_FILE_MIN_BLANK_LENGTH
 MESSAGE_MAGIC_CODES = (codec.MESSAGE_MAGIC_CODE, codec.MESSAGE_MAGIC_CODE_V2)
 ABORT_FILE = "abort"
+CHECKPOINT_FILE = "commitlog_checkpoint"  # the offset below which the files are durable
+CHECKPOINT_INTERVAL_S = 1.0
 _HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _MIN_RECORD_BYTES = 20  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG at the least
 
@@ -108,6 +113,8 @@ class ClassicLog:
         self._retention_limits: list[Callable[[], int]] = []
         self.written = trio.Event()  # set (and replaced) at every write: HA senders wait on it
         self.aborted = False  # the last run did not close cleanly
+        self.checkpoint_path = abort_path.with_name(CHECKPOINT_FILE)
+        self._checkpointed_at = 0.0  # time.monotonic() of the last checkpoint planned
         self._open()
 
     # ------------------------------------------------------------------ recovery
@@ -122,12 +129,15 @@ class ClassicLog:
         self._segments = [
             open_segment(self.fs, self.directory, s, self.file_size, create=False) for s in starts
         ]
+        durable = self._durable_offset()
         if self._segments:
             first = self._segments[0].start
             self.write_pos = self.parsed_pos = first
             end = self._segments[-1].start + self.file_size
-            stop, why = self._scan(first, end, check_crc=self.aborted)
+            stop, why = self._scan(first, end, check_crc_from=durable if self.aborted else end)
             self._cut_at(stop, why)
+        if durable > self.write_pos:  # the log was cut below it: what comes next is not durable
+            self.fs.atomic_write(self.checkpoint_path, json.dumps({"flushed": 0}).encode())
         self.flushed_pos = self.write_pos
         self.abort_path.parent.mkdir(parents=True, exist_ok=True)
         self.abort_path.touch()
@@ -138,6 +148,17 @@ class ClassicLog:
             self.min_offset,
             self.write_pos,
         )
+
+    def _durable_offset(self) -> int:
+        """Where the last checkpoint says the files were durable up to (0 if unknown):
+        after a crash, the records from there on have their body CRCs checked."""
+        try:
+            return int(json.loads(self.checkpoint_path.read_bytes())["flushed"])
+        except FileNotFoundError:
+            return 0
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("%s unreadable (%s): checking every record", self.checkpoint_path, exc)
+            return 0
 
     def _cut_at(self, stop: int, why: str | None) -> None:
         """End the log at `stop`: zero what follows in its file, delete later files."""
@@ -167,9 +188,14 @@ class ClassicLog:
             self._dirs_dirty = False
         self.write_pos = self.parsed_pos = stop
 
-    def _scan(self, pos: int, end: int, check_crc: bool = False) -> tuple[int, str | None]:
-        """Read the records in [pos, end) into the message table; returns where the whole
-        records end and, if they end on something other than zeros or `end`, what."""
+    def _scan(
+        self, pos: int, end: int, check_crc_from: int | None = None
+    ) -> tuple[int, str | None]:
+        """Read the records in [pos, end) into the message table, checking the body CRC
+        of those from `check_crc_from` on; returns where the whole records end and, if
+        they end on something other than zeros or `end`, what."""
+        if check_crc_from is None:
+            check_crc_from = end
         size = self.file_size
         positions = self._positions
         while pos < end:
@@ -193,7 +219,7 @@ class ClassicLog:
                 return pos, f"a record of {total} bytes does not fit"
             if pos + total > end:
                 return pos, None  # not all here yet
-            if check_crc:
+            if pos >= check_crc_from:
                 try:
                     codec.decode(seg.map, offset, check_crc=True)
                 except codec.MessageFormatError as exc:
@@ -389,12 +415,17 @@ class ClassicLog:
         """(offset, work): running `work` (blocking, in a worker thread) makes the log
         durable up to `offset`, what was written when the plan was made."""
         target = self.write_pos
+        checkpoint = None
+        now = time.monotonic()
+        if now - self._checkpointed_at >= CHECKPOINT_INTERVAL_S:
+            self._checkpointed_at = now
+            checkpoint = json.dumps({"flushed": target}).encode()
         files = (self._segment_at(start) for start in sorted(self._dirty))
         handles = [seg.file.handle.dup() for seg in files if seg is not None]
         dirs = self._dirs_dirty
         self._dirty.clear()
         self._dirs_dirty = False
-        directory, fs = self.directory, self.fs
+        directory, fs, checkpoint_path = self.directory, self.fs, self.checkpoint_path
 
         def work() -> None:
             try:
@@ -402,6 +433,8 @@ class ClassicLog:
                     handle.sync()
                 if dirs:
                     fs.sync_dir(directory)
+                if checkpoint is not None:  # after the data it vouches for
+                    fs.atomic_write(checkpoint_path, checkpoint)
             finally:
                 for handle in handles:
                     handle.close()
