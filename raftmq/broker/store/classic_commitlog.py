@@ -21,9 +21,9 @@ status's response code and the usual msgId and offsets, and clients count it as 
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
-import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -91,49 +91,45 @@ class Replication(Protocol):
 
 class OffsetWaiters:
     """Callbacks waiting for an offset to be reached (flushed, or acknowledged by a
-    slave), each with a deadline (trio clock). Offsets are asked for in increasing
-    order, so release takes from the front."""
+    slave), each with a deadline (trio clock). Waiters come in the order of their
+    offsets and of their deadlines (one timeout per list), so both release and
+    expiry take from the front."""
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[int, float, Callable[[bool], None]]] = []
-        self.changed = trio.Event()
+        self._waiting: collections.deque[tuple[int, float, Callable[[bool], None]]] = (
+            collections.deque()
+        )
+        self._first_added = trio.Event()
 
     def __len__(self) -> int:
         return len(self._waiting)
 
     def add(self, offset: int, deadline: float, callback: Callable[[bool], None]) -> None:
-        self._waiting.append((offset, deadline, callback))
-        self.changed.set()
+        waiting = self._waiting
+        assert not waiting or (offset >= waiting[-1][0] and deadline >= waiting[-1][1])
+        waiting.append((offset, deadline, callback))
+        if len(waiting) == 1:
+            self._first_added.set()
 
     def release(self, reached: int) -> None:
         """Call back (True) everyone waiting for an offset up to `reached`."""
         waiting = self._waiting
-        n = 0
-        while n < len(waiting) and waiting[n][0] <= reached:
-            n += 1
-        if n:
-            done, self._waiting = waiting[:n], waiting[n:]
-            for _offset, _deadline, callback in done:
-                callback(True)
-
-    def next_deadline(self) -> float:
-        return min((deadline for _o, deadline, _c in self._waiting), default=math.inf)
+        while waiting and waiting[0][0] <= reached:
+            waiting.popleft()[2](True)
 
     def expire(self, now: float) -> None:
         """Call back (False) everyone whose deadline has passed."""
-        if not any(deadline <= now for _o, deadline, _c in self._waiting):
-            return
-        expired = [w for w in self._waiting if w[1] <= now]
-        self._waiting = [w for w in self._waiting if w[1] > now]
-        for _offset, _deadline, callback in expired:
-            callback(False)
+        waiting = self._waiting
+        while waiting and waiting[0][1] <= now:
+            waiting.popleft()[2](False)
 
     async def run_expiry(self) -> None:
         """Time out waiters at their deadlines, forever."""
         while True:
-            self.changed = trio.Event()
-            with trio.move_on_at(self.next_deadline()):
-                await self.changed.wait()
+            if not self._waiting:
+                self._first_added = trio.Event()
+                await self._first_added.wait()
+            await trio.sleep_until(self._waiting[0][1] if self._waiting else 0)
             self.expire(trio.current_time())
 
 
