@@ -34,7 +34,7 @@ from raftmq.remoting.codes import ResponseCode
 from raftmq.streams.groups import first_leaf
 from raftmq.streams.tls import ClientTls
 
-__all__ = ["main"]
+__all__ = ["failure_reason", "main"]
 
 
 def _print_commands() -> None:
@@ -49,19 +49,23 @@ def _find(name: str) -> Command | None:
     return next((c for n, c in COMMANDS.items() if n.lower() == name.lower()), None)
 
 
-def _failure(command: Command, exc: Exception) -> int:
-    """Print why `command` failed; the exit status for it."""
+def failure_reason(exc: Exception) -> tuple[str, int]:
+    """Why a call to the cluster failed, in one line, and the exit status for it: an
+    answered error names the server, the code (by name when known) and the remark."""
     if isinstance(exc, MQBrokerError):
         try:
             name = f" ({ResponseCode(exc.code).name})"
         except ValueError:
             name = ""
-        reason = f"{exc.broker} answered code {exc.code}{name}: {exc.remark}"
-        status = EXIT_ANSWERED_ERROR
-    elif isinstance(exc, UnreachableError | RemotingConnectError | RemotingTimeoutError):
-        reason, status = str(exc), EXIT_UNREACHABLE
-    else:
-        reason, status = str(exc), EXIT_ANSWERED_ERROR
+        return f"{exc.broker} answered code {exc.code}{name}: {exc.remark}", EXIT_ANSWERED_ERROR
+    if isinstance(exc, UnreachableError | RemotingConnectError | RemotingTimeoutError):
+        return str(exc), EXIT_UNREACHABLE
+    return str(exc), EXIT_ANSWERED_ERROR
+
+
+def _failure(command: Command, exc: Exception) -> int:
+    """Print why `command` failed; the exit status for it."""
+    reason, status = failure_reason(exc)
     print(f"mqadmin {command.name} failed: {reason}", file=sys.stderr)
     return status
 
