@@ -9,11 +9,13 @@ processes, is tests/test_console_browser.py.
 from __future__ import annotations
 
 import contextlib
+import socket
 
 import httpx
 import trio
 
 from raftmq.client.admin import Admin
+from raftmq.console import main
 from raftmq.console.app import create_app
 from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RequestCode, ResponseCode
@@ -38,6 +40,12 @@ async def console(namesrv_addr: str):
 async def ok(response: httpx.Response) -> dict:
     assert response.status_code == 200, response.text
     return response.json()
+
+
+async def listed(client: httpx.AsyncClient, what: str) -> set[str]:
+    """The names /api/topics or /api/groups lists."""
+    doc = await ok(await client.get(f"/api/{what}s"))
+    return {item[what] for item in doc[f"{what}s"]}
 
 
 async def send(g, topic: str, body: bytes, queue_id: int, **props: str) -> str:
@@ -116,8 +124,7 @@ async def test_topic_created_listed_with_queues_and_deleted(nursery, tmp_path):
 
         doc = await ok(await client.delete("/api/topics/Orders", params={"cluster": CLUSTER}))
         assert doc["written"] == [g.master().address]
-        topics = {t["topic"] for t in (await ok(await client.get("/api/topics")))["topics"]}
-        assert "Orders" not in topics
+        assert "Orders" not in await listed(client, "topic")
 
 
 async def test_subscription_group_lag_per_queue_and_delete(nursery, tmp_path):
@@ -144,8 +151,7 @@ async def test_subscription_group_lag_per_queue_and_delete(nursery, tmp_path):
 
         doc = await ok(await client.delete("/api/groups/billing", params={"cluster": CLUSTER}))
         assert doc["topicsDeleted"] == ["%RETRY%billing", "%DLQ%billing"]
-        groups = {x["group"] for x in (await ok(await client.get("/api/groups")))["groups"]}
-        assert "billing" not in groups
+        assert "billing" not in await listed(client, "group")
 
 
 async def test_message_lookup_by_key_unique_key_msg_id_and_offset(nursery, tmp_path):
@@ -223,3 +229,24 @@ async def test_the_page_and_its_files_are_served_from_the_package():
             assert response.status_code == 200 and kind in response.headers["content-type"]
             assert "://" not in response.text  # nothing fetched from elsewhere
         assert "://" not in page.text
+
+
+def test_command_line_errors_are_one_line_and_an_exit_status(monkeypatch, capsys):
+    monkeypatch.delenv("NAMESRV_ADDR", raising=False)
+    assert main([]) == 2
+    assert main(["-n", "localhost"]) == 2  # no port
+    assert main(["-n", "127.0.0.1:9876", "--listen", "8080"]) == 2
+    assert main(["-n", "127.0.0.1:9876", "--timeout-ms", "0"]) == 2
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["-n", "127.0.0.1:9876", "--listen", f"127.0.0.1:{port}"]) == 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "mqconsole: no name server: give -n or set NAMESRV_ADDR",
+        "mqconsole: -n 'localhost': bad address 'localhost': expected host:port",
+        "mqconsole: bad address '8080': expected host:port",
+        "mqconsole: --timeout-ms must be positive",
+        f"mqconsole: cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use",
+    ]

@@ -10,7 +10,6 @@ cannot be reached is not a reason to exit: the page says so until it comes back.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import trio
@@ -18,7 +17,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from raftmq.client.admin import Admin
-from raftmq.client.instance import parse_namesrv_addrs
+from raftmq.client.instance import namesrv_from_flag
 from raftmq.console.app import create_app
 from raftmq.streams.address import parse_address
 from raftmq.streams.groups import first_leaf
@@ -43,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(namesrv: str, host: str, port: int, timeout_ms: int) -> None:
+async def _serve(namesrv: list[str], host: str, port: int, timeout_ms: int) -> None:
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
@@ -54,31 +53,28 @@ async def _serve(namesrv: str, host: str, port: int, timeout_ms: int) -> None:
         trio.open_nursery() as nursery,
     ):
         binds = await nursery.start(serve, create_app(admin), config)
-        print(f"mqconsole: {binds[0]}/ (name servers {namesrv})", flush=True)
+        print(f"mqconsole: {binds[0]}/ (name servers {';'.join(namesrv)})", flush=True)
         await cancel_on_stop_signal(nursery.cancel_scope)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR")
-    if not namesrv:
-        print("mqconsole: no name server: give -n or set NAMESRV_ADDR", file=sys.stderr)
-        return EXIT_USAGE
     try:
-        parse_namesrv_addrs(namesrv)
+        namesrv = namesrv_from_flag(args.namesrvAddr)
         host, port = parse_address(args.listen)
+        if args.timeout_ms <= 0:
+            raise ValueError("--timeout-ms must be positive")
     except ValueError as exc:
         print(f"mqconsole: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.timeout_ms <= 0:
-        print("mqconsole: --timeout-ms must be positive", file=sys.stderr)
-        return EXIT_USAGE
-    status = EXIT_OK
     try:
         trio.run(_serve, namesrv, host, port, args.timeout_ms)
-    except* OSError as group:
-        print(f"mqconsole: cannot listen on {args.listen}: {first_leaf(group)}", file=sys.stderr)
-        status = EXIT_BIND
-    except* KeyboardInterrupt:
-        pass
-    return status
+    except (OSError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+        cause = first_leaf(exc)
+        if isinstance(cause, KeyboardInterrupt):  # before the stop signals were taken over
+            return EXIT_OK
+        if not isinstance(cause, OSError):
+            raise
+        print(f"mqconsole: cannot listen on {args.listen}: {cause}", file=sys.stderr)
+        return EXIT_BIND
+    return EXIT_OK

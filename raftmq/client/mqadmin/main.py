@@ -3,14 +3,13 @@ line and an exit status."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 import trio
 
 from raftmq.client.admin import Admin, UnreachableError
 from raftmq.client.errors import MQBrokerError, MQClientError
-from raftmq.client.instance import parse_namesrv_addrs
+from raftmq.client.instance import namesrv_from_flag
 from raftmq.client.mqadmin import (  # noqa: F401  (they register)
     brokers,
     groups,
@@ -106,14 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
     except SystemExit as exc:  # argparse: 2 for bad flags, 0 for -h
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR")
-    if not namesrv:
-        print("mqadmin: no name server: give -n or set NAMESRV_ADDR", file=sys.stderr)
-        return EXIT_USAGE
     try:
-        parse_namesrv_addrs(namesrv)
+        namesrv = namesrv_from_flag(args.namesrvAddr)
     except ValueError as exc:
-        print(f"mqadmin: -n {namesrv!r}: {exc}", file=sys.stderr)
+        print(f"mqadmin: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
     async def run() -> int:

@@ -40,7 +40,7 @@ function el(tag, attrs, ...children) {
     else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
     else if (value !== undefined && value !== null && value !== false) node.setAttribute(name, value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : String(child));
   }
@@ -123,7 +123,7 @@ async function pollCluster() {
   setTimeout(pollCluster, CLUSTER_POLL_MS);
 }
 
-// ------------------------------------------------------------------ topics
+// ------------------------------------------------------------------ topics and groups
 
 function expander(key, label) {
   return el("a", { href: "#", class: "expand", onclick: (event) => {
@@ -133,44 +133,59 @@ function expander(key, label) {
   } }, (expanded.has(key) ? "▾ " : "▸ ") + label);
 }
 
-function renderTopics(doc) {
+// The rows of a topics or groups table: per item its cells (or its error) and a Delete
+// button, and beneath it, when expanded, its queues.
+function itemRows(items, kind, name, cells, remove, queues) {
   const rows = [];
-  for (const t of doc.topics) {
-    const key = `topic:${t.topic}`;
-    const remove = el("button", { type: "button", class: "danger", dataset: { topic: t.topic },
-      onclick: () => deleteTopic(t.topic) }, "Delete");
-    if (t.error) {
-      rows.push(el("tr", { dataset: { topic: t.topic } }, el("td", {}, t.topic),
-        el("td", { colspan: 4, class: "failed" }, t.error), el("td", {}, remove)));
-      continue;
-    }
-    const brokers = t.brokers.map((b) => `${b.brokerName} ${b.readQueueNums}/${b.writeQueueNums} perm ${b.perm}`);
-    rows.push(el("tr", { dataset: { topic: t.topic } }, el("td", {}, expander(key, t.topic)),
-      el("td", {}, brokers.join(", ")), el("td", { class: "messages" }, t.messages),
-      el("td", { class: "tps" }, t.putTps), el("td", {}, t.putLastDay), el("td", {}, remove)));
-    if (expanded.has(key)) {
-      const queues = t.queues.map((q) => el("tr", {}, el("td", {}, q.brokerName), el("td", {}, q.queueId),
-        el("td", {}, q.minOffset), el("td", {}, q.maxOffset), el("td", {}, clock(q.lastUpdateMs))));
-      rows.push(el("tr", { class: "detail" }, el("td", { colspan: 6 },
-        table(["Broker", "Queue", "Min offset", "Max offset", "Last updated"], queues))));
+  for (const item of items) {
+    const id = item[name];
+    const key = `${kind}:${id}`;
+    const button = el("button", { type: "button", class: "danger", dataset: { [kind]: id },
+      onclick: () => remove(id) }, "Delete");
+    const shown = item.error
+      ? [el("td", {}, id), el("td", { colspan: cells.length, class: "failed" }, item.error)]
+      : [el("td", {}, expander(key, id)), ...cells.map((cell) => cell(item))];
+    rows.push(el("tr", { dataset: { [kind]: id } }, shown, el("td", {}, button)));
+    if (!item.error && expanded.has(key)) {
+      rows.push(el("tr", { class: "detail" }, el("td", { colspan: cells.length + 2 }, queues(item))));
     }
   }
-  document.querySelector("#topics-table tbody").replaceChildren(...rows);
+  return rows;
 }
 
-async function deleteTopic(topic) {
-  const cluster = document.getElementById("topic-cluster").value;
-  if (!confirm(`Delete topic ${topic} from cluster ${cluster} and the name servers?`)) return;
+// An action's request; its outcome in the notice line, then the page refreshed.
+async function act(what, method, path, body, done) {
   try {
-    const doc = await api("DELETE", `/api/topics/${encodeURIComponent(topic)}?cluster=${encodeURIComponent(cluster)}`);
-    notice(`Deleted topic ${topic} from ${doc.written.join(", ")}.`);
+    notice(done(await api(method, path, body)));
   } catch (err) {
-    notice(`Delete topic ${topic}: ${err.message}`, true);
+    notice(`${what}: ${err.message}`, true);
   }
   refreshPage();
 }
 
-async function submitTopic(event) {
+function cell(value, cls) {
+  return el("td", cls ? { class: cls } : {}, value);
+}
+
+function renderTopics(doc) {
+  const rows = itemRows(doc.topics, "topic", "topic", [
+    (t) => cell(t.brokers.map((b) => `${b.brokerName} ${b.readQueueNums}/${b.writeQueueNums} perm ${b.perm}`).join(", ")),
+    (t) => cell(t.messages, "messages"), (t) => cell(t.putTps, "tps"), (t) => cell(t.putLastDay),
+  ], deleteTopic, (t) => table(["Broker", "Queue", "Min offset", "Max offset", "Last updated"],
+    t.queues.map((q) => el("tr", {}, cell(q.brokerName), cell(q.queueId), cell(q.minOffset),
+      cell(q.maxOffset), cell(clock(q.lastUpdateMs))))));
+  document.querySelector("#topics-table tbody").replaceChildren(...rows);
+}
+
+function deleteTopic(topic) {
+  const cluster = document.getElementById("topic-cluster").value;
+  if (!confirm(`Delete topic ${topic} from cluster ${cluster} and the name servers?`)) return;
+  const path = `/api/topics/${encodeURIComponent(topic)}?cluster=${encodeURIComponent(cluster)}`;
+  act(`Delete topic ${topic}`, "DELETE", path, undefined,
+    (doc) => `Deleted topic ${topic} from ${doc.written.join(", ")}.`);
+}
+
+function submitTopic(event) {
   event.preventDefault();
   const form = event.target;
   const body = {
@@ -178,56 +193,28 @@ async function submitTopic(event) {
     readQueueNums: Number(form.readQueueNums.value), writeQueueNums: Number(form.writeQueueNums.value),
     perm: Number(form.perm.value), order: form.order.checked,
   };
-  try {
-    const doc = await api("POST", "/api/topics", body);
-    notice(`Topic ${doc.topic} written to ${doc.written.join(", ")}.`);
-  } catch (err) {
-    notice(`Topic ${body.topic}: ${err.message}`, true);
-  }
-  refreshPage();
+  act(`Topic ${body.topic}`, "POST", "/api/topics", body,
+    (doc) => `Topic ${doc.topic} written to ${doc.written.join(", ")}.`);
 }
 
-// ------------------------------------------------------------------ consumer groups
-
 function renderGroups(doc) {
-  const rows = [];
-  for (const g of doc.groups) {
-    const key = `group:${g.group}`;
-    const remove = el("button", { type: "button", class: "danger", dataset: { group: g.group },
-      onclick: () => deleteGroup(g.group) }, "Delete");
-    const enabled = g.config.consumeEnable === false ? "no" : "yes";
-    if (g.error) {
-      rows.push(el("tr", { dataset: { group: g.group } }, el("td", {}, g.group), el("td", {}, enabled),
-        el("td", {}, g.config.retryMaxTimes), el("td", { colspan: 2, class: "failed" }, g.error), el("td", {}, remove)));
-      continue;
-    }
-    rows.push(el("tr", { dataset: { group: g.group } }, el("td", {}, expander(key, g.group)),
-      el("td", {}, enabled), el("td", {}, g.config.retryMaxTimes),
-      el("td", { class: "lag" }, g.diffTotal), el("td", {}, g.consumeTps), el("td", {}, remove)));
-    if (expanded.has(key)) {
-      const queues = g.queues.map((q) => el("tr", {}, el("td", {}, q.topic), el("td", {}, q.brokerName),
-        el("td", {}, q.queueId), el("td", {}, q.brokerOffset), el("td", {}, q.consumerOffset),
-        el("td", { class: "lag" }, q.diff), el("td", {}, clock(q.lastTimestampMs))));
-      rows.push(el("tr", { class: "detail" }, el("td", { colspan: 6 },
-        table(["Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Last consumed"], queues))));
-    }
-  }
+  const rows = itemRows(doc.groups, "group", "group", [
+    (g) => cell(g.config.consumeEnable === false ? "no" : "yes"), (g) => cell(g.config.retryMaxTimes),
+    (g) => cell(g.diffTotal, "lag"), (g) => cell(g.consumeTps),
+  ], deleteGroup, (g) => table(["Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Last consumed"],
+    g.queues.map((q) => el("tr", {}, cell(q.topic), cell(q.brokerName), cell(q.queueId), cell(q.brokerOffset),
+      cell(q.consumerOffset), cell(q.diff, "lag"), cell(clock(q.lastTimestampMs))))));
   document.querySelector("#groups-table tbody").replaceChildren(...rows);
 }
 
-async function deleteGroup(group) {
+function deleteGroup(group) {
   const cluster = document.getElementById("group-cluster").value;
   if (!confirm(`Delete subscription group ${group} (and its retry and DLQ topics) from cluster ${cluster}?`)) return;
-  try {
-    await api("DELETE", `/api/groups/${encodeURIComponent(group)}?cluster=${encodeURIComponent(cluster)}`);
-    notice(`Deleted subscription group ${group}.`);
-  } catch (err) {
-    notice(`Delete group ${group}: ${err.message}`, true);
-  }
-  refreshPage();
+  const path = `/api/groups/${encodeURIComponent(group)}?cluster=${encodeURIComponent(cluster)}`;
+  act(`Delete group ${group}`, "DELETE", path, undefined, () => `Deleted subscription group ${group}.`);
 }
 
-async function submitGroup(event) {
+function submitGroup(event) {
   event.preventDefault();
   const form = event.target;
   const body = {
@@ -236,13 +223,8 @@ async function submitGroup(event) {
     consumeBroadcastEnable: form.consumeBroadcastEnable.checked,
     consumeFromMinEnable: form.consumeFromMinEnable.checked,
   };
-  try {
-    const doc = await api("POST", "/api/groups", body);
-    notice(`Subscription group ${doc.config.groupName} written to ${doc.written.join(", ")}.`);
-  } catch (err) {
-    notice(`Group ${body.groupName}: ${err.message}`, true);
-  }
-  refreshPage();
+  act(`Group ${body.groupName}`, "POST", "/api/groups", body,
+    (doc) => `Subscription group ${doc.config.groupName} written to ${doc.written.join(", ")}.`);
 }
 
 // ------------------------------------------------------------------ messages
@@ -326,7 +308,10 @@ document.getElementById("lookup-form").addEventListener("submit", submitLookup);
 document.getElementById("lookup-by").addEventListener("change", lookupFields);
 document.getElementById("topics-system").addEventListener("change", refreshPage);
 for (const button of document.querySelectorAll("button.refresh")) button.addEventListener("click", refreshPage);
-window.addEventListener("hashchange", showPage);
+window.addEventListener("hashchange", () => {
+  notice("");
+  showPage();
+});
 lookupFields();
 showPage();
 pollCluster();
