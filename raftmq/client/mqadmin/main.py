@@ -18,7 +18,7 @@ import yaml
 
 from raftmq.client.admin import Admin, UnreachableError
 from raftmq.client.errors import MQBrokerError, MQClientError
-from raftmq.client.instance import parse_namesrv_addrs
+from raftmq.client.instance import namesrv_from_flag
 from raftmq.client.mqadmin import (  # noqa: F401  (they register)
     acl,
     brokers,
@@ -45,7 +45,7 @@ from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.groups import first_leaf
 from raftmq.streams.tls import ClientTls
 
-__all__ = ["main"]
+__all__ = ["failure_reason", "main"]
 
 
 def _print_commands() -> None:
@@ -61,19 +61,23 @@ def _find(name: str) -> Command | None:
     return next((c for n, c in COMMANDS.items() if n.lower() == name.lower()), None)
 
 
-def _failure(command: Command, exc: Exception) -> int:
-    """Print why `command` failed; the exit status for it."""
+def failure_reason(exc: Exception) -> tuple[str, int]:
+    """Why a call to the cluster failed, in one line, and the exit status for it: an
+    answered error names the server, the code (by name when known) and the remark."""
     if isinstance(exc, MQBrokerError):
         try:
             name = f" ({ResponseCode(exc.code).name})"
         except ValueError:
             name = ""
-        reason = f"{exc.broker} answered code {exc.code}{name}: {exc.remark}"
-        status = EXIT_ANSWERED_ERROR
-    elif isinstance(exc, UnreachableError | RemotingConnectError | RemotingTimeoutError):
-        reason, status = str(exc), EXIT_UNREACHABLE
-    else:
-        reason, status = str(exc), EXIT_ANSWERED_ERROR
+        return f"{exc.broker} answered code {exc.code}{name}: {exc.remark}", EXIT_ANSWERED_ERROR
+    if isinstance(exc, UnreachableError | RemotingConnectError | RemotingTimeoutError):
+        return str(exc), EXIT_UNREACHABLE
+    return str(exc), EXIT_ANSWERED_ERROR
+
+
+def _failure(command: Command, exc: Exception) -> int:
+    """Print why `command` failed; the exit status for it."""
+    reason, status = failure_reason(exc)
     print(f"mqadmin {command.name} failed: {reason}", file=sys.stderr)
     return status
 
@@ -156,14 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[1:])
     except SystemExit as exc:  # argparse: 2 for bad flags, 0 for -h
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR")
-    if not namesrv:
-        print("mqadmin: no name server: give -n or set NAMESRV_ADDR", file=sys.stderr)
-        return EXIT_USAGE
     try:
-        parse_namesrv_addrs(namesrv)
+        namesrv = namesrv_from_flag(args.namesrvAddr)
     except ValueError as exc:
-        print(f"mqadmin: -n {namesrv!r}: {exc}", file=sys.stderr)
+        print(f"mqadmin: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
     try:

@@ -23,7 +23,8 @@ from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt, MessageSysFlag
 
 
-def _body_text(msg: MessageExt) -> str:
+def body_text(msg: MessageExt) -> str:
+    """The body as text: decompressed when stored compressed, undecodable bytes replaced."""
     body = msg.body or b""
     if msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
         with contextlib.suppress(zlib.error):  # else shown as stored
@@ -50,7 +51,7 @@ def print_message(msg: MessageExt) -> None:
         ("Store Host:", "{}:{}".format(*msg.store_host)),
         ("System Flag:", msg.sysflag),
         ("Properties:", f"{{{properties}}}"),
-        ("Message Body:", _body_text(msg)),
+        ("Message Body:", body_text(msg)),
     ):
         print_row("%-20s %s", label, value)
 
@@ -123,7 +124,7 @@ def _message_line(msg: MessageExt, broker_name: str) -> str:
         f"reconsumeTimes={msg.reconsume_times}, topic={msg.topic}, tags={msg.tags}, "
         f"keys={msg.keys}]"
     )
-    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {_body_text(msg)}"
+    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {body_text(msg)}"
 
 
 @verb(
