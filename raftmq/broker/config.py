@@ -208,6 +208,7 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
+    metrics_port: int = 0  # raftmq's: the Prometheus endpoint's port, 0 for none
     dleger_tls_cert_path: str | None = None
     dleger_tls_key_path: str | None = None
     dleger_tls_trust_cert_path: str | None = None
@@ -308,6 +309,7 @@ KEYS = KeyTable(
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
+        Key("metricsPort", "metrics_port", integer(0, 65535)),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
         Key("dLegerTlsTrustCertPath", "dleger_tls_trust_cert_path", file_path),

@@ -5,7 +5,8 @@ managers of topics, subscription groups and consumer offsets, each request
 processor (given only the parts it uses), the remoting server, the name-server
 registration and the services only a master runs (delayed delivery, offset and
 metadata writes); then it runs them and carries out role changes. It holds no
-request logic of its own.
+request logic of its own. With `metricsPort` it also serves Prometheus metrics: the
+broker's (broker.metrics) and its DLedger member's (dledger.metrics).
 
 Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 - follower or candidate: slave at once (brokerId = selfId number + 1), registered
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_queries import AdminQueries
@@ -36,6 +38,7 @@ from raftmq.broker.consumer_requests import ConsumerRequests
 from raftmq.broker.headers import BadRequest
 from raftmq.broker.locks import LockRequests, QueueLocks
 from raftmq.broker.metawriter import MetaWriter
+from raftmq.broker.metrics import BrokerCollector
 from raftmq.broker.pull import PullProcessor
 from raftmq.broker.registration import Registration
 from raftmq.broker.role import BrokerRole
@@ -48,6 +51,7 @@ from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
 from raftmq.dledger.codes import Role
+from raftmq.dledger.metrics import DLedgerCollector
 from raftmq.dledger.server import DLedgerError, DLedgerServer
 from raftmq.remoting import (
     Connection,
@@ -59,6 +63,7 @@ from raftmq.remoting import (
     ResponseCode,
     listen_host,
 )
+from raftmq.streams.exposition import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +149,19 @@ class BrokerController:
             on_disconnect=self.clients.on_disconnect,
             tls=config.tls_server,
         )
+        self.metrics = BrokerCollector(
+            self.role,
+            self.store,
+            self.offsets,
+            self.clients,
+            self.stats,
+            self.broker_addr,
+            cluster=config.broker_cluster_name,
+            broker_name=config.broker_name,
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        self.registry.register(DLedgerCollector(self.dledger))
         self.started = trio.Event()
 
     # ------------------------------------------------------------------ identity
@@ -287,6 +305,10 @@ class BrokerController:
             nursery.start_soon(self.offsets.run)
             nursery.start_soon(self.schedule.run)
             nursery.start_soon(self._expire_loop)
+            if self.config.metrics_port:
+                nursery.start_soon(self.metrics.run_sampler)
+                host = self.config.bind_address or "0.0.0.0"
+                await nursery.start(serve_metrics, self.registry, host, self.config.metrics_port)
             self.registration.register_soon()
             self.started.set()
             task_status.started(self.broker_addr.port)
