@@ -46,9 +46,10 @@ def scrape_registry(registry) -> dict:
     return samples(generate_latest(registry).decode())
 
 
-def http_get(url: str) -> tuple[int, str]:
+def http_get(url: str, accept: str = "text/plain") -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        request = urllib.request.Request(url, headers={"Accept": accept})
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -106,6 +107,10 @@ async def test_endpoint_serves_the_registry_and_names_a_busy_port(tmp_path):
         status, text = await trio.to_thread.run_sync(http_get, f"http://127.0.0.1:{port}/metrics")
         assert status == 200
         assert value(samples(text), "dledger_role", role="LEADER") == 1.0
+        status, text = await trio.to_thread.run_sync(
+            http_get, f"http://127.0.0.1:{port}/metrics", "application/openmetrics-text"
+        )
+        assert status == 200 and text.endswith("# EOF\n")  # OpenMetrics when asked for
         status, text = await trio.to_thread.run_sync(http_get, f"http://127.0.0.1:{port}/")
         assert status == 404 and "/metrics" in text
         with pytest.raises(MetricsPortError, match=f"metricsPort={port}"):
