@@ -149,15 +149,9 @@ class BrokerController:
             on_disconnect=self.clients.on_disconnect,
             tls=config.tls_server,
         )
+        names = {"cluster": config.broker_cluster_name, "broker_name": config.broker_name}
         self.metrics = BrokerCollector(
-            self.role,
-            self.store,
-            self.offsets,
-            self.clients,
-            self.stats,
-            self.broker_addr,
-            cluster=config.broker_cluster_name,
-            broker_name=config.broker_name,
+            self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
