@@ -41,6 +41,8 @@ report_missing_tools() {
     command -v java >/dev/null || missing+=("Java 17+ (tests/test_spark_source.py)")
     command -v strace >/dev/null || missing+=("strace (the jepsen fsync-EIO tests)")
     command -v go >/dev/null || missing+=("Go (tests/test_bench_remoting_pub.py)")
+    command -v chromedriver >/dev/null ||
+        missing+=("chromium and chromedriver (tests/test_console_browser.py)")
     if [ ${#missing[@]} -gt 0 ]; then
         echo "run.sh: not installed, so their tests will be skipped:" >&2
         printf '  - %s\n' "${missing[@]}" >&2

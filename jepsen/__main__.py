@@ -19,7 +19,7 @@ from jepsen import history as history_file
 from jepsen.checker import check
 from jepsen.nemesis import KINDS, Step
 from jepsen.report import format_summary, write_report
-from jepsen.runner import RunConfig, run, summary
+from jepsen.runner import WORKLOADS, RunConfig, run, summary
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     r = commands.add_parser("run", help="start a group, inject faults, check, report")
     r.add_argument("--nodes", type=int, default=3, choices=(3, 5))
-    r.add_argument("--workload", default="queue", choices=("queue",))
+    r.add_argument("--workload", default="queue", choices=tuple(WORKLOADS))
     r.add_argument(
         "--faults",
         default="kill,pause,partition,disk",
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         page_cache=args.unsafe_page_cache,
         steps=steps,
         progress=not args.quiet,
+        workload=args.workload,
     )
     results = trio.run(run, config)
     print(summary(results, config))
@@ -87,9 +88,10 @@ def _recheck(run_dir: Path) -> int:
     final = json.loads((run_dir / "final.json").read_text())
     replicas = json.loads((run_dir / "replicas.json").read_text())
     previous = json.loads((run_dir / "results.json").read_text())
-    results = check(ops, final, replicas, previous.get("run", {}))
-    results["run"] = previous.get("run", {})
     meta = previous.get("meta", {"command": f"python -m jepsen check {run_dir}"})
+    checks = WORKLOADS[meta.get("workload", "queue")][2]
+    results = check(ops, final, replicas, previous.get("run", {}), checks)
+    results["run"] = previous.get("run", {})
     write_report(run_dir, ops, results, meta)
     print(format_summary(results, meta))
     return 0 if results["valid"] else 1

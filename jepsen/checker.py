@@ -33,16 +33,21 @@ Log = dict[int, list[tuple[int, str]]]
 
 
 def check(
-    history: list[dict], final: Mapping, replicas: Mapping, run: Mapping | None = None
+    history: list[dict],
+    final: Mapping,
+    replicas: Mapping,
+    run: Mapping | None = None,
+    checks: Mapping[str, Callable[[Facts], dict]] | None = None,
 ) -> dict:
     """Run every check; `final` is queue -> [(offset, message id)] read through the master after
     the faults healed, `replicas` is node -> such a dict read from each node directly, and `run`
     the runner's own record (the results' `run` section): its `read_errors` (replies that did
-    not decode) and `errors` (process errors, from the nemesis) fail the run."""
+    not decode) and `errors` (process errors, from the nemesis) fail the run. `checks` are
+    the workload's (default: the queue workload's, `CHECKS`)."""
     facts = Facts.build(
         history, normalise_log(final), {n: normalise_log(r) for n, r in replicas.items()}
     )
-    results = {name: judge(facts) for name, judge in CHECKS.items()}
+    results = {name: judge(facts) for name, judge in (checks or CHECKS).items()}
     run = run or {}
     results["unreadable_replies"] = verdict(list(run.get("read_errors", [])))
     results["process_errors"] = verdict(list(run.get("errors", [])))

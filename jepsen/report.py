@@ -72,7 +72,7 @@ def format_summary(results: dict, meta: dict) -> str:
         f"lost={results['lost']['count']} duplicated={results['duplicated']['count']} "
         f"recovered={results['recovered']['count']} "
         f"redelivered={results['redelivered']['count']} "
-        f"unseen_below_observed={results['unseen_below_observed']['count']}",
+        f"unseen_below_observed={results.get('unseen_below_observed', {}).get('count', '-')}",
         *availability_lines(results["availability"]),
         latency_line(results["latency"]["send"]),
         process_errors_line(results.get("run", {}).get("errors", [])),

@@ -22,12 +22,13 @@ from pathlib import Path
 import attrs
 import trio
 
-from jepsen.checker import check
+from jepsen.checker import CHECKS, check
 from jepsen.cluster import CLIENT_FRAME_HEADER_BYTES, PEER_FRAME_HEADER_BYTES, JepsenCluster
 from jepsen.history import Recorder
 from jepsen.nemesis import Nemesis, Step, plan
 from jepsen.proxy import ProxyNet
 from jepsen.report import format_summary, write_report
+from jepsen.transactions import BROKER_CONF, TRANSACTION_CHECKS, TransactionWorkload
 from jepsen.workload import QUEUES, TOPIC, Workload, read_queue
 from raftmq.client.route import MessageQueue
 
@@ -38,6 +39,11 @@ PROGRESS_EVERY_S = 2.0
 # workload's rate, and a control that sometimes sees nothing proves nothing; NATS's
 # default is two minutes.
 PAGE_CACHE_FLUSH_MS = 1000
+# --workload: what the clients do, the broker settings it needs, and how it is checked.
+WORKLOADS = {
+    "queue": (Workload, {}, CHECKS),
+    "transactions": (TransactionWorkload, BROKER_CONF, TRANSACTION_CHECKS),
+}
 
 
 @attrs.frozen
@@ -51,6 +57,7 @@ class RunConfig:
     page_cache: bool = False  # flushDiskType=ASYNC_FLUSH: the negative control
     steps: tuple[Step, ...] | None = None  # an explicit schedule instead of plan(seed)
     progress: bool = True
+    workload: str = "queue"
 
     def schedule(self) -> list[Step]:
         if self.steps is not None:
@@ -68,7 +75,7 @@ class RunConfig:
         parts = [
             "python -m jepsen run",
             f"--nodes {self.nodes}",
-            "--workload queue",
+            f"--workload {self.workload}",
             f"--faults {','.join(self.fault_kinds())}",
             f"--time-limit {self.time_limit_s:g}",
             f"--seed {self.seed}",
@@ -88,9 +95,10 @@ async def run(config: RunConfig) -> dict:
     steps = config.schedule()
     (run_dir / "schedule.json").write_text(json.dumps([attrs.asdict(s) for s in steps], indent=1))
     rng = random.Random(config.seed)
-    extra = {"flushDiskType": "SYNC_FLUSH"}
+    workload_class, workload_conf, checks = WORKLOADS[config.workload]
+    extra = {"flushDiskType": "SYNC_FLUSH", **workload_conf}
     if config.page_cache:
-        extra = {"flushDiskType": "ASYNC_FLUSH", "flushFileInterval": str(PAGE_CACHE_FLUSH_MS)}
+        extra |= {"flushDiskType": "ASYNC_FLUSH", "flushFileInterval": str(PAGE_CACHE_FLUSH_MS)}
     shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
     cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
     outcome: dict = {}
@@ -108,7 +116,7 @@ async def run(config: RunConfig) -> dict:
             async with cluster:
                 await cluster.create_topic(TOPIC, QUEUES)
                 nemesis = Nemesis(cluster, history)
-                workload = Workload(
+                workload = workload_class(
                     cluster.namesrv_addr,
                     cluster.broker_name,
                     {address: node for node, address in cluster.client_addrs.items()},
@@ -119,7 +127,7 @@ async def run(config: RunConfig) -> dict:
                 await _play(config, cluster, nemesis, workload, steps, outcome)
                 final, replicas = await _read_logs(cluster, outcome)
         record = {**outcome, "faults": nemesis.injected, "errors": nemesis.errors}
-        results = check(history.ops, final, replicas, record)
+        results = check(history.ops, final, replicas, record, checks)
         results["run"] = record
         (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
         (run_dir / "replicas.json").write_text(
@@ -131,14 +139,8 @@ async def run(config: RunConfig) -> dict:
 
 
 async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
-    produced = trio.Event()
-
-    async def produce() -> None:
-        await workload.produce()
-        produced.set()
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(produce)
+        nursery.start_soon(workload.produce)
         nursery.start_soon(workload.consume)
         if config.progress:
             nursery.start_soon(_progress, workload.history, nemesis, config.time_limit_s)
@@ -147,7 +149,7 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         await trio.sleep_until(started + config.time_limit_s)
         outcome["healed"] = await nemesis.heal_all()
         workload.producing = False
-        await produced.wait()
+        await workload.sends_done.wait()
         healed_at = trio.current_time()
         with trio.move_on_after(RECOVERY_TIMEOUT_S) as recovery:
             outcome["master"] = await cluster.wait_master(RECOVERY_TIMEOUT_S)
@@ -156,6 +158,7 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         outcome["recovery_s"] = round(trio.current_time() - healed_at, 3)
         master = outcome.get("master")
         if master is not None:
+            outcome["settled"] = await workload.settle(cluster.broker_addrs[master])
             ends = {}
             for queue_id in range(QUEUES):
                 log = await read_queue(
@@ -226,6 +229,7 @@ def _meta(config: RunConfig, steps: int) -> dict:
         if config.page_cache
         else "SYNC_FLUSH",
         "scheduled_faults": steps,
+        "workload": config.workload,
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}",

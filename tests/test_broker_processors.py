@@ -15,6 +15,7 @@ import trio
 
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_requests import AdminRequests
+from raftmq.broker.clients import ClientManager
 from raftmq.broker.config import BrokerConfig
 from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from raftmq.broker.controller import answer_refusals
@@ -105,7 +106,14 @@ class Broker:
             broker_name="broker-p",
             max_message_size=1024,
         )
-        self.pull = PullProcessor(*parts, self.offsets, self.stats, long_polling_enable=False)
+        self.pull = PullProcessor(
+            *parts,
+            self.offsets,
+            self.stats,
+            ClientManager(),
+            long_polling_enable=False,
+            property_filter_enabled=False,
+        )
         config = BrokerConfig(broker_name="broker-p", auto_create_topic_enable=auto_create)
         self.admin = AdminRequests(self.role, self.topics, self.groups, config)
 

@@ -26,6 +26,7 @@ _RAFTMQ = frozenset(
 )
 
 # unit -> the other units of ours it may import; a unit may always import itself.
+# raftmq.console (mqconsole) sits on the client like an application: nothing imports it.
 # raftmq.hotpath (the compiled inner loops) imports nothing of ours; the data path's
 # layers import it for the compiled twins of their own functions.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -40,6 +41,9 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"raftmq.dledger", "raftmq.protocol", "raftmq.remoting", "raftmq.streams", "raftmq.hotpath"}
     ),
     "raftmq.client": frozenset({"raftmq.protocol", "raftmq.remoting", "raftmq.streams"}),
+    "raftmq.console": frozenset(
+        {"raftmq.client", "raftmq.protocol", "raftmq.remoting", "raftmq.streams"}
+    ),
     "raftmq.tools": _RAFTMQ | {"raftmq"},
     "pyspark_rocketmq": frozenset({"raftmq.client"}),
     "jepsen": _RAFTMQ | {"raftmq", "raftmq.tools", "bench"},
@@ -118,6 +122,8 @@ def test_every_import_follows_the_contract():
         ("raftmq.streams.address", "def f():\n    from raftmq.protocol import message\n", False),
         ("raftmq.tools.broker_local", "from jepsen import runner\n", False),
         ("pyspark_rocketmq", "from raftmq.broker import config\n", True),
+        ("raftmq.console.views", "from raftmq.broker.store import metadata\n", False),
+        ("raftmq.client.admin", "from raftmq.console import views\n", False),
     ],
 )
 def test_the_checker_catches_a_wrong_arrow(module, source, is_package):

@@ -159,3 +159,34 @@ def test_a_replayed_schedule_reports_its_own_fault_kinds(tmp_path):
     assert "--faults client,kill " in replay.command()
     seeded = RunConfig(run_dir=tmp_path, seed=0, faults=("pause", "disk"))
     assert seeded.fault_kinds() == ("pause", "disk")
+
+
+@pytest.mark.processes
+async def test_transactions_across_master_kills_commit_exactly_the_committed(tmp_path):
+    """Transactions committed, rolled back and left to the check-back while the master
+    is killed twice: every committed one delivered once, no rolled-back one at all, and
+    some settled by a check-back."""
+    config = RunConfig(
+        run_dir=tmp_path / "transactions",
+        seed=3,
+        time_limit_s=14,
+        rate=100,
+        steps=(
+            Step(at_s=3.0, kind="kill", target="leader", variant="kill", duration_s=2.0, seed=1),
+            Step(at_s=8.5, kind="kill", target="leader", variant="kill", duration_s=2.0, seed=2),
+        ),
+        workload="transactions",
+        progress=False,
+    )
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    assert results["run"]["settled"] and results["run"]["drained"]
+    counts = results["counts"]
+    assert counts["acknowledged"] > 100 and counts["faults"] == {"kill": 2}
+    assert results["lost"]["count"] == results["rolled_back_delivered"]["count"] == 0
+    assert results["settled_by_check_back"]["count"] > 10
+    rolled_back = [
+        p for p in pairs(load(config.run_dir / "history.jsonl"))
+        if p.f == "send" and p.invoke["decision"] == "rollback"
+    ]  # fmt: skip
+    assert len(rolled_back) > 100

@@ -9,7 +9,6 @@ import datetime
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -27,6 +26,7 @@ from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 from raftmq.tools.dledger_local import free_ports
+from tests.helpers import mqadmin
 
 CLUSTER = "RaftCluster"
 
@@ -39,16 +39,6 @@ def cluster(tmp_path_factory):
         yield local
     finally:
         local.stop()
-
-
-async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return await trio.run_process(
-        [sys.executable, "-m", "raftmq.client.mqadmin", *args],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env=env,
-    )
 
 
 def table(completed: subprocess.CompletedProcess) -> list[list[str]]:

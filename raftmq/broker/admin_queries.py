@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from raftmq.broker.headers import integer, json_body, text
+from raftmq.broker.store.metadata import META_TOPIC
+from raftmq.protocol.message import read_dispatch_fields
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
@@ -135,6 +137,10 @@ class AdminQueries:
         except (IndexError, ValueError):
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+            )
+        if read_dispatch_fields(record)[5] == META_TOPIC:  # the ACL's secret keys ride in it
+            return request.make_response(
+                ResponseCode.NO_PERMISSION, f"the message at offset {offset} is internal"
             )
         return request.make_response(ResponseCode.SUCCESS, body=record)
 

@@ -3,7 +3,8 @@
 Prints "The broker[<name>, <address>] boot success. serializeType=JSON and name
 server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
 `listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
-(SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key),
+(SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key) or a
+plain_acl.yml that does not parse (with aclEnable=true; the message names the file),
 3 when a port cannot be bound or another process holds the store's lock, 4 when the
 store cannot be used: `storePathRootDir` not writable, damaged data (naming the file
 and offset), or a failed fsync or disk write, at start or later.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import trio
 
+from raftmq.broker.acl.service import AclFileError
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.broker.controller import BrokerController
 from raftmq.dledger.server import DiskFailure
@@ -114,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except* (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as group:
         print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_DISK
+    except* AclFileError as group:
+        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
+        status = EXIT_USAGE
     except* StoreInUse as group:
         print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_BIND

@@ -5,17 +5,27 @@ of a topic's route, slaves included), so a slave that becomes master already
 knows the group. A member expires after 120 s without a heartbeat or when its
 connection closes; the group's other members are told (NOTIFY_CONSUMER_IDS_CHANGED,
 oneway) so they rebalance at once instead of at their next timer. Producer groups are
-kept the same way, for GET_PRODUCER_CONNECTION_LIST (`mqadmin producerConnection`).
+kept the same way, for GET_PRODUCER_CONNECTION_LIST (`mqadmin producerConnection`)
+and for the transaction check-back, which asks one of a group's producers.
+
+A member's SQL92 subscriptions are kept with their compiled filters (the heartbeat
+processor compiles them, and refuses the heartbeat when one does not compile), for
+the pulls that do not carry their subscription (Java's push consumer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
 from raftmq.remoting import Connection, RemotingCommand, RemotingError, RequestCode
+
+if TYPE_CHECKING:
+    from raftmq.broker.sql92 import Sql92Filter
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +49,15 @@ class ConsumerInfo(ClientInfo):
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
     subscriptions: list[dict] = attrs.Factory(list)
+    filters: Mapping[str, Sql92Filter] = attrs.Factory(dict)  # topic -> its SQL92 filter
+
+
+def _subscription_version(data: dict) -> int:
+    """A SubscriptionData's `subVersion` (its creation time in ms); 0 if unreadable."""
+    try:
+        return int(data.get("subVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _stale(info: ClientInfo, now_ms: int) -> bool:
@@ -49,6 +68,7 @@ class ClientManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[str, ConsumerInfo]] = {}
         self.producers: dict[str, dict[str, ClientInfo]] = {}
+        self._producer_turn = 0
 
     def heartbeat(
         self,
@@ -57,8 +77,10 @@ class ClientManager:
         now_ms: int,
         language: str = "JAVA",
         version: int = 0,
+        filters: Mapping[str, Mapping[str, Sql92Filter]] | None = None,
     ) -> list[str]:
-        """Record a heartbeat body; returns the consumer groups it names."""
+        """Record a heartbeat body, with the compiled SQL92 filters of its subscriptions
+        (group -> topic -> filter); returns the consumer groups it names."""
         client_id = str(data.get("clientID", connection.remote_address))
         groups = []
         for consumer in data.get("consumerDataSet") or []:
@@ -76,6 +98,7 @@ class ClientManager:
                 str(consumer.get("messageModel", "CLUSTERING")),
                 str(consumer.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
                 list(consumer.get("subscriptionDataSet") or []),
+                (filters or {}).get(group, {}),
             )
             if not known:
                 self._notify(group)
@@ -95,6 +118,29 @@ class ClientManager:
         for name, members in self.producers.items():
             if every or name == producer_group:
                 members.pop(client_id, None)
+
+    def subscription(self, group: str, topic: str) -> tuple[int, Sql92Filter | None] | None:
+        """(subVersion, SQL92 filter or None for TAG) of the newest subscription to
+        `topic` among the group's members; None when no member subscribes to it."""
+        newest = None
+        for info in self.groups.get(group, {}).values():
+            for data in info.subscriptions:
+                if data.get("topic") != topic:
+                    continue
+                version = _subscription_version(data)
+                if newest is None or version > newest[0]:
+                    newest = (version, info.filters.get(topic))
+        return newest
+
+    def producer_connection(self, group: str) -> Connection | None:
+        """An open connection of a producer of `group`, a different one each call
+        (ProducerManager.getAvailableChannel), or None."""
+        live = [i.connection for i in self.producers.get(group, {}).values()]
+        live = [c for c in live if not c.closed]
+        if not live:
+            return None
+        self._producer_turn += 1
+        return live[self._producer_turn % len(live)]
 
     def members(self, group: str) -> list[str]:
         return sorted(self.groups.get(group, {}))

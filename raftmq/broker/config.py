@@ -118,7 +118,7 @@ UNUSED_KEYS = frozenset(
         "clientSocketSndBufSize", "clientSocketRcvBufSize",
         "clientPooledByteBufAllocatorEnable", "clientCloseSocketIfTimeout", "useTLS",
         # the classic store's files, flushing and page-cache tricks
-        "rocketmqHome", "storePathCommitLog", "storePathConsumeQueue", "storePathIndex",
+        "storePathCommitLog", "storePathConsumeQueue", "storePathIndex",
         "storeCheckpoint",
         "abortFile", "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt",
         "flushIntervalCommitLog", "commitIntervalCommitLog", "flushCommitLogTimed",
@@ -140,9 +140,9 @@ UNUSED_KEYS = frozenset(
         "haHousekeepingInterval", "haTransferBatchSize", "haSlaveFallbehindMax",
         "slaveReadEnable", "offsetCheckInSlave", "brokerIP2",
         # features raftmq does not have
-        "aclEnable", "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
+        "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
         "messageIndexSafe", "filterServerNums",
-        "enablePropertyFilter", "enableCalcFilterBitMap", "filterSupportRetry",
+        "enableCalcFilterBitMap", "filterSupportRetry",
         "brokerPermission", "clusterTopicEnable", "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer", "messageStorePlugIn", "commercialEnable",
         "highSpeedMode", "transferMsgByHeap", "accessMessageInMemoryMaxRatio",
@@ -164,6 +164,10 @@ _DELAY_LEVEL = re.compile(r"^\d+[smhd]$")
 
 def _home_store() -> str:
     return os.path.expanduser("~/store")
+
+
+def _rocketmq_home() -> str | None:
+    return os.environ.get("ROCKETMQ_HOME")
 
 
 @attrs.frozen
@@ -202,11 +206,16 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     long_polling_enable: bool = True
+    enable_property_filter: bool = False  # SQL92 subscriptions (broker.sql92)
     register_broker_timeout_mills: int = 6000
     register_name_server_period: int = 30_000
     max_message_size: int = 4 * 1024 * 1024
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
+    reject_transaction_message: bool = False
+    transaction_time_out: int = 6000  # ms before a half message may be checked
+    transaction_check_max: int = 15  # checks before a half message is discarded
+    transaction_check_interval: int = 60_000  # ms between check runs
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     metrics_port: int = 0  # raftmq's: the Prometheus endpoint's port, 0 for none
     dleger_tls_cert_path: str | None = None
@@ -214,6 +223,9 @@ class BrokerConfig:
     dleger_tls_trust_cert_path: str | None = None
     tls_server: ServerTls = attrs.Factory(ServerTls)
     tls_client: ClientTls = attrs.Factory(ClientTls)  # the broker's connections to the name servers
+    acl_enable: bool = False
+    rocketmq_home: str | None = attrs.Factory(_rocketmq_home)
+    acl_plain_file: str = "conf/plain_acl.yml"  # RocketMQ's -Drocketmq.acl.plain.file
     dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
 
     def _require_dledger(self) -> None:
@@ -233,6 +245,15 @@ class BrokerConfig:
         self._require_dledger()
         assert self.dleger_self_id is not None
         return int(self.dleger_self_id[1:]) + 1
+
+    @property
+    def acl_file_path(self) -> str | None:
+        """plain_acl.yml: `rocketmq.acl.plain.file`, under `rocketmqHome` when relative
+        (RocketMQ's rule); None when relative and there is no home."""
+        path = os.path.expanduser(self.acl_plain_file)
+        if os.path.isabs(path):
+            return path
+        return None if self.rocketmq_home is None else os.path.join(self.rocketmq_home, path)
 
     def dledger_config(self) -> DLedgerConfig:
         """The replica's DLedgerConfig, derived as RocketMQ's DLedgerCommitLog does."""
@@ -303,16 +324,24 @@ KEYS = KeyTable(
         Key("autoCreateTopicEnable", "auto_create_topic_enable", boolean),
         Key("autoCreateSubscriptionGroup", "auto_create_subscription_group", boolean),
         Key("longPollingEnable", "long_polling_enable", boolean),
+        Key("enablePropertyFilter", "enable_property_filter", boolean),
         Key("registerBrokerTimeoutMills", "register_broker_timeout_mills", integer(1)),
         Key("registerNameServerPeriod", "register_name_server_period", integer(1)),
         Key("maxMessageSize", "max_message_size", integer(1)),
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
+        Key("rejectTransactionMessage", "reject_transaction_message", boolean),
+        Key("transactionTimeOut", "transaction_time_out", integer(0)),
+        Key("transactionCheckMax", "transaction_check_max", integer(0)),
+        Key("transactionCheckInterval", "transaction_check_interval", integer(1)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
         Key("metricsPort", "metrics_port", integer(0, 65535)),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
         Key("dLegerTlsTrustCertPath", "dleger_tls_trust_cert_path", file_path),
+        Key("aclEnable", "acl_enable", boolean),
+        Key("rocketmqHome", "rocketmq_home", file_path),
+        Key("rocketmq.acl.plain.file", "acl_plain_file", text),
         *TLS_KEYS,
         *_DLEDGER_PASSTHROUGH,
     ],
@@ -356,6 +385,12 @@ def load_broker_config(
     except ValueError as exc:
         raise ValueError(f"{where('tls.server.mode')}: {exc}") from None
     config = BrokerConfig(**fields, dledger_overrides=for_dledger)
+    if config.acl_enable and config.acl_file_path is None:
+        raise ValueError(
+            f"{where('aclEnable')}: aclEnable=true: plain_acl.yml is "
+            f"{config.acl_plain_file!r} under rocketmqHome, which is not set "
+            "(set rocketmqHome or ROCKETMQ_HOME, or an absolute rocketmq.acl.plain.file)"
+        )
 
     if config.enable_dleger_commit_log:
         _check_dledger(config, where)

@@ -3,7 +3,15 @@
 HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
 QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), GET_MAX_OFFSET (30),
 GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), GET_EARLIEST_MSG_STORETIME (32),
-INVOKE_BROKER_TO_RESET_OFFSET (222, `mqadmin resetOffsetByTime`).
+INVOKE_BROKER_TO_RESET_OFFSET (222, `mqadmin resetOffsetByTime`), CHECK_CLIENT_CONFIG
+(46, Java's SQL92 consumers ask it before they start).
+
+SQL92 subscriptions are checked when they arrive: a heartbeat with one that this
+broker refuses (`enablePropertyFilter=false`: SYSTEM_ERROR; an expression that does
+not compile: SUBSCRIPTION_PARSE_FAILED, the remark naming the problem and its
+position) is answered with that code and recorded not at all, so the consumer never
+joins the group with a subscription no pull could serve. RocketMQ accepts such a
+heartbeat and only logs the compile error.
 
 Offset policy: a group with no committed offset gets QUERY_NOT_FOUND, always, so
 the client applies its own consumeFromWhere. (Java answers 0 on a young broker,
@@ -20,6 +28,7 @@ import attrs
 
 from raftmq.broker.admin_queries import queue_map_body
 from raftmq.broker.headers import BadRequest, boolean, integer, json_body, text
+from raftmq.broker.pull import subscription_filter
 from raftmq.broker.store.metadata import RETRY_PREFIX
 from raftmq.remoting import Connection, RemotingCommand, RemotingError, RequestCode, ResponseCode
 
@@ -27,6 +36,7 @@ if TYPE_CHECKING:
     from raftmq.broker.clients import ClientManager
     from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
     from raftmq.broker.role import BrokerRole
+    from raftmq.broker.sql92 import Sql92Filter
     from raftmq.broker.store.messagestore import MessageStore
     from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
     from raftmq.broker.topic_config_manager import TopicConfigManager
@@ -40,21 +50,52 @@ class ConsumerRequests:
     topics: TopicConfigManager  # retry topics, created on a group's first heartbeat
     groups: SubscriptionGroupManager
     offsets: ConsumerOffsetManager
+    property_filter_enabled: bool = attrs.field(kw_only=True)
 
     async def heartbeat(self, request: RemotingCommand, connection: Connection):
-        try:
-            data = json.loads(request.body or b"{}")
-        except ValueError as exc:
-            raise BadRequest(f"heartbeat body is not JSON: {exc}") from None
+        data = _json_body(request, "heartbeat")
+        filters = self._compile_filters(data)
         language = getattr(request.language, "name", str(request.language))
         groups = self.clients.heartbeat(
-            data, connection, self.store.now_ms(), language, int(request.version)
+            data, connection, self.store.now_ms(), language, int(request.version), filters
         )
         if self.role.is_master:
             for group in groups:
                 if self.topics.get(RETRY_PREFIX + group) is None:
                     await self.topics.ensure_retry_topic(group)  # first: it checks the name
                 await self.groups.ensure(group)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def _compile_filters(self, data: dict) -> dict[str, dict[str, Sql92Filter]]:
+        """group -> topic -> compiled filter of every SQL92 subscription in a heartbeat;
+        BadRequest (naming the group and topic) for the first one refused."""
+        filters: dict[str, dict[str, Sql92Filter]] = {}
+        for consumer in data.get("consumerDataSet") or []:
+            group = str(_json_object(consumer, "consumerDataSet entry").get("groupName"))
+            for subscription in consumer.get("subscriptionDataSet") or []:
+                _json_object(subscription, "subscriptionDataSet entry")
+                topic = str(subscription.get("topic"))
+                try:
+                    compiled = subscription_filter(
+                        subscription.get("expressionType"), subscription.get("subString"),
+                        self.property_filter_enabled,
+                    )  # fmt: skip
+                except BadRequest as exc:
+                    raise BadRequest(f"group {group}, topic {topic}: {exc}", exc.code) from None
+                if compiled is not None:
+                    filters.setdefault(group, {})[topic] = compiled
+        return filters
+
+    async def check_client_config(self, request: RemotingCommand, connection: Connection):
+        """CHECK_CLIENT_CONFIG: would this broker serve the body's `subscriptionData`?
+        SUCCESS, or the code and remark the subscription would be refused with."""
+        subscription = _json_body(request, "CHECK_CLIENT_CONFIG").get("subscriptionData")
+        if subscription:
+            _json_object(subscription, "subscriptionData")
+            subscription_filter(
+                subscription.get("expressionType"), subscription.get("subString"),
+                self.property_filter_enabled,
+            )  # fmt: skip
         return request.make_response(ResponseCode.SUCCESS)
 
     async def unregister_client(self, request: RemotingCommand, connection: Connection):
@@ -152,3 +193,17 @@ class ConsumerRequests:
             with contextlib.suppress(RemotingError, OSError):
                 member.connection.invoke_oneway(notice)
         return request.make_response(ResponseCode.SUCCESS, body=body)
+
+
+def _json_body(request: RemotingCommand, what: str) -> dict:
+    try:
+        data = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        raise BadRequest(f"{what} body is not JSON: {exc}") from None
+    return _json_object(data, f"{what} body")
+
+
+def _json_object(value: object, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} is not a JSON object")
+    return value

@@ -3,10 +3,11 @@
 It builds the DLedger replica, the message store on top of it, the role, the
 managers of topics, subscription groups and consumer offsets, each request
 processor (given only the parts it uses), the remoting server, the name-server
-registration and the services only a master runs (delayed delivery, offset and
-metadata writes); then it runs them and carries out role changes. It holds no
-request logic of its own. With `metricsPort` it also serves Prometheus metrics: the
-broker's (broker.metrics) and its DLedger member's (dledger.metrics).
+registration and the services only a master runs (delayed delivery, the
+transaction check-back, offset and metadata writes); then it runs them and carries
+out role changes. It holds no request logic of its own. With `metricsPort` it also
+serves Prometheus metrics: the broker's (broker.metrics) and its DLedger member's
+(dledger.metrics).
 
 Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 - follower or candidate: slave at once (brokerId = selfId number + 1), registered
@@ -28,6 +29,7 @@ from pathlib import Path
 import trio
 from prometheus_client import CollectorRegistry
 
+from raftmq.broker.acl.service import AccessControl
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_queries import AdminQueries
 from raftmq.broker.admin_requests import AdminRequests
@@ -50,11 +52,14 @@ from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
+from raftmq.broker.transaction_check import TransactionCheckService
+from raftmq.broker.transactions import TransactionalMessages
 from raftmq.dledger.codes import Role
 from raftmq.dledger.metrics import DLedgerCollector
 from raftmq.dledger.server import DLedgerError, DLedgerServer
 from raftmq.remoting import (
     Connection,
+    Dispatcher,
     Processor,
     ProcessorTable,
     RemotingCommand,
@@ -87,6 +92,13 @@ def answer_refusals(handler: Processor) -> Processor:
         return None if request.is_oneway else response
 
     return processor
+
+
+async def acl_disabled(request: RemotingCommand, connection: Connection):
+    """The ACL requests (50-54) on a broker without aclEnable."""
+    return request.make_response(
+        ResponseCode.SYSTEM_ERROR, "aclEnable=false on this broker: there is no ACL to change"
+    )
 
 
 class BrokerController:
@@ -126,6 +138,9 @@ class BrokerController:
             metadata, self.meta, config.auto_create_subscription_group
         )
         self.offsets = ConsumerOffsetManager(metadata, self.meta, self.role)
+        self.acl = (
+            AccessControl(config, metadata, self.meta, self.role) if config.acl_enable else None
+        )
         self.sender = SendProcessor(
             self.role,
             self.store,
@@ -136,9 +151,25 @@ class BrokerController:
             cluster_name=config.broker_cluster_name,
             broker_name=config.broker_name,
             max_message_size=config.max_message_size,
+            reject_transaction_message=config.reject_transaction_message,
         )
         self.schedule = ScheduleService(
             self.role, self.store, self.meta, self.sender.put, self.broker_addr
+        )
+        self.transactions = TransactionalMessages(
+            self.role,
+            self.store,
+            self.topics,
+            self.broker_addr,
+            self.sender.put,
+            self.sender.schedule_if_delayed,
+        )
+        self.transaction_check = TransactionCheckService(
+            self.transactions,
+            self.clients,
+            check_interval_ms=config.transaction_check_interval,
+            timeout_ms=config.transaction_time_out,
+            check_max=config.transaction_check_max,
         )
         self._roles_send, self._roles_recv = trio.open_memory_channel(ROLE_EVENTS_BUFFERED)
         self.dledger.add_role_change_handler(self._on_role_change)
@@ -168,7 +199,7 @@ class BrokerController:
         return self.role.is_master
 
     # ------------------------------------------------------------------ processors
-    def _processors(self) -> ProcessorTable:
+    def _processors(self) -> Dispatcher:
         send, store = self.sender, self.store
         pull = PullProcessor(
             self.role,
@@ -177,10 +208,18 @@ class BrokerController:
             self.groups,
             self.offsets,
             self.stats,
+            self.clients,
             long_polling_enable=self.config.long_polling_enable,
+            property_filter_enabled=self.config.enable_property_filter,
         )
         consumer = ConsumerRequests(
-            self.role, self.clients, store, self.topics, self.groups, self.offsets
+            self.role,
+            self.clients,
+            store,
+            self.topics,
+            self.groups,
+            self.offsets,
+            property_filter_enabled=self.config.enable_property_filter,
         )
         admin = AdminRequests(self.role, self.topics, self.groups, self.config)
         queries = AdminQueries(
@@ -199,8 +238,10 @@ class BrokerController:
             RequestCode.SEND_MESSAGE_V2: send.send,
             RequestCode.SEND_BATCH_MESSAGE: send.send,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.send_back,
+            RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.PULL_MESSAGE: pull.pull,
             RequestCode.HEART_BEAT: consumer.heartbeat,
+            RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
             RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.consumer_list,
             RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_offset,
@@ -230,10 +271,12 @@ class BrokerController:
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: queries.topic_consumed_by,
             RequestCode.VIEW_BROKER_STATS_DATA: queries.broker_stats,
         }
+        acl_codes = dict.fromkeys(AccessControl.CODES, acl_disabled)
+        table.update(acl_codes if self.acl is None else self.acl.processors())
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
             processors.register_inline(code, send.send_inline)
-        return processors
+        return processors if self.acl is None else self.acl.guard(processors)
 
     # ------------------------------------------------------------------ roles
     def _on_role_change(self, term: int, role: Role) -> None:
@@ -298,7 +341,10 @@ class BrokerController:
             nursery.start_soon(self.registration.run)
             nursery.start_soon(self.offsets.run)
             nursery.start_soon(self.schedule.run)
+            nursery.start_soon(self.transaction_check.run)
             nursery.start_soon(self._expire_loop)
+            if self.acl is not None:
+                nursery.start_soon(self.acl.run)
             if self.config.metrics_port:
                 nursery.start_soon(self.metrics.run_sampler)
                 host = self.config.bind_address or "0.0.0.0"

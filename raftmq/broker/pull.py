@@ -19,6 +19,15 @@ what it had already consumed, typically right after a failover.
 Refusals, as PullMessageProcessor words them: a topic without read permission
 (the internal metadata topic has none) and a subscription group that is disabled
 or, with `autoCreateSubscriptionGroup=false`, unknown.
+
+Filters. A TAG subscription filters by the ConsumeQueue's tag hash (clients re-check
+the tag). An SQL92 one (`expressionType=SQL92`, needs `enablePropertyFilter=true`)
+is evaluated here over each message's properties, and only here: clients do not
+re-filter. Its expression comes from the request when the sysFlag's subscription bit
+is set (ali-ons, our clients), else from the group's heartbeats (Java's push
+consumer); compiled expressions are cached by their text (broker.sql92). Messages
+that do not match are skipped and `nextBeginOffset` moves past them; a pull that
+matched none answers PULL_RETRY_IMMEDIATELY, as RocketMQ's NO_MATCHED_MESSAGE does.
 """
 
 from __future__ import annotations
@@ -28,13 +37,15 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from raftmq.broker.headers import integer, text
+from raftmq.broker.headers import BadRequest, integer, text
+from raftmq.broker.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from raftmq.broker.store.messagestore import GetResult, GetStatus
 from raftmq.broker.store.metadata import PERM_READ
 from raftmq.protocol.message import tags_code
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
 
 if TYPE_CHECKING:
+    from raftmq.broker.clients import ClientManager
     from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
     from raftmq.broker.role import BrokerRole
     from raftmq.broker.stats import BrokerStats
@@ -63,6 +74,46 @@ def subscription_codes(expression: str | None) -> frozenset[int] | None:
     return None if not tags or "*" in tags else frozenset(tags_code(t) for t in tags)
 
 
+def is_tag_type(expression_type: str | None) -> bool:
+    """`ExpressionType.isTagType`: clients that send no type subscribe by tag."""
+    return expression_type in (None, "", "TAG")
+
+
+def subscription_filter(
+    expression_type: str | None, expression: str | None, property_filter_enabled: bool
+) -> Sql92Filter | None:
+    """The compiled filter of a subscription, None for a TAG one; BadRequest with
+    RocketMQ's code when it is refused: SYSTEM_ERROR while `enablePropertyFilter` is
+    false, SUBSCRIPTION_PARSE_FAILED for a type other than TAG and SQL92 or an
+    expression that does not compile (the remark says what and where)."""
+    if is_tag_type(expression_type):
+        return None
+    _check_supported(expression_type, property_filter_enabled)
+    try:
+        expression = str(expression or "")
+        return compile_sql92(expression)
+    except Sql92Error as exc:
+        shown = expression if len(expression) <= 200 else expression[:197] + "..."
+        raise BadRequest(
+            f"invalid SQL92 expression {shown!r}: {exc}",
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+        ) from None
+
+
+def _check_supported(expression_type: str | None, property_filter_enabled: bool) -> None:
+    if not property_filter_enabled:
+        raise BadRequest(
+            f"The broker does not support consumer to filter message by {expression_type} "
+            "(enablePropertyFilter=false)",
+            ResponseCode.SYSTEM_ERROR,
+        )
+    if expression_type != "SQL92":
+        raise BadRequest(
+            f"expression type {expression_type!r} is not supported: TAG or SQL92",
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+        )
+
+
 @attrs.define
 class PullProcessor:
     role: BrokerRole
@@ -71,7 +122,9 @@ class PullProcessor:
     groups: SubscriptionGroupManager
     offsets: ConsumerOffsetManager  # commits a pull carries
     stats: BrokerStats
+    clients: ClientManager  # the heartbeats' subscriptions, for SQL92 pulls without one
     long_polling_enable: bool = attrs.field(kw_only=True)
+    property_filter_enabled: bool = attrs.field(kw_only=True)
 
     async def pull(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         role = self.role
@@ -95,15 +148,18 @@ class PullProcessor:
         refusal = self.groups.refusal(group)
         if refusal is not None:
             return request.make_response(*refusal)
-        codes = None
-        if request.ext_fields.get("expressionType", "TAG") == "TAG":
+        codes = matches = None
+        expression_type = request.ext_fields.get("expressionType")
+        if is_tag_type(expression_type):
             codes = subscription_codes(request.ext_fields.get("subscription"))
+        else:
+            matches = self._filter(request, group, topic, expression_type, flags).matches_record
         if flags & FLAG_COMMIT_OFFSET and role.is_master:
             commit = integer(request, "commitOffset", -1)
             if commit >= 0:
                 self.offsets.commit(group, topic, queue_id, commit)
         store = self.store
-        result = store.get_message(topic, queue_id, offset, max_nums, codes)
+        result = store.get_message(topic, queue_id, offset, max_nums, codes, matches)
         behind = not role.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY
         idle = result.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE)
         if (
@@ -115,7 +171,7 @@ class PullProcessor:
             deadline = trio.current_time() + suspend_ms / 1000.0
             while trio.current_time() < deadline and result.status != GetStatus.FOUND:
                 await store.wait_arrival(topic, queue_id, deadline)
-                result = store.get_message(topic, queue_id, offset, max_nums, codes)
+                result = store.get_message(topic, queue_id, offset, max_nums, codes, matches)
                 if result.status == GetStatus.NO_MATCHED_MESSAGE:
                     break
         if result.records:
@@ -123,6 +179,40 @@ class PullProcessor:
         if not role.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY:
             return self._response(request, result, ResponseCode.PULL_RETRY_IMMEDIATELY, offset)
         return self._response(request, result)
+
+    def _filter(
+        self, request: RemotingCommand, group: str, topic: str, expression_type: str, flags: int
+    ) -> Sql92Filter:
+        """The pull's SQL92 filter: from the request when it carries the subscription,
+        else the group's newest heartbeat subscription to the topic, refused as
+        PullMessageProcessor refuses it when missing or older than the request's."""
+        if flags & FLAG_SUBSCRIPTION:
+            found = subscription_filter(
+                expression_type, request.ext_fields.get("subscription"),
+                self.property_filter_enabled,
+            )  # fmt: skip
+            assert found is not None  # not a TAG type
+            return found
+        _check_supported(expression_type, self.property_filter_enabled)
+        registered = self.clients.subscription(group, topic)
+        if registered is None:
+            raise BadRequest(
+                f"the consumer's subscription not exist, group: {group}, topic: {topic}",
+                ResponseCode.SUBSCRIPTION_NOT_EXIST,
+            )
+        version, compiled = registered
+        if version < integer(request, "subVersion", 0):
+            raise BadRequest(
+                f"the consumer's subscription not latest, group: {group}, topic: {topic}",
+                ResponseCode.SUBSCRIPTION_NOT_LATEST,
+            )
+        if compiled is None:
+            raise BadRequest(
+                f"the consumer's filter data not exist: group {group} subscribes to {topic} "
+                "by TAG in its heartbeats",
+                ResponseCode.FILTER_DATA_NOT_EXIST,
+            )
+        return compiled
 
     @staticmethod
     def _response(

@@ -1,8 +1,8 @@
 """Sending: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
 CONSUMER_SEND_MSG_BACK (36), with RocketMQ's retry, delay and dead-letter rules.
 
-Transactional (half) messages are refused with NO_PERMISSION: there is no
-END_TRANSACTION or check-back here to settle them.
+A transactional send (prepared) is stored as a half message (broker.transactions),
+or refused with NO_PERMISSION when `rejectTransactionMessage` is set.
 
 A message is serialized here as a CommitLog record and appended through DLedger;
 the answer goes back once a quorum has it on disk. DLedger's refusals map as
@@ -24,6 +24,7 @@ import attrs
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
 from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES, sent_message
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
+from raftmq.broker.transactions import HALF_TOPIC, TRANSACTION_TOPICS, is_prepared, to_half
 from raftmq.dledger.codes import Code
 from raftmq.dledger.server import DLedgerError
 from raftmq.protocol import message as codec
@@ -43,9 +44,15 @@ if TYPE_CHECKING:
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker's own topics. A client's
 # message in the schedule topic would be delivered to whatever topic and queue its
 # properties name, past every check a send makes.
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "OFFSET_MOVED_EVENT"})
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "OFFSET_MOVED_EVENT", *TRANSACTION_TOPICS})
 # A delayed message goes to the schedule topic (schedule_if_delayed): not an inline send.
 _DELAY_PROPERTY = MessageConst.PROPERTY_DELAY_TIME_LEVEL + codec.NAME_VALUE_SEPARATOR
+# A transactional message becomes a half message (is_prepared): not an inline send.
+_TRANSACTION_PROPERTY = MessageConst.PROPERTY_TRANSACTION_PREPARED + codec.NAME_VALUE_SEPARATOR
+_BROKER_TRANSACTION_TYPES = (
+    MessageSysFlag.TRANSACTION_COMMIT_TYPE,
+    MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
+)
 _BATCH_ITEM = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _NOT_LEADER = {
     Code.NOT_LEADER,
@@ -107,6 +114,7 @@ class SendProcessor:
     cluster_name: str = attrs.field(kw_only=True)
     broker_name: str = attrs.field(kw_only=True)
     max_message_size: int = attrs.field(kw_only=True)
+    reject_transaction_message: bool = attrs.field(kw_only=True, default=False)
 
     async def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         if not self.role.is_master:
@@ -125,6 +133,8 @@ class SendProcessor:
                 dlq = await self.topics.ensure_dlq(topic[len(RETRY_PREFIX) :])
                 topic, queue_id = dlq.topic_name, 0
         messages = self._messages(request, connection, topic, queue_id)
+        if messages[0].topic == HALF_TOPIC:
+            await self.topics.ensure_system_topic(HALF_TOPIC)
         return self._response(request, queue_id, await self.put(messages))
 
     def send_inline(
@@ -171,6 +181,7 @@ class SendProcessor:
             or batch
             or type(properties) is not str
             or _DELAY_PROPERTY in properties  # to the schedule topic: `send` decides
+            or _TRANSACTION_PROPERTY in properties
             or len(request.body) > self.max_message_size
             or MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE
         ):
@@ -256,15 +267,21 @@ class SendProcessor:
             props = codec.string_to_properties(text(request, "properties", ""))
             items = [(integer(request, "flag", 0), request.body, props)]
         sysflag = integer(request, "sysFlag", 0) & ~MessageSysFlag.MULTI_TAGS_FLAG
-        if MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE:
-            # Storing a half message with no END_TRANSACTION or check-back to settle it
-            # would drop it silently; refuse it as a broker with
-            # rejectTransactionMessage=true does.
+        if MessageSysFlag.get_transaction_value(sysflag) in _BROKER_TRANSACTION_TYPES:
             raise BadRequest(
-                f"the broker[{self.broker_name}] sending transaction message is "
-                "forbidden: transactional messages are not supported here",
-                ResponseCode.NO_PERMISSION,
+                f"sysFlag {sysflag}: commit (8) and rollback (12) are written by the broker;"
+                " a client sends 0 or prepared (4)"
             )
+        prepared = any(is_prepared(sysflag, props) for _flag, _body, props in items)
+        if prepared and topic.startswith(RETRY_PREFIX):
+            # A consumer's retry of a committed transactional message still carries
+            # TRAN_MSG (clients before 4.6.1): an ordinary message, as in RocketMQ.
+            prepared = False
+            sysflag = MessageSysFlag.reset_transaction_value(
+                sysflag, MessageSysFlag.TRANSACTION_NOT_TYPE
+            )
+        if prepared:
+            self._check_transactional(len(items))
         born = parse_address(connection.remote_address)  # the producer: the born host
         born_timestamp = integer(request, "bornTimestamp", 0)
         reconsume = integer(request, "reconsumeTimes", 0)
@@ -288,8 +305,18 @@ class SendProcessor:
                 store_host=self.address.store_host,
                 reconsume_times=reconsume,
             )
-            messages.append(self.schedule_if_delayed(msg))
+            messages.append(to_half(msg) if prepared else self.schedule_if_delayed(msg))
         return messages
+
+    def _check_transactional(self, count: int) -> None:
+        """BadRequest unless a transactional send may be stored as a half message."""
+        if self.reject_transaction_message:
+            raise BadRequest(
+                f"the broker[{self.address.ip}] sending transaction message is forbidden",
+                ResponseCode.NO_PERMISSION,
+            )
+        if count > 1:
+            raise BadRequest("batch messages cannot be transactional", ResponseCode.MESSAGE_ILLEGAL)
 
     def _response(self, request: RemotingCommand, queue_id: int, results) -> RemotingCommand:
         self.stats.put_messages += len(results)

@@ -108,6 +108,14 @@ class TopicConfigManager:
             return existing
         return await self.put(TopicConfig(RETRY_PREFIX + group, 1, 1, PERM_READ | PERM_WRITE))
 
+    async def ensure_system_topic(self, topic: str) -> TopicConfig:
+        """A broker-written topic of one queue (the transaction topics), created the
+        first time it is needed, as RocketMQ's createTopicInSendMessageBackMethod does."""
+        existing = self.metadata.topics.get(topic)
+        if existing is not None:
+            return existing
+        return await self.put(TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE))
+
     async def ensure_dlq(self, group: str) -> TopicConfig:
         existing = self.metadata.topics.get(DLQ_PREFIX + group)
         if existing is not None:

@@ -9,6 +9,7 @@ server as well as raftmq's. Modules:
 - `connections`: one pipelined connection per address
 - `instance`: what a client shares (id, pool, routes, heartbeat, broker calls)
 - `producer`: Producer, SendResult; `consumer`: PullConsumer; `push`: PushConsumer
+- `transaction`: TransactionProducer (half message, local transaction, check-back)
 - `offsets`, `allocate`: consumed-offset bookkeeping and queue allocation
 - `blocking`: BlockingProducer, BlockingPullConsumer for scripts
 - `errors`: SendError (with `indeterminate`), MQBrokerError, RouteNotFoundError
@@ -31,24 +32,42 @@ Where it differs from the Java client, on purpose:
   retried at the new master, and a released queue commits before it counts as
   released; a queue that starts from `consume_from` commits its start offset.
 - Pull consumers do not heartbeat, so they never join a push group's rebalance.
+
+Every client takes `credentials=SessionCredentials(access_key, secret_key)` for a
+broker with `aclEnable=true`; each request is then signed as Java's AclClientRPCHook
+signs it (raftmq.remoting.signing).
 """
 
 from raftmq.client.allocate import allocate_averagely
 from raftmq.client.blocking import BlockingProducer, BlockingPullConsumer
-from raftmq.client.consumer import PullConsumer, PullResult, PullStatus, Subscription
+from raftmq.client.consumer import (
+    MessageSelector,
+    PullConsumer,
+    PullResult,
+    PullStatus,
+    Subscription,
+)
 from raftmq.client.errors import MQBrokerError, MQClientError, RouteNotFoundError, SendError
 from raftmq.client.producer import Message, Producer, SendResult, SendStatus
 from raftmq.client.push import ConsumeFromWhere, PushConsumer
 from raftmq.client.route import MessageQueue, TopicRouteData, parse_route
+from raftmq.client.transaction import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
+from raftmq.remoting.signing import SessionCredentials
 
 __all__ = [
     "BlockingProducer",
     "BlockingPullConsumer",
     "ConsumeFromWhere",
+    "LocalTransactionState",
     "MQBrokerError",
     "MQClientError",
     "Message",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PullResult",
@@ -58,8 +77,11 @@ __all__ = [
     "SendError",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
     "Subscription",
     "TopicRouteData",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
     "parse_route",
 ]

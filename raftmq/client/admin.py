@@ -35,6 +35,7 @@ from raftmq.protocol.message import MessageExt, MessageFormatError, decode
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_peers
 from raftmq.streams.properties import format_properties, parse_properties
 from raftmq.streams.tls import ClientTls
@@ -247,11 +248,13 @@ class Admin:
         *,
         timeout_s: float = 3.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         self.timeout_s = timeout_s
         self.tls = tls
-        self.pool = ConnectionPool(connect_timeout_s=timeout_s, tls=tls)
+        self.credentials = credentials  # RocketMQ's ACL account; every request is signed
+        self.pool = ConnectionPool(connect_timeout_s=timeout_s, tls=tls, credentials=credentials)
 
     async def __aenter__(self) -> Admin:
         await self.pool.__aenter__()
@@ -399,6 +402,24 @@ class Admin:
         for address in targets:
             await self.call(address, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
         return targets
+
+    async def acl_change(
+        self, code: int, ext: dict, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """An ACL change (UPDATE_AND_CREATE_ACL_CONFIG, DELETE_ACL_CONFIG,
+        UPDATE_GLOBAL_WHITE_ADDRS_CONFIG) on one broker or every master of `cluster`; the
+        log carries it to the slaves. Returns the addresses written to."""
+        targets = await self._masters(cluster, broker_addr)
+        for address in targets:
+            await self.call(address, code, ext)
+        return targets
+
+    async def acl_answers(
+        self, code: int, *, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[RemotingCommand]:
+        """GET_BROKER_CLUSTER_ACL_INFO or GET_BROKER_CLUSTER_ACL_CONFIG from one broker
+        or every master of `cluster`."""
+        return [await self.call(a, code) for a in await self._masters(cluster, broker_addr)]
 
     async def subscription_groups(self, broker_addr: str) -> dict[str, dict]:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name -> its config's JSON."""

@@ -18,6 +18,7 @@ import trio
 
 from raftmq.remoting import RemotingClient, RemotingCommand
 from raftmq.remoting.processor import Processor
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.tls import ClientTls
 
 __all__ = ["ConnectionPool"]
@@ -26,7 +27,8 @@ __all__ = ["ConnectionPool"]
 class ConnectionPool:
     """`async with ConnectionPool(processor) as pool: await pool.invoke(addr, request)`.
 
-    `processor` answers requests the servers send (NOTIFY_CONSUMER_IDS_CHANGED).
+    `processor` answers requests the servers send (NOTIFY_CONSUMER_IDS_CHANGED);
+    with `credentials` every request is signed (RocketMQ's ACL).
     """
 
     def __init__(
@@ -34,8 +36,10 @@ class ConnectionPool:
         processor: Processor | None = None,
         connect_timeout_s: float = 3.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ):
         self.processor = processor
+        self.credentials = credentials
         self.tls = tls  # `tls.enable`: every connection of the pool is TLS
         self.connect_timeout_s = connect_timeout_s
         self._clients: dict[str, RemotingClient] = {}
@@ -83,6 +87,7 @@ class ConnectionPool:
             processor=self.processor,
             connect_timeout_s=self.connect_timeout_s,
             tls=self.tls,
+            credentials=self.credentials,
         )
         async with client:
             task_status.started(client)

@@ -10,7 +10,8 @@ with the route refreshed at once after "not master" or a dead connection.
 A pull reply's status (A.9): SUCCESS -> FOUND, PULL_NOT_FOUND -> NO_NEW_MSG,
 PULL_RETRY_IMMEDIATELY -> NO_MATCHED_MSG, PULL_OFFSET_MOVED -> OFFSET_ILLEGAL; any
 other code raises MQBrokerError. Found messages are filtered by tag here (brokers may
-filter only by tag hash) and zlib bodies are inflated.
+filter only by tag hash) and zlib bodies are inflated. An SQL92 subscription
+(`MessageSelector.by_sql`) is filtered by the broker alone, as with Java's client.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt, MessageSysFlag, decode_all, java_string_hash
 from raftmq.remoting import RemotingCommand
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.tls import ClientTls
 
 __all__ = [
     "MAX_RECONSUME_TIMES",
+    "MessageSelector",
     "PullConsumer",
     "PullResult",
     "PullStatus",
@@ -73,17 +76,48 @@ class PullResult:
     max_offset: int
 
 
+TAG, SQL92 = "TAG", "SQL92"  # ExpressionType
+
+
+@attrs.frozen
+class MessageSelector:
+    """What a consumer selects (Java's `MessageSelector`): `by_tag("TagA || TagB")`, or
+    `by_sql("a > 5 AND TAGS = 'x'")` over the message properties, which the broker
+    evaluates; it needs `enablePropertyFilter=true` on the broker."""
+
+    expression_type: str
+    expression: str
+
+    @classmethod
+    def by_tag(cls, expression: str = "*") -> MessageSelector:
+        return cls(TAG, expression or "*")
+
+    @classmethod
+    def by_sql(cls, expression: str) -> MessageSelector:
+        return cls(SQL92, expression)
+
+
 @attrs.frozen
 class Subscription:
-    """`SubscriptionData` from an expression: "*" (everything) or "TagA || TagB"."""
+    """`SubscriptionData`: a TAG expression, "*" (everything) or "TagA || TagB", or an
+    SQL92 one (`expression_type="SQL92"`)."""
 
     topic: str
     expression: str = "*"
     version: int = attrs.field(factory=lambda: int(time.time() * 1000))
+    expression_type: str = attrs.field(default=TAG, kw_only=True)
+
+    @classmethod
+    def of(cls, topic: str, selector: MessageSelector | str, version: int | None = None):
+        """A subscription to `topic` from a selector or a TAG expression."""
+        if isinstance(selector, str):
+            selector = MessageSelector.by_tag(selector)
+        when = {} if version is None else {"version": version}
+        return cls(topic, selector.expression, expression_type=selector.expression_type, **when)
 
     @property
     def tags(self) -> frozenset[str]:
-        if self.expression.strip() in ("", "*"):
+        if self.expression_type != TAG or self.expression.strip() in ("", "*"):
             return frozenset()
         return frozenset(t.strip() for t in self.expression.split("||") if t.strip())
 
@@ -96,8 +130,8 @@ class Subscription:
         return {
             "classFilterMode": False,
             "codeSet": [java_string_hash(t) for t in tags],
-            "expressionType": "TAG",
-            "subString": self.expression if tags else "*",
+            "expressionType": self.expression_type,
+            "subString": self.expression if tags or self.expression_type != TAG else "*",
             "subVersion": self.version,
             "tagsSet": tags,
             "topic": self.topic,
@@ -154,7 +188,7 @@ def pull_request(
             "suspendTimeoutMillis": int((long_poll_s or 0) * 1000),
             "subscription": subscription.expression,
             "subVersion": subscription.version,
-            "expressionType": "TAG",
+            "expressionType": subscription.expression_type,
         },
     )
 
@@ -198,6 +232,7 @@ class PullConsumer:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.instance = ClientInstance(
@@ -206,6 +241,7 @@ class PullConsumer:
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
             tls=tls,
+            credentials=credentials,
         )
 
     async def __aenter__(self) -> PullConsumer:
@@ -225,20 +261,21 @@ class PullConsumer:
         offset: int,
         max_nums: int = 32,
         *,
-        subscription: Subscription | str = "*",
+        subscription: Subscription | MessageSelector | str = "*",
         long_poll_s: float | None = None,
         commit_offset: int | None = None,
         timeout_s: float | None = None,
     ) -> PullResult:
-        """Up to `max_nums` messages of `mq` from `offset`.
+        """Up to `max_nums` messages of `mq` from `offset` that `subscription` selects:
+        a TAG expression ("TagA || TagB"), a MessageSelector or a Subscription.
 
         With `long_poll_s` the broker holds the request until a message arrives or that
         time passes (SUSPEND); `commit_offset` rides along for the broker to store
         (COMMIT_OFFSET). The RPC times out after `timeout_s`: by default the RPC
         timeout, or the hold plus 15 s.
         """
-        if isinstance(subscription, str):
-            subscription = Subscription(mq.topic, subscription, 0)
+        if not isinstance(subscription, Subscription):
+            subscription = Subscription.of(mq.topic, subscription, 0)
         request = pull_request(
             self.group, mq, offset, max_nums, subscription, long_poll_s, commit_offset
         )

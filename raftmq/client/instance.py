@@ -36,6 +36,7 @@ from raftmq.remoting import (
     not_supported,
 )
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_address_list
 from raftmq.streams.tls import ClientTls
 
@@ -50,7 +51,8 @@ ASK_ELSEWHERE_CODES = frozenset(
 
 _serial = itertools.count()
 
-Handler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+# A request a broker sends, and the connection it came on (to answer with a request).
+Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
 
 
 def local_ip() -> str:
@@ -69,6 +71,18 @@ def parse_namesrv_addrs(namesrv_addr: str | Sequence[str]) -> list[str]:
     if not addrs:
         raise ValueError("no name server address given")
     return addrs
+
+
+def namesrv_from_flag(given: str | None) -> list[str]:
+    """A command's `-n`, else the NAMESRV_ADDR environment variable, as RocketMQ's tools
+    read it; ValueError saying which is missing or malformed."""
+    text = given or os.environ.get("NAMESRV_ADDR")
+    if not text:
+        raise ValueError("no name server: give -n or set NAMESRV_ADDR")
+    try:
+        return parse_namesrv_addrs(text)
+    except ValueError as exc:
+        raise ValueError(f"-n {text!r}: {exc}") from None
 
 
 def backoff_delays(first_s: float = 0.05, max_s: float = 0.4) -> Iterator[float]:
@@ -93,6 +107,7 @@ class ClientInstance:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
         # Java's `ip@pid#nanotime`: two clients of one process are two group members.
@@ -100,12 +115,17 @@ class ClientInstance:
         self.rpc_timeout_s = rpc_timeout_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.producer_group: str | None = None
+        # Heartbeat every member, not only masters (a transactional producer: a new
+        # master must know whom to ask about open transactions).
+        self.heartbeat_replicas = False
         self.consumer_data: dict | None = None
         self.handlers: dict[int, Handler] = {}
         # Called with (topic, route) when a topic's route changes, after the heartbeat
         # to its brokers is under way.
         self.route_listeners: list[Callable[[str, TopicRouteData], None]] = []
-        self.pool = ConnectionPool(self._serve, connect_timeout_s=rpc_timeout_s, tls=tls)
+        self.pool = ConnectionPool(
+            self._serve, connect_timeout_s=rpc_timeout_s, tls=tls, credentials=credentials
+        )
         self.routes = RouteCache(
             self.namesrv_addrs,
             self.pool.invoke,
@@ -142,7 +162,7 @@ class ClientInstance:
         handler = self.handlers.get(request.code)
         if handler is None:
             return not_supported(request)
-        return await handler(request)
+        return await handler(request, connection)
 
     # ------------------------------------------------------------------ heartbeats
     @property
@@ -152,7 +172,7 @@ class ClientInstance:
     def heartbeat_addresses(self) -> set[str]:
         """Masters of every route in use; consumers also heartbeat the slaves they may
         pull from (Java's `sendHeartbeatToAllBroker`)."""
-        masters_only = self.consumer_data is None
+        masters_only = self.consumer_data is None and not self.heartbeat_replicas
         addrs: set[str] = set()
         for topic in self.routes.topics:
             addrs |= self.routes.cached(topic).all_addresses(masters_only)

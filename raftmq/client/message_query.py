@@ -12,7 +12,9 @@ from __future__ import annotations
 import trio
 
 from raftmq.client.admin import Admin
+from raftmq.client.consumer import PullConsumer, PullStatus
 from raftmq.client.errors import MQBrokerError, MQClientError
+from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt, decode_all
 from raftmq.protocol.msgid import uniq_id_nearly_time
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
@@ -137,7 +139,20 @@ async def view_by_either_id(admin: Admin, msg_id: str, topic: str | None) -> Mes
     return await query_by_unique_key(admin, topic, msg_id)
 
 
+async def message_at(admin: Admin, mq: MessageQueue, offset: int) -> MessageExt | None:
+    """The message at `offset` of `mq` (queryMsgByOffset), pulled as the tools'
+    consumer group; None when the queue holds none there."""
+    async with PullConsumer(
+        admin.namesrv_addrs, "TOOLS_CONSUMER", tls=admin.tls, credentials=admin.credentials
+    ) as consumer:
+        result = await consumer.pull(mq, offset, 1)
+    if result.status is PullStatus.FOUND and result.messages:
+        return result.messages[0]
+    return None
+
+
 __all__ = [
+    "message_at",
     "query_all_by_unique_key",
     "query_by_key",
     "query_by_unique_key",

@@ -43,6 +43,7 @@ from raftmq.protocol.message import MessageConst, MessageSysFlag, properties_to_
 from raftmq.protocol.msgid import UniqIdGenerator
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.tls import ClientTls
 
 __all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch", "send_request"]
@@ -153,6 +154,7 @@ class Producer:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.send_timeout_s = send_timeout_s
@@ -164,6 +166,7 @@ class Producer:
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
             tls=tls,
+            credentials=credentials,
         )
         self.instance.producer_group = group
         self._uniq_ids = UniqIdGenerator(ip=local_ip())
@@ -207,7 +210,17 @@ class Producer:
         Raises SendError when it is not acknowledged within `send_timeout_s`.
         """
         props = self._properties(tags, keys, properties)
-        sysflag = 0
+        return await self._send_message(topic, body, props, queue)
+
+    async def _send_message(
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        queue: MessageQueue | None,
+        sysflag: int = 0,
+    ) -> SendResult:
+        """One message with its properties (UNIQ_KEY set), compressed if large."""
         if len(body) >= self.compress_over_bytes:
             body = zlib.compress(body, COMPRESS_LEVEL)
             sysflag |= MessageSysFlag.COMPRESSED_FLAG

@@ -4,7 +4,11 @@ RocketMQ's `DefaultMQPushConsumer` in clustering mode, built on PullConsumer's c
 
 - **Membership.** HEART_BEAT with the group's ConsumerData to every member of every
   broker group of the topic (at start, every 30 s, and when a route changes), which
-  also makes the broker create `%RETRY%<group>`; that topic is subscribed too.
+  also makes the broker create `%RETRY%<group>`; that topic is subscribed too. An
+  SQL92 subscription (`MessageSelector.by_sql`) is first checked with every master of
+  the topic (CHECK_CLIENT_CONFIG, as Java's consumer does at start): entering raises
+  MQBrokerError with the broker's remark when one refuses it (property filters
+  disabled, or an expression that does not compile).
 - **Rebalance.** The topic's readable queues and the member ids
   (GET_CONSUMER_LIST_BY_GROUP) are allocated averagely (`allocate_averagely`) at start,
   every `rebalance_interval_s`, and at once when a broker sends
@@ -31,6 +35,7 @@ RocketMQ's `DefaultMQPushConsumer` in clustering mode, built on PullConsumer's c
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,14 +44,22 @@ import trio
 
 from raftmq.client import fastjson
 from raftmq.client.allocate import allocate_averagely
-from raftmq.client.consumer import MAX_RECONSUME_TIMES, PullConsumer, PullStatus, Subscription
-from raftmq.client.errors import MQClientError
+from raftmq.client.consumer import (
+    MAX_RECONSUME_TIMES,
+    TAG,
+    MessageSelector,
+    PullConsumer,
+    PullStatus,
+    Subscription,
+)
+from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import backoff_delays
 from raftmq.client.offsets import QueueOffsets
 from raftmq.client.route import MessageQueue, TopicRouteData
 from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError
-from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
-from raftmq.remoting.codes import RequestCode
+from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
+from raftmq.remoting.codes import RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.tls import ClientTls
 
 __all__ = ["ConsumeFromWhere", "PushConsumer", "retry_topic"]
@@ -112,7 +125,7 @@ class PushConsumer:
         group: str,
         topic: str,
         handler: Handler,
-        subscription: str = "*",
+        subscription: str | MessageSelector = "*",
         consume_from: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         *,
         consume_timestamp_ms: int | None = None,
@@ -126,6 +139,7 @@ class PushConsumer:
         poll_name_server_interval_s: float = 30.0,
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.group = group
         self.topic = topic
@@ -145,7 +159,7 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.retry_topic = retry_topic(group)
         self.subscriptions = {
-            topic: Subscription(topic, subscription),
+            topic: Subscription.of(topic, subscription),
             self.retry_topic: Subscription(self.retry_topic, "*"),
         }
         self._pull = PullConsumer(
@@ -155,6 +169,7 @@ class PushConsumer:
             poll_name_server_interval_s=poll_name_server_interval_s,
             heartbeat_interval_s=heartbeat_interval_s,
             tls=tls,
+            credentials=credentials,
         )
         self.instance = self._pull.instance
         self.instance.consumer_data = {
@@ -200,6 +215,7 @@ class PushConsumer:
                     await self.instance.routes.get(topic)
                 except MQClientError as exc:  # the retry topic appears after the heartbeat
                     log.debug("%s", exc)
+            await self._check_subscriptions()
             await self.instance.heartbeat()
             await self._rebalance()
         except BaseException:
@@ -207,6 +223,28 @@ class PushConsumer:
             raise
         self.instance.nursery.start_soon(self._run_loops)
         return self
+
+    async def _check_subscriptions(self) -> None:
+        """CHECK_CLIENT_CONFIG for each subscription that is not by tag, with every
+        master of its topic; MQBrokerError for the first refusal."""
+        for subscription in self.subscriptions.values():
+            if subscription.expression_type == TAG:
+                continue
+            route = await self.instance.routes.get(subscription.topic)
+            body = json.dumps(
+                {
+                    "clientId": self.client_id,
+                    "group": self.group,
+                    "subscriptionData": subscription.to_json(),
+                }
+            ).encode()
+            for address in sorted(route.all_addresses(masters_only=True)):
+                request = RemotingCommand(RequestCode.CHECK_CLIENT_CONFIG, body=body)
+                response = await self.instance.pool.invoke(
+                    address, request, self.instance.rpc_timeout_s
+                )
+                if response.code != ResponseCode.SUCCESS:
+                    raise MQBrokerError(response.code, response.remark, address)
 
     async def __aexit__(self, *exc_info) -> None:
         try:
@@ -218,11 +256,11 @@ class PushConsumer:
         finally:
             await self._pull.__aexit__(*exc_info)
 
-    async def _on_ids_changed(self, request: RemotingCommand) -> None:
+    async def _on_ids_changed(self, request: RemotingCommand, _connection: Connection) -> None:
         if request.ext_fields.get("consumerGroup") == self.group:
             self._wakeup.set()
 
-    async def _on_reset_offset(self, request: RemotingCommand) -> None:
+    async def _on_reset_offset(self, request: RemotingCommand, _connection: Connection) -> None:
         """The broker committed new offsets for the group (ResetOffsetBody: MessageQueue
         -> offset); the queues restart from them in a task, not on the connection's."""
         if request.ext_fields.get("group") != self.group:

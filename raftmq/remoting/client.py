@@ -20,6 +20,9 @@ late (the connection stays up).
 With `tls` (a `streams.tls.ClientTls` with `enable`), the connection is TLS, handshaken
 before `__aenter__` returns, so a server that refuses the client's certificate, or
 whose own does not verify, is a RemotingConnectError there.
+
+With `credentials` (RocketMQ's ACL account), every request is signed on its way out
+(`signing.sign`, what Java's AclClientRPCHook does).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.connection import DEFAULT_MAX_PENDING_BYTES, Connection
 from raftmq.remoting.errors import RemotingConnectError
 from raftmq.remoting.processor import Processor
+from raftmq.remoting.signing import SessionCredentials, sign
 from raftmq.streams.address import parse_address
 from raftmq.streams.tls import ClientTls
 
@@ -55,8 +59,10 @@ class RemotingClient:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         tls: ClientTls | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         self.address = address
+        self.credentials = credentials
         self.host, self.port = parse_address(address)
         self.processor = processor
         self.connect_timeout_s = connect_timeout_s
@@ -124,8 +130,12 @@ class RemotingClient:
 
     async def invoke(self, request: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
         """Send `request` (a fresh opaque is stamped on it) and return the response."""
+        if self.credentials is not None:
+            sign(request, self.credentials)
         return await self.connection.invoke(request, timeout_s)
 
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send `request` with the oneway flag; returns at once, no response comes."""
+        if self.credentials is not None:
+            sign(request, self.credentials)
         self.connection.invoke_oneway(request)

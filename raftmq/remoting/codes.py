@@ -58,6 +58,12 @@ class RequestCode(IntEnum):
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46  # Java SQL92 consumers
     GET_CLIENT_CONFIG = 47
+    # broker: plain ACL (4.4 to 5.2; ACL 2.0 replaced them and left the numbers unused)
+    UPDATE_AND_CREATE_ACL_CONFIG = 50
+    DELETE_ACL_CONFIG = 51
+    GET_BROKER_CLUSTER_ACL_INFO = 52
+    UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
+    GET_BROKER_CLUSTER_ACL_CONFIG = 54  # 4.6 to 4.9.7 and 5.0; gone in 4.9.8
     # namesrv
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101

@@ -117,6 +117,12 @@ class ProcessorTable:
         """
         self._inline[int(code)] = handler
 
+    @property
+    def inline_codes(self) -> frozenset[int]:
+        """The codes with an inline handler (a dispatcher wrapping this one checks those
+        requests before handing them to `inline`)."""
+        return frozenset(self._inline)
+
     def inline(
         self, requests: list[RemotingCommand], connection: Connection
     ) -> list[RemotingCommand]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_address
 from raftmq.tools.dledger_local import free_ports, stop_process
 
@@ -53,6 +54,7 @@ class LocalCluster:
         hosts: Sequence[str] | None = None,
         advertised: Sequence[str] | None = None,
         namesrv_addr: str | None = None,
+        credentials: SessionCredentials | None = None,
         metrics: bool = False,
     ) -> None:
         """`hosts[i]` is the address node i's broker and DLedger replica listen on
@@ -60,8 +62,11 @@ class LocalCluster:
         the name server (brokerIP1), which clients dial: its own by default. An
         advertised address of its own needs something, a proxy, listening there.
         `namesrv_addr` joins a name server someone else runs (another group's, so that
-        several groups form one cluster) instead of starting one. `metrics` gives every
-        process a `metricsPort` of its own: `metrics_addrs[name]` ("namesrv", "n0", ...)."""
+        several groups form one cluster) instead of starting one. Each node's
+        rocketmqHome is its directory (its ACL file: `<node>/conf/plain_acl.yml`);
+        `credentials` sign the harness's own calls to brokers with `aclEnable`. `metrics`
+        gives every process a `metricsPort` of its own: `metrics_addrs[name]` ("namesrv",
+        "n0", ...)."""
         self.base_dir = Path(base_dir)
         self.broker_name = broker_name
         self.cluster_name = cluster_name
@@ -85,6 +90,7 @@ class LocalCluster:
             _addresses(["namesrv", *self.ids], [LOOPBACK, *hosts], metrics_ports) if metrics else {}
         )
         self.extra_conf = dict(extra_conf or {})
+        self.credentials = credentials
         self.procs: dict[str, subprocess.Popen] = {}
 
     # ------------------------------------------------------------------ files
@@ -115,6 +121,7 @@ class LocalCluster:
                 "brokerIP1": parse_address(self.client_addrs[node])[0],
                 "namesrvAddr": self.namesrv_addr,
                 "storePathRootDir": str(self.store_dir(node)),
+                "rocketmqHome": str(self.store_dir(node)),
                 "enableDLegerCommitLog": "true",
                 "dLegerGroup": self.broker_name,
                 "dLegerPeers": self.dledger_peers(node),
@@ -218,7 +225,7 @@ class LocalCluster:
                 await trio.sleep(0.02)
 
     async def broker_call(self, node: str, code: int, ext: dict | None = None, body=b""):
-        async with RemotingClient(self.broker_addrs[node]) as client:
+        async with RemotingClient(self.broker_addrs[node], credentials=self.credentials) as client:
             return await client.invoke(
                 RemotingCommand(code=code, ext_fields=ext or {}, body=body), 5.0
             )

@@ -6,7 +6,11 @@
 //   node scenario.js consume   push-consumes until stdin closes
 //
 // Settings come from the environment (NAMESRV, TOPIC, GROUP, COUNT, INTERVAL_MS,
-// BODY_PREFIX, LARGE_EVERY, SUBSCRIPTION, FAIL_BODIES). Everything that happens is
+// BODY_PREFIX, LARGE_EVERY, PROPS, SUBSCRIPTION, SQL92, FAIL_BODIES, and ACCESS_KEY with
+// SECRET_KEY to sign every request for a broker with aclEnable). PROPS=1 gives
+// message i the user properties n=i and kind=red|blue|green (i % 3); SQL92 subscribes
+// with that expression (ali-ons' `{expressionType: 'SQL92', subString}`) instead of
+// the tag expression SUBSCRIPTION. Everything that happens is
 // printed as one JSON object per line on stdout, with `t` = Date.now(), so the test can
 // line events up with the faults it injects. ALI_ONS_DEBUG=1 sends ali-ons' own log to
 // stderr.
@@ -25,6 +29,9 @@ const common = {
   rebalanceInterval: 1000,
   // Consumed offsets go to the (new) master every second instead of every 5 s.
   persistConsumerOffsetInterval: 1000,
+  // ali-ons signs every request when it has both (lib/channel.js beforeRequest).
+  accessKeyId: env.ACCESS_KEY,
+  accessKeySecret: env.SECRET_KEY,
   // ali-ons prints a stack trace for every emitted error unless given a logger.
   logger: env.ALI_ONS_DEBUG ?
     { info: console.error, warn: console.error, error: console.error, debug() {} } :
@@ -35,6 +42,7 @@ const common = {
 // broker stores a zlib body with sysFlag 0x1 and the consumer has to inflate it. Events
 // carry the text before the padding as `body`.
 const PADDING = '|' + '.'.repeat(5000);
+const KINDS = [ 'red', 'blue', 'green' ];
 
 function emit(event, fields) {
   process.stdout.write(JSON.stringify({ event, t: Date.now(), ...fields }) + '\n');
@@ -68,6 +76,10 @@ async function produce() {
     const text = large ? body + PADDING : body;
     const msg = new Message(env.TOPIC, `tag${i % 3}`, text);
     msg.keys = [ `key-${i}` ];
+    if (env.PROPS) {
+      msg.properties.n = String(i);
+      msg.properties.kind = KINDS[i % 3];
+    }
     const start = Date.now();
     try {
       const result = await producer.send(msg);
@@ -96,7 +108,10 @@ async function consume() {
     pullTimeDelayMillsWhenException: 500,
   });
   reportErrors(consumer);
-  consumer.subscribe(env.TOPIC, env.SUBSCRIPTION || '*', async msg => {
+  const selector = env.SQL92 ?
+    { expressionType: 'SQL92', subString: env.SQL92 } :
+    env.SUBSCRIPTION || '*';
+  consumer.subscribe(env.TOPIC, selector, async msg => {
     const body = msg.body.toString().split('|')[0];
     // Only the first delivery fails, so the retry (reconsumeTimes 1) succeeds.
     const fail = failOnce.has(body) && msg.reconsumeTimes === 0;
@@ -105,6 +120,7 @@ async function consume() {
       msgId: msg.msgId, topic: msg.topic, tags: msg.tags, keys: msg.keys,
       queueId: msg.queueId, queueOffset: Number(msg.queueOffset),
       reconsumeTimes: msg.reconsumeTimes, originMsgId: msg.originMessageId || null,
+      n: msg.properties.n, kind: msg.properties.kind,
       storeTimestamp: Number(msg.storeTimestamp), fail,
     });
     if (fail) throw new Error(`scripted failure of ${body}`);

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -372,9 +373,11 @@ class MessageStore:
         offset: int,
         max_nums: int,
         tags_codes: frozenset[int] | None = None,
+        matches: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         """RocketMQ's getMessage: the status table of the pull protocol, tag filtering by
-        hash when `tags_codes` is given (clients re-check the tag itself). An offset
+        hash when `tags_codes` is given (clients re-check the tag itself), and by
+        `matches(record)` when given (an SQL92 filter over the properties). An offset
         below the trimmed head is OFFSET_TOO_SMALL with the head as the next offset,
         which the pull processor answers PULL_OFFSET_MOVED: the consumer jumps past
         everything retention deleted in one round trip."""
@@ -401,7 +404,10 @@ class MessageStore:
             scanned += 1
             if tags_codes is not None and tags not in tags_codes:
                 continue
-            records.append(self.commitlog.read(phys, size))
+            record = self.commitlog.read(phys, size)
+            if matches is not None and not matches(record):
+                continue
+            records.append(record)
             total += size
         next_offset = offset + scanned
         status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE

@@ -10,7 +10,9 @@ order: a new master has exactly the committed metadata.
 A record's body is JSON: `{"op": "topic", "config": {...}}`, `{"op":
 "deleteTopic", "topic": t}`, `{"op": "group", "config": {...}}`, `{"op": "deleteGroup",
 "group": g}`, `{"op": "offsets", "entries": [[group, topic, queueId, offset], ...]}`,
-`{"op": "delay", "entries": {level: offset}}`. A snapshot (`config/metadata.json`, written and
+`{"op": "delay", "entries": {level: offset}}`, `{"op": "acl", "document": {...}}` (the
+whole `plain_acl.yml` after a change by `mqadmin updateAclConfig` and its kin; each
+replica writes it to its own file, broker.acl). A snapshot (`config/metadata.json`, written and
 fsynced by the message store's dispatch checkpoint) records the state and the
 META_TOPIC queue offset it covers, so a restart replays only what came after it.
 """
@@ -159,6 +161,8 @@ class Metadata:
         self.groups: dict[str, SubscriptionGroupConfig] = {}
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.delay_offsets: dict[int, int] = {}
+        self.acl: dict | None = None  # the last replicated plain_acl.yml document
+        self.acl_meta_offset = -1  # the META_TOPIC offset of the record that set it
         self.applied_meta_offset = 0  # META_TOPIC queue offset of the next record to apply
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": 0}
 
@@ -187,6 +191,9 @@ class Metadata:
         elif op == "delay":
             for level, offset in record["entries"].items():
                 self.delay_offsets[int(level)] = int(offset)
+        elif op == "acl":
+            self.acl = dict(record["document"])
+            self.acl_meta_offset = meta_offset
 
     def _bump(self) -> None:
         self.data_version = {
@@ -208,6 +215,8 @@ class Metadata:
             "subscriptionGroupTable": {n: g.to_json() for n, g in self.groups.items()},
             "offsetTable": [[g, t, q, o] for (g, t, q), o in self.offsets.items()],
             "delayOffsetTable": {str(k): v for k, v in self.delay_offsets.items()},
+            "acl": self.acl,
+            "aclMetaOffset": self.acl_meta_offset,
         }
 
     def snapshot_bytes(self) -> bytes:
@@ -228,3 +237,5 @@ class Metadata:
             self.offsets[(g, t, int(q))] = int(o)
         for k, v in data["delayOffsetTable"].items():
             self.delay_offsets[int(k)] = int(v)
+        self.acl = data.get("acl")  # absent in snapshots from before ACL
+        self.acl_meta_offset = int(data.get("aclMetaOffset", -1))

@@ -179,7 +179,10 @@ async def cluster_rt(admin: Admin, args: argparse.Namespace) -> None:
     body = b"a" * args.size
     rounds = 0
     async with Producer(
-        admin.namesrv_addrs, str(int(time.time() * 1000)), tls=admin.tls
+        admin.namesrv_addrs,
+        str(int(time.time() * 1000)),
+        tls=admin.tls,
+        credentials=admin.credentials,
     ) as producer:
         while True:
             for cluster in clusters:

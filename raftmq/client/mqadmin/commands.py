@@ -45,17 +45,27 @@ class Command:
         tls.add_argument(
             "--tlsTestMode", action="store_true", help="do not verify the servers' certificates"
         )
+        names = {name for _flag, name, _help, _kwargs in self.options}
+        if not names & {"accessKey", "secretKey"}:  # the ACL verbs' own -a and -s
+            acl = parser.add_argument_group(
+                "ACL (sign requests as an account of the brokers' plain_acl.yml)"
+            )
+            acl.add_argument("--accessKey", dest="signAccessKey", help="the account's accessKey")
+            acl.add_argument("--secretKey", dest="signSecretKey", help="its secretKey")
         for flag, name, help_text, kwargs in self.options:
             parser.add_argument(flag, f"--{name}", dest=name, help=help_text, **kwargs)
         return parser
 
 
 COMMANDS: dict[str, Command] = {}
+ALIASES: dict[str, str] = {}  # a SubCommand's commandAlias -> its name
 
 
-def verb(name: str, desc: str, *options: tuple) -> Callable[[Run], Run]:
+def verb(name: str, desc: str, *options: tuple, alias: str | None = None) -> Callable[[Run], Run]:
     def register(run: Run) -> Run:
         COMMANDS[name] = Command(name, desc, options, run)
+        if alias is not None:
+            ALIASES[alias] = name
         return run
 
     return register

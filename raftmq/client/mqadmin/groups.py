@@ -4,6 +4,7 @@ consumerConnection, producerConnection, resetOffsetByTime, statsAll."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from raftmq.client.admin import DLQ_PREFIX, RETRY_PREFIX, Admin
 from raftmq.client.errors import MQBrokerError
@@ -17,7 +18,7 @@ from raftmq.client.mqadmin.commands import (
     target_kwargs,
     verb,
 )
-from raftmq.client.mqadmin.topics import delete_topic_and_report
+from raftmq.client.mqadmin.topics import report_topic_deleted
 from raftmq.client.route import TopicRouteData
 
 
@@ -58,6 +59,20 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
     print(f"Diff Total: {stats.diff_total}")
 
 
+# SubscriptionGroupConfig's defaults with broadcast and from-min off, as
+# UpdateSubGroupSubCommand starts from.
+SUB_GROUP_DEFAULTS = {
+    "consumeEnable": True,
+    "consumeFromMinEnable": False,
+    "consumeBroadcastEnable": False,
+    "retryQueueNums": 1,
+    "retryMaxTimes": 16,
+    "brokerId": 0,
+    "whichBrokerWhenConsumeSlowly": 1,
+    "notifyConsumerIdsChangedEnable": True,
+}
+
+
 @verb(
     "updateSubGroup",
     "Update or create subscription group",
@@ -75,20 +90,9 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
     option("-a", "notifyConsumerIdsChanged", "notify consumerId changed"),
 )
 async def update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
-    """The config starts from SubscriptionGroupConfig's defaults with broadcast and
-    from-min off, as UpdateSubGroupSubCommand's does; each flag given overrides."""
+    """The config starts from SUB_GROUP_DEFAULTS; each flag given overrides."""
     target = target_kwargs(args)
-    config = {
-        "groupName": args.groupName.strip(),
-        "consumeEnable": True,
-        "consumeFromMinEnable": False,
-        "consumeBroadcastEnable": False,
-        "retryQueueNums": 1,
-        "retryMaxTimes": 16,
-        "brokerId": 0,
-        "whichBrokerWhenConsumeSlowly": 1,
-        "notifyConsumerIdsChangedEnable": True,
-    }
+    config = {"groupName": args.groupName.strip(), **SUB_GROUP_DEFAULTS}
     for flag, key in (
         ("consumeEnable", "consumeEnable"),
         ("consumeFromMinEnable", "consumeFromMinEnable"),
@@ -100,28 +104,33 @@ async def update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
     for key in ("retryQueueNums", "retryMaxTimes", "brokerId", "whichBrokerWhenConsumeSlowly"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
-    retry_route = None
-    if config["retryQueueNums"] != 1:
-        try:
-            retry_route = await admin.topic_route(RETRY_PREFIX + config["groupName"])
-        except MQBrokerError as exc:
-            print(f"get subscription retry topic route info null: {exc.remark}")
-    targets = await admin.create_subscription_group(config, **target)
-    for address in targets:
+    for address in await write_sub_group(admin, config, target):
         print(f"create subscription group to {address} success.")
-    if retry_route is not None:
-        await _resize_retry_topic(admin, retry_route, config["retryQueueNums"], targets)
     fields = ", ".join(
         f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in config.items()
     )
     print(f"SubscriptionGroupConfig [{fields}]")
 
 
+async def write_sub_group(admin: Admin, config: dict, target: dict) -> list[str]:
+    """Create or update the group (`target`: Admin's cluster or broker_addr keyword)
+    with `config`; the addresses written to. A retryQueueNums other than 1 resizes the
+    group's retry topic on those brokers, as UpdateSubGroupSubCommand does (a group
+    without a retry topic yet gets one of that size when it is first needed)."""
+    retry_route = None
+    if config["retryQueueNums"] != 1:
+        with contextlib.suppress(MQBrokerError):
+            retry_route = await admin.topic_route(RETRY_PREFIX + config["groupName"])
+    targets = await admin.create_subscription_group(config, **target)
+    if retry_route is not None:
+        await _resize_retry_topic(admin, retry_route, config["retryQueueNums"], targets)
+    return targets
+
+
 async def _resize_retry_topic(
     admin: Admin, route: TopicRouteData, queues: int, targets: list[str]
 ) -> None:
-    """The group's retry topic gets `queues` queues on the brokers written to, as
-    UpdateSubGroupSubCommand does for a -q other than the default."""
+    """The group's retry topic gets `queues` queues on the brokers written to."""
     for queue_data in route.queue_datas:
         master = route.master(queue_data.broker_name)
         if master in targets and queue_data.write_queue_nums != queues:
@@ -140,9 +149,9 @@ async def _resize_retry_topic(
     option("-g", "groupName", "subscription group name", required=True),
 )
 async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:
-    """With -c the group's retry and dead-letter topics go too, as RocketMQ's does."""
     group, target = args.groupName.strip(), target_kwargs(args)
-    for address in await admin.delete_subscription_group(group, **target):
+    targets, topics = await remove_sub_group(admin, group, target)
+    for address in targets:
         if "cluster" in target:
             print(
                 f"delete subscription group [{group}] from broker [{address}] "
@@ -150,9 +159,21 @@ async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:
             )
         else:
             print(f"delete subscription group [{group}] from broker [{address}] success.")
+    for topic in topics:
+        report_topic_deleted(topic, target["cluster"])
+
+
+async def remove_sub_group(admin: Admin, group: str, target: dict) -> tuple[list[str], list[str]]:
+    """Delete the group (`target` as in write_sub_group): (the brokers written to, the
+    topics deleted). With a cluster the group's retry and dead-letter topics go too,
+    as RocketMQ's deleteSubGroup does."""
+    targets = await admin.delete_subscription_group(group, **target)
+    topics = []
     if "cluster" in target:
         for prefix in (RETRY_PREFIX, DLQ_PREFIX):
-            await delete_topic_and_report(admin, prefix + group, target["cluster"])
+            await admin.delete_topic(prefix + group, target["cluster"])
+            topics.append(prefix + group)
+    return targets, topics
 
 
 def _version_desc(version: int) -> str:
@@ -245,7 +266,7 @@ def _day_sum(stats: dict) -> int:
     return 0
 
 
-async def _rates(admin: Admin, masters: list[str], name: str, key: str) -> tuple[float, int]:
+async def rates(admin: Admin, masters: list[str], name: str, key: str) -> tuple[float, int]:
     """(per-second rate over the last minute, messages in the last day) summed over the
     masters; a master without the stats counts nothing, as in RocketMQ."""
     tps, day = 0.0, 0
@@ -282,7 +303,7 @@ async def stats_all(admin: Admin, args: argparse.Namespace) -> None:
 
 async def _print_topic_stats(admin: Admin, topic: str, active_only: bool) -> None:
     masters = await admin.route_masters(topic)
-    in_tps, in_day = await _rates(admin, masters, "TOPIC_PUT_NUMS", topic)
+    in_tps, in_day = await rates(admin, masters, "TOPIC_PUT_NUMS", topic)
     groups = await admin.topic_consumed_by(topic)
     if not groups:
         if not active_only or in_day > 0:
@@ -290,7 +311,7 @@ async def _print_topic_stats(admin: Admin, topic: str, active_only: bool) -> Non
                       in_day, "NO_CONSUMER")  # fmt: skip
         return
     for group in groups:
-        out_tps, out_day = await _rates(admin, masters, "GROUP_GET_NUMS", f"{topic}@{group}")
+        out_tps, out_day = await rates(admin, masters, "GROUP_GET_NUMS", f"{topic}@{group}")
         backlog = max(0, (await admin.consumer_progress(group, topic)).diff_total)
         if not active_only or in_day > 0 or out_day > 0:
             print_row("%-64s  %-64s %12d %11.2f %11.2f %14d %14d", topic, group, backlog,

@@ -23,7 +23,8 @@ from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt, MessageSysFlag
 
 
-def _body_text(msg: MessageExt) -> str:
+def body_text(msg: MessageExt) -> str:
+    """The body as text: decompressed when stored compressed, undecodable bytes replaced."""
     body = msg.body or b""
     if msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
         with contextlib.suppress(zlib.error):  # else shown as stored
@@ -50,7 +51,7 @@ def print_message(msg: MessageExt) -> None:
         ("Store Host:", "{}:{}".format(*msg.store_host)),
         ("System Flag:", msg.sysflag),
         ("Properties:", f"{{{properties}}}"),
-        ("Message Body:", _body_text(msg)),
+        ("Message Body:", body_text(msg)),
     ):
         print_row("%-20s %s", label, value)
 
@@ -96,7 +97,9 @@ async def send_message(admin: Admin, args: argparse.Namespace) -> None:
         raise UsageError("Broker name must be set if the queue is chosen!")
     queue = None if args.qid is None else MessageQueue(topic, args.broker.strip(), args.qid)
     group = str(int(time.time() * 1000))  # as SendMessageCommand names its producer
-    async with Producer(admin.namesrv_addrs, group, tls=admin.tls) as producer:
+    async with Producer(
+        admin.namesrv_addrs, group, tls=admin.tls, credentials=admin.credentials
+    ) as producer:
         result = await producer.send(
             topic,
             args.body.strip().encode("utf-8"),
@@ -121,7 +124,7 @@ def _message_line(msg: MessageExt, broker_name: str) -> str:
         f"reconsumeTimes={msg.reconsume_times}, topic={msg.topic}, tags={msg.tags}, "
         f"keys={msg.keys}]"
     )
-    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {_body_text(msg)}"
+    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {body_text(msg)}"
 
 
 @verb(
@@ -149,7 +152,9 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
     begin_ms = parse_timestamp_ms(args.beginTimestamp.strip()) if args.beginTimestamp else 0
     end_ms = parse_timestamp_ms(args.endTimestamp.strip()) if args.endTimestamp else 0
     group = (args.consumerGroup or "TOOLS_CONSUMER").strip()
-    async with PullConsumer(admin.namesrv_addrs, group, tls=admin.tls) as consumer:
+    async with PullConsumer(
+        admin.namesrv_addrs, group, tls=admin.tls, credentials=admin.credentials
+    ) as consumer:
 
         async def span(mq: MessageQueue) -> tuple[int, int]:
             low, high = await consumer.min_offset(mq), await consumer.max_offset(mq)

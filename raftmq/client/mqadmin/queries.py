@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 
 from raftmq.client.admin import Admin
-from raftmq.client.consumer import PullConsumer, PullStatus
+from raftmq.client.consumer import PullConsumer
 from raftmq.client.message_query import (
     MAX_KEY_HITS,
+    message_at,
     query_all_by_unique_key,
     query_by_key,
 )
@@ -60,10 +61,9 @@ async def query_msg_by_unique_key(admin: Admin, args: argparse.Namespace) -> Non
 )
 async def query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> None:
     mq = MessageQueue(args.topic.strip(), args.brokerName.strip(), args.queueId)
-    async with PullConsumer(admin.namesrv_addrs, "TOOLS_CONSUMER") as consumer:
-        result = await consumer.pull(mq, args.offset, 1)
-    if result.status is PullStatus.FOUND and result.messages:
-        print_message(result.messages[0])
+    msg = await message_at(admin, mq, args.offset)
+    if msg is not None:
+        print_message(msg)
 
 
 @verb(
@@ -78,7 +78,9 @@ async def print_msg(admin: Admin, args: argparse.Namespace) -> None:
     topic = args.topic.strip()
     begin_ms = parse_timestamp_ms(args.beginTimestamp.strip()) if args.beginTimestamp else 0
     end_ms = parse_timestamp_ms(args.endTimestamp.strip()) if args.endTimestamp else 0
-    async with PullConsumer(admin.namesrv_addrs, "TOOLS_CONSUMER") as consumer:
+    async with PullConsumer(
+        admin.namesrv_addrs, "TOOLS_CONSUMER", tls=admin.tls, credentials=admin.credentials
+    ) as consumer:
         for mq in await consumer.fetch_queues(topic):
             low = await consumer.search_offset(mq, begin_ms) if begin_ms else None
             if low is None:

@@ -127,10 +127,11 @@ async def topic_list(admin: Admin, args: argparse.Namespace) -> None:
     option("-c", "clusterName", "delete topic from which cluster", required=True),
 )
 async def delete_topic(admin: Admin, args: argparse.Namespace) -> None:
-    await delete_topic_and_report(admin, args.topic.strip(), args.clusterName.strip())
-
-
-async def delete_topic_and_report(admin: Admin, topic: str, cluster: str) -> None:
+    topic, cluster = args.topic.strip(), args.clusterName.strip()
     await admin.delete_topic(topic, cluster)
+    report_topic_deleted(topic, cluster)
+
+
+def report_topic_deleted(topic: str, cluster: str) -> None:
     print(f"delete topic [{topic}] from cluster [{cluster}] success.")
     print(f"delete topic [{topic}] from NameServer success.")

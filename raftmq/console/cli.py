@@ -1,0 +1,80 @@
+"""`mqconsole -n namesrv:port [--listen host:port]`: serve the console until SIGTERM or
+SIGINT.
+
+Prints "mqconsole: http://HOST:PORT/ ..." once listening (the real port when the
+given one is 0). Exit status: 0 after a clean stop, 2 for a bad command line (the
+message names the flag), 3 when the address cannot be listened on. A cluster that
+cannot be reached is not a reason to exit: the page says so until it comes back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from raftmq.client.admin import Admin
+from raftmq.client.instance import namesrv_from_flag
+from raftmq.console.app import create_app
+from raftmq.streams.address import parse_address
+from raftmq.streams.groups import first_leaf
+from raftmq.streams.signals import cancel_on_stop_signal
+
+EXIT_OK, EXIT_USAGE, EXIT_BIND = 0, 2, 3
+DEFAULT_LISTEN = "127.0.0.1:8080"  # RocketMQ Dashboard's port
+GRACEFUL_STOP_S = 1.0  # open page polls are cut after this on a stop
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mqconsole", description="Web console for raftmq.")
+    parser.add_argument(
+        "-n",
+        "--namesrvAddr",
+        help="name server address list, eg: 127.0.0.1:9876;... (default: NAMESRV_ADDR)",
+    )
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, help="host:port to serve on")
+    parser.add_argument(
+        "--timeout-ms", type=int, default=2000, help="how long to wait for a server's answer"
+    )
+    return parser
+
+
+async def _serve(namesrv: list[str], host: str, port: int, timeout_ms: int) -> None:
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.loglevel = "WARNING"
+    config.graceful_timeout = GRACEFUL_STOP_S
+    async with (
+        Admin(namesrv, timeout_s=timeout_ms / 1000) as admin,
+        trio.open_nursery() as nursery,
+    ):
+        binds = await nursery.start(serve, create_app(admin), config)
+        print(f"mqconsole: {binds[0]}/ (name servers {';'.join(namesrv)})", flush=True)
+        await cancel_on_stop_signal(nursery.cancel_scope)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        namesrv = namesrv_from_flag(args.namesrvAddr)
+        host, port = parse_address(args.listen)
+        if args.timeout_ms <= 0:
+            raise ValueError("--timeout-ms must be positive")
+    except ValueError as exc:
+        print(f"mqconsole: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        trio.run(_serve, namesrv, host, port, args.timeout_ms)
+    except (OSError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+        cause = first_leaf(exc)
+        if isinstance(cause, KeyboardInterrupt):  # before the stop signals were taken over
+            return EXIT_OK
+        if not isinstance(cause, OSError):
+            raise
+        print(f"mqconsole: cannot listen on {args.listen}: {cause}", file=sys.stderr)
+        return EXIT_BIND
+    return EXIT_OK

@@ -1,0 +1,252 @@
+"""The console's JSON API (raftmq.console.app) against an in-process broker group.
+
+The app runs in the test's trio loop behind httpx's ASGI transport, over the same
+`Admin` the `mqconsole` command opens; the group is the real BrokerController over
+real TCP (tests.inprocess_broker). The page itself, in a browser against real
+processes, is tests/test_console_browser.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import httpx
+import trio
+
+from raftmq.client.admin import Admin
+from raftmq.console import main
+from raftmq.console.app import create_app
+from raftmq.protocol.message import properties_to_string
+from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.tools.dledger_local import free_ports
+from tests.helpers import group, wait_for
+
+CLUSTER = "TestCluster"  # tests.inprocess_broker's
+BROKER = "broker-t"
+
+
+@contextlib.asynccontextmanager
+async def console(namesrv_addr: str):
+    async with (
+        Admin(namesrv_addr, timeout_s=2.0) as admin,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=create_app(admin)), base_url="http://console"
+        ) as client,
+    ):
+        yield client
+
+
+async def ok(response: httpx.Response) -> dict:
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def listed(client: httpx.AsyncClient, what: str) -> set[str]:
+    """The names /api/topics or /api/groups lists."""
+    doc = await ok(await client.get(f"/api/{what}s"))
+    return {item[what] for item in doc[f"{what}s"]}
+
+
+async def send(g, topic: str, body: bytes, queue_id: int, **props: str) -> str:
+    response = await g.send(g.master(), topic, body, queue_id, properties_to_string(props))
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    return response.ext_fields["msgId"]
+
+
+async def test_cluster_shows_every_member_with_its_role_and_the_master(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    master_id = g.master().config.dleger_self_id
+    async with console(g.namesrv_addr) as client:
+        with trio.fail_after(10):  # a member that has not heard the leader yet is a CANDIDATE
+            while True:
+                doc = await ok(await client.get("/api/cluster"))
+                roles = sorted(m["role"] for m in doc["groups"][0]["members"])
+                if roles == ["FOLLOWER", "FOLLOWER", "LEADER"]:
+                    break
+                await trio.sleep(0.05)
+        assert doc["namesrv"] == g.namesrv_addr
+        assert doc["clusters"] == {CLUSTER: [BROKER]}
+        [view] = doc["groups"]
+        assert view["brokerName"] == BROKER
+        assert view["master"]["selfId"] == master_id == view["leader"]
+        assert view["master"]["addr"] == g.master().address
+        members = {m["selfId"]: m for m in view["members"]}
+        assert set(members) == set(g.ids)
+        assert members[master_id]["role"] == "LEADER"
+        assert members[master_id]["brokerId"] == 0
+        assert len({m["term"] for m in members.values()}) == 1
+        assert all(m["committedIndex"] is not None for m in members.values())
+
+        g.crash(master_id)  # the page follows a failover: the killed member shows unreachable
+        new_master = await g.wait_master()
+        new_id = new_master.config.dleger_self_id
+        with trio.fail_after(10):
+            while True:
+                [view] = (await ok(await client.get("/api/cluster")))["groups"]
+                if view["master"] and view["master"]["selfId"] == new_id:
+                    break
+                await trio.sleep(0.1)
+        members = {m["selfId"]: m for m in view["members"]}
+        assert members[master_id]["role"] == "UNREACHABLE"
+        assert members[master_id]["term"] is None
+
+
+async def test_topic_created_listed_with_queues_and_deleted(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    async with console(g.namesrv_addr) as client:
+        new = {"topic": "Orders", "cluster": CLUSTER, "readQueueNums": 2, "writeQueueNums": 2}
+        doc = await ok(await client.post("/api/topics", json=new))
+        assert doc == {"topic": "Orders", "written": [g.master().address]}
+        for n in range(5):
+            await send(g, "Orders", b"m%d" % n, n % 2)
+        with trio.fail_after(10):
+            while True:
+                doc = await ok(await client.get("/api/topics"))
+                topics = {t["topic"]: t for t in doc["topics"]}
+                if "Orders" in topics and topics["Orders"]["messages"] == 5:
+                    break
+                await trio.sleep(0.1)
+        orders = topics["Orders"]
+        assert [(q["queueId"], q["minOffset"], q["maxOffset"]) for q in orders["queues"]] == [
+            (0, 0, 3),
+            (1, 0, 2),
+        ]
+        assert orders["brokers"] == [
+            {"brokerName": BROKER, "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+        ]
+        assert orders["putLastDay"] == 5 and orders["putTps"] > 0
+        assert doc["clusters"] == [CLUSTER]
+        assert "TBW102" not in topics and BROKER not in topics  # system topics on request only
+        doc = await ok(await client.get("/api/topics", params={"system": "true"}))
+        system = {t["topic"] for t in doc["topics"]}
+        assert {"TBW102", BROKER, CLUSTER, "Orders"} <= system
+
+        doc = await ok(await client.delete("/api/topics/Orders", params={"cluster": CLUSTER}))
+        assert doc["written"] == [g.master().address]
+        assert "Orders" not in await listed(client, "topic")
+
+
+async def test_subscription_group_lag_per_queue_and_delete(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    async with console(g.namesrv_addr) as client:
+        await ok(await client.post("/api/topics", json={"topic": "Bills", "cluster": CLUSTER}))
+        new = {"groupName": "billing", "cluster": CLUSTER, "retryMaxTimes": 3}
+        doc = await ok(await client.post("/api/groups", json=new))
+        assert doc["written"] == [g.master().address]
+        assert doc["config"]["retryMaxTimes"] == 3 and doc["config"]["consumeEnable"] is True
+        for n in range(4):
+            await send(g, "Bills", b"b%d" % n, 0)
+        ext = {"consumerGroup": "billing", "topic": "Bills", "queueId": 0, "commitOffset": 1}
+        response = await g.call(g.master(), RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+
+        groups = {x["group"]: x for x in (await ok(await client.get("/api/groups")))["groups"]}
+        billing = groups["billing"]
+        assert billing["config"]["retryMaxTimes"] == 3
+        assert billing["diffTotal"] == 3
+        [queue] = billing["queues"]
+        assert (queue["topic"], queue["queueId"], queue["brokerOffset"]) == ("Bills", 0, 4)
+        assert (queue["consumerOffset"], queue["diff"]) == (1, 3)
+
+        doc = await ok(await client.delete("/api/groups/billing", params={"cluster": CLUSTER}))
+        assert doc["topicsDeleted"] == ["%RETRY%billing", "%DLQ%billing"]
+        assert "billing" not in await listed(client, "group")
+
+
+async def test_message_lookup_by_key_unique_key_msg_id_and_offset(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    async with console(g.namesrv_addr) as client:
+        await ok(await client.post("/api/topics", json={"topic": "Orders", "cluster": CLUSTER}))
+        uniq = "7F0000010001000000000000000000AB"
+        await send(g, "Orders", b"first", 1, KEYS="order-1 shared")
+        msg_id = await send(g, "Orders", b"second", 1, KEYS="order-2 shared", UNIQ_KEY=uniq)
+        end = g.master().dledger.replica.committed_index
+        await wait_for(lambda: all(b.store.dispatched_index >= end for b in g.brokers.values()))
+
+        async def lookup(**params) -> list[dict]:
+            return (await ok(await client.get("/api/messages", params=params)))["messages"]
+
+        [found] = await lookup(by="key", topic="Orders", key="order-2")
+        assert (found["body"], found["msgId"], found["uniqKey"]) == ("second", msg_id, uniq)
+        assert found["keys"] == "order-2 shared" and found["queueId"] == 1
+        assert [m["body"] for m in await lookup(by="key", topic="Orders", key="shared")] == [
+            "first",
+            "second",
+        ]
+        assert [m["body"] for m in await lookup(by="uniqKey", topic="Orders", uniqKey=uniq)] == [
+            "second"
+        ]
+        assert [m["body"] for m in await lookup(by="msgId", msgId=msg_id)] == ["second"]
+        [at] = await lookup(by="offset", topic="Orders", brokerName=BROKER, queueId=1, offset=0)
+        assert (at["body"], at["queueOffset"], at["brokerName"]) == ("first", 0, BROKER)
+        past_the_end = {"topic": "Orders", "brokerName": BROKER, "queueId": 1, "offset": 9}
+        assert await lookup(by="offset", **past_the_end) == []
+
+
+async def test_errors_are_one_line_json_with_a_status(nursery, tmp_path):
+    g = await group(nursery, tmp_path)
+    async with console(g.namesrv_addr) as client:
+        for path, params, reason in (
+            ("/api/messages", {"by": "name"}, "by must be key, uniqKey, msgId or offset"),
+            ("/api/messages", {"by": "key", "topic": "Orders"}, "key is required"),
+            ("/api/messages", {"by": "msgId", "msgId": "not-an-id"}, "msgId must be 32 or 56 hex"),
+            ("/api/messages", {"by": "offset", "topic": "T", "brokerName": "b", "queueId": "x"},
+             "queueId must be a whole number"),
+            ("/api/topics", {"system": "maybe"}, "system must be true or false"),
+        ):  # fmt: skip
+            response = await client.get(path, params=params)
+            assert response.status_code == 400, response.text
+            assert reason in response.json()["error"]
+        response = await client.post("/api/topics", content=b"{")
+        assert response.status_code == 400
+        assert response.json() == {"error": "the request body is not JSON"}
+        response = await client.post("/api/topics", json={"topic": "T"})
+        assert (response.status_code, response.json()) == (400, {"error": "cluster is required"})
+
+        response = await client.get("/api/messages", params={"by": "key", "topic": "T", "key": "k"})
+        assert response.status_code == 502  # the name server answered TOPIC_NOT_EXIST
+        assert "code 17 (TOPIC_NOT_EXIST)" in response.json()["error"]
+        response = await client.post("/api/topics", json={"topic": "a b", "cluster": CLUSTER})
+        assert response.status_code == 502
+        assert g.master().address in response.json()["error"]  # the broker's remark, named
+
+    [dead_port] = free_ports(1)
+    async with console(f"127.0.0.1:{dead_port}") as client:
+        for path in ("/api/cluster", "/api/topics", "/api/groups"):
+            response = await client.get(path)
+            assert response.status_code == 503, response.text
+            assert response.json()["error"].startswith("no name server answered")
+
+
+async def test_the_page_and_its_files_are_served_from_the_package():
+    async with console("127.0.0.1:1") as client:  # no call reaches the cluster
+        page = await client.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert '<script src="/static/console.js">' in page.text
+        for name, kind in (("console.js", "javascript"), ("console.css", "text/css")):
+            response = await client.get(f"/static/{name}")
+            assert response.status_code == 200 and kind in response.headers["content-type"]
+            assert "://" not in response.text  # nothing fetched from elsewhere
+        assert "://" not in page.text
+
+
+def test_command_line_errors_are_one_line_and_an_exit_status(monkeypatch, capsys):
+    monkeypatch.delenv("NAMESRV_ADDR", raising=False)
+    assert main([]) == 2
+    assert main(["-n", "localhost"]) == 2  # no port
+    assert main(["-n", "127.0.0.1:9876", "--listen", "8080"]) == 2
+    assert main(["-n", "127.0.0.1:9876", "--timeout-ms", "0"]) == 2
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["-n", "127.0.0.1:9876", "--listen", f"127.0.0.1:{port}"]) == 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "mqconsole: no name server: give -n or set NAMESRV_ADDR",
+        "mqconsole: -n 'localhost': bad address 'localhost': expected host:port",
+        "mqconsole: bad address '8080': expected host:port",
+        "mqconsole: --timeout-ms must be positive",
+        f"mqconsole: cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use",
+    ]

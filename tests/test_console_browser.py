@@ -1,0 +1,223 @@
+"""`mqconsole` end to end: real name server, a real three-broker DLedger group and the
+console as a real process, its page driven in headless Chromium by Selenium.
+
+Selenium is given Debian's chromium and chromedriver (`.ci/run` installs them), so it
+never downloads a browser or a driver. With RAFTMQ_SCREENSHOTS_DIR set (the README's
+pictures: `RAFTMQ_SCREENSHOTS_DIR=docs`), each page is saved there as a PNG.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from raftmq.client import Producer
+from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.tools.broker_local import LocalCluster
+
+WINDOW = (1280, 800)
+TOPIC, GROUP, KEY = "ConsoleOrders", "console-billing", "order-7"
+
+
+def chrome():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+    width, height = WINDOW  # the page's own size, whatever the window's frame takes
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    return driver
+
+
+def screenshot(driver, name: str) -> None:
+    where = os.environ.get("RAFTMQ_SCREENSHOTS_DIR")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(where) / f"console-{name}.png"))
+
+
+def until(driver, condition, timeout_s: float = 10.0):
+    """`condition(driver)`'s first truthy answer, polled every 50 ms."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    wait = WebDriverWait(
+        driver, timeout_s, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+    )
+    return wait.until(condition)
+
+
+def text_of(driver, selector: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, selector)
+    return found[0].text if found else ""
+
+
+def shown_master(driver, broker_name: str) -> str | None:
+    """The selfId the page shows as the group's master ('' for none, None before it renders)."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(
+        By.CSS_SELECTOR, f'section.group[data-broker-name="{broker_name}"] .master'
+    )
+    return found[0].get_attribute("data-self-id") if found else None
+
+
+def start_console(namesrv_addr: str, log: Path) -> tuple[subprocess.Popen, str]:
+    """`mqconsole` on a free port; its URL from the line it prints once listening."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raftmq.console", "-n", namesrv_addr, "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=log.open("wb"),
+    )
+    line = proc.stdout.readline().decode()
+    match = re.match(r"mqconsole: (http://\S+/) ", line)
+    assert match, f"mqconsole printed {line!r}: {log.read_text()}"
+    return proc, match.group(1)
+
+
+def fill(driver, values: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    for element_id, value in values.items():
+        field = driver.find_element(By.ID, element_id)
+        field.clear()
+        field.send_keys(value)
+
+
+@pytest.mark.processes
+@pytest.mark.requires("chromium")
+async def test_console_pages_actions_and_a_master_kill(tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    async with LocalCluster(tmp_path / "cluster", nodes=3) as cluster:
+        master = await cluster.wait_master()
+        console, url = start_console(cluster.namesrv_addr, tmp_path / "console.log")
+        driver = chrome()
+        try:
+            # the cluster at a glance: the group, its three members, its master
+            driver.get(url + "#cluster")
+            broker = cluster.broker_name
+            until(driver, lambda d: shown_master(d, broker) == master)
+            rows = f'section.group[data-broker-name="{broker}"] tbody tr'
+            until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) == 3)
+            roles = until(
+                driver,
+                lambda d: (
+                    sorted(text_of(d, f'{rows}[data-self-id="{n}"] td.role') for n in cluster.ids)
+                    == ["FOLLOWER", "FOLLOWER", "LEADER"]
+                ),
+            )
+            assert roles
+            assert text_of(driver, f'{rows}[data-self-id="{master}"] td.role') == "LEADER"
+            screenshot(driver, "cluster")
+
+            # a topic created through the page, then filled by a producer
+            driver.get(url + "#topics")
+            Select(driver.find_element(By.ID, "topic-cluster")).select_by_value(
+                cluster.cluster_name
+            )
+            fill(driver, {"topic-name": TOPIC, "topic-read": "4", "topic-write": "4"})
+            driver.find_element(By.ID, "topic-submit").click()
+            until(driver, lambda d: f"Topic {TOPIC} written to" in text_of(d, "#notice"))
+            topic_row = f'#topics-table tr[data-topic="{TOPIC}"]'
+            until(driver, lambda d: text_of(d, f"{topic_row} td.messages") == "0")  # routed
+            async with Producer(cluster.namesrv_addr, "console-test") as producer:
+                results = [
+                    await producer.send(TOPIC, b"order %d" % n, tags="TagA", keys=f"order-{n}")
+                    for n in range(12)
+                ]
+            sent = results[7]  # KEY's
+            driver.find_element(By.CSS_SELECTOR, "button.refresh[data-page=topics]").click()
+            until(driver, lambda d: text_of(d, f"{topic_row} td.messages") == "12")
+            driver.find_element(By.CSS_SELECTOR, f"{topic_row} a.expand").click()
+            until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.detail table"))
+            screenshot(driver, "topics")
+
+            # a subscription group created through the page, with lag once it commits
+            driver.get(url + "#groups")
+            fill(driver, {"group-name": GROUP, "group-retry": "5"})
+            driver.find_element(By.ID, "group-submit").click()
+            until(driver, lambda d: f"Subscription group {GROUP} written" in text_of(d, "#notice"))
+            queue_id = sent.message_queue.queue_id
+            ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": queue_id, "commitOffset": 1}
+            node = await cluster.wait_master()
+            response = await cluster.broker_call(node, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            group_row = f'#groups-table tr[data-group="{GROUP}"]'
+            driver.find_element(By.CSS_SELECTOR, "button.refresh[data-page=groups]").click()
+            until(driver, lambda d: text_of(d, f"{group_row} td.lag") == "2")  # 3 sent there
+            driver.find_element(By.CSS_SELECTOR, f"{group_row} a.expand").click()
+            until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "tr.detail table"))
+            screenshot(driver, "groups")
+
+            # the message looked up by its key
+            driver.get(url + "#messages")
+            Select(driver.find_element(By.ID, "lookup-by")).select_by_value("key")
+            fill(driver, {"lookup-topic": TOPIC, "lookup-key": KEY})
+            driver.find_element(By.ID, "lookup-submit").click()
+            found = until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "article.message"))
+            assert len(found) == 1
+            assert found[0].get_attribute("data-msg-id") == sent.offset_msg_id
+            assert "order 7" in text_of(driver, "article.message pre.body")
+            assert sent.msg_id in found[0].text  # the unique key, shown with it
+            screenshot(driver, "messages")
+            for by, field, value in (
+                ("uniqKey", "lookup-uniq", sent.msg_id),
+                ("msgId", "lookup-msgid", sent.offset_msg_id),
+                ("offset", "lookup-offset", str(sent.queue_offset)),
+            ):  # the other three ways: each finds the same message
+                Select(driver.find_element(By.ID, "lookup-by")).select_by_value(by)
+                if by == "offset":
+                    queue = sent.message_queue
+                    fill(driver, {"lookup-broker": queue.broker_name})
+                    fill(driver, {"lookup-queue": str(queue.queue_id)})
+                fill(driver, {field: value})
+                driver.find_element(By.ID, "lookup-submit").click()
+                until(
+                    driver,
+                    lambda d: (
+                        text_of(d, "#lookup-results p") == "1 message(s)"
+                        and d.find_element(By.CSS_SELECTOR, "article.message").get_attribute(
+                            "data-msg-id"
+                        )
+                        == sent.offset_msg_id
+                    ),
+                )
+
+            # the master killed: the page shows the new one
+            driver.get(url + "#cluster")
+            until(driver, lambda d: shown_master(d, broker) == master)
+            killed_at = time.monotonic()
+            cluster.kill(master)
+            until(driver, lambda d: shown_master(d, broker) not in (None, "", master), 15)
+            page_s = time.monotonic() - killed_at
+            new_master = await cluster.wait_master(not_node=master)
+            assert shown_master(driver, broker) == new_master  # the one the name server routes to
+            unreachable = f'{rows}[data-self-id="{master}"] td.role'
+            until(driver, lambda d: text_of(d, unreachable) == "UNREACHABLE")
+            print(f"\nmaster {master} killed: the page showed {new_master} after {page_s:.2f} s")
+            screenshot(driver, "failover")
+            assert page_s < 3.0  # a couple of seconds
+
+            # the name server down: the page says so instead of failing
+            cluster.kill("namesrv")
+            until(driver, lambda d: "no name server answered" in text_of(d, "#error"))
+        finally:
+            driver.quit()
+            console.terminate()
+            assert console.wait(10) == 0  # a clean stop on SIGTERM
