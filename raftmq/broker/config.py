@@ -220,6 +220,7 @@ class BrokerConfig:
     transaction_check_max: int = 15  # checks before a half message is discarded
     transaction_check_interval: int = 60_000  # ms between check runs
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
+    metrics_port: int = 0  # raftmq's: the Prometheus endpoint's port, 0 for none
     dleger_tls_cert_path: str | None = None
     dleger_tls_key_path: str | None = None
     dleger_tls_trust_cert_path: str | None = None
@@ -382,6 +383,7 @@ KEYS = KeyTable(
         Key("haTransferBatchSize", "ha_transfer_batch_size", integer(1)),
         Key("haSlaveFallbehindMax", "ha_slave_fallbehind_max", integer(1)),
         Key("brokerIP2", "broker_ip2", ip_address),
+        Key("metricsPort", "metrics_port", integer(0, 65535)),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
         Key("dLegerTlsTrustCertPath", "dleger_tls_trust_cert_path", file_path),

@@ -7,7 +7,9 @@ managers of topics, subscription groups and consumer offsets, each request
 processor (given only the parts it uses), the remoting server, the name-server
 registration and the services only a master runs (delayed delivery, the
 transaction check-back, offset and metadata writes); then it runs them and carries
-out role changes. It holds no request logic of its own.
+out role changes. It holds no request logic of its own. With `metricsPort` it also
+serves Prometheus metrics: the broker's (broker.metrics) and its DLedger member's
+(dledger.metrics).
 
 Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 - follower or candidate: slave at once (brokerId = selfId number + 1), registered
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from raftmq.broker.acl.service import AccessControl
 from raftmq.broker.address import BrokerAddress
@@ -41,6 +44,7 @@ from raftmq.broker.consumer_requests import ConsumerRequests
 from raftmq.broker.headers import BadRequest
 from raftmq.broker.locks import LockRequests, QueueLocks
 from raftmq.broker.metawriter import MetaWriter
+from raftmq.broker.metrics import BrokerCollector
 from raftmq.broker.pull import PullProcessor
 from raftmq.broker.registration import Registration
 from raftmq.broker.role import BrokerRole
@@ -56,6 +60,7 @@ from raftmq.broker.topic_config_manager import TopicConfigManager
 from raftmq.broker.transaction_check import TransactionCheckService
 from raftmq.broker.transactions import TransactionalMessages
 from raftmq.dledger.codes import Role
+from raftmq.dledger.metrics import DLedgerCollector
 from raftmq.dledger.server import DLedgerError, DLedgerServer
 from raftmq.remoting import (
     Connection,
@@ -68,6 +73,7 @@ from raftmq.remoting import (
     ResponseCode,
     listen_host,
 )
+from raftmq.streams.exposition import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +227,14 @@ class BrokerController:
             on_disconnect=self.clients.on_disconnect,
             tls=config.tls_server,
         )
+        names = {"cluster": config.broker_cluster_name, "broker_name": config.broker_name}
+        self.metrics = BrokerCollector(
+            self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        if self.dledger is not None:  # a classic broker has no DLedger member
+            self.registry.register(DLedgerCollector(self.dledger))
         self.started = trio.Event()
 
     # ------------------------------------------------------------------ identity
@@ -421,5 +435,9 @@ class BrokerController:
         nursery.start_soon(self._expire_loop)
         if self.acl is not None:
             nursery.start_soon(self.acl.run)
+        if self.config.metrics_port:
+            nursery.start_soon(self.metrics.run_sampler)
+            host = self.config.bind_address or "0.0.0.0"
+            await nursery.start(serve_metrics, self.registry, host, self.config.metrics_port)
         self.registration.register_soon()
         self.started.set()

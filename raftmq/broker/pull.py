@@ -197,7 +197,8 @@ class PullProcessor:
                 result = store.get_message(topic, queue_id, offset, max_nums, codes, matches)
                 if result.status == GetStatus.NO_MATCHED_MESSAGE:
                     break
-        self.stats.got_messages += len(result.records)
+        if result.records:
+            self.stats.count_pull(topic, group, result.records)
         suggest = self.suggest_broker(group, result)
         if not role.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY:
             return self._response(

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.output import Completion, Handoff
 from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.metrics import fsync_histogram
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.dledger.store.base import LogStore
@@ -75,30 +77,34 @@ class _SyncThread:
 
     `submit` (on the event loop, only while no plan runs) starts a plan on a cached
     thread at once — no task to wake and no capacity limiter to pass, both latency a
-    single send waits for — and when it has run, the thread hands the plan and the
-    error it raised, if any, back through the run's token and sets `done` for the
-    group-commit task to act on."""
+    single send waits for — and when it has run, the thread hands the plan, the
+    error it raised, if any, and the seconds it took back through the run's token and
+    sets `done` for the group-commit task to act on."""
 
     def __init__(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self.done = trio.Event()
-        self.result: tuple[object, BaseException | None] | None = None
+        self.result: tuple[object, BaseException | None, float] | None = None
 
     def submit(self, plan) -> None:
-        trio.lowlevel.start_thread_soon(plan.run, lambda outcome: self._deliver(plan, outcome))
+        started = time.perf_counter()
+        trio.lowlevel.start_thread_soon(
+            plan.run, lambda outcome: self._deliver(plan, outcome, started)
+        )
 
-    def _deliver(self, plan, result) -> None:  # on the plan's thread
+    def _deliver(self, plan, result, started: float) -> None:  # on the plan's thread
+        took_s = time.perf_counter() - started
         error = None
         try:
             result.unwrap()
         except BaseException as exc:  # handed to the loop, which stops the replica
             error = exc
         with contextlib.suppress(trio.RunFinishedError):  # the server stopped meanwhile
-            self._token.run_sync_soon(self._finished, plan, error)
+            self._token.run_sync_soon(self._finished, plan, error, took_s)
 
-    def _finished(self, plan, error) -> None:
+    def _finished(self, plan, error, took_s: float) -> None:
         assert self.result is None, "one plan at a time"
-        self.result = (plan, error)
+        self.result = (plan, error, took_s)
         self.done.set()
 
 
@@ -221,6 +227,7 @@ class DLedgerServer:
         self._armed_deadline_ms = float("inf")
         self._hard_state_to_save: tuple[int, str | None] | None = None
         self._hard_state_ready = trio.Event()
+        self.fsync_seconds_family, self._fsync_seconds = fsync_histogram(config)
         self.started = trio.Event()
 
     # ------------------------------------------------------------------ running
@@ -437,7 +444,7 @@ class DLedgerServer:
         while True:
             await thread.done.wait()
             thread.done = trio.Event()
-            (plan, error), thread.result = thread.result, None
+            (plan, error, took_s), thread.result = thread.result, None
             self._plan_in_flight = False
             if isinstance(error, OSError):
                 raise DiskFailure(
@@ -447,6 +454,8 @@ class DLedgerServer:
                 raise error
             if stages.ON:
                 stages.mark("fsync done")
+            if plan.syncs:
+                self._fsync_seconds.observe(took_s)
             self._record_synced()
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
@@ -457,7 +466,11 @@ class DLedgerServer:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""
         while True:
             await trio.sleep(self.config.flush_file_interval_ms / 1000)
-            await durably(self.store.sync_plan().run)
+            plan = self.store.sync_plan()
+            started = time.perf_counter()
+            await durably(plan.run)
+            if plan.syncs:
+                self._fsync_seconds.observe(time.perf_counter() - started)
             self._record_synced()
 
     def _record_synced(self) -> None:

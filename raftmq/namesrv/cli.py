@@ -2,7 +2,8 @@
 
 Prints "The Name Server boot success. listenPort=N" once listening (N is the real port
 when `listenPort=0`). Exit status: 0 after a clean stop, 2 for a bad config or command
-line (the message names the key or file), 3 when the port cannot be bound.
+line (the message names the key or file), 3 when a port (listenPort, metricsPort) cannot
+be bound.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import trio
 
 from raftmq.namesrv.config import NamesrvConfig, load_config
 from raftmq.namesrv.server import NamesrvServer
+from raftmq.streams.exposition import MetricsPortError
 from raftmq.streams.groups import first_leaf
 from raftmq.streams.signals import cancel_on_stop_signal
 
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     status = EXIT_OK
     try:
         trio.run(_run, config)
+    except* MetricsPortError as group:
+        print(f"mqnamesrv: cannot listen: {first_leaf(group)}", file=sys.stderr)
+        status = EXIT_BIND
     except* OSError as group:
         exc = first_leaf(group)
         print(f"mqnamesrv: cannot listen on port {config.listen_port}: {exc}", file=sys.stderr)

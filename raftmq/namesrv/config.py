@@ -6,7 +6,9 @@ Keys (defaults in brackets):
 - `bindAddress` [0.0.0.0];
 - `brokerChannelExpiredTime` [120000]: ms of silence after which a broker is dropped
   (Java's `RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME`, a constant there);
-- `scanNotActiveBrokerInterval` [5000]: ms between scans (5.x `NamesrvConfig` key).
+- `scanNotActiveBrokerInterval` [5000]: ms between scans (5.x `NamesrvConfig` key);
+- `metricsPort` [0, off]: serve Prometheus metrics at http://bindAddress:metricsPort/metrics
+  (raftmq's key; RocketMQ has no metrics endpoint of its own).
 
 A few Java keys with no meaning here (`rocketmqHome`, `kvConfigPath`, ...) are accepted
 with a warning; any other key, or a value that is not a number where one is needed, is an
@@ -58,6 +60,7 @@ class NamesrvConfig:
     bind_address: str = "0.0.0.0"
     broker_channel_expired_time_ms: int = 120_000
     scan_not_active_broker_interval_ms: int = 5_000
+    metrics_port: int = 0  # 0: no metrics endpoint
     tls_server: ServerTls = attrs.Factory(ServerTls)
 
 
@@ -67,6 +70,7 @@ KEYS = KeyTable(
         Key("bindAddress", "bind_address", str),  # empty, like 0.0.0.0, is every interface
         Key("brokerChannelExpiredTime", "broker_channel_expired_time_ms", integer(1)),
         Key("scanNotActiveBrokerInterval", "scan_not_active_broker_interval_ms", integer(1)),
+        Key("metricsPort", "metrics_port", integer(0, 65535)),
         *TLS_SERVER_KEYS,
     ],
     # a name server opens no connections of its own

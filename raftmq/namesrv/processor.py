@@ -104,6 +104,10 @@ class NamesrvProcessor:
     def __init__(self, routes: RouteInfoManager, clock: Callable[[], int]) -> None:
         self.routes = routes
         self.clock = clock
+        # counted for monitoring (namesrv.metrics)
+        self.route_requests = 0
+        self.route_misses = 0  # of those, for a topic with no route
+        self.registrations = 0
 
     def table(self) -> ProcessorTable:
         return ProcessorTable(
@@ -147,6 +151,7 @@ class NamesrvProcessor:
         if crc and not _crc_matches(request.body, crc):
             raise BadRequest("crc32 not match")
         topics, data_version, filter_servers = parse_register_body(request.body)
+        self.registrations += 1
         result = self.routes.register_broker(
             cluster,
             broker_addr,
@@ -183,7 +188,9 @@ class NamesrvProcessor:
     def get_route_info(self, request: RemotingCommand, connection) -> RemotingCommand:
         topic = _field(request, "topic")
         route = self.routes.pickup_topic_route_data(topic)
+        self.route_requests += 1
         if route is None:
+            self.route_misses += 1
             return request.make_response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",

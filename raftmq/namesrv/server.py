@@ -3,9 +3,10 @@
     server = NamesrvServer(NamesrvConfig(listen_port=0))
     port = await nursery.start(server.serve)
 
-`serve` runs the remoting server and `scanNotActiveBroker` every
-`scanNotActiveBrokerInterval` ms in one nursery; cancelling it stops both. A broker's
-connection closing removes it at once (`BrokerHousekeepingService`).
+`serve` runs the remoting server, `scanNotActiveBroker` every
+`scanNotActiveBrokerInterval` ms and, with `metricsPort`, the Prometheus endpoint in one
+nursery; cancelling it stops them all. A broker's connection closing removes it at once
+(`BrokerHousekeepingService`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from __future__ import annotations
 import logging
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from raftmq.namesrv.config import NamesrvConfig
+from raftmq.namesrv.metrics import NamesrvCollector
 from raftmq.namesrv.processor import NamesrvProcessor
 from raftmq.namesrv.routes import RouteInfoManager
 from raftmq.remoting.server import RemotingServer, listen_host
+from raftmq.streams.exposition import serve_metrics
 
 __all__ = ["NamesrvServer"]
 
@@ -40,6 +44,8 @@ class NamesrvServer:
             on_disconnect=self.processor.on_disconnect,
             tls=self.config.tls_server,
         )
+        self.metrics = CollectorRegistry(auto_describe=False)
+        self.metrics.register(NamesrvCollector(self.processor))
 
     @property
     def port(self) -> int:
@@ -62,4 +68,7 @@ class NamesrvServer:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(self.remoting.serve)
             nursery.start_soon(self._scan_forever)
+            if self.config.metrics_port:
+                host = self.config.bind_address or "0.0.0.0"
+                await nursery.start(serve_metrics, self.metrics, host, self.config.metrics_port)
             task_status.started(port)

@@ -56,6 +56,7 @@ class LocalCluster:
         advertised: Sequence[str] | None = None,
         namesrv_addr: str | None = None,
         credentials: SessionCredentials | None = None,
+        metrics: bool = False,
     ) -> None:
         """`hosts[i]` is the address node i's broker and DLedger replica listen on
         (127.0.0.1 for all by default); `advertised[i]` the one its broker registers with
@@ -64,14 +65,18 @@ class LocalCluster:
         `namesrv_addr` joins a name server someone else runs (another group's, so that
         several groups form one cluster) instead of starting one. Each node's
         rocketmqHome is its directory (its ACL file: `<node>/conf/plain_acl.yml`);
-        `credentials` sign the harness's own calls to brokers with `aclEnable`."""
+        `credentials` sign the harness's own calls to brokers with `aclEnable`. `metrics`
+        gives every process a `metricsPort` of its own: `metrics_addrs[name]` ("namesrv",
+        "n0", ...)."""
         self.base_dir = Path(base_dir)
         self.broker_name = broker_name
         self.cluster_name = cluster_name
         self.ids = [f"n{i}" for i in range(nodes)]
         hosts = list(hosts or [LOOPBACK] * nodes)
         advertised = list(advertised or hosts)
-        ports = free_ports(1 + 2 * nodes, {LOOPBACK, *hosts, *advertised})
+        ports = free_ports(
+            (2 if metrics else 1) * (1 + nodes) + nodes, {LOOPBACK, *hosts, *advertised}
+        )
         self.namesrv_port = ports[0]
         self.own_namesrv = namesrv_addr is None
         self.namesrv_addr = namesrv_addr or f"{LOOPBACK}:{ports[0]}"
@@ -80,7 +85,11 @@ class LocalCluster:
         self.broker_addrs = _addresses(self.ids, hosts, broker_ports)
         # What each broker registers, and what producers and consumers dial.
         self.client_addrs = _addresses(self.ids, advertised, broker_ports)
-        self.peer_addrs = _addresses(self.ids, hosts, ports[1 + nodes :])
+        self.peer_addrs = _addresses(self.ids, hosts, ports[1 + nodes : 1 + 2 * nodes])
+        metrics_ports = ports[1 + 2 * nodes :]
+        self.metrics_addrs = (
+            _addresses(["namesrv", *self.ids], [LOOPBACK, *hosts], metrics_ports) if metrics else {}
+        )
         self.extra_conf = dict(extra_conf or {})
         self.credentials = credentials
         self.procs: dict[str, subprocess.Popen] = {}
@@ -101,6 +110,7 @@ class LocalCluster:
         (self.base_dir / "namesrv.conf").write_text(
             f"listenPort={self.namesrv_port}\nbrokerChannelExpiredTime=10000\n"
             "scanNotActiveBrokerInterval=1000\n"
+            + (f"metricsPort={self._metrics_port('namesrv')}\n" if self.metrics_addrs else "")
         )
         for node in self.ids:
             conf = {**self._broker_conf(node), **self.extra_conf}
@@ -122,6 +132,7 @@ class LocalCluster:
             # the name server here expires a broker after 10 s of silence (not 120 s),
             # so brokers re-register every 3 s (not 30 s)
             "registerNameServerPeriod": "3000",
+            **({"metricsPort": str(self._metrics_port(node))} if self.metrics_addrs else {}),
         }
 
     def _broker_conf(self, node: str) -> dict[str, str]:
@@ -133,6 +144,9 @@ class LocalCluster:
             "dLegerSelfId": node,
             "mappedFileSizeForEntryIndex": str(32 << 20),
         }
+
+    def _metrics_port(self, name: str) -> int:
+        return parse_address(self.metrics_addrs[name])[1]
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:

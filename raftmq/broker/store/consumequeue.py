@@ -68,6 +68,7 @@ class ConsumeQueue:
         self.directory = directory
         self.file_entries = file_entries
         self.min_offset = 0
+        self.dispatched_bytes = 0  # of the messages appended since start (broker.metrics)
         self._entries = bytearray()  # offsets min_offset .. max_offset - 1
         self._files: list[int] = []  # first queue offset of each file; the last is filled
         self._fd: int | None = None  # the last file's
@@ -139,6 +140,7 @@ class ConsumeQueue:
         if not self._files or self.max_offset - self._files[-1] >= self.file_entries:
             self._roll()
         self._entries += ENTRY.pack(physical_offset, size, tags_code)
+        self.dispatched_bytes += size
         self._unwritten += ENTRY_SIZE
 
     def trim_head(self, physical_begin: int) -> None:

@@ -125,6 +125,7 @@ class Election:
         cfg = self.config
         wait = 2 * cfg.heartbeat_interval_ms + self._rand(0, cfg.max_vote_interval_ms)
         self._round = VoteRound(self.term, self._next_seq(), now + wait, self.peer_count)
+        self.vote_rounds_started += 1
         request = VoteRequest(
             cfg.group,
             self.self_id,

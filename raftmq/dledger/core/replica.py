@@ -107,6 +107,10 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         # transfer
         self.transfer: Transfer | None = None
         self.term_to_take_leadership = -1
+        # counted for monitoring (dledger.metrics), at rare events only
+        self.vote_rounds_started = 0
+        self.elections_won = 0
+        self.leaders_seen = 0  # leaders recognised (ourselves included), one per term at most
 
     # ------------------------------------------------------------------ public surface
     def take_output(self) -> Output:
@@ -305,6 +309,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         if self.role is Role.LEADER:
             self._leave_leadership()
         self.leader_id = leader
+        self.leaders_seen += 1
         self.last_leader_heartbeat_ms = now
         self._round = None
         if self.vote_for is None:
@@ -317,6 +322,8 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
     def _become_leader(self, now: float) -> None:
         window = self.config.max_pending_pushes
         self.leader_id = self.self_id
+        self.elections_won += 1
+        self.leaders_seen += 1
         self.progress = {
             p: Progress.for_new_leader(self.store.end_index, window) for p in self.peers
         }

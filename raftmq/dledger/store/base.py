@@ -76,6 +76,11 @@ class SyncPlan:
     generation: int
     _work: object = None  # a callable doing the blocking part, or None
 
+    @property
+    def syncs(self) -> bool:
+        """Whether `run` has anything to fsync (nothing was dirty otherwise)."""
+        return self._work is not None
+
     def run(self) -> None:
         if self._work is not None:
             self._work()

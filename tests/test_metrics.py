@@ -1,0 +1,342 @@
+"""Prometheus metrics: the collectors read the state sends and pulls leave behind, the
+rates follow RocketMQ's sampled windows, the endpoint serves from the trio loop, and
+a real 3-broker group scraped through a master kill shows the failover.
+
+Expositions are parsed with prometheus_client's own parser, as a scraper reads them.
+"""
+
+from __future__ import annotations
+
+import signal
+import urllib.error
+import urllib.request
+
+import pytest
+import trio
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from raftmq.broker.config import load_broker_config
+from raftmq.broker.stats import Rates
+from raftmq.client import Producer
+from raftmq.namesrv.config import load_config
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.streams.exposition import MetricsPortError, serve_metrics
+from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
+from tests.helpers import create_topic, group, wait_for
+
+
+def samples(text: str) -> dict[str, list[tuple[dict, float]]]:
+    """Sample name -> [(labels, value)] of an exposition."""
+    found: dict[str, list[tuple[dict, float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+def value(found: dict, name: str, **labels) -> float:
+    """The one sample of `name` whose labels include `labels`."""
+    matches = [v for ls, v in found.get(name, []) if labels.items() <= ls.items()]
+    assert len(matches) == 1, (name, labels, found.get(name))
+    return matches[0]
+
+
+def scrape_registry(registry) -> dict:
+    return samples(generate_latest(registry).decode())
+
+
+def http_get(url: str, accept: str = "text/plain") -> tuple[int, str]:
+    try:
+        request = urllib.request.Request(url, headers={"Accept": accept})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+# ---------------------------------------------------------------- rates
+
+
+def test_rates_use_the_oldest_sample_inside_the_window():
+    rates = Rates(longest_window_s=600)
+    for second in range(0, 701, 10):
+        rates.sample(float(second), {"k": second * 2})  # 2 per second throughout
+    now = 705.0
+    assert Rates.per_second(rates.base(now, 60), now, "k", 1410) == pytest.approx(2.0)
+    assert Rates.per_second(rates.base(now, 600), now, "k", 1410) == pytest.approx(2.0, rel=0.01)
+    # a count the window's base lacks started from zero after it; one that fell gives 0
+    assert Rates.per_second(rates.base(now, 60), now, "new", 110) == pytest.approx(2.0)
+    rates.sample(710.0, {"k": 5})
+    assert Rates.per_second(rates.base(715.0, 10), 715.0, "k", 3) == 0.0
+
+
+def test_rates_of_a_young_process_start_at_its_first_sample():
+    rates = Rates()
+    assert rates.base(5.0, 60) is None  # no sample yet: every rate is 0
+    assert Rates.per_second(None, 5.0, "k", 100) == 0.0
+    rates.sample(0.0, {"k": 0})
+    assert Rates.per_second(rates.base(20.0, 60), 20.0, "k", 100) == pytest.approx(5.0)
+
+
+# ---------------------------------------------------------------- config keys
+
+
+def test_metrics_port_is_a_config_key_of_broker_and_name_server(tmp_path):
+    config, _ = load_broker_config(None, overrides={"metricsPort": "5557"})
+    assert config.metrics_port == 5557
+    assert load_broker_config(None)[0].metrics_port == 0  # off unless set
+    with pytest.raises(ValueError, match="metricsPort"):
+        load_broker_config(None, overrides={"metricsPort": "70000"})
+    conf = tmp_path / "namesrv.conf"
+    conf.write_text("metricsPort=5558\n")
+    assert load_config(str(conf))[0].metrics_port == 5558
+    conf.write_text("metricsPort=http\n")
+    with pytest.raises(ValueError, match="metricsPort"):
+        load_config(str(conf))
+
+
+# ---------------------------------------------------------------- the endpoint
+
+
+async def test_endpoint_serves_the_registry_and_names_a_busy_port(tmp_path):
+    async with trio.open_nursery() as nursery:
+        g = await group(nursery, tmp_path)
+        master = g.master()
+        port = await nursery.start(serve_metrics, master.registry, "127.0.0.1", 0)
+        status, text = await trio.to_thread.run_sync(http_get, f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        assert value(samples(text), "dledger_role", role="LEADER") == 1.0
+        status, text = await trio.to_thread.run_sync(
+            http_get, f"http://127.0.0.1:{port}/metrics", "application/openmetrics-text"
+        )
+        assert status == 200 and text.endswith("# EOF\n")  # OpenMetrics when asked for
+        status, text = await trio.to_thread.run_sync(http_get, f"http://127.0.0.1:{port}/")
+        assert status == 404 and "/metrics" in text
+        with pytest.raises(MetricsPortError, match=f"metricsPort={port}"):
+            await nursery.start(serve_metrics, master.registry, "127.0.0.1", port)
+        nursery.cancel_scope.cancel()
+
+
+# ---------------------------------------------------------------- the collectors
+
+
+async def test_broker_metrics_reflect_sends_and_pulls(tmp_path):
+    async with trio.open_nursery() as nursery:
+        g = await group(nursery, tmp_path)
+        master = g.master()
+        topic = "MetricsTopic"
+        await create_topic(g, topic, queues=2)
+        # A sample 30 s ago with nothing counted: every rate is then count / 30 s.
+        master.metrics.rates.sample(trio.current_time() - 30.0, {})
+        bodies = [b"x" * 100] * 5
+        for body in bodies:
+            assert (await g.send(master, topic, body, queue_id=0)).code == ResponseCode.SUCCESS
+        for _ in range(3):
+            assert (await g.send(master, topic, b"y" * 10, queue_id=1)).code == 0
+        await wait_for(lambda: master.store.max_offset(topic, 1) == 3)
+        # group CG pulls queue 0 (5 messages), then commits 2 of them
+        pulled = await g.pull(master, topic, 0, 0)
+        assert pulled.code == ResponseCode.SUCCESS
+        await master.offsets.commit_and_wait("CG", topic, 0, 2)
+        await master.offsets.commit_and_wait("CG", topic, 1, 3)
+
+        found = scrape_registry(master.registry)
+        ours = {"cluster": "TestCluster", "broker": "broker-t", "topic": topic}
+        assert value(found, "rocketmq_producer_offset", **ours) == 8
+        assert value(found, "rocketmq_producer_tps", **ours) == pytest.approx(8 / 30, rel=0.05)
+        stored_bytes = value(found, "rocketmq_producer_message_size", **ours) * 30
+        assert stored_bytes == pytest.approx(sum(len(r) for r in _records(master, topic)), rel=0.05)
+        group_labels = {**ours, "group": "CG"}
+        assert value(found, "rocketmq_consumer_tps", **group_labels) == pytest.approx(5 / 30, 0.05)
+        pulled_bytes = value(found, "rocketmq_consumer_message_size", **group_labels) * 30
+        assert pulled_bytes == pytest.approx(len(pulled.body), rel=0.05)
+        assert value(found, "rocketmq_consumer_offset", **group_labels) == 2 + 3
+        assert value(found, "rocketmq_group_queue_diff", queueid="0", **group_labels) == 3
+        assert value(found, "rocketmq_group_queue_diff", queueid="1", **group_labels) == 0
+        assert value(found, "rocketmq_group_diff", group="CG", topic=topic, msgModel="1") == 3
+        age_ms = value(found, "rocketmq_group_get_latency_by_storetime", **group_labels)
+        assert 0 <= age_ms < 30_000
+        assert value(found, "rocketmq_brokeruntime_msg_put_total_today_now") == 8
+        assert value(found, "rocketmq_brokeruntime_msg_gettotal_today_now") == 5
+        assert value(found, "rocketmq_brokeruntime_put_tps60") == pytest.approx(8 / 30, 0.05)
+        assert value(found, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
+        assert 0.0 < value(found, "rocketmq_brokeruntime_commitlog_disk_ratio") < 1.0
+        assert value(found, "rocketmq_broker_tps", brokerIP=master.address) == pytest.approx(
+            8 / 30, 0.05
+        )
+
+        # A slave reports its runtime and its DLedger member, not topics or groups:
+        # the whole group shares the brokerName label.
+        await wait_for(lambda: all(s.store.max_offset(topic, 1) == 3 for s in g.slaves()))
+        for slave in g.slaves():
+            found = scrape_registry(slave.registry)
+            assert "rocketmq_producer_offset" not in found
+            assert "rocketmq_group_diff" not in found
+            assert value(found, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
+        nursery.cancel_scope.cancel()
+
+
+def _records(broker, topic: str) -> list[bytes]:
+    """Every stored record of `topic` (what the byte rate counts)."""
+    records = []
+    for queue_id in (0, 1):
+        result = broker.store.get_message(topic, queue_id, 0, 32)
+        records += result.records
+    return records
+
+
+async def test_dledger_metrics_show_roles_indexes_and_fsyncs(tmp_path):
+    async with trio.open_nursery() as nursery:
+        g = await group(nursery, tmp_path)
+        master = g.master()
+        await create_topic(g, "T")
+        for _ in range(3):
+            assert (await g.send(master, "T", b"m")).code == ResponseCode.SUCCESS
+        end = master.dledger.store.end_index
+        await wait_for(
+            lambda: all(b.dledger.replica.committed_index >= end for b in g.brokers.values())
+        )
+        leader_id = master.self_id
+        found = scrape_registry(master.registry)
+        member = {"dledger_group": "broker-t", "self_id": leader_id}
+        assert value(found, "dledger_role", role="LEADER", **member) == 1
+        assert value(found, "dledger_role", role="FOLLOWER", **member) == 0
+        term = value(found, "dledger_term", **member)
+        assert term == master.dledger.replica.term >= 0
+        assert value(found, "dledger_ledger_end_index", **member) >= end
+        assert value(found, "dledger_committed_index", **member) >= end
+        assert value(found, "dledger_elections_won_total", **member) >= 1
+        assert value(found, "dledger_leader_changes_total", **member) >= 1
+        peers = sorted(ls["peer"] for ls, _ in found["dledger_follower_match_index"])
+        assert peers == sorted(set(g.ids) - {leader_id})
+        for peer in peers:
+            assert value(found, "dledger_follower_match_index", peer=peer, **member) >= 0
+        assert value(found, "dledger_fsync_seconds_count", **member) >= 3
+        assert value(found, "dledger_fsync_seconds_sum", **member) > 0
+        for slave in g.slaves():
+            found = scrape_registry(slave.registry)
+            follower = {"dledger_group": "broker-t", "self_id": slave.self_id}
+            assert value(found, "dledger_role", role="FOLLOWER", **follower) == 1
+            assert value(found, "dledger_term", **follower) == term
+            assert "dledger_follower_match_index" not in found  # only the leader has them
+        nursery.cancel_scope.cancel()
+
+
+async def test_namesrv_metrics_count_brokers_topics_and_route_lookups(tmp_path):
+    async with trio.open_nursery() as nursery:
+        g = await group(nursery, tmp_path)
+        await create_topic(g, "Routed")
+        namesrv = g.namesrv
+        before = scrape_registry(namesrv.metrics)
+        await wait_for(
+            lambda: value(scrape_registry(namesrv.metrics), "rocketmq_namesrv_brokers") == 3
+        )
+        for topic in ("Routed", "NoSuchTopic"):
+            await _route(g, topic)
+        found = scrape_registry(namesrv.metrics)
+        broker = {"cluster": "TestCluster", "broker": "broker-t"}
+        assert value(found, "rocketmq_namesrv_broker_master", **broker) == 1
+        assert value(found, "rocketmq_namesrv_topics") >= 1
+        for result in ("found", "not_found"):
+            name = "rocketmq_namesrv_route_requests_total"
+            assert value(found, name, result=result) >= value(before, name, result=result) + 1
+        assert value(found, "rocketmq_namesrv_broker_registrations_total") >= 3
+        nursery.cancel_scope.cancel()
+
+
+async def _route(g, topic: str):
+    async with RemotingClient(g.namesrv_addr) as client:
+        request = RemotingCommand(
+            code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic}
+        )
+        return await client.invoke(request, 5.0)
+
+
+# ---------------------------------------------------------------- real processes
+
+
+async def _scrape(address: str) -> dict | None:
+    """A process's metrics, None while it does not answer."""
+    try:
+        status, text = await trio.to_thread.run_sync(http_get, f"http://{address}/metrics")
+    except OSError:
+        return None
+    return samples(text) if status == 200 else None
+
+
+@pytest.mark.processes
+async def test_metrics_scraped_through_a_master_kill(tmp_path):
+    """Every broker of a 3-member group and the name server serve /metrics. Before the
+    kill the master's member reports LEADER and counts the puts; after it, another
+    member reports LEADER in a higher term, the committed index keeps rising, and the
+    name server shows a master again."""
+    async with LocalCluster(tmp_path, metrics=True) as cluster:
+        await cluster.create_topic("Scraped")
+        old_master = await cluster.wait_master()
+        member = {"dledger_group": cluster.broker_name}
+        async with Producer(cluster.namesrv_addr, "PG") as producer:
+            for i in range(20):
+                await producer.send("Scraped", f"before {i}".encode())
+            await cluster.wait_caught_up()
+            before = {n: await _scrape(cluster.metrics_addrs[n]) for n in cluster.ids}
+            assert all(found is not None for found in before.values())
+            leaders = [
+                n for n, found in before.items() if value(found, "dledger_role", role="LEADER") == 1
+            ]
+            assert leaders == [old_master]
+            old_term = value(before[old_master], "dledger_term", self_id=old_master, **member)
+            committed_before = value(before[old_master], "dledger_committed_index", **member)
+            stored = value(before[old_master], "rocketmq_producer_offset", topic="Scraped")
+            assert stored == 20
+            assert value(before[old_master], "rocketmq_brokeruntime_msg_put_total_today_now") >= 20
+
+            cluster.kill(old_master, signal.SIGKILL)
+            assert await _scrape(cluster.metrics_addrs[old_master]) is None
+            survivors = [n for n in cluster.ids if n != old_master]
+            with trio.fail_after(30):
+                while True:
+                    after = {n: await _scrape(cluster.metrics_addrs[n]) for n in survivors}
+                    leaders = [
+                        n
+                        for n, found in after.items()
+                        if found and value(found, "dledger_role", role="LEADER") == 1
+                    ]
+                    if leaders:
+                        break
+                    await trio.sleep(0.1)
+            (new_master,) = leaders
+            assert value(after[new_master], "dledger_term", **member) > old_term
+            await cluster.wait_master(not_node=old_master)
+            for i in range(10):
+                await producer.send("Scraped", f"after {i}".encode())
+            await cluster.wait_caught_up()
+            found = await _scrape(cluster.metrics_addrs[new_master])
+            assert value(found, "dledger_committed_index", **member) > committed_before
+            assert value(found, "rocketmq_producer_offset", topic="Scraped") == 30
+            assert value(found, "rocketmq_brokeruntime_msg_put_total_today_now") >= 10
+            assert value(found, "dledger_elections_won_total", **member) >= 1
+            peers = {ls["peer"]: v for ls, v in found["dledger_follower_lag_entries"]}
+            assert set(peers) == set(cluster.ids) - {new_master}
+            namesrv = await _scrape(cluster.metrics_addrs["namesrv"])
+            assert value(namesrv, "rocketmq_namesrv_broker_master", broker=cluster.broker_name) == 1
+            assert value(namesrv, "rocketmq_namesrv_route_requests_total", result="found") >= 1
+
+
+@pytest.mark.processes
+async def test_a_classic_master_and_slave_serve_broker_metrics_without_dledger_ones(tmp_path):
+    """A classic group has no DLedger member: its brokers serve the broker metrics (the
+    master counting the puts, the slave reporting the copied CommitLog) and no
+    `dledger_` family."""
+    async with LocalClassicGroup(tmp_path, slaves=1, metrics=True) as group:
+        await group.create_topic("ClassicScraped")
+        async with Producer(group.namesrv_addr, "PG") as producer:
+            for i in range(10):
+                await producer.send("ClassicScraped", f"m{i}".encode())
+        await group.wait_replicated()
+        master, slave = [await _scrape(group.metrics_addrs[n]) for n in group.ids]
+    assert value(master, "rocketmq_producer_offset", topic="ClassicScraped") == 10
+    assert value(master, "rocketmq_brokeruntime_msg_put_total_today_now") == 10
+    copied = value(slave, "rocketmq_brokeruntime_commitlog_maxoffset")
+    assert copied == value(master, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
+    assert not [name for name in {**master, **slave} if name.startswith("dledger_")]
