@@ -123,6 +123,11 @@ class _Waiter:
         self.event.set()
 
 
+def store_dir(config: DLedgerConfig) -> Path:
+    """Where a file store keeps its log: storeBaseDir/dledger-<selfId>."""
+    return Path(config.store_base_dir) / f"dledger-{config.self_id}"
+
+
 def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | None]:
     """The log store, term/vote file and checkpoint under storeBaseDir/dledger-<selfId>.
 
@@ -131,7 +136,7 @@ def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | No
     """
     if config.store_type.upper() == "MEMORY":
         return MemoryLogStore(config.mapped_file_size_for_entry_data), MemoryTermVote(), None
-    base = Path(config.store_base_dir) / f"dledger-{config.self_id}"
+    base = store_dir(config)
     base.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint(base / "checkpoint")
     store = FileLogStore(

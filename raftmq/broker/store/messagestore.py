@@ -124,7 +124,7 @@ class MessageStore:
         self.metadata = Metadata(builtin_topics)
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
-        self._trimmed_begin: int | None = None  # the log's begin index the queues trimmed to
+        self._trimmed_begin: object = None  # the log's beginning the queues trimmed to
         self.checkpointed_index = 0  # the first entry the last dispatch checkpoint left out
         self._snapshot_path = root / "config" / "metadata.json"
         self._checkpoint_path = root / DISPATCH_CHECKPOINT
@@ -200,7 +200,9 @@ class MessageStore:
         After a restart the same rule gives the same heads again, as the log's new
         beginning is saved before its files are deleted."""
         store = self.server.store
-        if store.begin_index == self._trimmed_begin:
+        old = self.commitlog.old_log  # files below an upgraded log: they begin the log
+        begin = store.begin_index if old is None else (store.begin_index, old.min_offset)
+        if begin == self._trimmed_begin:
             return
         if self.dispatched_index < store.begin_index - 1:
             log.warning(
@@ -212,9 +214,11 @@ class MessageStore:
             )
             self.dispatched_index = store.begin_index - 1
         begin_pos = store.end_pos if store.empty else store.pos_at(store.begin_index)
+        if old is not None and old.min_offset < old.write_pos:
+            begin_pos = old.min_offset
         self.queues.trim_head(begin_pos)
         self.index.trim(begin_pos)
-        self._trimmed_begin = store.begin_index
+        self._trimmed_begin = begin
 
     def first_index_at(self, position: int) -> int:
         """The first entry placed at or after byte `position` of the log (the entry of
@@ -285,6 +289,16 @@ class MessageStore:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
             self.queues.close()
             self.index.close()
+
+    def drain(self) -> None:
+        """Dispatch everything committed, take the dispatch checkpoint and close the
+        queues: for a store opened once over a log it then leaves (an upgrade in place
+        dispatches what the classic broker had not before its files become read-only)."""
+        while self.dispatch_some(DISPATCH_CHUNK):
+            pass
+        self.checkpoint_work()()
+        self.queues.close()
+        self.index.close()
 
     def dispatch_some(self, limit: int) -> int:
         """Dispatch up to `limit` committed entries; returns how many."""

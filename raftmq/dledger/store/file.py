@@ -17,6 +17,13 @@ A log that does not start at index 0 and position 0 (after `reset()` or
 retention) records its start in the `begin` file, written atomically before
 any entry depends on it; positions and index offsets stay absolute, so the
 first data segment may have an unused prefix (DLedger's resetOffset).
+
+A log that continues a classic CommitLog (an in-place upgrade) begins at index 0
+at the old log's end (`begin_after`), with the first entry's chain seeded by a
+digest of the old log rather than 0. A follower whose log begins there takes no
+first entry from a leader whose log begins elsewhere or over another digest: it
+raises `ForeignLog` instead of looping on refused appends (the old bytes below
+the divide differ, and nothing replicated above them would mean the same).
 """
 
 from __future__ import annotations
@@ -52,7 +59,14 @@ from raftmq.dledger.store.segments import (
 )
 from raftmq.dledger.store.sync import GroupCommit
 
-__all__ = ["FileLogStore", "RecoveryReport", "StoreCorruption", "SyncFailed"]
+__all__ = [
+    "FileLogStore",
+    "ForeignLog",
+    "RecoveryReport",
+    "StoreCorruption",
+    "SyncFailed",
+    "begin_after",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +76,36 @@ _HEADER_SIZE = codec.HEADER_SIZE
 _CHAIN = struct.Struct(">I")
 _INDEX_BATCH = 256  # index entries unpacked per slice when walking the index
 _DEFAULT_INDEX_SEGMENT_BYTES = INDEX_SIZE * 5 * 1024 * 1024
+
+
+class ForeignLog(Exception):
+    """A leader's first entry does not continue this log's beginning: the two logs
+    continue different classic CommitLogs (see the module docstring)."""
+
+
+def write_begin(fs: FileSystem, path: Path, begin: tuple[int, int, int, int | None]) -> None:
+    """Persist where a log starts: (begin index, begin pos, term before, chain before
+    or None when unknown), fsync + rename."""
+    begin_index, begin_pos, before_term, before_chain = begin
+    text = format_properties(
+        {
+            "beginIndex": str(begin_index),
+            "beginPos": str(begin_pos),
+            "beforeTerm": str(before_term),
+            "beforeChainCrc": "" if before_chain is None else str(before_chain),
+        }
+    )
+    fs.atomic_write(path, text.encode())
+
+
+def begin_after(base_dir: str | Path, begin_pos: int, seed_chain: int) -> None:
+    """Make the log under `base_dir`, which must not exist yet, begin with index 0 at
+    `begin_pos`, its first entry chained to `seed_chain` (an upgrade in place: the
+    old CommitLog's end and digest)."""
+    base = Path(base_dir)
+    assert not (base / "data").exists() or not any((base / "data").iterdir()), base
+    base.mkdir(parents=True, exist_ok=True)
+    write_begin(OsFileSystem(), base / BEGIN_FILE, (0, begin_pos, -1, seed_chain))
 
 
 class FileLogStore(LogStore):
@@ -320,9 +364,14 @@ class FileLogStore(LogStore):
     def append_encoded(self, blob: bytes) -> int:
         self._check_open()
         chain = self.end_chain if not self.empty or self._before_chain is not None else None
-        staged = VALIDATE_CONTINUATION(
-            blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
-        )
+        try:
+            staged = VALIDATE_CONTINUATION(
+                blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
+            )
+        except (InconsistentAppend, codec.CorruptEntry):
+            if self.end_index == -1:  # the first entry ever: do both logs begin alike?
+                self._check_same_beginning(blob, chain)
+            raise
         if not staged:
             return 0
         view = memoryview(blob)
@@ -345,6 +394,28 @@ class FileLogStore(LogStore):
         self._add_runs(staged[0][3], (s[4] for s in staged))
         self._extend(staged[0][3], last_index, last_term, last_pos + last_size, last_chain)
         return len(staged)
+
+    def _check_same_beginning(self, blob, chain: int | None) -> None:
+        """Raise ForeignLog when the leader's entry 0 (at the head of `blob`) sits at
+        another position than this log's beginning, or is chained to another seed:
+        the leader's log continues another CommitLog than ours."""
+        _o, _t, size, e_index, _term, e_pos, _c = next(codec.iter_entries(blob))
+        if e_index != 0 or size + codec.MIN_BLANK_SIZE > self.segment_size:
+            return
+        if e_pos != codec.place(self.end_pos, size, self.segment_size):
+            raise ForeignLog(
+                f"the leader's log begins at offset {e_pos}, this node's at {self.end_pos}: "
+                "its old commitlog files differ from the leader's (copy the leader's store here)"
+            )
+        try:
+            codec.check(memoryview(blob), 0, chain)
+        except codec.CorruptEntry as exc:
+            if "chainCrc" in str(exc):
+                raise ForeignLog(
+                    f"the leader's log begins at offset {e_pos} as this node's does, but after "
+                    "another last message: its old commitlog files differ from the leader's "
+                    "(copy the leader's store here)"
+                ) from None
 
     # ---------------------------------------------------------------------------- removal
     def _delete_segment(self, table: dict[int, Segment], start: int) -> None:
@@ -450,15 +521,8 @@ class FileLogStore(LogStore):
 
     def _save_begin(self) -> None:
         """Persist where the log starts (fsync + rename, so it runs on the caller's thread)."""
-        text = format_properties(
-            {
-                "beginIndex": str(self.begin_index),
-                "beginPos": str(self._before_pos),
-                "beforeTerm": str(self._before_term),
-                "beforeChainCrc": "" if self._before_chain is None else str(self._before_chain),
-            }
-        )
-        self.fs.atomic_write(self._begin_path, text.encode())
+        begin = (self.begin_index, self._before_pos, self._before_term, self._before_chain)
+        write_begin(self.fs, self._begin_path, begin)
 
     def _load_begin(self) -> tuple[int, int, int, int | None]:
         try:
