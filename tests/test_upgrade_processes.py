@@ -6,6 +6,7 @@ and a node over other old files refused."""
 from __future__ import annotations
 
 import pytest
+import trio
 
 from raftmq.client import Producer
 from raftmq.client.admin import Admin
@@ -111,3 +112,44 @@ async def test_a_classic_group_upgraded_in_place_keeps_every_message(tmp_path):
         await verify(cluster, new_leader, sent)
         sent += await send(cluster.namesrv_addr, 100, 10)
         await verify(cluster, new_leader, sent)
+
+
+async def test_a_node_over_other_old_files_is_refused(tmp_path):
+    async with LocalClassicGroup(tmp_path, slaves=1) as classic:
+        await classic.create_topic(TOPIC, queues=QUEUES)
+        sent = await send(classic.namesrv_addr, 0, 20)
+        await classic.wait_replicated()
+    cluster = classic.upgraded(nodes=3)
+    # n2's copy of the master's store differs in the last byte of the last message
+    last = max(decode_message_id(r.offset_msg_id).offset for _b, r in sent)
+    path = sorted((cluster.store_dir("n2") / "commitlog").iterdir())[-1]
+    with open(path, "r+b") as f:
+        f.seek(last % LOCAL_SEGMENT_BYTES)
+        size = int.from_bytes(f.read(4), "big")
+        f.seek(last % LOCAL_SEGMENT_BYTES + size - 1)
+        f.write(b"?")
+    cluster._write_confs()
+    try:
+        cluster._spawn(
+            "namesrv", ["-m", "raftmq.namesrv.cli", "-c", str(tmp_path / "namesrv.conf")]
+        )
+        await cluster._booted("namesrv", b"boot success")
+        for node in ("n0", "n1"):
+            cluster.start_broker(node)
+        leader = await cluster.wait_master(timeout_s=30)
+        cluster.start_broker("n2")
+        with trio.fail_after(30):
+            while cluster.procs["n2"].poll() is None:
+                await trio.sleep(0.1)
+        assert cluster.procs["n2"].returncode == 5
+        last_line = (tmp_path / "n2.log").read_text().strip().splitlines()[-1]
+        assert last_line == (
+            "mqbroker: the leader's log begins at offset 67108864 as this node's does, but "
+            "after another last message: its old commitlog files differ from the leader's "
+            "(copy the leader's store here)"
+        )
+        # the others carry on: the group writes with n2 gone
+        assert await cluster.wait_master() == leader
+        await send(cluster.namesrv_addr, 20, 5)
+    finally:
+        cluster.stop()

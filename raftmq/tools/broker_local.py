@@ -342,7 +342,8 @@ class LocalClassicGroup(LocalCluster):
         guide has it: the same brokerName and stores, configs switched to DLedger
         (written when the returned cluster starts), each node keeping its addresses
         and serving DLedger on its former HA port. Members beyond this group's get
-        a copy of the master's store (its commitlog and config files) first."""
+        a copy of the master's store (its commitlog and config files) first. The
+        classic processes' logs are kept as `<name>.classic.log`."""
         assert not self.procs, "stop the group first"
         cluster = LocalCluster(
             self.base_dir,
@@ -356,6 +357,10 @@ class LocalClassicGroup(LocalCluster):
             cluster.broker_addrs[node] = self.broker_addrs[node]
             cluster.client_addrs[node] = self.client_addrs[node]
             cluster.peer_addrs[node] = self.ha_addrs[node]
+        for name in ("namesrv", *self.ids):  # the new processes log afresh
+            log = self.base_dir / f"{name}.log"
+            if log.exists():
+                log.rename(log.with_suffix(".classic.log"))
         master = self.store_dir(self.ids[0])
         for node in cluster.ids[len(self.ids) :]:
             shutil.copytree(master, cluster.store_dir(node), ignore=shutil.ignore_patterns("lock"))
