@@ -17,10 +17,11 @@ from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
 from raftmq.broker.store.commitlog import BODY_OFFSET
 from raftmq.broker.store.messagestore import GetStatus, MessageStore
 from raftmq.broker.store.upgrade import UpgradedCommitLog, open_old_log
-from raftmq.dledger.codes import Code, EntryType
+from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store.file import FileLogStore, ForeignLog
 from raftmq.dledger.store.segments import segment_path
 from raftmq.protocol import message as codec
+from tests.helpers import OneReplicaLog
 
 FILE_BYTES = 1024
 INDEX_BYTES = 32 * 64
@@ -31,33 +32,6 @@ def record(queue_id: int, n: int) -> bytes:
     return codec.encode(
         codec.MessageExt(topic="T", queue_id=queue_id, body=body, store_timestamp=1)
     )
-
-
-class _CommitIndex:
-    committed_index = -1
-
-
-class OneReplicaLog:
-    """A DLedger log of one replica over the real file store: an append is committed
-    at once (the replication itself is tested with real processes)."""
-
-    def __init__(self, store: FileLogStore) -> None:
-        self.store = store
-        self.replica = _CommitIndex()
-        self._handlers = []
-
-    def add_commit_handler(self, handler) -> None:
-        self._handlers.append(handler)
-
-    def add_retention_limit(self, limit) -> None:
-        """No retention of DLedger files here."""
-
-    def append_nowait(self, bodies, callback) -> None:
-        placed = self.store.append_leader(1, [(EntryType.NORMAL, b) for b in bodies])
-        self.replica.committed_index = self.store.end_index
-        for handler in self._handlers:
-            handler(self.replica.committed_index)
-        callback(Code.SUCCESS, placed)
 
 
 def message_store(log, root: Path, commitlog) -> MessageStore:
