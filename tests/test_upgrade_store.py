@@ -19,7 +19,9 @@ from raftmq.broker.store.commitlog import BODY_OFFSET
 from raftmq.broker.store.messagestore import GetStatus, MessageStore
 from raftmq.broker.store.upgrade import UpgradedCommitLog, open_old_log
 from raftmq.dledger.codes import EntryType
-from raftmq.dledger.store.file import FileLogStore, ForeignLog
+from raftmq.dledger.store.base import InconsistentAppend
+from raftmq.dledger.store.entry import CorruptEntry
+from raftmq.dledger.store.file import FOREIGN_STRIKES, FileLogStore, ForeignLog
 from raftmq.dledger.store.segments import segment_path
 from raftmq.protocol import message as codec
 from tests.helpers import OneReplicaLog
@@ -165,6 +167,9 @@ async def test_a_follower_refuses_a_leader_over_other_old_files(tmp_path, case):
                 f.write(b"?")
         upgrade(follower).close()
     store = dledger_store(follower)
+    for _refusal in range(FOREIGN_STRIKES - 1):  # one damaged or forged push stops nothing
+        with pytest.raises((InconsistentAppend, CorruptEntry)):
+            store.append_encoded(blob)
     with pytest.raises(ForeignLog, match="old commitlog files differ from the leader's"):
         store.append_encoded(blob)
     assert store.empty

@@ -42,8 +42,9 @@ from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import ABORT_FILE, ClassicLog
 from raftmq.broker.store.commitlog import DLedgerCommitLog
 from raftmq.broker.store.replicated_log import LogEntries, ReplicatedLog
-from raftmq.dledger.store.file import BEGIN_FILE, ForeignLog, begin_after
+from raftmq.dledger.store.file import ForeignLog
 from raftmq.dledger.store.filesystem import OsFileSystem
+from raftmq.dledger.store.meta import BEGIN_FILE, begin_after
 from raftmq.dledger.store.segments import list_segments
 
 log = logging.getLogger(__name__)

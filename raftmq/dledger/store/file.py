@@ -19,11 +19,12 @@ any entry depends on it; positions and index offsets stay absolute, so the
 first data segment may have an unused prefix (DLedger's resetOffset).
 
 A log that continues a classic CommitLog (an in-place upgrade) begins at index 0
-at the old log's end (`begin_after`), with the first entry's chain seeded by a
+at the old log's end (`meta.begin_after`), with the first entry's chain seeded by a
 digest of the old log rather than 0. A follower whose log begins there takes no
-first entry from a leader whose log begins elsewhere or over another digest: it
-raises `ForeignLog` instead of looping on refused appends (the old bytes below
-the divide differ, and nothing replicated above them would mean the same).
+first entry from a leader whose log begins elsewhere or over another digest: after
+a few refusals in a row it raises `ForeignLog` instead of looping on refused
+appends (the old bytes below the divide differ, and nothing replicated above them
+would mean the same).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from raftmq.dledger.store.base import (
     SyncPlan,
 )
 from raftmq.dledger.store.filesystem import NORMAL, RANDOM, FileSystem, OsFileSystem, SyncHandle
-from raftmq.dledger.store.meta import format_properties, parse_properties
+from raftmq.dledger.store.meta import BEGIN_FILE, begin_text, parse_properties
 from raftmq.dledger.store.recovery import RecoveryReport, recover
 from raftmq.dledger.store.retention import delete_expired
 from raftmq.dledger.store.segments import (
@@ -65,12 +66,11 @@ __all__ = [
     "RecoveryReport",
     "StoreCorruption",
     "SyncFailed",
-    "begin_after",
 ]
 
 log = logging.getLogger(__name__)
 
-BEGIN_FILE = "begin"
+FOREIGN_STRIKES = 3  # refusals of a foreign entry 0 in a row before ForeignLog
 _BLANK_HEADER = codec.BLANK_HEADER
 _HEADER_SIZE = codec.HEADER_SIZE
 _CHAIN = struct.Struct(">I")
@@ -81,31 +81,6 @@ _DEFAULT_INDEX_SEGMENT_BYTES = INDEX_SIZE * 5 * 1024 * 1024
 class ForeignLog(Exception):
     """A leader's first entry does not continue this log's beginning: the two logs
     continue different classic CommitLogs (see the module docstring)."""
-
-
-def write_begin(fs: FileSystem, path: Path, begin: tuple[int, int, int, int | None]) -> None:
-    """Persist where a log starts: (begin index, begin pos, term before, chain before
-    or None when unknown), fsync + rename."""
-    begin_index, begin_pos, before_term, before_chain = begin
-    text = format_properties(
-        {
-            "beginIndex": str(begin_index),
-            "beginPos": str(begin_pos),
-            "beforeTerm": str(before_term),
-            "beforeChainCrc": "" if before_chain is None else str(before_chain),
-        }
-    )
-    fs.atomic_write(path, text.encode())
-
-
-def begin_after(base_dir: str | Path, begin_pos: int, seed_chain: int) -> None:
-    """Make the log under `base_dir`, which must not exist yet, begin with index 0 at
-    `begin_pos`, its first entry chained to `seed_chain` (an upgrade in place: the
-    old CommitLog's end and digest)."""
-    base = Path(base_dir)
-    assert not (base / "data").exists() or not any((base / "data").iterdir()), base
-    base.mkdir(parents=True, exist_ok=True)
-    write_begin(OsFileSystem(), base / BEGIN_FILE, (0, begin_pos, -1, seed_chain))
 
 
 class FileLogStore(LogStore):
@@ -166,6 +141,7 @@ class FileLogStore(LogStore):
         self.end_pos = 0
         self.end_chain = 0
         self.generation = 0
+        self._foreign_strikes = 0  # entry 0 refused in a row for a foreign beginning
 
         # The highest index the caller vouched for as committed: never truncated.
         self.committed_floor = committed_index
@@ -370,7 +346,7 @@ class FileLogStore(LogStore):
             )
         except (InconsistentAppend, codec.CorruptEntry):
             if self.end_index == -1:  # the first entry ever: do both logs begin alike?
-                self._check_same_beginning(blob, chain)
+                self._note_foreign_beginning(blob, chain)
             raise
         if not staged:
             return 0
@@ -395,15 +371,24 @@ class FileLogStore(LogStore):
         self._extend(staged[0][3], last_index, last_term, last_pos + last_size, last_chain)
         return len(staged)
 
-    def _check_same_beginning(self, blob, chain: int | None) -> None:
-        """Raise ForeignLog when the leader's entry 0 (at the head of `blob`) sits at
-        another position than this log's beginning, or is chained to another seed:
-        the leader's log continues another CommitLog than ours."""
+    def _note_foreign_beginning(self, blob, chain: int | None) -> None:
+        """Raise ForeignLog once the leader's entry 0 has been refused for a foreign
+        beginning FOREIGN_STRIKES times in a row: a leader retries at once, while one
+        damaged or forged push must not stop a node."""
+        why = self._foreign_beginning(blob, chain)
+        self._foreign_strikes = self._foreign_strikes + 1 if why else 0
+        if why and self._foreign_strikes >= FOREIGN_STRIKES:
+            raise ForeignLog(why)
+
+    def _foreign_beginning(self, blob, chain: int | None) -> str | None:
+        """Why the leader's entry 0 (at the head of `blob`) does not begin this log,
+        if it sits at another position than this log's beginning or is chained to
+        another seed: the leader's log continues another CommitLog than ours."""
         _o, _t, size, e_index, _term, e_pos, _c = next(codec.iter_entries(blob))
         if e_index != 0 or size + codec.MIN_BLANK_SIZE > self.segment_size:
-            return
+            return None
         if e_pos != codec.place(self.end_pos, size, self.segment_size):
-            raise ForeignLog(
+            return (
                 f"the leader's log begins at offset {e_pos}, this node's at {self.end_pos}: "
                 "its old commitlog files differ from the leader's (copy the leader's store here)"
             )
@@ -411,11 +396,12 @@ class FileLogStore(LogStore):
             codec.check(memoryview(blob), 0, chain)
         except codec.CorruptEntry as exc:
             if "chainCrc" in str(exc):
-                raise ForeignLog(
+                return (
                     f"the leader's log begins at offset {e_pos} as this node's does, but after "
                     "another last message: its old commitlog files differ from the leader's "
                     "(copy the leader's store here)"
-                ) from None
+                )
+        return None
 
     # ---------------------------------------------------------------------------- removal
     def _delete_segment(self, table: dict[int, Segment], start: int) -> None:
@@ -522,7 +508,7 @@ class FileLogStore(LogStore):
     def _save_begin(self) -> None:
         """Persist where the log starts (fsync + rename, so it runs on the caller's thread)."""
         begin = (self.begin_index, self._before_pos, self._before_term, self._before_chain)
-        write_begin(self.fs, self._begin_path, begin)
+        self.fs.atomic_write(self._begin_path, begin_text(begin))
 
     def _load_begin(self) -> tuple[int, int, int, int | None]:
         try:
