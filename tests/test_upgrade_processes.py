@@ -5,6 +5,10 @@ and a node over other old files refused."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 import trio
 
@@ -153,3 +157,49 @@ async def test_a_node_over_other_old_files_is_refused(tmp_path):
         await send(cluster.namesrv_addr, 20, 5)
     finally:
         cluster.stop()
+
+
+async def start_tool(tmp_path, name: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """`python -m raftmq.tools.broker_local ARGS --dir tmp_path`, once it serves; and the
+    name server it prints."""
+    out = tmp_path.parent / f"{name}.out"
+    with open(out, "wb") as sink:
+        command = [sys.executable, "-m", "raftmq.tools.broker_local", *args, "--dir", str(tmp_path)]
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    with trio.fail_after(60):
+        while b"Ctrl-C stops" not in out.read_bytes():
+            assert proc.poll() is None, out.read_text()
+            await trio.sleep(0.1)
+    return proc, out.read_text().split()[2].rstrip(",")
+
+
+async def stop_tool(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    with trio.fail_after(30):
+        while proc.poll() is None:
+            await trio.sleep(0.1)
+    assert proc.returncode == 130
+
+
+async def test_the_local_tool_upgrades_the_classic_group_it_ran(tmp_path):
+    store = tmp_path / "group"
+    proc, namesrv = await start_tool(store, "classic", "--classic", "--role", "SYNC_MASTER")
+    try:
+        done = await mqadmin("updateTopic", "-n", namesrv, "-c", "DefaultCluster", "-t", TOPIC)
+        assert done.returncode == 0, done.stderr
+        sent = await send(namesrv, 0, 10)
+    finally:
+        await stop_tool(proc)
+    proc, upgraded_namesrv = await start_tool(store, "upgraded", "--upgrade")
+    try:
+        assert upgraded_namesrv == namesrv
+        async with Admin(namesrv) as admin:
+            for sent_body, result in sent:
+                assert (await admin.query_msg_by_id(result.offset_msg_id)).body == sent_body
+        assert len(await send(namesrv, 10, 5)) == 5
+    finally:
+        await stop_tool(proc)
+    command = [sys.executable, "-m", "raftmq.tools.broker_local", "--upgrade", "--dir", str(store)]
+    again = await trio.run_process(command, capture_stderr=True, check=False)
+    assert again.returncode == 2
+    assert b"no stopped classic group there" in again.stderr
