@@ -184,7 +184,7 @@ def test_dledger_keys_out_of_line_with_each_other(tmp_path: Path) -> None:
 
 
 def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
-    keys = ["deleteWhen=04", "diskMaxUsedSpaceRatio=88", "transientStorePoolEnable=false"]
+    keys = ["deleteWhen=04", "cleanFileForciblyEnable=true", "transientStorePoolEnable=false"]
     keys += ["haListenPort=10912", "brokerIP2=10.0.0.2", "aclEnable=false"]
     config, warnings = load_text(tmp_path, "\n".join(keys))
     path = tmp_path / "broker.conf"

@@ -131,7 +131,7 @@ UNUSED_KEYS = frozenset(
         "fastFailIfNoBufferInStorePool", "syncFlushTimeout", "checkCRCOnRecover",
         "readOnlyCommitLogStorePaths", "enableBatchPush",
         # retention by schedule and disk pressure (files go by age: fileReservedTime)
-        "deleteWhen", "diskMaxUsedSpaceRatio", "cleanFileForciblyEnable",
+        "deleteWhen", "cleanFileForciblyEnable",
         "cleanResourceInterval", "deleteCommitLogFilesInterval",
         "deleteConsumeQueueFilesInterval", "destroyMapedFileIntervalForcibly",
         "redeleteHangedFileInterval",
@@ -207,6 +207,10 @@ class BrokerConfig:
     max_message_size: int = 4 * 1024 * 1024
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
+    # Percent of the store's filesystem in use: over the first, retention deletes
+    # expired files at once; over the second, sends are refused until it is under.
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     dleger_tls_cert_path: str | None = None
     dleger_tls_key_path: str | None = None
@@ -249,6 +253,8 @@ class BrokerConfig:
             flush_disk_type=self.flush_disk_type,
             mapped_file_size_for_entry_data=self.mapped_file_size_commit_log,
             file_reserved_hours=self.file_reserved_time + 1,
+            disk_space_ratio_to_check_expired=self.disk_max_used_space_ratio / 100,
+            disk_full_ratio=self.disk_space_warning_level_ratio / 100,
             record_synced_lengths=self.record_synced_lengths,
             preferred_leader_ids=self.preferred_leader_id or (),
             tls_cert_path=self.dleger_tls_cert_path,
@@ -307,6 +313,8 @@ KEYS = KeyTable(
         Key("maxMessageSize", "max_message_size", integer(1)),
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
+        Key("diskMaxUsedSpaceRatio", "disk_max_used_space_ratio", integer(1, 100)),
+        Key("diskSpaceWarningLevelRatio", "disk_space_warning_level_ratio", integer(1, 100)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),

@@ -7,9 +7,10 @@ END_TRANSACTION or check-back here to settle them.
 A message is serialized here as a CommitLog record and appended through DLedger;
 the answer goes back once a quorum has it on disk. DLedger's refusals map as
 RocketMQ's DLedgerCommitLog maps them: not the leader → SERVICE_NOT_AVAILABLE
-(the client retries, and refreshes its route), a quorum-ack timeout →
-SYSTEM_ERROR with a remark saying the outcome is unknown, a full pending queue
-→ SYSTEM_BUSY.
+(the client retries, and refreshes its route), a full disk (DISK_FULL) →
+SERVICE_NOT_AVAILABLE with RocketMQ's remark and how full each store directory's
+filesystem is, a quorum-ack timeout → SYSTEM_ERROR with a remark saying the
+outcome is unknown, a full pending queue → SYSTEM_BUSY.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
@@ -26,6 +28,7 @@ from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.dledger.codes import Code
 from raftmq.dledger.server import DLedgerError
+from raftmq.dledger.store.filesystem import used_ratio
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id, pack_host
@@ -53,8 +56,13 @@ _NOT_LEADER = {
     Code.TERM_CHANGED,
     Code.INCONSISTENT_LEADER,
     Code.LEADER_NOT_READY,
-    Code.DISK_FULL,
 }
+# SendMessageProcessor's remark for SERVICE_NOT_AVAILABLE, which a full disk leads to.
+DISK_FULL_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: "
+    "the broker's disk is full [{}], messages are put to the slave, message store "
+    "has been shut down, etc."
+)
 
 
 def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
@@ -82,8 +90,25 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     return items
 
 
-def _append_failure(code: Code) -> tuple[int, str]:
-    """(response code, remark) for an append DLedger did not acknowledge."""
+def disk_util(commitlog_dir: Path, store_root: Path) -> str:
+    """RocketMQ's diskUtil(): the share in use of the filesystems holding the CommitLog,
+    the ConsumeQueues and the index (a directory not made yet counts as its parent)."""
+
+    def ratio(path: Path) -> float:
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return used_ratio(path)
+
+    return "CL: {:5.2f} CQ: {:5.2f} INDEX: {:5.2f}".format(
+        ratio(commitlog_dir), ratio(store_root / "consumequeue"), ratio(store_root / "index")
+    )
+
+
+def _append_failure(code: Code, disk: Callable[[], str]) -> tuple[int, str]:
+    """(response code, remark) for an append DLedger did not acknowledge; `disk` says
+    how full the store's disks are, for a DISK_FULL."""
+    if code is Code.DISK_FULL:
+        return ResponseCode.SERVICE_NOT_AVAILABLE, DISK_FULL_REMARK.format(disk())
     if code in _NOT_LEADER:
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"not master: {code.name}; refresh the route"
     if code is Code.LEADER_PENDING_FULL:
@@ -203,7 +228,7 @@ class SendProcessor:
 
         def done(code: Code, results) -> None:
             if results is None:
-                failure = _append_failure(code)
+                failure = _append_failure(code, self.disk_util)
                 for request, _queue_id in taken:
                     connection.respond(request, request.make_response(*failure))
                 return
@@ -220,6 +245,10 @@ class SendProcessor:
                 connection.send_encoded(SEND_RESPONSES(answers, self.address.store_host_bytes))
 
         return done
+
+    def disk_util(self) -> str:
+        root = self.store.root
+        return disk_util(getattr(self.store.server.store, "base_dir", root), root)
 
     @staticmethod
     def _check_writable(config) -> None:
@@ -331,7 +360,7 @@ class SendProcessor:
         try:
             return await self.store.commitlog.put(records)
         except DLedgerError as exc:
-            code, remark = _append_failure(exc.code)
+            code, remark = _append_failure(exc.code, self.disk_util)
             raise BadRequest(remark, code) from None
 
     async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:

@@ -19,6 +19,8 @@ write, one push per follower and one fsync, not one of each per entry.
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import json
 import logging
 import os
@@ -36,6 +38,7 @@ from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.file import FileLogStore
+from raftmq.dledger.store.filesystem import used_ratio
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 from raftmq.streams import stages
@@ -45,6 +48,11 @@ log = logging.getLogger(__name__)
 SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
 RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
+DISK_CHECK_INTERVAL_S = 0.1  # DLedger's CleanSpaceService period
+NO_ROOM_RETRY_S = 0.5  # how often a write the disk had no room for is tried again
+# A write that failed for want of room (ENOSPC, or a quota) is not in doubt the way a
+# failed fsync is: nothing it wrote is relied on, so it is tried again, not fatal.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class DLedgerError(Exception):
@@ -61,13 +69,38 @@ class DiskFailure(Exception):
 
 
 async def durably(write_and_sync, *args) -> None:
-    """Run a blocking write-and-fsync in a worker thread. Any OSError from it (EIO, a
-    full disk) becomes DiskFailure, which stops the process with a clear message: after
-    a failed fsync nothing written since can be vouched for."""
+    """Run a blocking write-and-fsync in a worker thread. Any OSError from it (EIO, or
+    no room to write the segments' dirty pages back) becomes DiskFailure, which stops
+    the process with a clear message: after a failed fsync nothing written since can
+    be vouched for."""
     try:
         await trio.to_thread.run_sync(write_and_sync, *args)
     except OSError as exc:
         raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
+
+
+async def until_room(capture: Callable[[], Callable[[], object]], what: str) -> None:
+    """Write whole small files (each written to a new file, fsynced and renamed into
+    place: the term and vote, a checkpoint) in a worker thread, and again every
+    NO_ROOM_RETRY_S while the disk has no room for them. `capture()`, on the event
+    loop, gives each attempt's blocking write, so a retry writes what is current.
+    Whatever waits for the write waits too: a vote is not sent, an entry not
+    acknowledged, until it is written. A failed attempt leaves only its temporary
+    file, never a torn one in place. Other OSErrors are a DiskFailure, as in `durably`."""
+    warned = False
+    while True:
+        try:
+            await trio.to_thread.run_sync(capture())
+            return
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise DiskFailure(f"fsync failed ({exc}) {what}; stopping") from exc
+            if not warned:
+                log.warning(
+                    "no room %s (%s); trying again every %.1f s", what, exc, NO_ROOM_RETRY_S
+                )
+                warned = True
+        await trio.sleep(NO_ROOM_RETRY_S)
 
 
 class _SyncThread:
@@ -221,6 +254,8 @@ class DLedgerServer:
         self._armed_deadline_ms = float("inf")
         self._hard_state_to_save: tuple[int, str | None] | None = None
         self._hard_state_ready = trio.Event()
+        self._retention_due = trio.Event()  # the disk is over diskSpaceRatioToCheckExpired
+        self.disk_used_ratio = 0.0  # of the store's filesystem, at the last disk check
         self.started = trio.Event()
 
     # ------------------------------------------------------------------ running
@@ -246,6 +281,7 @@ class DLedgerServer:
                 if isinstance(self.store, FileLogStore):
                     nursery.start_soon(self._retention_loop, name="retention")
                     nursery.start_soon(self._checkpoint_loop, name="checkpoint")
+                    nursery.start_soon(self._disk_space_loop, name="disk-space")
                 self.started.set()
                 task_status.started()
         finally:
@@ -411,7 +447,10 @@ class DLedgerServer:
             self._hard_state_ready = trio.Event()
             term, vote = self._hard_state_to_save
             self._hard_state_to_save = None
-            await durably(self.term_vote.save, term, vote)
+            await until_room(
+                lambda: functools.partial(self.term_vote.save, term, vote),
+                what="while saving the term and vote",
+            )
             self._handoff.hard_state_saved()
             self._process()
 
@@ -447,7 +486,12 @@ class DLedgerServer:
                 raise error
             if stages.ON:
                 stages.mark("fsync done")
-            self._record_synced()
+            try:
+                self._record_synced()
+            except OSError as exc:  # nothing is acknowledged on this fsync until it is
+                if exc.errno not in NO_ROOM:
+                    raise
+                await until_room(lambda: self._record_synced, what="while recording synced lengths")
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
             if self._sync_wanted:
@@ -485,14 +529,52 @@ class DLedgerServer:
             await trio.sleep(CHECKPOINT_INTERVAL_S)
             index = self._durable_committed()
             if index != saved:
-                await durably(self.checkpoint.save, index)
+                await until_room(
+                    lambda: functools.partial(self.checkpoint.save, self._durable_committed()),
+                    what="while saving the checkpoint",
+                )
                 saved = index
+
+    async def _disk_space_loop(self) -> None:
+        """DLedger's CleanSpaceService check: how full the store's filesystem is. Over
+        diskFullRatio the replica refuses appends (DISK_FULL) until it is under again;
+        over diskSpaceRatioToCheckExpired retention runs now, not at its next turn."""
+        config = self.config
+        while True:
+            ratio = await trio.to_thread.run_sync(used_ratio, self.store.base_dir)
+            self.disk_used_ratio = ratio
+            full = ratio > config.disk_full_ratio
+            if full != self.replica.disk_full:
+                if full:
+                    log.warning(
+                        "disk full: %.1f%% of the filesystem of %s in use (diskFullRatio %.0f%%);"
+                        " refusing appends",
+                        ratio * 100,
+                        self.store.base_dir,
+                        config.disk_full_ratio * 100,
+                    )
+                else:
+                    log.warning("disk space OK: %.1f%% in use; taking appends", ratio * 100)
+                self.replica.set_disk_full(full, self._now())
+                self._process()
+            if ratio > config.disk_space_ratio_to_check_expired:
+                self._retention_due.set()
+            await trio.sleep(DISK_CHECK_INTERVAL_S)
 
     async def _retention_loop(self) -> None:
         keep_s = self.config.file_reserved_hours * 3600.0
         while True:
-            await trio.sleep(RETENTION_CHECK_S)
-            deleted = self.store.delete_expired(self.retention_floor(), keep_s)
+            with trio.move_on_after(RETENTION_CHECK_S):
+                await self._retention_due.wait()
+            self._retention_due = trio.Event()
+            try:
+                deleted = self.store.delete_expired(self.retention_floor(), keep_s)
+            except OSError as exc:  # the new beginning's file had no room: next turn
+                if exc.errno not in NO_ROOM:
+                    raise
+                log.warning("retention skipped: %s", exc)
+                await trio.sleep(NO_ROOM_RETRY_S)
+                continue
             if deleted:
                 log.info(
                     "retention deleted %d data files; log now begins at %d",
