@@ -38,6 +38,15 @@ PROGRESS_EVERY_S = 2.0
 # workload's rate, and a control that sometimes sees nothing proves nothing; NATS's
 # default is two minutes.
 PAGE_CACHE_FLUSH_MS = 1000
+# A run with disk-full faults puts each store on a tmpfs of its own, this size, with
+# files small enough that several fit and the ballast leaves little room between them.
+DISK_FULL_STORE_BYTES = 48 << 20
+SMALL_STORE_CONF = {
+    "mappedFileSizeCommitLog": str(4 << 20),
+    "mappedFileSizeForEntryIndex": str(1 << 20),
+    "maxHashSlotNum": "4096",
+    "maxIndexNum": "16384",
+}
 
 
 @attrs.frozen
@@ -63,6 +72,10 @@ class RunConfig:
         if self.steps is None:
             return self.faults
         return tuple(dict.fromkeys(step.kind for step in self.steps))
+
+    def store_bytes(self) -> int | None:
+        """Each store's own filesystem size, for runs that fill disks (else None)."""
+        return DISK_FULL_STORE_BYTES if "disk-full" in self.fault_kinds() else None
 
     def command(self) -> str:
         parts = [
@@ -91,8 +104,10 @@ async def run(config: RunConfig) -> dict:
     extra = {"flushDiskType": "SYNC_FLUSH"}
     if config.page_cache:
         extra = {"flushDiskType": "ASYNC_FLUSH", "flushFileInterval": str(PAGE_CACHE_FLUSH_MS)}
+    if config.store_bytes() is not None:
+        extra.update(SMALL_STORE_CONF)
     shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
-    cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
+    cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
         async with (
@@ -226,6 +241,11 @@ def _meta(config: RunConfig, steps: int) -> dict:
         if config.page_cache
         else "SYNC_FLUSH",
         "scheduled_faults": steps,
+        **(
+            {"stores": f"tmpfs {config.store_bytes() >> 20} MiB each"}
+            if config.store_bytes() is not None
+            else {}
+        ),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}",

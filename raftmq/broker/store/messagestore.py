@@ -179,9 +179,14 @@ class MessageStore:
         def run() -> None:
             try:
                 sync_queues()
-                sync_index()
             except OSError as exc:  # the files it covered may have lost pages: fatal
                 raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
+            try:
+                sync_index()
+            except OSError as exc:  # no room for the index's own checkpoint file: retried
+                if exc.errno not in NO_ROOM:
+                    raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
+                raise
             self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self._snapshot_path, snapshot)
             atomic_write(self._checkpoint_path, record)
