@@ -448,7 +448,7 @@ class DLedgerServer:
             term, vote = self._hard_state_to_save
             self._hard_state_to_save = None
             await until_room(
-                lambda: functools.partial(self.term_vote.save, term, vote),
+                functools.partial(functools.partial, self.term_vote.save, term, vote),
                 what="while saving the term and vote",
             )
             self._handoff.hard_state_saved()
