@@ -186,25 +186,32 @@ class JepsenCluster(LocalCluster):
         """Attach strace to `node`'s running broker (all its threads, and any it starts)
         so that each fsync and fdatasync returns `delay_ms` late: a slow disk, with no
         restart. Tracing stops every system call of the process, not only those, which
-        adds a little to the rest of its work too."""
+        adds a little to the rest of its work too. Each delayed call is a line of
+        `<node>.strace`, which `stop_slowing_fsync` counts."""
         inject = f"inject=fdatasync,fsync:delay_exit={delay_ms * 1000}"
+        trace = self.base_dir / f"{node}.strace"
         self.slowing[node] = subprocess.Popen(
-            ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=fdatasync,fsync", "-e", inject,
-             "-p", str(self.pid(node))],
+            ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=fdatasync,fsync",
+             "-e", "signal=none", "-e", inject, "-p", str(self.pid(node))],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
 
-    def stop_slowing_fsync(self, node: str) -> None:
-        """Detach strace: the broker runs on at full speed."""
+    def stop_slowing_fsync(self, node: str) -> int:
+        """Detach strace (the broker runs on at full speed); returns how many fsyncs it
+        delayed."""
         tracer = self.slowing.pop(node, None)
-        if tracer is not None and tracer.poll() is None:
+        if tracer is None:
+            return 0
+        if tracer.poll() is None:
             tracer.send_signal(signal.SIGINT)
             try:
                 tracer.wait(5)
             except subprocess.TimeoutExpired:
                 tracer.kill()
                 tracer.wait()
+        trace = self.base_dir / f"{node}.strace"
+        return trace.read_text(errors="replace").count("DELAYED") if trace.exists() else 0
 
     def exit_status(self, node: str) -> int | None:
         proc = self.procs.get(node)

@@ -344,12 +344,14 @@ class Nemesis:
             self._stop(fault_id, step, [node], "skipped")
             return
         delay_ms = rng.choice(SLOW_FSYNC_MS)
-        self._start(fault_id, step, [node], f"fsync +{delay_ms} ms on {node}", True)
+        detail = f"fsync +{delay_ms} ms on {step.target} {node}"
+        self._start(fault_id, step, [node], detail, True)
         self.injected[-1]["fsync_delay_ms"] = delay_ms
         self.cluster.slow_fsync(node, delay_ms)
         await trio.sleep(step.duration_s)
-        self.cluster.stop_slowing_fsync(node)
-        self._stop(fault_id, step, [node], "strace detached")
+        delayed = self.cluster.stop_slowing_fsync(node)
+        self.injected[-1]["fsyncs_delayed"] = delayed
+        self._stop(fault_id, step, [node], f"strace detached after delaying {delayed} fsyncs")
 
     # ------------------------------------------------------------------ network faults
     async def _partition(self, step: Step, rng: random.Random, fault_id: int) -> None:
