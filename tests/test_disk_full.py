@@ -16,11 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from jepsen import disk as ballast
 from raftmq.dledger.codes import Code, EntryType, Role
 from raftmq.dledger.sim.cluster import SimCluster
 from raftmq.dledger.sim.disk import FileStores, SimFileSystem
 from raftmq.dledger.store.base import DiskFull
 from raftmq.dledger.store.file import FileLogStore
+from raftmq.protocol import message as codec
+from raftmq.remoting import ResponseCode
+from tests.helpers import create_topic, group, wait_for
 
 SEGMENT_BYTES = 4096
 BODY = b"x" * 200  # about 16 entries a segment
@@ -151,3 +155,38 @@ def test_a_new_leader_with_no_room_for_its_noop_appends_it_when_room_returns():
     cluster.run_until(cluster.now + 500)
     assert new.replica.role is Role.LEADER and new.store.end_term == new.replica.term
     assert new.replica.committed_index == new.store.end_index
+
+
+@pytest.mark.slow
+@pytest.mark.requires("tmpfs")
+async def test_a_broker_on_a_full_disk_refuses_sends_serves_pulls_and_resumes(nursery, tmp_path):
+    """A real filesystem filled to the last byte under a running broker (one member,
+    so its own disk is the quorum): sends are refused with RocketMQ's code and remark
+    and store nothing, pulls still answer, and sends work again once there is room."""
+    disk = tmp_path / "disk"
+    ballast.mount_tmpfs(disk, 24 << 20)
+    try:
+        g = await group(nursery, disk, nodes=1)
+        await create_topic(g, "T", 1)
+        broker = g.master()
+        assert (await g.send(broker, "T", b"before")).code == ResponseCode.SUCCESS
+        ballast.fill(disk, 0)
+        await wait_for(lambda: broker.dledger.replica.disk_full, 2.0)
+        refused = await g.send(broker, "T", b"refused")
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert refused.remark == (
+            "service not available now. It may be caused by one of the following reasons: "
+            "the broker's disk is full [CL:  1.00 CQ:  1.00 INDEX:  1.00], messages are put "
+            "to the slave, message store has been shut down, etc."
+        )
+        pulled = await g.pull(broker, "T", 0, 0)
+        assert [m.body for m in codec.decode_all(pulled.body)] == [b"before"]
+        ballast.free(disk)
+        await wait_for(lambda: not broker.dledger.replica.disk_full, 2.0)
+        after = await g.send(broker, "T", b"after")
+        assert after.code == ResponseCode.SUCCESS and after.ext_fields["queueOffset"] == "1"
+        await wait_for(lambda: broker.store.max_offset("T", 0) == 2)
+        pulled = await g.pull(broker, "T", 0, 0)
+        assert [m.body for m in codec.decode_all(pulled.body)] == [b"before", b"after"]
+    finally:
+        ballast.unmount(disk)
