@@ -18,10 +18,20 @@ from jepsen.nemesis import Step
 from jepsen.runner import RunConfig, run, summary
 
 pytestmark = pytest.mark.processes
+SLOWED = ((4.0, "leader"), (13.0, "follower"))  # when, and whose fsyncs
 
 
 def _explain(results: dict, config: RunConfig) -> str:
     return f"{summary(results, config)}\nrun directory: {config.run_dir}"
+
+
+async def _valid_run(run_dir: Path, *steps: Step) -> tuple[RunConfig, dict]:
+    """A 22 s run of `steps` (their seeds fix the targets and delays) that must pass
+    every check, process errors (a broker that stopped) among them."""
+    config = RunConfig(run_dir=run_dir, seed=1, time_limit_s=22, steps=steps, progress=False)
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    return config, results
 
 
 def _mounts_under(path: Path) -> list[str]:
@@ -30,22 +40,12 @@ def _mounts_under(path: Path) -> list[str]:
 
 @pytest.mark.requires("tmpfs")
 async def test_full_disks_refuse_sends_lose_nothing_and_resume(tmp_path):
-    schedule = [
-        (3.0, "follower", "no-room", 4.0),
-        (10.0, "leader", "over-ratio", 4.0),
-        (17.0, "all", "no-room", 3.0),
-    ]
-    config = RunConfig(
-        run_dir=tmp_path / "full",
-        seed=1,
-        time_limit_s=22,
-        steps=tuple(
-            Step(at, "disk-full", t, v, d, seed=i) for i, (at, t, v, d) in enumerate(schedule)
-        ),
-        progress=False,
+    config, results = await _valid_run(
+        tmp_path / "full",
+        Step(3.0, "disk-full", "follower", "no-room", 4.0, seed=0),
+        Step(10.0, "disk-full", "leader", "over-ratio", 4.0, seed=1),
+        Step(17.0, "disk-full", "all", "no-room", 3.0, seed=2),
     )
-    results = await run(config)
-    assert results["valid"], _explain(results, config)  # no process errors among them
     assert results["run"]["recovered"] and results["run"]["drained"]
     assert not _mounts_under(tmp_path), "the harness left its filesystems mounted"
     follower, leader, every = results["disk_faults"]["faults"]
@@ -66,18 +66,9 @@ async def test_full_disks_refuse_sends_lose_nothing_and_resume(tmp_path):
 
 @pytest.mark.requires("strace")
 async def test_a_slow_disk_on_the_leader_or_a_follower_costs_no_latency(tmp_path):
-    config = RunConfig(
-        run_dir=tmp_path / "slow",
-        seed=1,
-        time_limit_s=22,
-        steps=(
-            Step(4.0, "slow-disk", "leader", "fsync-delay", 6.0, seed=5),
-            Step(13.0, "slow-disk", "follower", "fsync-delay", 6.0, seed=5),
-        ),
-        progress=False,
-    )
-    results = await run(config)
-    assert results["valid"], _explain(results, config)
+    # seed 5 draws a 100 ms delay for either target
+    slow = [Step(at, "slow-disk", target, "fsync-delay", 6.0, seed=5) for at, target in SLOWED]
+    config, results = await _valid_run(tmp_path / "slow", *slow)
     injected = results["run"]["faults"]
     assert [f["fsync_delay_ms"] for f in injected] == [100, 100]
     assert all(f["fsyncs_delayed"] > 10 for f in injected), injected  # it did bite
