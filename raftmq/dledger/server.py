@@ -19,7 +19,6 @@ write, one push per follower and one fsync, not one of each per entry.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import json
 import logging
@@ -34,6 +33,7 @@ from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.output import Completion, Handoff
 from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, durably, until_room
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.dledger.store.base import LogStore
@@ -49,10 +49,6 @@ SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
 RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
 DISK_CHECK_INTERVAL_S = 0.1  # DLedger's CleanSpaceService period
-NO_ROOM_RETRY_S = 0.5  # how often a write the disk had no room for is tried again
-# A write that failed for want of room (ENOSPC, or a quota) is not in doubt the way a
-# failed fsync is: nothing it wrote is relied on, so it is tried again, not fatal.
-NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class DLedgerError(Exception):
@@ -61,46 +57,6 @@ class DLedgerError(Exception):
     def __init__(self, code: Code, remark: str = "") -> None:
         super().__init__(f"{code.name} ({int(code)}){': ' + remark if remark else ''}")
         self.code = code
-
-
-class DiskFailure(Exception):
-    """An fsync failed. The replica stops: after a failed fsync the kernel may have
-    dropped the dirty pages, so nothing written since can be vouched for."""
-
-
-async def durably(write_and_sync, *args) -> None:
-    """Run a blocking write-and-fsync in a worker thread. Any OSError from it (EIO, or
-    no room to write the segments' dirty pages back) becomes DiskFailure, which stops
-    the process with a clear message: after a failed fsync nothing written since can
-    be vouched for."""
-    try:
-        await trio.to_thread.run_sync(write_and_sync, *args)
-    except OSError as exc:
-        raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
-
-
-async def until_room(capture: Callable[[], Callable[[], object]], what: str) -> None:
-    """Write whole small files (each written to a new file, fsynced and renamed into
-    place: the term and vote, a checkpoint) in a worker thread, and again every
-    NO_ROOM_RETRY_S while the disk has no room for them. `capture()`, on the event
-    loop, gives each attempt's blocking write, so a retry writes what is current.
-    Whatever waits for the write waits too: a vote is not sent, an entry not
-    acknowledged, until it is written. A failed attempt leaves only its temporary
-    file, never a torn one in place. Other OSErrors are a DiskFailure, as in `durably`."""
-    warned = False
-    while True:
-        try:
-            await trio.to_thread.run_sync(capture())
-            return
-        except OSError as exc:
-            if exc.errno not in NO_ROOM:
-                raise DiskFailure(f"fsync failed ({exc}) {what}; stopping") from exc
-            if not warned:
-                log.warning(
-                    "no room %s (%s); trying again every %.1f s", what, exc, NO_ROOM_RETRY_S
-                )
-                warned = True
-        await trio.sleep(NO_ROOM_RETRY_S)
 
 
 class _SyncThread:

@@ -39,7 +39,7 @@ from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue,
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import ReplicatedLog
-from raftmq.dledger.server import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, until_room
+from raftmq.dledger.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, until_room
 from raftmq.dledger.store.meta import atomic_write
 from raftmq.protocol import message as codec
 
