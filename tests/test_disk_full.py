@@ -11,12 +11,14 @@ the Raft checker runs after every event.
 
 from __future__ import annotations
 
+import errno
 import random
 from pathlib import Path
 
 import pytest
 
 from jepsen import disk as ballast
+from raftmq.broker.store.consumequeue import ENTRY, ConsumeQueueTable
 from raftmq.dledger.codes import Code, EntryType, Role
 from raftmq.dledger.sim.cluster import SimCluster
 from raftmq.dledger.sim.disk import FileStores, SimFileSystem
@@ -188,5 +190,31 @@ async def test_a_broker_on_a_full_disk_refuses_sends_serves_pulls_and_resumes(nu
         await wait_for(lambda: broker.store.max_offset("T", 0) == 2)
         pulled = await g.pull(broker, "T", 0, 0)
         assert [m.body for m in codec.decode_all(pulled.body)] == [b"before", b"after"]
+    finally:
+        ballast.unmount(disk)
+
+
+@pytest.mark.requires("tmpfs")
+def test_consumequeue_entries_a_full_disk_cut_short_are_written_once_there_is_room(tmp_path):
+    """A write short of room writes part of what it was given: the rest must stay
+    queued for the next flush, not be dropped (the file would then miss entries and
+    every later one would sit at the wrong offset)."""
+    disk = tmp_path / "disk"
+    ballast.mount_tmpfs(disk, 1 << 20)
+    try:
+        ballast.fill(disk, 8192)
+        queues = ConsumeQueueTable(disk / "consumequeue")
+        queue = queues.find_or_create("T", 0)
+        entries = [(100 * k, 100, k) for k in range(1000)]  # 20,000 bytes
+        for offset, (physical, size, tags) in enumerate(entries):
+            queue.append(offset, physical, size, tags)
+        with pytest.raises(OSError) as no_room:
+            queues.flush()
+        assert no_room.value.errno == errno.ENOSPC
+        ballast.free(disk)
+        queues.flush()
+        (path,) = (disk / "consumequeue" / "T" / "0").iterdir()
+        assert path.read_bytes() == b"".join(ENTRY.pack(*entry) for entry in entries)
+        queues.close()
     finally:
         ballast.unmount(disk)
