@@ -218,3 +218,23 @@ def test_consumequeue_entries_a_full_disk_cut_short_are_written_once_there_is_ro
         queues.close()
     finally:
         ballast.unmount(disk)
+
+
+@pytest.mark.requires("tmpfs")
+def test_a_real_filesystem_with_no_room_for_a_segment_refuses_and_leaves_no_file(tmp_path):
+    disk = tmp_path / "disk"
+    ballast.mount_tmpfs(disk, 1 << 20)
+    try:
+        store = FileLogStore(disk / "log", 64 << 10, 32 * 256)  # the first segments fit
+        store.append_leader(1, [(EntryType.NORMAL, b"z" * 1000)] * 60)  # just short of 64 KiB
+        ballast.fill(disk, 16 << 10)
+        with pytest.raises(DiskFull):
+            store.append_leader(1, [(EntryType.NORMAL, b"z" * 1000)] * 10)
+        assert store.end_index == 59
+        assert sorted(p.name for p in (disk / "log" / "data").iterdir()) == [f"{0:020d}"]
+        ballast.free(disk)
+        assert [i for i, _pos in store.append_leader(1, [(EntryType.NORMAL, b"z")])] == [60]
+        store.sync_plan().run()
+        store.close()
+    finally:
+        ballast.unmount(disk)

@@ -211,7 +211,6 @@ class DLedgerServer:
         self._hard_state_to_save: tuple[int, str | None] | None = None
         self._hard_state_ready = trio.Event()
         self._retention_due = trio.Event()  # the disk is over diskSpaceRatioToCheckExpired
-        self.disk_used_ratio = 0.0  # of the store's filesystem, at the last disk check
         self.started = trio.Event()
 
     # ------------------------------------------------------------------ running
@@ -494,13 +493,16 @@ class DLedgerServer:
     async def _disk_space_loop(self) -> None:
         """DLedger's CleanSpaceService check: how full the store's filesystem is. Over
         diskFullRatio the replica refuses appends (DISK_FULL) until it is under again;
-        over diskSpaceRatioToCheckExpired retention runs now, not at its next turn."""
+        over diskSpaceRatioToCheckExpired retention runs now, not at its next turn.
+        Under the ratio it clears what a new segment that found no room set, so the
+        next append tries again (the store checks the free space before it allocates)."""
         config = self.config
+        over = False  # at the last check
         while True:
             ratio = await trio.to_thread.run_sync(used_ratio, self.store.base_dir)
-            self.disk_used_ratio = ratio
             full = ratio > config.disk_full_ratio
-            if full != self.replica.disk_full:
+            if full != over:
+                over = full
                 if full:
                     log.warning(
                         "disk full: %.1f%% of the filesystem of %s in use (diskFullRatio %.0f%%);"
@@ -511,6 +513,7 @@ class DLedgerServer:
                     )
                 else:
                     log.warning("disk space OK: %.1f%% in use; taking appends", ratio * 100)
+            if full != self.replica.disk_full:
                 self.replica.set_disk_full(full, self._now())
                 self._process()
             if ratio > config.disk_space_ratio_to_check_expired:

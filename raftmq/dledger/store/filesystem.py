@@ -161,6 +161,10 @@ def _preallocate(fd: int, path: Path, size_bytes: int) -> None:
     needs one: on a full disk a write into a hole of a mapped file is a SIGBUS, which
     no one can catch. No room is DiskFull, with the new file removed; only a
     filesystem without fallocate gets a sparse file of the right size."""
+    st = os.fstatvfs(fd)
+    if st.f_bavail * st.f_frsize < size_bytes:  # not a partial allocation to undo
+        os.unlink(path)
+        raise DiskFull(f"no room for a new segment {path} of {size_bytes} bytes")
     try:
         os.posix_fallocate(fd, 0, size_bytes)
     except OSError as exc:
