@@ -1,13 +1,15 @@
 """`python -m jepsen run ...` (a fault-injection run) and `python -m jepsen check RUN_DIR`.
 
 Exit status: 0 when every check passed (the safety checks, and no process errors such as a
-node that would not restart), 1 when one failed, 2 for bad arguments.
+node that would not restart), 1 when one failed, 2 for bad arguments (or disk-full faults
+asked of a user who cannot mount their filesystems).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -75,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.quiet,
         workload=args.workload,
     )
+    if config.store_bytes() is not None and os.geteuid() != 0:
+        print("jepsen: disk-full faults mount a tmpfs for each store: run as root", file=sys.stderr)
+        return 2
     results = trio.run(run, config)
     print(summary(results, config))
     for error in results["run"].get("errors", []):

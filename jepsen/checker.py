@@ -612,6 +612,59 @@ def summarise(latencies: list[float]) -> dict:
     }
 
 
+# What a broker says when it refuses a send for a full disk (RocketMQ's remark).
+DISK_FULL_REMARK = "the broker's disk is full"
+
+
+def check_disk_faults(facts: Facts) -> dict:
+    """What full and slow disks cost (informational). Per `disk-full` fault: sends
+    refused for a full disk while it lasted, and how long after the space came back
+    the first send invoked after it was acknowledged (None: none was). Per
+    `slow-disk` fault: latency of the acknowledged sends invoked while it lasted,
+    and of those invoked in as long a window just before it."""
+    rows = []
+    for fault in faults(facts.history):
+        if fault.kind == "disk-full":
+            rows.append(disk_full_effect(fault, facts.sends))
+        elif fault.kind == "slow-disk":
+            rows.append(slow_disk_effect(fault, facts.sends))
+    refused = sum(row.get("refused", 0) for row in rows)
+    return info(len(rows), rows, faults=rows, refused=refused)
+
+
+def disk_full_effect(fault: Fault, sends: list[Pair]) -> dict:
+    during = [p for p in sends if fault.start <= p.start <= fault.stop and p.completion]
+    refused = [
+        p for p in during if p.type == "fail" and DISK_FULL_REMARK in p.completion.get("error", "")
+    ]
+    after = [p.end for p in sends if p.ok and p.start >= fault.stop]
+    return {
+        "id": fault.id,
+        "kind": fault.kind,
+        "detail": fault.detail,
+        "targets": fault.targets,
+        "refused": len(refused),
+        "ok_during": sum(1 for p in during if p.ok),
+        "resumed_after_s": round(min(after) - fault.stop, 3) if after else None,
+    }
+
+
+def slow_disk_effect(fault: Fault, sends: list[Pair]) -> dict:
+    length = fault.stop - fault.start
+
+    def latencies(start: float, stop: float) -> list[float]:
+        return [p.end - p.start for p in sends if p.ok and start <= p.start < stop]
+
+    return {
+        "id": fault.id,
+        "kind": fault.kind,
+        "detail": fault.detail,
+        "targets": fault.targets,
+        "before": summarise(latencies(fault.start - length, fault.start)),
+        "during": summarise(latencies(fault.start, fault.stop)),
+    }
+
+
 CHECKS: dict[str, Callable[[Facts], dict]] = {
     "counts": check_counts,
     "lost": check_lost,
@@ -631,4 +684,5 @@ CHECKS: dict[str, Callable[[Facts], dict]] = {
     "replica_agreement": check_replica_agreement,
     "availability": check_availability,
     "latency": check_latency,
+    "disk_faults": check_disk_faults,
 }

@@ -44,6 +44,15 @@ WORKLOADS = {
     "queue": (Workload, {}, CHECKS),
     "transactions": (TransactionWorkload, BROKER_CONF, TRANSACTION_CHECKS),
 }
+# A run with disk-full faults puts each store on a tmpfs of its own, this size, with
+# files small enough that several fit and the ballast leaves little room between them.
+DISK_FULL_STORE_BYTES = 48 << 20
+SMALL_STORE_CONF = {
+    "mappedFileSizeCommitLog": str(4 << 20),
+    "mappedFileSizeForEntryIndex": str(1 << 20),
+    "maxHashSlotNum": "4096",
+    "maxIndexNum": "16384",
+}
 
 
 @attrs.frozen
@@ -70,6 +79,10 @@ class RunConfig:
         if self.steps is None:
             return self.faults
         return tuple(dict.fromkeys(step.kind for step in self.steps))
+
+    def store_bytes(self) -> int | None:
+        """Each store's own filesystem size, for runs that fill disks (else None)."""
+        return DISK_FULL_STORE_BYTES if "disk-full" in self.fault_kinds() else None
 
     def command(self) -> str:
         parts = [
@@ -99,8 +112,10 @@ async def run(config: RunConfig) -> dict:
     extra = {"flushDiskType": "SYNC_FLUSH", **workload_conf}
     if config.page_cache:
         extra |= {"flushDiskType": "ASYNC_FLUSH", "flushFileInterval": str(PAGE_CACHE_FLUSH_MS)}
+    if config.store_bytes() is not None:
+        extra.update(SMALL_STORE_CONF)
     shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
-    cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
+    cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
         async with (
@@ -230,6 +245,11 @@ def _meta(config: RunConfig, steps: int) -> dict:
         else "SYNC_FLUSH",
         "scheduled_faults": steps,
         "workload": config.workload,
+        **(
+            {"stores": f"tmpfs {config.store_bytes() >> 20} MiB each"}
+            if config.store_bytes() is not None
+            else {}
+        ),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}",

@@ -184,7 +184,7 @@ def test_dledger_keys_out_of_line_with_each_other(tmp_path: Path) -> None:
 
 
 def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
-    keys = ["deleteWhen=04", "diskMaxUsedSpaceRatio=88", "transientStorePoolEnable=false"]
+    keys = ["deleteWhen=04", "cleanFileForciblyEnable=true", "transientStorePoolEnable=false"]
     keys += ["offsetCheckInSlave=false", "traceTopicEnable=false"]
     config, warnings = load_text(tmp_path, "\n".join(keys))
     path = tmp_path / "broker.conf"
@@ -293,3 +293,13 @@ def test_the_readme_commands_run_as_written_beside_the_sample_confs() -> None:
             *(parse_address(a)[1] for a in config.dledger_config().peers.values()),
         }
     assert not used & {parse_address(a)[1] for a in parse_peers(example_peers).values()}
+
+
+def test_disk_ratios_are_percent_keys_that_become_dledgers_ratios(tmp_path: Path) -> None:
+    defaults = load_text(tmp_path, dledger_conf())[0].dledger_config()
+    assert (defaults.disk_space_ratio_to_check_expired, defaults.disk_full_ratio) == (0.75, 0.90)
+    text = dledger_conf("diskMaxUsedSpaceRatio=60", "diskSpaceWarningLevelRatio=95")
+    dledger = load_text(tmp_path, text)[0].dledger_config()
+    assert (dledger.disk_space_ratio_to_check_expired, dledger.disk_full_ratio) == (0.60, 0.95)
+    with pytest.raises(ValueError, match=r"diskSpaceWarningLevelRatio.*out of range 1\.\.100"):
+        load_text(tmp_path, dledger_conf("diskSpaceWarningLevelRatio=120"))

@@ -134,7 +134,7 @@ UNUSED_KEYS = frozenset(
         "fastFailIfNoBufferInStorePool", "checkCRCOnRecover",
         "readOnlyCommitLogStorePaths", "enableBatchPush",
         # retention by schedule and disk pressure (files go by age: fileReservedTime)
-        "deleteWhen", "diskMaxUsedSpaceRatio", "cleanFileForciblyEnable",
+        "deleteWhen", "cleanFileForciblyEnable",
         "cleanResourceInterval", "deleteCommitLogFilesInterval",
         "deleteConsumeQueueFilesInterval", "destroyMapedFileIntervalForcibly",
         "redeleteHangedFileInterval",
@@ -219,6 +219,10 @@ class BrokerConfig:
     transaction_time_out: int = 6000  # ms before a half message may be checked
     transaction_check_max: int = 15  # checks before a half message is discarded
     transaction_check_interval: int = 60_000  # ms between check runs
+    # Percent of the store's filesystem in use: over the first, retention deletes
+    # expired files at once; over the second, sends are refused until it is under.
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     metrics_port: int = 0  # raftmq's: the Prometheus endpoint's port, 0 for none
     dleger_tls_cert_path: str | None = None
@@ -298,6 +302,8 @@ class BrokerConfig:
             flush_disk_type=self.flush_disk_type,
             mapped_file_size_for_entry_data=self.mapped_file_size_commit_log,
             file_reserved_hours=self.file_reserved_time + 1,
+            disk_space_ratio_to_check_expired=self.disk_max_used_space_ratio / 100,
+            disk_full_ratio=self.disk_space_warning_level_ratio / 100,
             record_synced_lengths=self.record_synced_lengths,
             preferred_leader_ids=self.preferred_leader_id or (),
             tls_cert_path=self.dleger_tls_cert_path,
@@ -372,6 +378,8 @@ KEYS = KeyTable(
         Key("transactionTimeOut", "transaction_time_out", integer(0)),
         Key("transactionCheckMax", "transaction_check_max", integer(0)),
         Key("transactionCheckInterval", "transaction_check_interval", integer(1)),
+        Key("diskMaxUsedSpaceRatio", "disk_max_used_space_ratio", integer(1, 100)),
+        Key("diskSpaceWarningLevelRatio", "disk_space_warning_level_ratio", integer(1, 100)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
         Key("flushIntervalCommitLog", "flush_interval_commit_log", integer(1)),
         Key("syncFlushTimeout", "sync_flush_timeout", integer(1)),

@@ -141,8 +141,13 @@ class LeaderReplication:
                 next_index = min(prog.match_index + 1, resp.end_index + 1)
                 prog.become_probe(PushType.COMPARE, next_index)
                 self._replicate(resp.local_id, prog, now)
+            elif resp.code == Code.DISK_FULL:  # it wrote nothing: try again at its next beat
+                prog.stall()
             return
         if resp.type == PushType.COMMIT or not prog.probe_answered(resp.seq):
+            return
+        if resp.code == Code.DISK_FULL:  # a reset found no room
+            prog.stall()
             return
         if resp.type == PushType.COMPARE:
             self._on_compare_response(prog, resp)
