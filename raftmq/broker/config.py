@@ -6,7 +6,8 @@ configs (`conf/dledger/broker-n*.conf` here) load unchanged. In DLedger mode the
 replica's `DLedgerConfig` is derived as RocketMQ's `DLedgerCommitLog` derives it: group
 is `dLegerGroup` or else `brokerName`, the store lives under `storePathRootDir` (or
 `storePathDLedgerCommitLog`), data segments are `mappedFileSizeCommitLog` bytes and
-files are kept `fileReservedTime + 1` hours; ConsumeQueue files are
+files are kept `fileReservedTime + 1` hours (or DLedger's `fileReservedHours`, which
+may be a fraction, when given); ConsumeQueue files are
 `mappedFileSizeConsumeQueue` bytes (300,000 entries). DLedger's own timing keys
 (`heartBeatTimeIntervalMs`, `maxVoteIntervalMs`, ...) may be written in the file under
 their DLedger names and are passed through; RocketMQ has no way to set them.
@@ -56,6 +57,7 @@ from raftmq.streams.config_keys import (
     file_path,
     integer,
     ip_address,
+    number,
     read_config_file,
     text,
 )
@@ -207,6 +209,7 @@ class BrokerConfig:
     max_message_size: int = 4 * 1024 * 1024
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
+    file_reserved_hours: float | None = None  # DLedger's key; overrides fileReservedTime + 1
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     dleger_tls_cert_path: str | None = None
     dleger_tls_key_path: str | None = None
@@ -248,7 +251,9 @@ class BrokerConfig:
             store_type="FILE",
             flush_disk_type=self.flush_disk_type,
             mapped_file_size_for_entry_data=self.mapped_file_size_commit_log,
-            file_reserved_hours=self.file_reserved_time + 1,
+            file_reserved_hours=self.file_reserved_time + 1
+            if self.file_reserved_hours is None
+            else self.file_reserved_hours,
             record_synced_lengths=self.record_synced_lengths,
             preferred_leader_ids=self.preferred_leader_id or (),
             tls_cert_path=self.dleger_tls_cert_path,
@@ -262,6 +267,15 @@ def _self_id(value: str) -> str:
     if not _SELF_ID.match(value):
         raise ValueError("expected one letter and digits, like n0")
     return value
+
+
+def _positive_hours(value: str) -> float:
+    """`fileReservedHours` in fractions too (0.05 is three minutes), so that retention can
+    be watched cycling files in a test or a soak; fileReservedTime counts whole hours."""
+    hours = number(value)
+    if not hours > 0:
+        raise ValueError("must be more than 0")
+    return hours
 
 
 def _delay_levels(value: str) -> str:
@@ -307,6 +321,7 @@ KEYS = KeyTable(
         Key("maxMessageSize", "max_message_size", integer(1)),
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
+        Key("fileReservedHours", "file_reserved_hours", _positive_hours),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
@@ -322,7 +337,8 @@ KEYS = KeyTable(
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
      "storePathDLedgerCommitLog", "recordSyncedLengths", "dLegerTlsCertPath",
-     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", *DLEDGER_PASSTHROUGH_KEYS}
+     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", "fileReservedHours",
+     *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
 
 
