@@ -11,12 +11,15 @@ only if every check passed.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import platform
 import random
 import shutil
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
@@ -95,29 +98,21 @@ async def run(config: RunConfig) -> dict:
     cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
-        async with (
-            ProxyNet(cluster.peer_links(), rng, frame_header_bytes=PEER_FRAME_HEADER_BYTES) as net,
-            ProxyNet(
-                cluster.client_links(),
-                rng,
-                cluster.client_proxies(),
-                frame_header_bytes=CLIENT_FRAME_HEADER_BYTES,
-            ) as clients,
-        ):
-            cluster.net, cluster.clients = net, clients
-            async with cluster:
-                await cluster.create_topic(TOPIC, QUEUES)
-                nemesis = Nemesis(cluster, history)
-                workload = Workload(
-                    cluster.namesrv_addr,
-                    cluster.broker_name,
-                    {address: node for node, address in cluster.client_addrs.items()},
-                    history,
-                    random.Random(rng.randrange(1 << 32)),
-                    rate=config.rate,
-                )
-                await _play(config, cluster, nemesis, workload, steps, outcome)
-                final, replicas = await _read_logs(cluster, outcome)
+        async with behind_proxies(cluster, rng):
+            nemesis = Nemesis(cluster, history)
+            workload = Workload(
+                cluster.namesrv_addr,
+                cluster.broker_name,
+                cluster.node_of(),
+                history,
+                random.Random(rng.randrange(1 << 32)),
+                rate=config.rate,
+            )
+            progress = None
+            if config.progress:
+                progress = functools.partial(_progress, history, nemesis, config.time_limit_s)
+            await play(cluster, nemesis, workload, steps, config.time_limit_s, outcome, progress)
+            final, replicas = await read_logs(cluster, outcome)
         record = {**outcome, "faults": nemesis.injected, "errors": nemesis.errors}
         results = check(history.ops, final, replicas, record)
         results["run"] = record
@@ -130,7 +125,36 @@ async def run(config: RunConfig) -> dict:
     return results
 
 
-async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
+@contextlib.asynccontextmanager
+async def behind_proxies(cluster: JepsenCluster, rng: random.Random):
+    """`cluster` started with every peer and client link through a proxy, and the topic
+    created; everything stops on the way out."""
+    async with (
+        ProxyNet(cluster.peer_links(), rng, frame_header_bytes=PEER_FRAME_HEADER_BYTES) as net,
+        ProxyNet(
+            cluster.client_links(),
+            rng,
+            cluster.client_proxies(),
+            frame_header_bytes=CLIENT_FRAME_HEADER_BYTES,
+        ) as clients,
+    ):
+        cluster.net, cluster.clients = net, clients
+        async with cluster:
+            await cluster.create_topic(TOPIC, QUEUES)
+            yield cluster
+
+
+async def play(
+    cluster: JepsenCluster,
+    nemesis: Nemesis,
+    workload: Workload,
+    steps: list[Step],
+    time_limit_s: float,
+    outcome: dict,
+    progress: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Load and faults for `time_limit_s`, then heal, recover and drain (the module
+    docstring's shape); what happened goes into `outcome`."""
     produced = trio.Event()
 
     async def produce() -> None:
@@ -140,11 +164,11 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(produce)
         nursery.start_soon(workload.consume)
-        if config.progress:
-            nursery.start_soon(_progress, workload.history, nemesis, config.time_limit_s)
+        if progress is not None:
+            nursery.start_soon(progress)
         started = trio.current_time()
-        await nemesis.run(steps, started, config.time_limit_s)
-        await trio.sleep_until(started + config.time_limit_s)
+        await nemesis.run(steps, started, time_limit_s)
+        await trio.sleep_until(started + time_limit_s)
         outcome["healed"] = await nemesis.heal_all()
         workload.producing = False
         await produced.wait()
@@ -172,7 +196,7 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def _read_logs(cluster: JepsenCluster, outcome: dict):
+async def read_logs(cluster: JepsenCluster, outcome: dict):
     """Each queue as the master serves it, and as every member serves it; replies
     that do not decode are listed in outcome["read_errors"]."""
     master = outcome.get("master")
