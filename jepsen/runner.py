@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import platform
 import random
 import shutil
@@ -100,14 +101,7 @@ async def run(config: RunConfig) -> dict:
     with Recorder(run_dir / "history.jsonl") as history:
         async with behind_proxies(cluster, rng):
             nemesis = Nemesis(cluster, history)
-            workload = Workload(
-                cluster.namesrv_addr,
-                cluster.broker_name,
-                cluster.node_of(),
-                history,
-                random.Random(rng.randrange(1 << 32)),
-                rate=config.rate,
-            )
+            workload = new_workload(cluster, history, rng, rate=config.rate)
             progress = None
             if config.progress:
                 progress = functools.partial(_progress, history, nemesis, config.time_limit_s)
@@ -142,6 +136,21 @@ async def behind_proxies(cluster: JepsenCluster, rng: random.Random):
         async with cluster:
             await cluster.create_topic(TOPIC, QUEUES)
             yield cluster
+
+
+def new_workload(
+    cluster: JepsenCluster, history: Recorder, rng: random.Random, **options
+) -> Workload:
+    """The queue workload against `cluster` (its `options` as Workload's), with a random
+    source of its own drawn from `rng`."""
+    return Workload(
+        cluster.namesrv_addr,
+        cluster.broker_name,
+        cluster.node_of(),
+        history,
+        random.Random(rng.randrange(1 << 32)),
+        **options,
+    )
 
 
 async def play(
@@ -240,20 +249,48 @@ async def _progress(history: Recorder, nemesis: Nemesis, time_limit_s: float) ->
 
 
 def _meta(config: RunConfig, steps: int) -> dict:
+    flush = f"ASYNC_FLUSH every {PAGE_CACHE_FLUSH_MS} ms" if config.page_cache else "SYNC_FLUSH"
+    return run_meta(
+        config.command(), config.seed, config.nodes, config.fault_kinds(),
+        config.time_limit_s, flush, steps,
+    )  # fmt: skip
+
+
+def run_meta(
+    command: str,
+    seed: int,
+    nodes: int,
+    fault_kinds: tuple[str, ...],
+    time_limit_s: float,
+    flush: str,
+    steps: int,
+) -> dict:
+    """What the report says about a run's settings (`command` reproduces it)."""
     return {
-        "command": config.command(),
-        "seed": config.seed,
-        "nodes": config.nodes,
-        "faults": ",".join(config.fault_kinds()),
-        "time_limit_s": config.time_limit_s,
-        "flush": f"ASYNC_FLUSH every {PAGE_CACHE_FLUSH_MS} ms"
-        if config.page_cache
-        else "SYNC_FLUSH",
+        "command": command,
+        "seed": seed,
+        "nodes": nodes,
+        "faults": ",".join(fault_kinds),
+        "time_limit_s": time_limit_s,
+        "flush": flush,
         "scheduled_faults": steps,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
     }
+
+
+def machine() -> str:
+    """Cores and CPU model (from /proc/cpuinfo where there is one), and the Python."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"{os.cpu_count()} x {model}, {platform.python_implementation()} "
+        f"{platform.python_version()}"
+    )
 
 
 def summary(results: dict, config: RunConfig) -> str:

@@ -22,11 +22,9 @@ from __future__ import annotations
 import csv
 import functools
 import os
-import platform
 import random
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import attrs
@@ -39,7 +37,7 @@ from jepsen.history import Recorder
 from jepsen.nemesis import KINDS, Nemesis, Step
 from jepsen.report import write_report
 from jepsen.resources import FIELDS, Sample, disk_bytes, log_begin_bytes, read_process
-from jepsen.runner import behind_proxies, play, read_logs
+from jepsen.runner import behind_proxies, new_workload, play, read_logs, run_meta
 from jepsen.soak_report import write_soak_report
 from jepsen.workload import QUEUES, Workload
 
@@ -135,12 +133,10 @@ async def soak(config: SoakConfig) -> dict:
     ):
         async with behind_proxies(cluster, rng):
             nemesis = Nemesis(cluster, history)
-            workload = Workload(
-                cluster.namesrv_addr,
-                cluster.broker_name,
-                cluster.node_of(),
+            workload = new_workload(
+                cluster,
                 history,
-                random.Random(rng.randrange(1 << 32)),
+                rng,
                 producers=config.producers,
                 rate=config.rate,
                 body_bytes=config.body_bytes,
@@ -169,6 +165,13 @@ async def soak(config: SoakConfig) -> dict:
     write_report(run_dir, ops, results, meta)
     results["soak"] = write_soak_report(run_dir, ops, samples, results, meta, config)
     return results
+
+
+def _meta(config: SoakConfig, steps: int) -> dict:
+    meta = run_meta(
+        config.command(), config.seed, NODES, config.faults, config.duration_s, "SYNC_FLUSH", steps
+    )
+    return {**meta, "rate": config.rate, "body_bytes": config.body_bytes}
 
 
 async def _sample(cluster: JepsenCluster, history: Recorder, config: SoakConfig, keep) -> None:
@@ -209,32 +212,3 @@ async def _progress(samples: list[Sample], nemesis: Nemesis, workload: Workload,
             file=sys.stderr,
             flush=True,
         )
-
-
-def _meta(config: SoakConfig, steps: int) -> dict:
-    return {
-        "command": config.command(),
-        "seed": config.seed,
-        "nodes": NODES,
-        "faults": ",".join(config.faults),
-        "time_limit_s": config.duration_s,
-        "rate": config.rate,
-        "body_bytes": config.body_bytes,
-        "flush": "SYNC_FLUSH",
-        "scheduled_faults": steps,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": machine(),
-    }
-
-
-def machine() -> str:
-    """Cores and CPU model, from /proc/cpuinfo where there is one."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} x {model}, Python {platform.python_version()}"
