@@ -150,8 +150,11 @@ def _recheck(run_dir: Path) -> int:
     final = json.loads((run_dir / "final.json").read_text())
     replicas = json.loads((run_dir / "replicas.json").read_text())
     previous = json.loads((run_dir / "results.json").read_text())
-    results = check(ops, final, replicas, previous.get("run", {}))
+    retention = "unconsumed" in previous  # a soak's: its logs lost their heads as it went
+    results = check(ops, final, replicas, previous.get("run", {}), retention=retention)
     results["run"] = previous.get("run", {})
+    if "soak" in previous:
+        results["soak"] = previous["soak"]
     meta = previous.get("meta", {"command": f"python -m jepsen check {run_dir}"})
     write_report(run_dir, ops, results, meta)
     print(format_summary(results, meta))

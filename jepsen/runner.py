@@ -110,10 +110,7 @@ async def run(config: RunConfig) -> dict:
         record = {**outcome, "faults": nemesis.injected, "errors": nemesis.errors}
         results = check(history.ops, final, replicas, record)
         results["run"] = record
-        (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
-        (run_dir / "replicas.json").write_text(
-            json.dumps({n: {str(q): v for q, v in r.items()} for n, r in replicas.items()})
-        )
+        save_logs(run_dir, final, replicas)
         meta = _meta(config, len(steps))
         write_report(run_dir, history.ops, results, meta)
     return results
@@ -221,6 +218,14 @@ async def read_logs(cluster: JepsenCluster, outcome: dict):
         }
     final = replicas.get(master, {}) if master is not None else {}
     return final, replicas
+
+
+def save_logs(run_dir: Path, final: dict, replicas: dict) -> None:
+    """The logs read at the end, for `python -m jepsen check RUN_DIR`."""
+    (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
+    (run_dir / "replicas.json").write_text(
+        json.dumps({n: {str(q): v for q, v in r.items()} for n, r in replicas.items()})
+    )
 
 
 async def _progress(history: Recorder, nemesis: Nemesis, time_limit_s: float) -> None:

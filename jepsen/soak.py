@@ -37,7 +37,7 @@ from jepsen.history import Recorder
 from jepsen.nemesis import KINDS, Nemesis, Step
 from jepsen.report import write_report
 from jepsen.resources import FIELDS, Sample, disk_bytes, log_begin_bytes, read_process
-from jepsen.runner import behind_proxies, new_workload, play, read_logs, run_meta
+from jepsen.runner import behind_proxies, new_workload, play, read_logs, run_meta, save_logs
 from jepsen.soak_report import write_soak_report
 from jepsen.workload import QUEUES, Workload
 
@@ -161,9 +161,10 @@ async def soak(config: SoakConfig) -> dict:
     ops = history_file.load(run_dir / "history.jsonl")
     results = check(ops, final, replicas, record, retention=True)
     results["run"] = record
+    save_logs(run_dir, final, replicas)
     meta = _meta(config, len(steps))
-    write_report(run_dir, ops, results, meta)
     results["soak"] = write_soak_report(run_dir, ops, samples, results, meta, config)
+    write_report(run_dir, ops, results, meta)
     return results
 
 

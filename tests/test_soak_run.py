@@ -7,6 +7,7 @@ import csv
 
 import pytest
 
+from jepsen.__main__ import main
 from jepsen.soak import CLIENTS, SoakConfig, soak
 
 
@@ -55,3 +56,4 @@ async def test_a_short_soak_loses_nothing_and_writes_its_report(tmp_path):
     for process in processes:
         assert f"\n{process} " in summary
     assert set(results["soak"]["growth"]) == processes
+    assert main(["check", str(run_dir)]) == 0  # the saved run checks again, as a soak
