@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -20,8 +21,10 @@ from jepsen import history as history_file
 from jepsen.checker import check
 from jepsen.nemesis import KINDS, Step
 from jepsen.report import format_summary, write_report
+from jepsen.resources import read_samples
 from jepsen.runner import RunConfig, run, summary
-from jepsen.soak import SOAK_TARGETS, SoakConfig, soak
+from jepsen.soak import SOAK_COMMAND, SOAK_TARGETS, SoakConfig, soak
+from jepsen.soak_report import write_soak_report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,24 +121,9 @@ def _soak(args: argparse.Namespace) -> int:
     """Exit status 0 when every check passed and no process leaked, 1 otherwise, 2 for bad
     arguments."""
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
-    minutes = args.minutes if args.minutes is not None else args.hours * 60
     run_dir = args.dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-soak-seed{seed}"
     try:
-        config = SoakConfig(
-            run_dir=run_dir,
-            seed=seed,
-            duration_s=minutes * 60,
-            rate=args.rate,
-            body_bytes=args.body_bytes,
-            faults=tuple(f for f in args.faults.split(",") if f and f != "none"),
-            fault_every_s=args.fault_every,
-            sample_every_s=args.sample_every,
-            segment_bytes=args.segment_bytes,
-            reserved_hours=args.reserved_hours,
-            rss_limit_pct=args.rss_limit_pct,
-            fd_limit=args.fd_limit,
-            progress=not args.quiet,
-        )
+        config = _soak_config(args, run_dir, seed)
     except ValueError as exc:
         print(f"jepsen soak: {exc}", file=sys.stderr)
         return 2
@@ -145,18 +133,43 @@ def _soak(args: argparse.Namespace) -> int:
     return 0 if results["valid"] and not results["soak"]["leaks"] else 1
 
 
+def _soak_config(args: argparse.Namespace, run_dir: Path, seed: int) -> SoakConfig:
+    minutes = args.minutes if args.minutes is not None else args.hours * 60
+    return SoakConfig(
+        run_dir=run_dir,
+        seed=seed,
+        duration_s=minutes * 60,
+        rate=args.rate,
+        body_bytes=args.body_bytes,
+        faults=tuple(f for f in args.faults.split(",") if f and f != "none"),
+        fault_every_s=args.fault_every,
+        sample_every_s=args.sample_every,
+        segment_bytes=args.segment_bytes,
+        reserved_hours=args.reserved_hours,
+        rss_limit_pct=args.rss_limit_pct,
+        fd_limit=args.fd_limit,
+        progress=not args.quiet,
+    )
+
+
 def _recheck(run_dir: Path) -> int:
     ops = history_file.load(run_dir / "history.jsonl")
     final = json.loads((run_dir / "final.json").read_text())
     replicas = json.loads((run_dir / "replicas.json").read_text())
     previous = json.loads((run_dir / "results.json").read_text())
-    retention = "unconsumed" in previous  # a soak's: its logs lost their heads as it went
-    results = check(ops, final, replicas, previous.get("run", {}), retention=retention)
-    results["run"] = previous.get("run", {})
-    if "soak" in previous:
-        results["soak"] = previous["soak"]
     meta = previous.get("meta", {"command": f"python -m jepsen check {run_dir}"})
+    soaked = meta["command"].startswith(SOAK_COMMAND)  # its logs lost heads to retention
+    results = check(ops, final, replicas, previous.get("run", {}), retention=soaked)
+    results["run"] = previous.get("run", {})
+    if soaked:  # judged again from its samples, under the settings its command records
+        args = _parser().parse_args(shlex.split(meta["command"])[len(SOAK_COMMAND.split()) - 1 :])
+        config = _soak_config(args, run_dir, meta["seed"])
+        samples = read_samples(run_dir / "samples.csv")
+        results["soak"] = write_soak_report(run_dir, ops, samples, results, meta, config)
     write_report(run_dir, ops, results, meta)
+    if soaked:
+        print((run_dir / "soak-summary.txt").read_text(), end="")
+        return 0 if results["valid"] and not results["soak"]["leaks"] else 1
     print(format_summary(results, meta))
     return 0 if results["valid"] else 1
 

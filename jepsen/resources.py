@@ -3,15 +3,19 @@
 Samples come from /proc (`VmRSS` in /proc/<pid>/status, the entries of /proc/<pid>/fd) and
 from the blocks each store directory's files occupy, every few seconds for every process of
 the run. Growth is judged per incarnation of a process (a node the nemesis killed starts a
-new one when it restarts): the median of the incarnation's first quarter against the median
-of its last quarter, so a single spike (a burst of connections, a segment being swapped) does
-not count as growth and a steady climb does. An incarnation too short to have warmed up is
-not judged.
+new one when it restarts), after a warm-up (until retention first deletes files, a store and
+its open files only grow): the median of the first quarter of what is left against the
+lowest sample of its last quarter. A leak is what a process never gives back, so a climb
+that continues to the end counts, while a burst that is released again (the connections a
+client opens to a new master, closed after two idle minutes; a segment mapped until
+retention deletes it) does not, however late in the run it falls. An incarnation too short
+to judge after its warm-up is not judged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import statistics
 from collections import defaultdict
@@ -73,7 +77,8 @@ def log_begin_bytes(data_dir: Path) -> int | None:
 
 @attrs.frozen
 class Growth:
-    """One incarnation's growth: medians of its first and last quarters."""
+    """One incarnation's growth after its warm-up: `*_first` is the median of the first
+    quarter, `*_last` the lowest sample of the last quarter (see the module docstring)."""
 
     process: str
     pid: int
@@ -123,34 +128,59 @@ def incarnations(samples: Iterable[Sample]) -> dict[str, list[list[Sample]]]:
     return dict(runs)
 
 
-def growth(life: list[Sample], min_span_s: float) -> Growth:
-    """Growth over one incarnation: first quarter (by time) against last quarter. It is
-    judged only if it spans at least `min_span_s` and each quarter has two samples."""
+def growth(life: list[Sample], min_span_s: float, warmup_s: float = 0.0) -> Growth:
+    """Growth over one incarnation from `warmup_s` after its first sample: the median of
+    the first quarter (by time) against the lowest of the last. It is judged only if that
+    spans at least `min_span_s` and each quarter has two samples."""
     assert life and len({s.pid for s in life}) == 1, "one incarnation, one pid"
-    start, end = life[0].time_s, life[-1].time_s
+    judged_part = [s for s in life if s.time_s >= life[0].time_s + warmup_s] or life[-1:]
+    start, end = judged_part[0].time_s, judged_part[-1].time_s
     quarter = (end - start) / 4
-    first = [s for s in life if s.time_s <= start + quarter]
-    last = [s for s in life if s.time_s >= end - quarter]
+    first = [s for s in judged_part if s.time_s <= start + quarter]
+    last = [s for s in judged_part if s.time_s >= end - quarter]
     return Growth(
         process=life[0].process,
         pid=life[0].pid,
         start_s=start,
         end_s=end,
-        samples=len(life),
+        samples=len(judged_part),
         rss_first_bytes=int(statistics.median(s.rss_bytes for s in first)),
-        rss_last_bytes=int(statistics.median(s.rss_bytes for s in last)),
+        rss_last_bytes=min(s.rss_bytes for s in last),
         fds_first=statistics.median(s.fds for s in first),
-        fds_last=statistics.median(s.fds for s in last),
+        fds_last=min(s.fds for s in last),
         judged=end - start >= min_span_s and len(first) >= 2 and len(last) >= 2,
     )
 
 
-def judge(samples: Iterable[Sample], min_span_s: float) -> dict[str, list[Growth]]:
+def judge(
+    samples: Iterable[Sample], min_span_s: float, warmup_s: float = 0.0
+) -> dict[str, list[Growth]]:
     """Every incarnation's growth, per process."""
     return {
-        process: [growth(life, min_span_s) for life in lives]
+        process: [growth(life, min_span_s, warmup_s) for life in lives]
         for process, lives in incarnations(samples).items()
     }
+
+
+def read_samples(path: Path) -> list[Sample]:
+    """The samples a soak wrote to samples.csv."""
+
+    def number(text: str) -> int | None:
+        return int(text) if text else None
+
+    with open(path, newline="") as file:
+        return [
+            Sample(
+                float(row["time_s"]),
+                row["process"],
+                int(row["pid"]),
+                int(row["rss_bytes"]),
+                int(row["fds"]),
+                number(row["disk_bytes"]),
+                number(row["log_begin_bytes"]),
+            )
+            for row in csv.DictReader(file)
+        ]
 
 
 def longest(growths: list[Growth]) -> Growth:

@@ -40,8 +40,10 @@ from jepsen.resources import FIELDS, Sample, disk_bytes, log_begin_bytes, read_p
 from jepsen.runner import behind_proxies, new_workload, play, read_logs, run_meta, save_logs
 from jepsen.soak_report import write_soak_report
 from jepsen.workload import QUEUES, Workload
+from raftmq.dledger.server import RETENTION_CHECK_S
 
 NODES = 3
+SOAK_COMMAND = "python -m jepsen soak"
 CLIENTS = "clients"  # this process: producers, consumers, proxies and nemesis
 # Targets of each kind that leave a majority up and connected: a soak measures steady
 # load, so a fault may cost a leader, never the group.
@@ -77,6 +79,17 @@ class SoakConfig:
         if self.duration_s <= 0 or self.rate <= 0 or self.sample_every_s <= 0:
             raise ValueError("duration, rate and sampling interval must be positive")
 
+    @property
+    def warmup_s(self) -> float:
+        """Until retention first deletes files, a store (and its open files and mapped
+        pages) only grows: growth is judged from here on (see `resources`)."""
+        return self.reserved_hours * 3600 + 2 * RETENTION_CHECK_S
+
+    @property
+    def judged_span_s(self) -> float:
+        """A life shorter than this after its warm-up is too short to judge."""
+        return min((self.duration_s - self.warmup_s) / 2, 600.0)
+
     def broker_conf(self) -> dict[str, str]:
         """Every kind of store file small enough that retention deletes it within minutes:
         log data and index files, ConsumeQueue files and IndexFiles."""
@@ -91,10 +104,15 @@ class SoakConfig:
         }
 
     def command(self) -> str:
+        """The command line that runs this soak again (and that `python -m jepsen check`
+        reads the settings back from)."""
         return (
-            f"python -m jepsen soak --minutes {self.duration_s / 60:g} --rate {self.rate:g} "
-            f"--body-bytes {self.body_bytes} --faults {','.join(self.faults)} "
-            f"--fault-every {self.fault_every_s:g} --seed {self.seed}"
+            f"{SOAK_COMMAND} --minutes {self.duration_s / 60:g} --rate {self.rate:g} "
+            f"--body-bytes {self.body_bytes} --faults {','.join(self.faults) or 'none'} "
+            f"--fault-every {self.fault_every_s:g} --sample-every {self.sample_every_s:g} "
+            f"--segment-bytes {self.segment_bytes} --reserved-hours {self.reserved_hours:g} "
+            f"--rss-limit-pct {self.rss_limit_pct:g} --fd-limit {self.fd_limit:g} "
+            f"--seed {self.seed}"
         )
 
 

@@ -46,7 +46,7 @@ def write_soak_report(
         writer = csv.writer(file)
         writer.writerow(LOAD_FIELDS)
         writer.writerows([row[name] for name in LOAD_FIELDS] for row in intervals)
-    growths = judge(samples, min_span_s=min(config.duration_s / 2, 600.0))
+    growths = judge(samples, config.judged_span_s, config.warmup_s)
     leaks = [
         leak
         for lives in growths.values()
@@ -259,9 +259,10 @@ def format_soak_summary(
         )
     lines += [
         "",
-        "growth: median of the first quarter against the last, over each process's longest "
-        "life (a restart starts a new one); a leak is RSS growth over "
-        f"{config.rss_limit_pct:g}% or descriptor growth over {config.fd_limit:g}",
+        f"growth: after a {config.warmup_s:g} s warm-up, the median of the first quarter "
+        "against the lowest of the last, over each process's longest life (a restart starts a "
+        f"new one; 'short': under {config.judged_span_s:g} s to judge); a leak is RSS growth "
+        f"over {config.rss_limit_pct:g}% or descriptor growth over {config.fd_limit:g} in any life",
         *(f"LEAK: {leak}" for leak in leaks),
         f"process errors: {fatal['process_errors']['count']}",
         f"reproduce: {meta['command']}",
