@@ -24,7 +24,7 @@ from jepsen.report import format_summary, write_report
 from jepsen.resources import read_samples
 from jepsen.runner import RunConfig, run, summary
 from jepsen.soak import SOAK_COMMAND, SOAK_TARGETS, SoakConfig, soak
-from jepsen.soak_report import write_soak_report
+from jepsen.soak_report import passed, write_soak_report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _soak(args: argparse.Namespace) -> int:
-    """Exit status 0 when every check passed and no process leaked, 1 otherwise, 2 for bad
-    arguments."""
+    """Exit status 0 when every check passed, no process leaked and the group recovered
+    once the faults healed; 1 otherwise; 2 for bad arguments."""
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     run_dir = args.dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-soak-seed{seed}"
     try:
@@ -130,7 +130,7 @@ def _soak(args: argparse.Namespace) -> int:
     results = trio.run(soak, config)
     print((run_dir / "soak-summary.txt").read_text(), end="")
     print(f"run directory: {run_dir}")
-    return 0 if results["valid"] and not results["soak"]["leaks"] else 1
+    return 0 if passed(results["soak"], results) else 1
 
 
 def _soak_config(args: argparse.Namespace, run_dir: Path, seed: int) -> SoakConfig:
@@ -169,7 +169,7 @@ def _recheck(run_dir: Path) -> int:
     write_report(run_dir, ops, results, meta)
     if soaked:
         print((run_dir / "soak-summary.txt").read_text(), end="")
-        return 0 if results["valid"] and not results["soak"]["leaks"] else 1
+        return 0 if passed(results["soak"], results) else 1
     print(format_summary(results, meta))
     return 0 if results["valid"] else 1
 

@@ -55,6 +55,8 @@ def write_soak_report(
     ]
     section = {
         "leaks": leaks,
+        # every member caught up once the faults healed (jepsen.runner.play)
+        "recovered": bool(results.get("run", {}).get("recovered")),
         "growth": {p: [_growth_dict(g) for g in lives] for p, lives in growths.items()},
         "worst_interval_p99_ms": max(
             (row["send_p99_ms"] for row in intervals if row["send_p99_ms"] is not None),
@@ -223,7 +225,8 @@ def format_soak_summary(
     verdict = "VALID ✓" if results["valid"] else f"INVALID ✗ (failed: {failed})"
     worst = section["worst_interval_p99_ms"]
     lines = [
-        f"raftmq soak: {verdict}; leaks: {'none' if not leaks else f'{len(leaks)} FLAGGED'}",
+        f"raftmq soak: {verdict}; leaks: {'none' if not leaks else f'{len(leaks)} FLAGGED'}; "
+        + recovery_text(results.get("run", {})),
         f"date={meta['date']}  machine={meta['machine']}",
         f"duration={config.duration_s:g}s  rate={config.rate:g}/s  body={config.body_bytes} B  "
         f"segments={config.segment_bytes / MIB:g} MiB  fileReservedHours={config.reserved_hours}",
@@ -268,6 +271,20 @@ def format_soak_summary(
         f"reproduce: {meta['command']}",
     ]
     return "\n".join(lines)
+
+
+def recovery_text(run: dict) -> str:
+    if run.get("recovered"):
+        return f"recovered {run.get('recovery_s')} s after the faults healed"
+    return (
+        f"NOT RECOVERED: a member had not caught up {run.get('recovery_s')} s after the "
+        "faults healed"
+    )
+
+
+def passed(section: dict, results: dict) -> bool:
+    """The soak's own verdict: every check passed, nothing leaked, the group recovered."""
+    return results["valid"] and not section["leaks"] and section["recovered"]
 
 
 def _first_last(samples: list[Sample]) -> dict[str, tuple[Sample, Sample]]:

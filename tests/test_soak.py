@@ -26,7 +26,7 @@ from jepsen.resources import (
     read_samples,
 )
 from jepsen.soak import SOAK_TARGETS, SoakConfig, schedule
-from jepsen.soak_report import load_intervals
+from jepsen.soak_report import load_intervals, passed, recovery_text
 
 MIB = 1 << 20
 
@@ -170,3 +170,12 @@ def test_the_soak_command_refuses_bad_arguments_in_one_line(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["soak", "--minutes", "1", "--hours", "1"])
     assert exit_.value.code == 2
+
+
+def test_a_soak_passes_only_if_valid_without_leaks_and_recovered():
+    clean = {"leaks": [], "recovered": True}
+    assert passed(clean, {"valid": True})
+    assert not passed(clean, {"valid": False})
+    assert not passed({**clean, "leaks": ["n0 (pid 1) RSS grew +40.0%"]}, {"valid": True})
+    assert not passed({**clean, "recovered": False}, {"valid": True})
+    assert "NOT RECOVERED" in recovery_text({"recovered": False, "recovery_s": 60.0})

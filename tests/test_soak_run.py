@@ -29,6 +29,7 @@ async def test_a_short_soak_loses_nothing_and_writes_its_report(tmp_path):
     run_dir = config.run_dir
     summary = (run_dir / "soak-summary.txt").read_text()
     assert results["valid"], summary
+    assert results["soak"]["recovered"] and results["soak"]["leaks"] == [], summary
     assert results["lost"]["count"] == 0 and results["unconsumed"]["count"] == 0
     counts = results["counts"]
     assert counts["acknowledged"] > 4000, summary
@@ -52,7 +53,7 @@ async def test_a_short_soak_loses_nothing_and_writes_its_report(tmp_path):
         svg = (run_dir / chart).read_text()
         assert svg.startswith("<svg") and "<polyline" in svg, chart
     assert "soak-rss.svg" in (run_dir / "soak.html").read_text()
-    assert summary.startswith("raftmq soak: VALID")
+    assert summary.startswith("raftmq soak: VALID ✓; leaks: none; recovered")
     for process in processes:
         assert f"\n{process} " in summary
     assert set(results["soak"]["growth"]) == processes
