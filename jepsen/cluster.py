@@ -112,6 +112,10 @@ class JepsenCluster(LocalCluster):
         """Where each client link's proxy listens: the address its broker advertises."""
         return {(CLIENT, node): self.client_addrs[node] for node in self.ids}
 
+    def node_of(self) -> dict[str, str]:
+        """Each address clients dial -> its node."""
+        return {address: node for node, address in self.client_addrs.items()}
+
     def dledger_peers(self, node: str) -> str:
         assert self.net is not None, "attach a ProxyNet before starting"
         return ";".join(

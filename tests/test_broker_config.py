@@ -111,6 +111,16 @@ def test_dledger_config_mapping(tmp_path: Path) -> None:
     assert dledger.max_push_timeout_ms == 300
 
 
+def test_file_reserved_hours_overrides_file_reserved_time_in_fractions(tmp_path: Path) -> None:
+    config, _ = load_text(
+        tmp_path, dledger_conf("fileReservedTime=48", "fileReservedHours=0.05", self_id="n1")
+    )
+    assert config.dledger_config().file_reserved_hours == 0.05  # three minutes
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ValueError, match="fileReservedHours"):
+            load_text(tmp_path, dledger_conf(f"fileReservedHours={bad}", self_id="n1"))
+
+
 def test_unknown_key_is_an_error_with_a_hint(tmp_path: Path) -> None:
     path = tmp_path / "broker.conf"
     with pytest.raises(ValueError) as info:
