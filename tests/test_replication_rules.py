@@ -516,6 +516,7 @@ def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_
     wire.tick("n1", ms=1.0)
     pushes, answers = [], []
     for _ in range(20):  # bounded: before the fix this exchange never ended
+        wire.tick("n1", ms=HB)  # a heartbeat round too: a refused TRUNCATE waits for one
         pushes += [m for m in wire.queue if isinstance(m, PushRequest)]
         answers += [m for m in wire.queue if isinstance(m, PushResponse)]
         ready, wire.queue = wire.queue, []
@@ -532,3 +533,43 @@ def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_
     # not from below it, so no reset goes out at all
     leader.receive(attrs.evolve(answers[-1], code=Code.TERM_NOT_READY), wire.now)
     assert leader.progress["n2"].next_index >= leader.store.begin_index
+
+
+def test_a_refused_truncate_is_probed_again_at_the_next_heartbeat_not_at_once():
+    """Whatever makes a follower refuse a TRUNCATE may make it refuse the next one too;
+    a leader that probed again at once turned one refusal into a loop at network speed
+    (a soak saw 163,000 in four minutes). It waits for the follower's next heartbeat
+    answer, then compares again."""
+    leader = make_replica("n1", term=2, store=filled_store([1] * 5 + [2]))
+    follower = make_replica("n2", term=2, store=filled_store([1] * 8))  # 5..7 to be cut
+    wire = Wire({"n1": leader, "n2": follower})
+    wire.tick("n1")
+    wire.deliver(keep=lambda m: isinstance(m, (VoteRequest, VoteResponse)))
+    assert leader.role is Role.LEADER
+    truncates = []
+
+    def refuse_truncates(msg) -> bool:
+        if isinstance(msg, PushRequest) and msg.type == PushType.TRUNCATE:
+            truncates.append(msg)
+            return False
+        return not isinstance(msg, HeartBeatRequest)
+
+    wire.deliver(keep=refuse_truncates)
+    [truncate] = truncates
+    wire.queue = [m for m in wire.queue if m is not truncate]
+    refusal = PushResponse(
+        GROUP, "n2", "n1", "n1", leader.term, Code.INCONSISTENT_STATE, PushType.TRUNCATE,
+        truncate.pre_log_index, seq=truncate.seq,
+    )  # fmt: skip
+    leader.receive(refusal, wire.now)
+    wire.collect("n1")
+    assert [m for m in wire.queue if isinstance(m, PushRequest)] == []  # nothing at once
+    for _ in range(3):  # heartbeats pass: the follower answers, the leader compares again
+        wire.tick("n1", ms=HB)
+        wire.deliver(keep=lambda m: not isinstance(m, PushRequest))
+        wire.collect("n1")
+    assert [m.type for m in wire.queue if isinstance(m, PushRequest)][:1] == [PushType.COMPARE]
+    wire.deliver()
+    wire.sync("n1"), wire.sync("n2")
+    wire.deliver()
+    assert follower.store.end_chain == leader.store.end_chain

@@ -158,7 +158,12 @@ class LeaderReplication:
             self._matched(prog, resp.index)
             prog.become_replicate(resp.index + 1)
         else:
+            # A refused TRUNCATE: compare again, but at the follower's next heartbeat
+            # answer, not at once; resent at once, a refusal that repeats (a reset that
+            # would cut its committed entries) became a loop at network speed.
             prog.become_probe(PushType.COMPARE, prog.next_index)
+            prog.stall()
+            return
         self._replicate(resp.local_id, prog, now)
 
     def _on_compare_response(self, prog: Progress, resp: PushResponse) -> None:
