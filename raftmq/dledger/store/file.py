@@ -38,10 +38,12 @@ from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import (
     VALIDATE_CONTINUATION,
+    ForeignLog,
     InconsistentAppend,
     LogStore,
     StoreClosed,
     SyncPlan,
+    foreign_beginning,
 )
 from raftmq.dledger.store.filesystem import NORMAL, RANDOM, FileSystem, OsFileSystem, SyncHandle
 from raftmq.dledger.store.meta import BEGIN_FILE, begin_text, parse_properties
@@ -76,11 +78,6 @@ _HEADER_SIZE = codec.HEADER_SIZE
 _CHAIN = struct.Struct(">I")
 _INDEX_BATCH = 256  # index entries unpacked per slice when walking the index
 _DEFAULT_INDEX_SEGMENT_BYTES = INDEX_SIZE * 5 * 1024 * 1024
-
-
-class ForeignLog(Exception):
-    """A leader's first entry does not continue this log's beginning: the two logs
-    continue different classic CommitLogs (see the module docstring)."""
 
 
 class FileLogStore(LogStore):
@@ -260,6 +257,35 @@ class FileLogStore(LogStore):
             self._commit.dirs_dirty = True
         return seg
 
+    def _last_pos(self, items: list[tuple[EntryType, bytes]]) -> int:
+        """Where the last of `items` goes when appended now; without placing each one
+        when they all fit in the rest of the current segment (the common case)."""
+        sizes = [_HEADER_SIZE + len(body) for _type, body in items]
+        room = self.segment_size - self.end_pos % self.segment_size
+        if sum(sizes) + codec.MIN_BLANK_SIZE <= room:
+            return self.end_pos + sum(sizes) - sizes[-1]
+        pos = end_pos = self.end_pos
+        for size in sizes:
+            pos = codec.place(end_pos, size, self.segment_size)
+            end_pos = pos + size
+        return pos
+
+    def _reserve(self, first_index: int, count: int, last_pos: int) -> None:
+        """Open every data and index segment an append of `count` entries from
+        `first_index`, the last at `last_pos`, writes to, before it writes a byte: a
+        disk too full for a new segment (DiskFull) then leaves the log as it was, and
+        the append hook (which assigns queue offsets) has not run."""
+        seg_size, index_size = self.segment_size, self.index_segment_size
+        start = self.end_pos - self.end_pos % seg_size
+        while start <= last_pos:
+            self._data_segment(start)
+            start += seg_size
+        byte = INDEX_SIZE * first_index
+        start, last_byte = byte - byte % index_size, INDEX_SIZE * (first_index + count) - 1
+        while start <= last_byte:
+            self._index_segment(start)
+            start += index_size
+
     def _write_data(self, pos: int, data) -> None:
         """Copy `data` (which lies within one segment) to `pos`."""
         seg = self._data_segment(pos - pos % self.segment_size)
@@ -307,6 +333,7 @@ class FileLogStore(LogStore):
         hook = self.append_hook
         first = index = self.end_index + 1
         end_pos, chain = self.end_pos, self.end_chain
+        self._reserve(first, len(items), self._last_pos(items))
         placed = []
         groups = []  # (pos, parts): one contiguous write per segment touched
         group_pos, parts = end_pos, []
@@ -350,6 +377,7 @@ class FileLogStore(LogStore):
             raise
         if not staged:
             return 0
+        self._reserve(staged[0][3], len(staged), staged[-1][5])
         view = memoryview(blob)
         group_start = staged[0][0]
         group_pos = staged[0][5]
@@ -375,33 +403,10 @@ class FileLogStore(LogStore):
         """Raise ForeignLog once the leader's entry 0 has been refused for a foreign
         beginning FOREIGN_STRIKES times in a row: a leader retries at once, while one
         damaged or forged push must not stop a node."""
-        why = self._foreign_beginning(blob, chain)
+        why = foreign_beginning(blob, self.end_pos, chain, self.segment_size)
         self._foreign_strikes = self._foreign_strikes + 1 if why else 0
         if why and self._foreign_strikes >= FOREIGN_STRIKES:
             raise ForeignLog(why)
-
-    def _foreign_beginning(self, blob, chain: int | None) -> str | None:
-        """Why the leader's entry 0 (at the head of `blob`) does not begin this log,
-        if it sits at another position than this log's beginning or is chained to
-        another seed: the leader's log continues another CommitLog than ours."""
-        _o, _t, size, e_index, _term, e_pos, _c = next(codec.iter_entries(blob))
-        if e_index != 0 or size + codec.MIN_BLANK_SIZE > self.segment_size:
-            return None
-        if e_pos != codec.place(self.end_pos, size, self.segment_size):
-            return (
-                f"the leader's log begins at offset {e_pos}, this node's at {self.end_pos}: "
-                "its old commitlog files differ from the leader's (copy the leader's store here)"
-            )
-        try:
-            codec.check(memoryview(blob), 0, chain)
-        except codec.CorruptEntry as exc:
-            if "chainCrc" in str(exc):
-                return (
-                    f"the leader's log begins at offset {e_pos} as this node's does, but after "
-                    "another last message: its old commitlog files differ from the leader's "
-                    "(copy the leader's store here)"
-                )
-        return None
 
     # ---------------------------------------------------------------------------- removal
     def _delete_segment(self, table: dict[int, Segment], start: int) -> None:
