@@ -7,6 +7,7 @@ Expositions are parsed with prometheus_client's own parser, as a scraper reads t
 
 from __future__ import annotations
 
+import os
 import signal
 import urllib.error
 import urllib.request
@@ -340,3 +341,63 @@ async def test_a_classic_master_and_slave_serve_broker_metrics_without_dledger_o
     copied = value(slave, "rocketmq_brokeruntime_commitlog_maxoffset")
     assert copied == value(master, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
     assert not [name for name in {**master, **slave} if name.startswith("dledger_")]
+
+
+def _diffs(found: dict | None) -> list[float] | None:
+    if found is None:
+        return None
+    return [v for _labels, v in found.get("rocketmq_broker_commitlog_diff", [])]
+
+
+async def _scrape_until(address: str, check, timeout_s: float = 10.0) -> dict:
+    """Scrape `address` every 0.1 s until `check(found)` holds."""
+    with trio.fail_after(timeout_s):
+        while not check(found := await _scrape(address)):
+            await trio.sleep(0.1)
+    return found
+
+
+@pytest.mark.processes
+async def test_classic_slave_lag_rises_while_it_is_stopped_and_falls_when_it_resumes(tmp_path):
+    """The master's view of its slave: while the slave process is stopped (SIGSTOP) the
+    master keeps taking sends and the bytes the slave has not acknowledged rise by what
+    was sent; once it resumes they fall back to 0, and the slave reports its own offset
+    and the master's, equal again."""
+    async with LocalClassicGroup(tmp_path, slaves=1, metrics=True) as group:
+        master_node, slave_node = group.ids
+        await group.create_topic("Lagging")
+        async with Producer(group.namesrv_addr, "PG") as producer:
+            await producer.send("Lagging", b"first")
+            await group.wait_replicated()
+            found = await _scrape_until(
+                group.metrics_addrs[master_node], lambda found: _diffs(found) == [0]
+            )
+            assert value(found, "rocketmq_ha_connections") == 1
+            before = value(found, "rocketmq_ha_slave_ack_offset_bytes")
+            assert before == value(found, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
+
+            os.kill(group.pid(slave_node), signal.SIGSTOP)
+            try:
+                for _ in range(40):
+                    await producer.send("Lagging", b"x" * 1000)
+                # at once: the master drops a slave silent for haHousekeepingInterval (4 s)
+                found = await _scrape(group.metrics_addrs[master_node])
+            finally:
+                os.kill(group.pid(slave_node), signal.SIGCONT)
+        end = value(found, "rocketmq_brokeruntime_commitlog_maxoffset")
+        acked = value(found, "rocketmq_ha_slave_ack_offset_bytes")
+        (behind,) = _diffs(found)
+        assert behind == end - acked >= 40 * 1000
+        assert acked == before  # the stopped slave acknowledged nothing more
+
+        found = await _scrape_until(
+            group.metrics_addrs[master_node], lambda found: _diffs(found) == [0], 30
+        )
+        assert value(found, "rocketmq_ha_slave_ack_offset_bytes") == end
+        await group.wait_replicated()
+        slave = await _scrape(group.metrics_addrs[slave_node])
+    assert value(slave, "rocketmq_ha_slave_max_offset_bytes") == end
+    assert value(slave, "rocketmq_ha_master_offset_bytes") == end
+    assert value(slave, "rocketmq_ha_master_connected") == 1
+    assert value(slave, "rocketmq_ha_connections") == 0
+    assert "rocketmq_broker_commitlog_diff" not in slave

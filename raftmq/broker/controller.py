@@ -9,7 +9,7 @@ registration and the services only a master runs (delayed delivery, the
 transaction check-back, offset and metadata writes); then it runs them and carries
 out role changes. It holds no request logic of its own. With `metricsPort` it also
 serves Prometheus metrics: the broker's (broker.metrics) and its DLedger member's
-(dledger.metrics).
+(dledger.metrics) or, on a classic broker, its HA replication's.
 
 Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 - follower or candidate: slave at once (brokerId = selfId number + 1), registered
@@ -44,7 +44,7 @@ from raftmq.broker.consumer_requests import ConsumerRequests
 from raftmq.broker.headers import BadRequest
 from raftmq.broker.locks import LockRequests, QueueLocks
 from raftmq.broker.metawriter import MetaWriter
-from raftmq.broker.metrics import BrokerCollector
+from raftmq.broker.metrics import BrokerCollector, ClassicHACollector
 from raftmq.broker.pull import PullProcessor
 from raftmq.broker.registration import Registration
 from raftmq.broker.role import BrokerRole
@@ -235,6 +235,9 @@ class BrokerController:
         self.registry.register(self.metrics)
         if self.dledger is not None:  # a classic broker has no DLedger member
             self.registry.register(DLedgerCollector(self.dledger))
+        else:
+            assert self.classic is not None
+            self.registry.register(ClassicHACollector(self.classic, self.broker_addr, **names))
         self.started = trio.Event()
 
     # ------------------------------------------------------------------ identity

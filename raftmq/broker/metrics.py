@@ -11,7 +11,10 @@ straight from the process, read from the live state at scrape time:
   shares the brokerName label and holds the same queues, so a sum over the
   members would count each message three times. After a failover the new master
   reports them, its rates continuing from its own samples;
-- `rocketmq_brokeruntime_*` from every member, told apart by `brokerIP`.
+- `rocketmq_brokeruntime_*` from every member, told apart by `brokerIP`;
+- a classic broker's replication (`ClassicHACollector`): on the master, each slave
+  connection's acknowledged offset and the exporter's `rocketmq_broker_commitlog_diff`
+  (how many bytes it is behind); on a slave, its offset and the master's.
 
 Message counts come from the ConsumeQueues (a topic's messages are the sum of its
 queues' max offsets) and the pull counters; nothing is counted per message on the
@@ -37,13 +40,14 @@ from raftmq.broker.store.metadata import DLQ_PREFIX, META_TOPIC, RETRY_PREFIX
 
 if TYPE_CHECKING:
     from raftmq.broker.address import BrokerAddress
+    from raftmq.broker.classic import ClassicReplica
     from raftmq.broker.clients import ClientManager
     from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
     from raftmq.broker.role import BrokerRole
     from raftmq.broker.stats import BrokerStats
     from raftmq.broker.store.messagestore import MessageStore
 
-__all__ = ["BrokerCollector"]
+__all__ = ["BrokerCollector", "ClassicHACollector"]
 
 VERSION_ORDINAL = "409"  # MQVersion.Version.V4_9_8.ordinal(), the brokerVersion we report
 CLUSTERING = "1"  # MessageModel.CLUSTERING.ordinal(): the exporter's msgModel label
@@ -275,3 +279,70 @@ class BrokerCollector(Collector):
             return None
         physical_offset, _size, _tags = queue.get(offset)
         return self.store.store_time(physical_offset)
+
+
+@attrs.define(eq=False)
+class ClassicHACollector(Collector):
+    """Classic master/slave replication (store.ha), read when scraped.
+
+    RocketMQ 5's own metrics have no HA family and the exporter has one,
+    `rocketmq_broker_commitlog_diff` (master minus slave commitLogMaxOffset, which it
+    computes from both brokers' runtime tables): here the master serves it for each
+    slave connection, from the offset the slave last acknowledged, so it keeps rising
+    while a slave is stalled and cannot answer a scrape of its own. Its `brokerIP` is the
+    slave's address as the master sees the HA connection (the exporter's is the
+    slave's broker address, which the HA protocol does not carry)."""
+
+    replica: ClassicReplica
+    address: BrokerAddress
+    cluster: str = attrs.field(kw_only=True)
+    broker_name: str = attrs.field(kw_only=True)
+
+    def collect(self):
+        own = (self.cluster, self.address.address, self.broker_name)
+        ha, client = self.replica.ha, self.replica.client
+        end = self.replica.log.write_pos
+        connections = sorted(
+            (c for c in ha.connections if c.start_offset is not None), key=lambda c: c.peer
+        )
+        yield _family(
+            "rocketmq_ha_connections",
+            "Slaves connected to this broker's HA port",
+            BROKER,
+            [(own, len(connections))],
+        )
+        yield _family(
+            "rocketmq_ha_slave_ack_offset_bytes",
+            "On a master: the CommitLog offset each slave connection last acknowledged",
+            (*BROKER, "slave"),
+            [((*own, c.peer), max(c.acked_offset, 0)) for c in connections],
+        )
+        yield _family(
+            "rocketmq_broker_commitlog_diff",
+            "On a master: bytes of its CommitLog each slave (brokerIP) has not acknowledged",
+            BROKER,
+            [
+                ((self.cluster, c.peer, self.broker_name), end - max(c.acked_offset, 0))
+                for c in connections
+            ],
+        )
+        if not self.replica.config.is_slave:
+            return
+        yield _family(
+            "rocketmq_ha_slave_max_offset_bytes",
+            "On a slave: the end of its CommitLog copy",
+            BROKER,
+            [(own, end)],
+        )
+        yield _family(
+            "rocketmq_ha_master_offset_bytes",
+            "On a slave: the end of the master's CommitLog as of the master's last frame",
+            BROKER,
+            [(own, client.master_offset)],
+        )
+        yield _family(
+            "rocketmq_ha_master_connected",
+            "On a slave: 1 while connected to the master's HA port",
+            BROKER,
+            [(own, 1 if client.connected_to is not None else 0)],
+        )
