@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -401,3 +403,36 @@ async def test_classic_slave_lag_rises_while_it_is_stopped_and_falls_when_it_res
     assert value(slave, "rocketmq_ha_master_connected") == 1
     assert value(slave, "rocketmq_ha_connections") == 0
     assert "rocketmq_broker_commitlog_diff" not in slave
+
+
+@pytest.mark.processes
+async def test_broker_local_metrics_flag_prints_addresses_that_serve_metrics(tmp_path):
+    """`python -m raftmq.tools.broker_local --classic --metrics` gives the name server
+    and every broker a metrics port and prints each address; each one answers."""
+    command = [sys.executable, "-m", "raftmq.tools.broker_local", "--classic", "--metrics"]
+    process = await trio.lowlevel.open_process(
+        [*command, "--dir", str(tmp_path)], stdout=subprocess.PIPE
+    )
+    try:
+        printed = b""
+        with trio.fail_after(60):
+            while b"Ctrl-C" not in printed:
+                chunk = await process.stdout.receive_some()
+                assert chunk, printed
+                printed += chunk
+        lines = printed.decode().splitlines()
+        addresses = {
+            line.split()[1].rstrip(":"): line.split()[2]
+            for line in lines
+            if line.strip().startswith("metrics ")
+        }
+        assert set(addresses) == {"namesrv", "n0", "n1"}, lines
+        for name, url in addresses.items():
+            status, text = await trio.to_thread.run_sync(http_get, url)
+            assert status == 200, (name, text)
+            family = "rocketmq_namesrv_" if name == "namesrv" else "rocketmq_ha_connections"
+            assert any(key.startswith(family) for key in samples(text)), (name, text[:500])
+    finally:
+        process.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            assert await process.wait() == 130
