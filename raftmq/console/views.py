@@ -13,6 +13,7 @@ import trio
 from raftmq.client.admin import (
     DLQ_PREFIX,
     RETRY_PREFIX,
+    UNREACHABLE,
     Admin,
     ClusterInfo,
     UnreachableError,
@@ -22,7 +23,7 @@ from raftmq.client.errors import MQClientError
 from raftmq.client.mqadmin.groups import rates
 from raftmq.client.mqadmin.main import failure_reason
 from raftmq.client.mqadmin.messages import body_text
-from raftmq.client.route import BrokerData
+from raftmq.client.route import MASTER_ID, BrokerData
 from raftmq.protocol.message import MessageExt
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
 
@@ -32,6 +33,7 @@ SYSTEM_TOPICS = frozenset(
     {"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"}
 )
 SYSTEM_TOPIC_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, "RMQ_SYS_", "rmq_sys_")
+CLASSIC_KEY = "haListenPort"  # in a classic broker's runtime table, never a DLedger one's
 LOOKUPS_AT_ONCE = 8  # topics or groups asked about concurrently
 _NO_ANSWER = (MQClientError, RemotingConnectError, RemotingTimeoutError)
 
@@ -66,7 +68,8 @@ async def _gather(items, lookup) -> list:
 async def cluster_view(admin: Admin) -> dict:
     """Every broker group: its members as dledgerStatus shows them (role, term, ledger
     end and committed index, unreachable ones included), their clusterList columns,
-    the master the name servers route to and the leader the members report."""
+    the master the name servers route to and the leader the members report; a
+    classic group's members as master and slaves with the slaves' HA lag."""
     info = await admin.cluster_info()
     groups = await _gather(info.broker_datas(), lambda broker: _group_view(admin, broker))
     return {
@@ -78,6 +81,8 @@ async def cluster_view(admin: Admin) -> dict:
 
 async def _group_view(admin: Admin, broker: BrokerData) -> dict:
     tables = await admin.runtime_tables(broker.addrs)
+    if any(table is not None and CLASSIC_KEY in table for table in tables.values()):
+        return _classic_group_view(broker, tables)
     ids = {address: broker_id for broker_id, address in broker.addrs.items()}
     members = []
     for m in group_members(broker, tables):
@@ -103,8 +108,56 @@ async def _group_view(admin: Admin, broker: BrokerData) -> dict:
     return {
         "brokerName": broker.broker_name,
         "cluster": broker.cluster,
+        "replication": "dledger",
         "master": None if master is None else {"selfId": master["selfId"], "addr": master["addr"]},
         "leader": leader,
+        "members": members,
+    }
+
+
+def _table_number(table: dict | None, key: str) -> int | None:
+    try:
+        return int((table or {})[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def _classic_group_view(broker: BrokerData, tables: dict[int, dict | None]) -> dict:
+    """A classic master/slave group: each registered member's brokerRole and CommitLog
+    end, and how far each slave is behind: for a slave, the master's end minus its own
+    (what rocketmq-exporter's commitlog_diff computes); for the master, its HA view,
+    its end minus the best offset a slave acknowledged ("Slave fall behind master",
+    -1 with no slave connected), which it still reports while a slave cannot answer."""
+    master_table = tables.get(MASTER_ID)
+    master_end = _table_number(master_table, "commitLogMaxOffset")
+    members = []
+    for broker_id, address in sorted(broker.addrs.items()):
+        table = tables.get(broker_id)
+        end = _table_number(table, "commitLogMaxOffset")
+        if broker_id == MASTER_ID:
+            behind = _table_number(table, "slaveFallBehindBytes")
+        else:
+            behind = None if end is None or master_end is None else max(0, master_end - end)
+        members.append(
+            {
+                "brokerId": broker_id,
+                "addr": address,
+                "role": UNREACHABLE if table is None else table.get("brokerRole", "?"),
+                "commitLogMaxOffset": end,
+                "slaveFallBehindBytes": behind,
+                "haConnections": _table_number(table, "haConnections"),
+                "haMasterAddr": None if table is None else table.get("masterAddr"),
+                "version": None if table is None else table.get("brokerVersionDesc"),
+                "inTotal": None if table is None else table.get("msgPutTotalTodayNow"),
+                "outTotal": None if table is None else table.get("msgGetTotalTodayNow"),
+            }
+        )
+    master = broker.addrs.get(MASTER_ID)
+    return {
+        "brokerName": broker.broker_name,
+        "cluster": broker.cluster,
+        "replication": "classic",
+        "master": None if master is None else {"brokerId": MASTER_ID, "addr": master},
         "members": members,
     }
 
