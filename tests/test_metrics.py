@@ -130,7 +130,9 @@ async def test_broker_metrics_reflect_sends_and_pulls(tmp_path):
         master = g.master()
         topic = "MetricsTopic"
         await create_topic(g, topic, queues=2)
-        # A sample 30 s ago with nothing counted: every rate is then count / 30 s.
+        # A sample 30 s ago with nothing counted, the oldest (the sampler's own, taken at
+        # start, dropped): every rate is then count / 30 s.
+        master.metrics.rates = Rates()
         master.metrics.rates.sample(trio.current_time() - 30.0, {})
         bodies = [b"x" * 100] * 5
         for body in bodies:

@@ -220,16 +220,16 @@ class BrokerController:
         self._roles_send, self._roles_recv = trio.open_memory_channel(ROLE_EVENTS_BUFFERED)
         if self.dledger is not None:
             self.dledger.add_role_change_handler(self._on_role_change)
+        names = {"cluster": config.broker_cluster_name, "broker_name": config.broker_name}
+        self.metrics = BrokerCollector(
+            self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
+        )
         self.server = RemotingServer(
             listen_host(config.bind_address),
             config.listen_port,
             self._processors(),
             on_disconnect=self.clients.on_disconnect,
             tls=config.tls_server,
-        )
-        names = {"cluster": config.broker_cluster_name, "broker_name": config.broker_name}
-        self.metrics = BrokerCollector(
-            self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
@@ -288,6 +288,7 @@ class BrokerController:
             dledger_metadata=None if self.dledger is None else self.dledger.metadata,
             classic_info=dict if self.classic is None else self.classic.info,
             ha_runtime_info=None if self.classic is None else self.classic.ha_runtime_info,
+            runtime_keys=self.metrics.runtime_keys,
         )
         locks = LockRequests(self.role, self.locks)
         table = {
@@ -438,8 +439,8 @@ class BrokerController:
         nursery.start_soon(self._expire_loop)
         if self.acl is not None:
             nursery.start_soon(self.acl.run)
+        nursery.start_soon(self.metrics.run_sampler)  # for the runtime table's rates too
         if self.config.metrics_port:
-            nursery.start_soon(self.metrics.run_sampler)
             host = self.config.bind_address or "0.0.0.0"
             await nursery.start(serve_metrics, self.registry, host, self.config.metrics_port)
         self.registration.register_soon()

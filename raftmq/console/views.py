@@ -17,7 +17,10 @@ from raftmq.client.admin import (
     Admin,
     ClusterInfo,
     UnreachableError,
+    fall_behind_bytes,
     group_members,
+    is_classic,
+    table_number,
 )
 from raftmq.client.errors import MQClientError
 from raftmq.client.mqadmin.groups import rates
@@ -33,7 +36,6 @@ SYSTEM_TOPICS = frozenset(
     {"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"}
 )
 SYSTEM_TOPIC_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, "RMQ_SYS_", "rmq_sys_")
-CLASSIC_KEY = "haListenPort"  # in a classic broker's runtime table, never a DLedger one's
 LOOKUPS_AT_ONCE = 8  # topics or groups asked about concurrently
 _NO_ANSWER = (MQClientError, RemotingConnectError, RemotingTimeoutError)
 
@@ -81,7 +83,7 @@ async def cluster_view(admin: Admin) -> dict:
 
 async def _group_view(admin: Admin, broker: BrokerData) -> dict:
     tables = await admin.runtime_tables(broker.addrs)
-    if any(table is not None and CLASSIC_KEY in table for table in tables.values()):
+    if any(is_classic(table) for table in tables.values()):
         return _classic_group_view(broker, tables)
     ids = {address: broker_id for broker_id, address in broker.addrs.items()}
     members = []
@@ -115,41 +117,25 @@ async def _group_view(admin: Admin, broker: BrokerData) -> dict:
     }
 
 
-def _table_number(table: dict | None, key: str) -> int | None:
-    try:
-        return int((table or {})[key])
-    except (KeyError, ValueError):
-        return None
-
-
 def _classic_group_view(broker: BrokerData, tables: dict[int, dict | None]) -> dict:
     """A classic master/slave group: each registered member's brokerRole and CommitLog
-    end, and how far each slave is behind: for a slave, the master's end minus its own
-    (what rocketmq-exporter's commitlog_diff computes); for the master, its HA view,
-    its end minus the best offset a slave acknowledged ("Slave fall behind master",
-    -1 with no slave connected), which it still reports while a slave cannot answer."""
-    master_table = tables.get(MASTER_ID)
-    master_end = _table_number(master_table, "commitLogMaxOffset")
+    end, and how far the slaves are behind (`fall_behind_bytes`)."""
     members = []
     for broker_id, address in sorted(broker.addrs.items()):
         table = tables.get(broker_id)
-        end = _table_number(table, "commitLogMaxOffset")
-        if broker_id == MASTER_ID:
-            behind = _table_number(table, "slaveFallBehindBytes")
-        else:
-            behind = None if end is None or master_end is None else max(0, master_end - end)
+        known = table or {}
         members.append(
             {
                 "brokerId": broker_id,
                 "addr": address,
-                "role": UNREACHABLE if table is None else table.get("brokerRole", "?"),
-                "commitLogMaxOffset": end,
-                "slaveFallBehindBytes": behind,
-                "haConnections": _table_number(table, "haConnections"),
-                "haMasterAddr": None if table is None else table.get("masterAddr"),
-                "version": None if table is None else table.get("brokerVersionDesc"),
-                "inTotal": None if table is None else table.get("msgPutTotalTodayNow"),
-                "outTotal": None if table is None else table.get("msgGetTotalTodayNow"),
+                "role": UNREACHABLE if table is None else known.get("brokerRole", "?"),
+                "commitLogMaxOffset": table_number(known, "commitLogMaxOffset"),
+                "slaveFallBehindBytes": fall_behind_bytes(broker_id, tables),
+                "haConnections": table_number(known, "haConnections"),
+                "haMasterAddr": known.get("masterAddr"),
+                "version": known.get("brokerVersionDesc"),
+                "inTotal": known.get("msgPutTotalTodayNow"),
+                "outTotal": known.get("msgGetTotalTodayNow"),
             }
         )
     master = broker.addrs.get(MASTER_ID)
