@@ -267,12 +267,12 @@ async def test_console_shows_a_classic_master_and_slave_and_the_slave_lag(tmp_pa
                 until(
                     driver,
                     lambda d: (
-                        text_of(d, f"{master_row} td.lag") == "0"
+                        text_of(d, f"{master_row} td.in") == "5"
+                        and text_of(d, f"{master_row} td.lag") == "0"
                         and text_of(d, f"{slave_row} td.lag") == "0"
                         and text_of(d, f"{master_row} td.end") == text_of(d, f"{slave_row} td.end")
                     ),
                 )
-                screenshot(driver, "classic")
 
                 os.kill(group.pid(slave_node), signal.SIGSTOP)
                 try:
@@ -281,6 +281,7 @@ async def test_console_shows_a_classic_master_and_slave_and_the_slave_lag(tmp_pa
                     until(driver, lambda d: text_of(d, f"{slave_row} td.role") == "UNREACHABLE")
                     behind = until(driver, lambda d: text_of(d, f"{master_row} td.lag.behind"))
                     assert int(behind) >= 20 * 500
+                    screenshot(driver, "classic")
                 finally:
                     os.kill(group.pid(slave_node), signal.SIGCONT)
             until(

@@ -131,7 +131,8 @@ function classicGroup(g) {
       el("td", {}, m.brokerId), el("td", {}, m.addr), el("td", { class: "role" }, m.role),
       el("td", { class: "end" }, number(m.commitLogMaxOffset)),
       el("td", { class: lag > 0 ? "lag behind" : "lag" }, lag === -1 ? "no slave" : number(lag)),
-      el("td", {}, ha), el("td", {}, m.version || ""), el("td", {}, number(m.inTotal)), el("td", {}, number(m.outTotal)));
+      el("td", {}, ha), el("td", {}, m.version || ""), el("td", { class: "in" }, number(m.inTotal)),
+      el("td", {}, number(m.outTotal)));
   });
   return groupSection(g, master, null, ["BrokerId", "Addr", "Role", "CommitLog max offset",
     "Slave fall behind (bytes)", "HA", "Version", "In total", "Out total"], rows);
