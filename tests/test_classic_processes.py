@@ -5,7 +5,6 @@ with the slave gone; a master killed after an acknowledgement."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import struct
@@ -22,6 +21,7 @@ from raftmq.client.route import MessageQueue
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalClassicGroup, _lenient_json
+from tests.helpers import stopped
 
 pytestmark = pytest.mark.processes
 
@@ -316,13 +316,10 @@ async def test_cluster_list_and_broker_status_show_master_slave_and_the_slave_la
                 assert 0.0 <= float(row[9]) <= 1.0  # #SPACE: commitLogDiskRatio
                 assert row[10] == "0"
 
-            os.kill(group.pid("n1"), signal.SIGSTOP)
-            try:
+            with stopped(group.pid("n1")):
                 await send_all(producer, "Listed", 20, size=500)
                 stalled = cluster_rows(await mqadmin("clusterList", *n, "-c", "DefaultCluster"))
                 status = await mqadmin("brokerStatus", *n, "-b", group.broker_addrs["n0"])
-            finally:
-                os.kill(group.pid("n1"), signal.SIGCONT)
         assert int(stalled["0"][10]) >= 20 * 500
         assert stalled["1"][-1] == "-"  # the slave did not answer
         lines = status.stdout.decode().splitlines()

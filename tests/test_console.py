@@ -9,8 +9,6 @@ processes, is tests/test_console_browser.py.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 
 import httpx
@@ -25,7 +23,7 @@ from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalClassicGroup
 from raftmq.tools.dledger_local import free_ports
-from tests.helpers import group, wait_for
+from tests.helpers import group, stopped, wait_for
 
 CLUSTER = "TestCluster"  # tests.inprocess_broker's
 BROKER = "broker-t"
@@ -304,15 +302,12 @@ async def test_cluster_shows_a_classic_group_as_master_and_slave_with_the_slave_
             assert master["commitLogMaxOffset"] == slave["commitLogMaxOffset"] > 0
             assert "term" not in master and "selfId" not in master
 
-            os.kill(classic.pid(slave_node), signal.SIGSTOP)
-            try:
+            with stopped(classic.pid(slave_node)):
                 for _ in range(20):
                     await producer.send("ClassicShown", b"x" * 500)
                 view = await _classic_view(
                     client, lambda v: v["members"][1]["role"] == "UNREACHABLE"
                 )
-            finally:
-                os.kill(classic.pid(slave_node), signal.SIGCONT)
         master, slave = view["members"]
         assert master["slaveFallBehindBytes"] >= 20 * 500
         assert slave["slaveFallBehindBytes"] is None and slave["commitLogMaxOffset"] is None

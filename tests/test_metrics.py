@@ -7,7 +7,6 @@ Expositions are parsed with prometheus_client's own parser, as a scraper reads t
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from raftmq.namesrv.config import load_config
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.streams.exposition import MetricsPortError, serve_metrics
 from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
-from tests.helpers import create_topic, group, wait_for
+from tests.helpers import create_topic, group, stopped, wait_for
 
 
 def samples(text: str) -> dict[str, list[tuple[dict, float]]]:
@@ -371,32 +370,27 @@ async def test_classic_slave_lag_rises_while_it_is_stopped_and_falls_when_it_res
         master_node, slave_node = group.ids
         await group.create_topic("Lagging")
         async with Producer(group.namesrv_addr, "PG") as producer:
-            await producer.send("Lagging", b"first")
+            for _ in range(3):
+                await producer.send("Lagging", b"before")
             await group.wait_replicated()
-            found = await _scrape_until(
-                group.metrics_addrs[master_node], lambda found: _diffs(found) == [0]
-            )
+            master_metrics = group.metrics_addrs[master_node]
+            found = await _scrape_until(master_metrics, lambda found: _diffs(found) == [0])
             assert value(found, "rocketmq_ha_connections") == 1
             before = value(found, "rocketmq_ha_slave_ack_offset_bytes")
             assert before == value(found, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
 
-            os.kill(group.pid(slave_node), signal.SIGSTOP)
-            try:
+            with stopped(group.pid(slave_node)):
                 for _ in range(40):
                     await producer.send("Lagging", b"x" * 1000)
                 # at once: the master drops a slave silent for haHousekeepingInterval (4 s)
-                found = await _scrape(group.metrics_addrs[master_node])
-            finally:
-                os.kill(group.pid(slave_node), signal.SIGCONT)
+                found = await _scrape(master_metrics)
         end = value(found, "rocketmq_brokeruntime_commitlog_maxoffset")
         acked = value(found, "rocketmq_ha_slave_ack_offset_bytes")
         (behind,) = _diffs(found)
         assert behind == end - acked >= 40 * 1000
         assert acked == before  # the stopped slave acknowledged nothing more
 
-        found = await _scrape_until(
-            group.metrics_addrs[master_node], lambda found: _diffs(found) == [0], 30
-        )
+        found = await _scrape_until(master_metrics, lambda found: _diffs(found) == [0], 30)
         assert value(found, "rocketmq_ha_slave_ack_offset_bytes") == end
         await group.wait_replicated()
         slave = await _scrape(group.metrics_addrs[slave_node])
