@@ -4,6 +4,7 @@
 - a replicated log of one replica, for message stores without DLedger replication;
 - the broker tests' in-process group (`tests.inprocess_broker`) and its calls;
 - the simulation tests' fault lists and schedules;
+- a classic slave process stopped for a while (`stopped`);
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
 
 The fakes the client tests run against are in `tests.client_fakes`.
@@ -11,10 +12,12 @@ The fakes the client tests run against are in `tests.client_fakes`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -109,6 +112,17 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> Non
     with trio.fail_after(timeout_s):
         while not predicate():
             await trio.sleep(0.005)
+
+
+@contextlib.contextmanager
+def stopped(pid: int):
+    """The process stopped (SIGSTOP: alive, its sockets open, answering nothing) for the
+    block, then resumed (SIGCONT) whatever happens."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -21,6 +21,7 @@ from raftmq.client.route import MessageQueue
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalClassicGroup, _lenient_json
+from tests.helpers import stopped
 
 pytestmark = pytest.mark.processes
 
@@ -280,3 +281,56 @@ def test_a_slave_with_broker_id_0_is_refused(tmp_path):
     assert run.stderr.decode().strip().splitlines() == [
         f"mqbroker: {conf}: brokerId=0: a SLAVE needs brokerId > 0"
     ]
+
+
+def cluster_rows(completed: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    """clusterList's rows by #BID (cells split on whitespace; #Cluster Name is two words
+    in the header only)."""
+    lines = completed.stdout.decode().splitlines()
+    assert lines[0].split() == [
+        "#Cluster", "Name", "#Broker", "Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)",
+        "#OutTPS(LOAD)", "#PCWait(ms)", "#Hour", "#SPACE", "#FallBehind(B)",
+    ]  # fmt: skip
+    return {row[2]: row for row in (line.split() for line in lines[1:] if line.strip())}
+
+
+async def test_cluster_list_and_broker_status_show_master_slave_and_the_slave_lag(tmp_path):
+    """clusterList: master (#BID 0) and slave (#BID 1) in RocketMQ's columns, then each
+    one's HA lag; with the slave stopped (SIGSTOP) while the master takes sends, the
+    master's row and its brokerStatus `slaveFallBehindBytes` show the bytes not yet
+    acknowledged, and both fall to 0 once the slave resumes."""
+    keep_link = {"haHousekeepingInterval": "30000"}  # the master keeps the stalled slave
+    async with LocalClassicGroup(tmp_path, slaves=1, extra_conf=keep_link) as group:
+        await group.create_topic("Listed")
+        n = ["-n", group.namesrv_addr]
+        async with Producer(group.namesrv_addr) as producer:
+            await send_all(producer, "Listed", 5)
+            await group.wait_replicated()
+            rows = cluster_rows(await mqadmin("clusterList", *n))
+            assert set(rows) == {"0", "1"}
+            for bid, node in (("0", "n0"), ("1", "n1")):
+                row = rows[bid]
+                assert row[:5] == ["DefaultCluster", "broker-a", bid, group.broker_addrs[node],
+                                   "V4_9_8"]  # fmt: skip
+                assert row[5].endswith("(-,-ms)") and row[6].endswith("(-,-ms)")
+                assert 0.0 <= float(row[9]) <= 1.0  # #SPACE: commitLogDiskRatio
+                assert row[10] == "0"
+
+            with stopped(group.pid("n1")):
+                await send_all(producer, "Listed", 20, size=500)
+                stalled = cluster_rows(await mqadmin("clusterList", *n, "-c", "DefaultCluster"))
+                status = await mqadmin("brokerStatus", *n, "-b", group.broker_addrs["n0"])
+        assert int(stalled["0"][10]) >= 20 * 500
+        assert stalled["1"][-1] == "-"  # the slave did not answer
+        lines = status.stdout.decode().splitlines()
+        table = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        assert table["brokerRole"] == "ASYNC_MASTER" and table["haConnections"] == "1"
+        assert int(table["slaveFallBehindBytes"]) >= 20 * 500
+        assert table["putTps"].count(" ") == 2  # RocketMQ's 10 s, 1 min, 10 min rates
+
+        with trio.fail_after(20):
+            while True:
+                rows = cluster_rows(await mqadmin("clusterList", *n))
+                if [rows[bid][-1] for bid in ("0", "1")] == ["0", "0"]:
+                    break
+                await trio.sleep(0.2)

@@ -12,24 +12,27 @@ import contextlib
 import socket
 
 import httpx
+import pytest
 import trio
 
+from raftmq.client import Producer
 from raftmq.client.admin import Admin
 from raftmq.console import main
 from raftmq.console.app import create_app
 from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.tools.broker_local import LocalClassicGroup
 from raftmq.tools.dledger_local import free_ports
-from tests.helpers import group, wait_for
+from tests.helpers import group, stopped, wait_for
 
 CLUSTER = "TestCluster"  # tests.inprocess_broker's
 BROKER = "broker-t"
 
 
 @contextlib.asynccontextmanager
-async def console(namesrv_addr: str):
+async def console(namesrv_addr: str, timeout_s: float = 2.0):
     async with (
-        Admin(namesrv_addr, timeout_s=2.0) as admin,
+        Admin(namesrv_addr, timeout_s=timeout_s) as admin,
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=create_app(admin)), base_url="http://console"
         ) as client,
@@ -250,3 +253,71 @@ def test_command_line_errors_are_one_line_and_an_exit_status(monkeypatch, capsys
         "mqconsole: --timeout-ms must be positive",
         f"mqconsole: cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use",
     ]
+
+
+# a stopped slave is dropped by its master after haHousekeepingInterval: long enough here
+# for the master to report the slave's lag meanwhile
+SLOW_HOUSEKEEPING = {"haHousekeepingInterval": "30000"}
+
+
+async def _classic_view(client: httpx.AsyncClient, check, timeout_s: float = 20.0) -> dict:
+    """The one group /api/cluster shows, once `check(view)` holds."""
+    with trio.fail_after(timeout_s):
+        while True:
+            [view] = (await ok(await client.get("/api/cluster")))["groups"]
+            if check(view):
+                return view
+            await trio.sleep(0.1)
+
+
+@pytest.mark.processes
+async def test_cluster_shows_a_classic_group_as_master_and_slave_with_the_slave_lag(tmp_path):
+    """A classic group is shown as master and slave (brokerRole, CommitLog end, how
+    far the slave is behind), not as DLedger members; a stopped slave is UNREACHABLE
+    while the master reports the bytes it has not acknowledged, and both lags fall
+    back to 0 when it resumes."""
+    async with (
+        LocalClassicGroup(tmp_path, slaves=1, extra_conf=SLOW_HOUSEKEEPING) as classic,
+        console(classic.namesrv_addr, timeout_s=1.0) as client,
+    ):
+        master_node, slave_node = classic.ids
+        await classic.create_topic("ClassicShown")
+        async with Producer(classic.namesrv_addr, "PG") as producer:
+            await producer.send("ClassicShown", b"first")
+            await classic.wait_replicated()
+            view = await _classic_view(
+                client, lambda v: [m["slaveFallBehindBytes"] for m in v["members"]] == [0, 0]
+            )
+            assert view["replication"] == "classic"
+            assert view["master"] == {"brokerId": 0, "addr": classic.broker_addrs[master_node]}
+            master, slave = view["members"]
+            assert (master["brokerId"], master["role"], master["haConnections"]) == (
+                0,
+                "ASYNC_MASTER",
+                1,
+            )
+            assert (slave["brokerId"], slave["role"]) == (1, "SLAVE")
+            assert slave["addr"] == classic.broker_addrs[slave_node]
+            assert slave["haMasterAddr"] == classic.ha_addrs[master_node]
+            assert master["commitLogMaxOffset"] == slave["commitLogMaxOffset"] > 0
+            assert "term" not in master and "selfId" not in master
+
+            with stopped(classic.pid(slave_node)):
+                for _ in range(20):
+                    await producer.send("ClassicShown", b"x" * 500)
+                view = await _classic_view(
+                    client, lambda v: v["members"][1]["role"] == "UNREACHABLE"
+                )
+        master, slave = view["members"]
+        assert master["slaveFallBehindBytes"] >= 20 * 500
+        assert slave["slaveFallBehindBytes"] is None and slave["commitLogMaxOffset"] is None
+
+        view = await _classic_view(
+            client,
+            lambda v: (
+                [m["role"] for m in v["members"]] == ["ASYNC_MASTER", "SLAVE"]
+                and [m["slaveFallBehindBytes"] for m in v["members"]] == [0, 0]
+            ),
+        )
+        master, slave = view["members"]
+        assert master["commitLogMaxOffset"] == slave["commitLogMaxOffset"]

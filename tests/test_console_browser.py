@@ -1,5 +1,6 @@
-"""`mqconsole` end to end: real name server, a real three-broker DLedger group and the
-console as a real process, its page driven in headless Chromium by Selenium.
+"""`mqconsole` end to end: real name server, a real three-broker DLedger group (and a
+classic master/slave group) and the console as a real process, its page driven in
+headless Chromium by Selenium.
 
 Selenium is given Debian's chromium and chromedriver (`.ci/run` installs them), so it
 never downloads a browser or a driver. With RAFTMQ_SCREENSHOTS_DIR set (the README's
@@ -20,7 +21,8 @@ import pytest
 
 from raftmq.client import Producer
 from raftmq.remoting import RequestCode, ResponseCode
-from raftmq.tools.broker_local import LocalCluster
+from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
+from tests.helpers import stopped
 
 WINDOW = (1280, 800)
 TOPIC, GROUP, KEY = "ConsoleOrders", "console-billing", "order-7"
@@ -76,10 +78,19 @@ def shown_master(driver, broker_name: str) -> str | None:
     return found[0].get_attribute("data-self-id") if found else None
 
 
-def start_console(namesrv_addr: str, log: Path) -> tuple[subprocess.Popen, str]:
+def start_console(namesrv_addr: str, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     """`mqconsole` on a free port; its URL from the line it prints once listening."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raftmq.console", "-n", namesrv_addr, "--listen", "127.0.0.1:0"],
+        [
+            sys.executable,
+            "-m",
+            "raftmq.console",
+            "-n",
+            namesrv_addr,
+            "--listen",
+            "127.0.0.1:0",
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=log.open("wb"),
     )
@@ -221,3 +232,56 @@ async def test_console_pages_actions_and_a_master_kill(tmp_path):
             driver.quit()
             console.terminate()
             assert console.wait(10) == 0  # a clean stop on SIGTERM
+
+
+@pytest.mark.processes
+@pytest.mark.requires("chromium")
+async def test_console_shows_a_classic_master_and_slave_and_the_slave_lag(tmp_path):
+    """The cluster page on a classic group: master and slave rows with their brokerRole
+    and the slave's lag; the slave stopped (SIGSTOP) while the master takes sends shows
+    UNREACHABLE and the master's "slave fall behind" rises, then both fall to 0."""
+    from selenium.webdriver.common.by import By
+
+    slow_housekeeping = {"haHousekeepingInterval": "30000"}  # keep the stalled slave's link
+    async with LocalClassicGroup(tmp_path / "classic", extra_conf=slow_housekeeping) as group:
+        master_node, slave_node = group.ids
+        await group.create_topic("ClassicPage")
+        console, url = start_console(
+            group.namesrv_addr, tmp_path / "console.log", "--timeout-ms", "1000"
+        )
+        driver = chrome()
+        section = f'section.group[data-broker-name="{group.broker_name}"]'
+        master_row, slave_row = (f'{section} tbody tr[data-broker-id="{i}"]' for i in (0, 1))
+
+        def level(d) -> bool:
+            """Both lags 0 and the slave's CommitLog end the master's."""
+            lags = [text_of(d, f"{row} td.lag") for row in (master_row, slave_row)]
+            ends = {text_of(d, f"{row} td.end") for row in (master_row, slave_row)}
+            return lags == ["0", "0"] and len(ends) == 1
+
+        try:
+            driver.get(url + "#cluster")
+            until(driver, lambda d: text_of(d, f"{master_row} td.role") == "ASYNC_MASTER")
+            assert text_of(driver, f"{section} .master") == (
+                f"brokerId 0 · {group.broker_addrs[master_node]}"
+            )
+            until(driver, lambda d: text_of(d, f"{slave_row} td.role") == "SLAVE")
+            headers = [h.text for h in driver.find_elements(By.CSS_SELECTOR, f"{section} th")]
+            assert "Slave fall behind (bytes)" in headers and "Term" not in headers
+            async with Producer(group.namesrv_addr, "console-classic") as producer:
+                for n in range(5):
+                    await producer.send("ClassicPage", b"order %d" % n)
+                until(driver, lambda d: text_of(d, f"{master_row} td.in") == "5" and level(d))
+
+                with stopped(group.pid(slave_node)):
+                    for _ in range(20):
+                        await producer.send("ClassicPage", b"x" * 500)
+                    until(driver, lambda d: text_of(d, f"{slave_row} td.role") == "UNREACHABLE")
+                    behind = until(driver, lambda d: text_of(d, f"{master_row} td.lag.behind"))
+                    assert int(behind) >= 20 * 500
+                    screenshot(driver, "classic")
+            until(driver, lambda d: text_of(d, f"{slave_row} td.role") == "SLAVE" and level(d), 20)
+        finally:
+            driver.quit()
+            console.terminate()
+            assert console.wait(10) == 0

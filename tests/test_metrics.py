@@ -8,6 +8,8 @@ Expositions are parsed with prometheus_client's own parser, as a scraper reads t
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -23,7 +25,7 @@ from raftmq.namesrv.config import load_config
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.streams.exposition import MetricsPortError, serve_metrics
 from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
-from tests.helpers import create_topic, group, wait_for
+from tests.helpers import create_topic, group, stopped, wait_for
 
 
 def samples(text: str) -> dict[str, list[tuple[dict, float]]]:
@@ -127,7 +129,9 @@ async def test_broker_metrics_reflect_sends_and_pulls(tmp_path):
         master = g.master()
         topic = "MetricsTopic"
         await create_topic(g, topic, queues=2)
-        # A sample 30 s ago with nothing counted: every rate is then count / 30 s.
+        # A sample 30 s ago with nothing counted, the oldest (the sampler's own, taken at
+        # start, dropped): every rate is then count / 30 s.
+        master.metrics.rates = Rates()
         master.metrics.rates.sample(trio.current_time() - 30.0, {})
         bodies = [b"x" * 100] * 5
         for body in bodies:
@@ -340,3 +344,91 @@ async def test_a_classic_master_and_slave_serve_broker_metrics_without_dledger_o
     copied = value(slave, "rocketmq_brokeruntime_commitlog_maxoffset")
     assert copied == value(master, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
     assert not [name for name in {**master, **slave} if name.startswith("dledger_")]
+
+
+def _diffs(found: dict | None) -> list[float] | None:
+    if found is None:
+        return None
+    return [v for _labels, v in found.get("rocketmq_broker_commitlog_diff", [])]
+
+
+async def _scrape_until(address: str, check, timeout_s: float = 10.0) -> dict:
+    """Scrape `address` every 0.1 s until `check(found)` holds."""
+    with trio.fail_after(timeout_s):
+        while not check(found := await _scrape(address)):
+            await trio.sleep(0.1)
+    return found
+
+
+@pytest.mark.processes
+async def test_classic_slave_lag_rises_while_it_is_stopped_and_falls_when_it_resumes(tmp_path):
+    """The master's view of its slave: while the slave process is stopped (SIGSTOP) the
+    master keeps taking sends and the bytes the slave has not acknowledged rise by what
+    was sent; once it resumes they fall back to 0, and the slave reports its own offset
+    and the master's, equal again."""
+    async with LocalClassicGroup(tmp_path, slaves=1, metrics=True) as group:
+        master_node, slave_node = group.ids
+        await group.create_topic("Lagging")
+        async with Producer(group.namesrv_addr, "PG") as producer:
+            for _ in range(3):
+                await producer.send("Lagging", b"before")
+            await group.wait_replicated()
+            master_metrics = group.metrics_addrs[master_node]
+            found = await _scrape_until(master_metrics, lambda found: _diffs(found) == [0])
+            assert value(found, "rocketmq_ha_connections") == 1
+            before = value(found, "rocketmq_ha_slave_ack_offset_bytes")
+            assert before == value(found, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
+
+            with stopped(group.pid(slave_node)):
+                for _ in range(40):
+                    await producer.send("Lagging", b"x" * 1000)
+                # at once: the master drops a slave silent for haHousekeepingInterval (4 s)
+                found = await _scrape(master_metrics)
+        end = value(found, "rocketmq_brokeruntime_commitlog_maxoffset")
+        acked = value(found, "rocketmq_ha_slave_ack_offset_bytes")
+        (behind,) = _diffs(found)
+        assert behind == end - acked >= 40 * 1000
+        assert acked == before  # the stopped slave acknowledged nothing more
+
+        found = await _scrape_until(master_metrics, lambda found: _diffs(found) == [0], 30)
+        assert value(found, "rocketmq_ha_slave_ack_offset_bytes") == end
+        await group.wait_replicated()
+        slave = await _scrape(group.metrics_addrs[slave_node])
+    assert value(slave, "rocketmq_ha_slave_max_offset_bytes") == end
+    assert value(slave, "rocketmq_ha_master_offset_bytes") == end
+    assert value(slave, "rocketmq_ha_master_connected") == 1
+    assert value(slave, "rocketmq_ha_connections") == 0
+    assert "rocketmq_broker_commitlog_diff" not in slave
+
+
+@pytest.mark.processes
+async def test_broker_local_metrics_flag_prints_addresses_that_serve_metrics(tmp_path):
+    """`python -m raftmq.tools.broker_local --classic --metrics` gives the name server
+    and every broker a metrics port and prints each address; each one answers."""
+    command = [sys.executable, "-m", "raftmq.tools.broker_local", "--classic", "--metrics"]
+    process = await trio.lowlevel.open_process(
+        [*command, "--dir", str(tmp_path)], stdout=subprocess.PIPE
+    )
+    try:
+        printed = b""
+        with trio.fail_after(60):
+            while b"Ctrl-C" not in printed:
+                chunk = await process.stdout.receive_some()
+                assert chunk, printed
+                printed += chunk
+        lines = printed.decode().splitlines()
+        addresses = {
+            line.split()[1].rstrip(":"): line.split()[2]
+            for line in lines
+            if line.strip().startswith("metrics ")
+        }
+        assert set(addresses) == {"namesrv", "n0", "n1"}, lines
+        for name, url in addresses.items():
+            status, text = await trio.to_thread.run_sync(http_get, url)
+            assert status == 200, (name, text)
+            family = "rocketmq_namesrv_" if name == "namesrv" else "rocketmq_ha_connections"
+            assert any(key.startswith(family) for key in samples(text)), (name, text[:500])
+    finally:
+        process.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            assert await process.wait() == 130

@@ -8,6 +8,7 @@ subprocess where its output and exit status are the point, in process elsewhere.
 import datetime
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -197,6 +198,11 @@ async def test_cluster_list(cluster):
     assert {(r[2], r[3]) for r in rows if r[2] == "0"} == {("0", master)}
     assert {r[2] for r in rows if r[2] != "0"} == slaves  # selfId number + 1
     assert {(r[0], r[1], r[4]) for r in rows} == {(CLUSTER, cluster.broker_name, "V4_9_8")}
+    # RocketMQ's #InTPS(LOAD) ... #SPACE, then #FallBehind(B): a classic group's HA lag only
+    assert header[-5:] == ["#OutTPS(LOAD)", "#PCWait(ms)", "#Hour", "#SPACE", "#FallBehind(B)"]
+    for row in rows:
+        assert re.fullmatch(r"\d+\.\d\d\(-,-ms\)", row[5]) and row[6].endswith("(-,-ms)")
+        assert 0.0 <= float(row[9]) <= 1.0 and row[10] == "-"
 
 
 @pytest.mark.processes

@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 import trio
@@ -171,6 +172,56 @@ def test_server_on_a_busy_port_says_so_in_one_line(tmp_path):
         )
     assert proc.stderr.startswith(f"dledger: n0 cannot listen on 127.0.0.1:{port}: ")
     assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def _scrape_dledger(url: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, sample.labels.get("role")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_server_metrics_port_serves_its_dledger_metrics(tmp_path):
+    """`dledger server --metrics-port` serves the same dledger_* families a broker's
+    member does; a busy metrics port is one line naming metricsPort, exit status 3."""
+    peer_port, metrics_port, other_port = free_ports(3)
+
+    def server_args(port: int, store: str) -> list[str]:
+        return [
+            *("server", "--group", "solo", "--id", "n0", "--peers", f"n0-127.0.0.1:{port}"),
+            *("--store-base-dir", str(tmp_path / store), "--metrics-port", str(metrics_port)),
+        ]
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raftmq.dledger.cli", *server_args(peer_port, "n0")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert lines[1].strip() == f"metrics at {url}", lines
+        common = ["--group", "solo", "--peers", f"n0-127.0.0.1:{peer_port}"]
+        appended = json.loads(dledger("append", *common, "--count", "5", "--json").stdout)
+        found = _scrape_dledger(url)
+        assert found["dledger_role", "LEADER"] == 1
+        assert found["dledger_committed_index", None] == appended[-1]["index"]
+        assert found["dledger_ledger_end_index", None] == appended[-1]["index"]
+        assert found["dledger_fsync_seconds_count", None] >= 1
+
+        busy = dledger(*server_args(other_port, "other"), check_code=3)
+        assert busy.stderr.startswith(
+            f"dledger: n0 cannot serve metrics: metricsPort={metrics_port}"
+        )
+        assert busy.stderr.count("\n") == 1, busy.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_server_on_a_store_it_cannot_create_says_so_in_one_line(tmp_path):

@@ -85,6 +85,8 @@ class AdminQueries:
     dledger_metadata: Callable[[], dict] | None = attrs.field(kw_only=True)
     classic_info: Callable[[], dict[str, str]] = attrs.field(kw_only=True, default=dict)
     ha_runtime_info: Callable[[], dict] | None = attrs.field(kw_only=True, default=None)
+    # BrokerCollector.runtime_keys: the rate and disk keys
+    runtime_keys: Callable[[], dict[str, str]] = attrs.field(kw_only=True, default=dict)
 
     async def ha_status(self, request: RemotingCommand, connection: Connection):
         """GET_BROKER_HA_STATUS (907, RocketMQ 5): HARuntimeInfo; a DLedger broker has
@@ -106,6 +108,7 @@ class AdminQueries:
             "dispatchBehindEntries": str(self.store.dispatch_behind()),
             "msgPutTotalTodayNow": str(self.stats.put_messages),
             "msgGetTotalTodayNow": str(self.stats.got_messages),
+            **self.runtime_keys(),
         }
         if self.dledger_metadata is None:
             table |= self.classic_info()

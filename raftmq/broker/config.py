@@ -78,12 +78,13 @@ __all__ = ["RUNTIME_KEYS", "BrokerConfig", "config_properties", "load_broker_con
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
-# Keys DLedgerCommitLog derives from broker keys; every other DLedger int or boolean key
+# Keys DLedgerCommitLog derives from broker keys (and metricsPort, the broker's own,
+# which serves the member's metrics too); every other DLedger int or boolean key
 # passes through.
 _DERIVED_DLEDGER_KEYS = frozenset(
     {"group", "selfId", "peers", "storeBaseDir", "storeType", "flushDiskType",
      "preferredLeaderIds", "mappedFileSizeForEntryData", "fileReservedHours",
-     "recordSyncedLengths"}
+     "recordSyncedLengths", "metricsPort"}
 )  # fmt: skip
 DLEDGER_PASSTHROUGH_KEYS = frozenset(
     key.name

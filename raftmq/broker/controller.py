@@ -9,7 +9,7 @@ registration and the services only a master runs (delayed delivery, the
 transaction check-back, offset and metadata writes); then it runs them and carries
 out role changes. It holds no request logic of its own. With `metricsPort` it also
 serves Prometheus metrics: the broker's (broker.metrics) and its DLedger member's
-(dledger.metrics).
+(dledger.metrics) or, on a classic broker, its HA replication's.
 
 Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 - follower or candidate: slave at once (brokerId = selfId number + 1), registered
@@ -44,7 +44,7 @@ from raftmq.broker.consumer_requests import ConsumerRequests
 from raftmq.broker.headers import BadRequest
 from raftmq.broker.locks import LockRequests, QueueLocks
 from raftmq.broker.metawriter import MetaWriter
-from raftmq.broker.metrics import BrokerCollector
+from raftmq.broker.metrics import BrokerCollector, ClassicHACollector
 from raftmq.broker.pull import PullProcessor
 from raftmq.broker.registration import Registration
 from raftmq.broker.role import BrokerRole
@@ -221,6 +221,10 @@ class BrokerController:
         self._roles_send, self._roles_recv = trio.open_memory_channel(ROLE_EVENTS_BUFFERED)
         if self.dledger is not None:
             self.dledger.add_role_change_handler(self._on_role_change)
+        names = {"cluster": config.broker_cluster_name, "broker_name": config.broker_name}
+        self.metrics = BrokerCollector(
+            self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
+        )
         self.server = RemotingServer(
             listen_host(config.bind_address),
             config.listen_port,
@@ -228,14 +232,13 @@ class BrokerController:
             on_disconnect=self.clients.on_disconnect,
             tls=config.tls_server,
         )
-        names = {"cluster": config.broker_cluster_name, "broker_name": config.broker_name}
-        self.metrics = BrokerCollector(
-            self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
-        )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         if self.dledger is not None:  # a classic broker has no DLedger member
             self.registry.register(DLedgerCollector(self.dledger))
+        else:
+            assert self.classic is not None
+            self.registry.register(ClassicHACollector(self.classic, self.broker_addr, **names))
         self.started = trio.Event()
 
     def _message_store(self, log_server, commitlog: CommitLog | None) -> MessageStore:
@@ -300,6 +303,7 @@ class BrokerController:
             dledger_metadata=None if self.dledger is None else self.dledger.metadata,
             classic_info=dict if self.classic is None else self.classic.info,
             ha_runtime_info=None if self.classic is None else self.classic.ha_runtime_info,
+            runtime_keys=self.metrics.runtime_keys,
         )
         locks = LockRequests(self.role, self.locks)
         table = {
@@ -456,8 +460,8 @@ class BrokerController:
             )
         if self.acl is not None:
             nursery.start_soon(self.acl.run)
+        nursery.start_soon(self.metrics.run_sampler)  # for the runtime table's rates too
         if self.config.metrics_port:
-            nursery.start_soon(self.metrics.run_sampler)
             host = self.config.bind_address or "0.0.0.0"
             await nursery.start(serve_metrics, self.registry, host, self.config.metrics_port)
         self.registration.register_soon()

@@ -11,7 +11,10 @@ straight from the process, read from the live state at scrape time:
   shares the brokerName label and holds the same queues, so a sum over the
   members would count each message three times. After a failover the new master
   reports them, its rates continuing from its own samples;
-- `rocketmq_brokeruntime_*` from every member, told apart by `brokerIP`.
+- `rocketmq_brokeruntime_*` from every member, told apart by `brokerIP`;
+- a classic broker's replication (`ClassicHACollector`): on the master, each slave
+  connection's acknowledged offset and the exporter's `rocketmq_broker_commitlog_diff`
+  (how many bytes it is behind); on a slave, its offset and the master's.
 
 Message counts come from the ConsumeQueues (a topic's messages are the sum of its
 queues' max offsets) and the pull counters; nothing is counted per message on the
@@ -37,13 +40,14 @@ from raftmq.broker.store.metadata import DLQ_PREFIX, META_TOPIC, RETRY_PREFIX
 
 if TYPE_CHECKING:
     from raftmq.broker.address import BrokerAddress
+    from raftmq.broker.classic import ClassicReplica
     from raftmq.broker.clients import ClientManager
     from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
     from raftmq.broker.role import BrokerRole
     from raftmq.broker.stats import BrokerStats
     from raftmq.broker.store.messagestore import MessageStore
 
-__all__ = ["BrokerCollector"]
+__all__ = ["BrokerCollector", "ClassicHACollector"]
 
 VERSION_ORDINAL = "409"  # MQVersion.Version.V4_9_8.ordinal(), the brokerVersion we report
 CLUSTERING = "1"  # MessageModel.CLUSTERING.ordinal(): the exporter's msgModel label
@@ -119,15 +123,13 @@ class BrokerCollector(Collector):
             VERSION_ORDINAL,
         )
         log = self.store.server.store
-        disk = os.statvfs(self.store.root)
-        total_bytes = disk.f_blocks * disk.f_frsize
-        free_bytes = disk.f_bavail * disk.f_frsize
+        total_bytes, free_bytes = self.disk_bytes()
         values = {
             "msg_put_total_today_now": self.stats.put_messages,
             "msg_gettotal_today_now": self.stats.got_messages,
             "commitlog_maxoffset": self.store.physical_max,
             "commitlog_minoffset": log.end_pos if log.empty else log.pos_at(log.begin_index),
-            "commitlog_disk_ratio": 1.0 - free_bytes / total_bytes if total_bytes else 0.0,
+            "commitlog_disk_ratio": self.disk_ratio(),
             "commitlogdir_capacity_total": total_bytes,
             "commitlogdir_capacity_free": free_bytes,
         }
@@ -138,6 +140,35 @@ class BrokerCollector(Collector):
             )
         for name, value in values.items():
             yield _family(f"rocketmq_brokeruntime_{name}", name, RUNTIME, [(labels, value)])
+
+    def disk_bytes(self) -> tuple[int, int]:
+        """The store's file system: total and free bytes."""
+        disk = os.statvfs(self.store.root)
+        return disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize
+
+    def disk_ratio(self) -> float:
+        """commitLogDiskRatio: the used fraction of the store's file system."""
+        total_bytes, free_bytes = self.disk_bytes()
+        return 1.0 - free_bytes / total_bytes if total_bytes else 0.0
+
+    def runtime_keys(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's rates and disk use in RocketMQ's formats (putTps and
+        getTransferedTps: 10 s, 1 min and 10 min rates; what `mqadmin clusterList`'s
+        #InTPS, #OutTPS and #SPACE read). Only the two broker counts are read, not the
+        queues: consoles ask for this table often."""
+        now_s = trio.current_time()
+        counts = {"broker_put": self.stats.put_messages, "broker_get": self.stats.got_messages}
+
+        def rates(key: str) -> str:
+            return " ".join(
+                f"{self._rate(now_s, window_s, counts, key):.2f}" for window_s in RUNTIME_WINDOWS_S
+            )
+
+        return {
+            "putTps": rates("broker_put"),
+            "getTransferedTps": rates("broker_get"),
+            "commitLogDiskRatio": str(self.disk_ratio()),
+        }
 
     def _topics(self, now_s: float, counts: dict):
         """Per topic: what was stored, and how fast (the master's rocketmq_producer_*)."""
@@ -275,3 +306,70 @@ class BrokerCollector(Collector):
             return None
         physical_offset, _size, _tags = queue.get(offset)
         return self.store.store_time(physical_offset)
+
+
+@attrs.define(eq=False)
+class ClassicHACollector(Collector):
+    """Classic master/slave replication (store.ha), read when scraped.
+
+    RocketMQ 5's own metrics have no HA family and the exporter has one,
+    `rocketmq_broker_commitlog_diff` (master minus slave commitLogMaxOffset, which it
+    computes from both brokers' runtime tables): here the master serves it for each
+    slave connection, from the offset the slave last acknowledged, so it keeps rising
+    while a slave is stalled and cannot answer a scrape of its own. Its `brokerIP` is the
+    slave's address as the master sees the HA connection (the exporter's is the
+    slave's broker address, which the HA protocol does not carry)."""
+
+    replica: ClassicReplica
+    address: BrokerAddress
+    cluster: str = attrs.field(kw_only=True)
+    broker_name: str = attrs.field(kw_only=True)
+
+    def collect(self):
+        own = (self.cluster, self.address.address, self.broker_name)
+        ha, client = self.replica.ha, self.replica.client
+        end = self.replica.log.write_pos
+        connections = sorted(
+            (c for c in ha.connections if c.start_offset is not None), key=lambda c: c.peer
+        )
+        yield _family(
+            "rocketmq_ha_connections",
+            "Slaves connected to this broker's HA port",
+            BROKER,
+            [(own, len(connections))],
+        )
+        yield _family(
+            "rocketmq_ha_slave_ack_offset_bytes",
+            "On a master: the CommitLog offset each slave connection last acknowledged",
+            (*BROKER, "slave"),
+            [((*own, c.peer), max(c.acked_offset, 0)) for c in connections],
+        )
+        yield _family(
+            "rocketmq_broker_commitlog_diff",
+            "On a master: bytes of its CommitLog each slave (brokerIP) has not acknowledged",
+            BROKER,
+            [
+                ((self.cluster, c.peer, self.broker_name), end - max(c.acked_offset, 0))
+                for c in connections
+            ],
+        )
+        if not self.replica.config.is_slave:
+            return
+        yield _family(
+            "rocketmq_ha_slave_max_offset_bytes",
+            "On a slave: the end of its CommitLog copy",
+            BROKER,
+            [(own, end)],
+        )
+        yield _family(
+            "rocketmq_ha_master_offset_bytes",
+            "On a slave: the end of the master's CommitLog as of the master's last frame",
+            BROKER,
+            [(own, client.master_offset)],
+        )
+        yield _family(
+            "rocketmq_ha_master_connected",
+            "On a slave: 1 while connected to the master's HA port",
+            BROKER,
+            [(own, 1 if client.connected_to is not None else 0)],
+        )

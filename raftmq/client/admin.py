@@ -49,8 +49,11 @@ __all__ = [
     "QueueProgress",
     "TopicOffset",
     "UnreachableError",
+    "fall_behind_bytes",
     "group_members",
+    "is_classic",
     "parse_cluster_info",
+    "table_number",
 ]
 
 UNREACHABLE = "UNREACHABLE"
@@ -181,11 +184,34 @@ class MemberStatus:
         return self.role != UNREACHABLE
 
 
-def _number(table: dict, key: str) -> int | None:
+def table_number(table: dict, key: str) -> int | None:
+    """A runtime table's integer value (they are all strings), None when absent."""
     try:
         return int(table[key])
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def is_classic(table: dict | None) -> bool:
+    """A classic (master/slave HA) broker's runtime table: it has an HA port."""
+    return table is not None and "haListenPort" in table
+
+
+def fall_behind_bytes(broker_id: int, tables: dict[int, dict | None]) -> int | None:
+    """How far a classic group's slaves are behind, in CommitLog bytes, from the
+    members' runtime tables (brokerId -> table, None for one that did not answer).
+    The master's row is its own "slave fall behind master" figure (its end minus the
+    best offset a slave acknowledged; -1 with no slave connected), which it reports
+    while a slave is silent; a slave's is the master's end minus its own, as
+    rocketmq-exporter's commitlog_diff. None when a table needed is missing."""
+    table = tables.get(broker_id)
+    if not is_classic(table):
+        return None
+    if broker_id == MASTER_ID:
+        return table_number(table, "slaveFallBehindBytes")
+    master_end = table_number(tables.get(MASTER_ID) or {}, "commitLogMaxOffset")
+    own_end = table_number(table, "commitLogMaxOffset")
+    return None if master_end is None or own_end is None else max(0, master_end - own_end)
 
 
 def _peers(table: dict) -> dict[str, str]:
@@ -220,9 +246,9 @@ def group_members(broker: BrokerData, tables: dict[int, dict | None]) -> list[Me
             broker.addrs[bid],
             peers.get(self_id),
             table.get("dLegerRole") or "?",
-            _number(table, "dLegerTerm"),
-            _number(table, "dLegerLedgerEndIndex"),
-            _number(table, "dLegerCommittedIndex"),
+            table_number(table, "dLegerTerm"),
+            table_number(table, "dLegerLedgerEndIndex"),
+            table_number(table, "dLegerCommittedIndex"),
         )
     silent = {bid: broker.addrs[bid] for bid, t in tables.items() if t is None}
     self_ids = {bid: f"n{bid - 1}" for bid in silent if bid != MASTER_ID}

@@ -13,16 +13,20 @@ import trio
 from raftmq.client.admin import (
     DLQ_PREFIX,
     RETRY_PREFIX,
+    UNREACHABLE,
     Admin,
     ClusterInfo,
     UnreachableError,
+    fall_behind_bytes,
     group_members,
+    is_classic,
+    table_number,
 )
 from raftmq.client.errors import MQClientError
 from raftmq.client.mqadmin.groups import rates
 from raftmq.client.mqadmin.main import failure_reason
 from raftmq.client.mqadmin.messages import body_text
-from raftmq.client.route import BrokerData
+from raftmq.client.route import MASTER_ID, BrokerData
 from raftmq.protocol.message import MessageExt
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
 
@@ -66,7 +70,8 @@ async def _gather(items, lookup) -> list:
 async def cluster_view(admin: Admin) -> dict:
     """Every broker group: its members as dledgerStatus shows them (role, term, ledger
     end and committed index, unreachable ones included), their clusterList columns,
-    the master the name servers route to and the leader the members report."""
+    the master the name servers route to and the leader the members report; a
+    classic group's members as master and slaves with the slaves' HA lag."""
     info = await admin.cluster_info()
     groups = await _gather(info.broker_datas(), lambda broker: _group_view(admin, broker))
     return {
@@ -78,6 +83,8 @@ async def cluster_view(admin: Admin) -> dict:
 
 async def _group_view(admin: Admin, broker: BrokerData) -> dict:
     tables = await admin.runtime_tables(broker.addrs)
+    if any(is_classic(table) for table in tables.values()):
+        return _classic_group_view(broker, tables)
     ids = {address: broker_id for broker_id, address in broker.addrs.items()}
     members = []
     for m in group_members(broker, tables):
@@ -103,8 +110,40 @@ async def _group_view(admin: Admin, broker: BrokerData) -> dict:
     return {
         "brokerName": broker.broker_name,
         "cluster": broker.cluster,
+        "replication": "dledger",
         "master": None if master is None else {"selfId": master["selfId"], "addr": master["addr"]},
         "leader": leader,
+        "members": members,
+    }
+
+
+def _classic_group_view(broker: BrokerData, tables: dict[int, dict | None]) -> dict:
+    """A classic master/slave group: each registered member's brokerRole and CommitLog
+    end, and how far the slaves are behind (`fall_behind_bytes`)."""
+    members = []
+    for broker_id, address in sorted(broker.addrs.items()):
+        table = tables.get(broker_id)
+        known = table or {}
+        members.append(
+            {
+                "brokerId": broker_id,
+                "addr": address,
+                "role": UNREACHABLE if table is None else known.get("brokerRole", "?"),
+                "commitLogMaxOffset": table_number(known, "commitLogMaxOffset"),
+                "slaveFallBehindBytes": fall_behind_bytes(broker_id, tables),
+                "haConnections": table_number(known, "haConnections"),
+                "haMasterAddr": known.get("masterAddr"),
+                "version": known.get("brokerVersionDesc"),
+                "inTotal": known.get("msgPutTotalTodayNow"),
+                "outTotal": known.get("msgGetTotalTodayNow"),
+            }
+        )
+    master = broker.addrs.get(MASTER_ID)
+    return {
+        "brokerName": broker.broker_name,
+        "cluster": broker.cluster,
+        "replication": "classic",
+        "master": None if master is None else {"brokerId": MASTER_ID, "addr": master},
         "members": members,
     }
 

@@ -1,12 +1,13 @@
 """`dledger`: DLedger's command line — server, append, get, leadershipTransfer, status.
 
 Verbs and flags follow DLedger's own (`--group`, `--id`, `--peers`,
-`--store-base-dir`, `--data`, `--count`, `--index`, `--leader`, `--transferee`).
+`--store-base-dir`, `--data`, `--count`, `--index`, `--leader`, `--transferee`);
+`server --metrics-port` (or `-D metricsPort=`) also serves Prometheus metrics.
 Exit status for scripts: 0 success, 1 the group answered with an error code
 (UNKNOWN_GROUP for a wrong `--group`), 2 bad usage, 3 no member (or no leader)
-reachable, or `server` cannot listen on its port, 4 the server refused to start (its
-store directory unusable, damaged data: the message names the file and offset) or
-stopped because its disk failed.
+reachable, or `server` cannot listen on its port (peer or metrics), 4 the server
+refused to start (its store directory unusable, damaged data: the message names the
+file and offset) or stopped because its disk failed.
 """
 
 from __future__ import annotations
@@ -17,15 +18,18 @@ import logging
 import sys
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from raftmq.dledger.client import ClientError, DLedgerClient, body_for_json
 from raftmq.dledger.codes import Code
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.durable import DiskFailure
+from raftmq.dledger.metrics import DLedgerCollector
 from raftmq.dledger.server import DLedgerServer
 from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
-from raftmq.streams.address import parse_peers
+from raftmq.streams.address import parse_address, parse_peers
+from raftmq.streams.exposition import METRICS_PATH, MetricsPortError, serve_metrics
 from raftmq.streams.groups import first_leaf
 from raftmq.streams.signals import cancel_on_stop_signal
 from raftmq.streams.tls import PeerTls
@@ -60,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--store-base-dir", "-s", required=True)
     server.add_argument("--store-type", default="FILE", choices=["FILE", "MEMORY"])
     server.add_argument("--preferred-leader-id", default="")
+    server.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve Prometheus metrics at http://<peer host>:PORT/metrics (0: none)",
+    )
     server.add_argument(
         "--flush-disk-type",
         default="SYNC_FLUSH",
@@ -107,6 +117,8 @@ def _server_config(args) -> DLedgerConfig:
     }
     if args.preferred_leader_id:
         values["preferredLeaderIds"] = args.preferred_leader_id
+    if args.metrics_port:
+        values["metricsPort"] = str(args.metrics_port)
     for key, given in (
         ("tlsCertPath", args.tls_cert),
         ("tlsKeyPath", args.tls_key),
@@ -141,9 +153,18 @@ async def _run_server(config: DLedgerConfig) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
             print(f"dledger server {config.group}/{config.self_id} on {address}", flush=True)
+            if config.metrics_port:
+                registry = CollectorRegistry(auto_describe=False)
+                registry.register(DLedgerCollector(server))
+                host = parse_address(address)[0]
+                port = await nursery.start(serve_metrics, registry, host, config.metrics_port)
+                print(f"metrics at http://{host}:{port}{METRICS_PATH}", flush=True)
             await cancel_on_stop_signal(nursery.cancel_scope)
     except* DiskFailure as failures:
         raise failures.exceptions[0] from None
+    except* MetricsPortError as failures:
+        reason = failures.exceptions[0].strerror  # "metricsPort=N: <why>"
+        raise CannotListen(f"{config.self_id} cannot serve metrics: {reason}") from None
     except* OSError as failures:
         reason = first_leaf(failures)
         raise CannotListen(f"{config.self_id} cannot listen on {address}: {reason}") from None

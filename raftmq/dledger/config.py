@@ -99,6 +99,11 @@ class DLedgerConfig:
         metadata=_key("checkPeerHosts"),
     )
 
+    # Not DLedger's: the standalone `dledger server` serves its dledger_* metrics at
+    # http://<its peer host>:metricsPort/metrics (0: none). A broker's DLedger member
+    # is served on the broker's own metricsPort instead.
+    metrics_port: int = attrs.field(default=0, metadata=_key("metricsPort"))
+
     # Not DLedger's: mutual TLS on the peer port (dledger.net.tcp). All three or none.
     tls_cert_path: str | None = attrs.field(default=None, metadata=_key("tlsCertPath"))
     tls_key_path: str | None = attrs.field(default=None, metadata=_key("tlsKeyPath"))
@@ -114,6 +119,8 @@ class DLedgerConfig:
             raise ValueError("TLS on the peer port needs a certificate, its key and a trust file")
         if self.self_id not in self.peers:
             raise ValueError(f"selfId {self.self_id!r} is not among peers {list(self.peers)}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metricsPort {self.metrics_port} is not a port (0 for none)")
         if self.flush_disk_type not in (FSYNC, PAGE_CACHE):
             raise ValueError(f"flushDiskType must be {FSYNC} or {PAGE_CACHE}")
         if not 0 < self.disk_full_ratio <= 1:

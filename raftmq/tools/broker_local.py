@@ -434,17 +434,26 @@ class LocalGroups:
             await group.create_topic(topic, queues)
 
 
-async def _serve(base_dir: str, groups: int, nodes: int) -> None:
-    async with LocalGroups(base_dir, groups, nodes) as cluster:
+def _print_metrics(cluster: LocalCluster, names: list[str]) -> None:
+    for name in names:
+        print(f"  metrics {name}: http://{cluster.metrics_addrs[name]}/metrics", flush=True)
+
+
+async def _serve(base_dir: str, groups: int, nodes: int, metrics: bool) -> None:
+    async with LocalGroups(base_dir, groups, nodes, metrics=metrics) as cluster:
         print(f"name server {cluster.namesrv_addr}, cluster {cluster.cluster_name}", flush=True)
+        if metrics:
+            _print_metrics(cluster.groups[0], ["namesrv"])
         for group in cluster.groups:
             print(f"  {group.broker_name}: {' '.join(group.client_addrs.values())}", flush=True)
+            if metrics:
+                _print_metrics(group, group.ids)
         print("Ctrl-C stops every process", flush=True)
         await trio.sleep_forever()
 
 
-async def _serve_classic(base_dir: str, slaves: int, master_role: str) -> None:
-    async with LocalClassicGroup(base_dir, slaves, master_role) as group:
+async def _serve_classic(base_dir: str, slaves: int, master_role: str, metrics: bool) -> None:
+    async with LocalClassicGroup(base_dir, slaves, master_role, metrics=metrics) as group:
         print(f"name server {group.namesrv_addr}, cluster {group.cluster_name}", flush=True)
         for node in group.ids:
             role = "SLAVE" if group.ids.index(node) else master_role
@@ -453,6 +462,8 @@ async def _serve_classic(base_dir: str, slaves: int, master_role: str) -> None:
                 f" (HA {group.ha_addrs[node]})",
                 flush=True,
             )
+        if metrics:
+            _print_metrics(group, ["namesrv", *group.ids])
         print("Ctrl-C stops every process", flush=True)
         await trio.sleep_forever()
 
@@ -469,7 +480,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C;
     `--classic [--slaves N] [--role SYNC_MASTER]`: a classic master/slave group;
     `--upgrade --dir DIR`: the classic group stopped in DIR, upgraded in place to a
-    DLedger group of `--nodes` (LocalClassicGroup.upgraded)."""
+    DLedger group of `--nodes` (LocalClassicGroup.upgraded);
+    `--metrics`: every process serves Prometheus metrics (their addresses are printed)."""
     import argparse
     import tempfile
 
@@ -486,6 +498,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--upgrade", action="store_true",
         help="with --dir: the classic group stopped there, upgraded in place to DLedger",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics", action="store_true",
+        help="give every process a metricsPort and print its /metrics address",
     )  # fmt: skip
     args = parser.parse_args(argv)
     classic = None
@@ -505,9 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if classic is not None:
             trio.run(_serve_upgraded, classic, args.nodes)
         elif args.classic:
-            trio.run(_serve_classic, base_dir, args.slaves, args.role)
+            trio.run(_serve_classic, base_dir, args.slaves, args.role, args.metrics)
         else:
-            trio.run(_serve, base_dir, args.groups, args.nodes)
+            trio.run(_serve, base_dir, args.groups, args.nodes, args.metrics)
 
     try:
         if args.dir:

@@ -302,6 +302,9 @@ class HAClient:
         self.rate = RateMeter()
         self.last_read_ms = 0  # wall clock, as HARuntimeInfo reports it
         self.last_write_ms = 0
+        # the end of the master's log as of its last frame (a heartbeat's offset is its
+        # max offset when it has nothing more to send): all a slave knows of the master
+        self.master_offset = 0
         self._send_lock = trio.Lock()
         self._reported = -1
 
@@ -400,4 +403,5 @@ class HAClient:
                 body = bytes(pending[HEADER.size : HEADER.size + size])
                 del pending[: HEADER.size + size]
                 log_.append_data(offset, body)
+                self.master_offset = offset + size
             await self._report(stream)

@@ -9,7 +9,7 @@ import time
 
 import trio
 
-from raftmq.client.admin import Admin
+from raftmq.client.admin import Admin, fall_behind_bytes
 from raftmq.client.errors import MQClientError
 from raftmq.client.mqadmin.commands import (
     EXIT_OK,
@@ -25,6 +25,28 @@ from raftmq.client.mqadmin.commands import (
 )
 from raftmq.client.producer import Producer
 
+CLUSTER_LIST_FORMAT = "%-16s  %-22s  %-4s  %-22s %-16s %19s %19s %10s %5s %6s  %s"
+
+
+def _first_rate(table: dict, key: str) -> float:
+    """The 10 s figure of a putTps-style value ("10s 60s 600s"), 0 when absent."""
+    try:
+        return float(table[key].split()[0])
+    except (KeyError, IndexError, ValueError):
+        return 0.0
+
+
+def _load(table: dict, rate_key: str, pool: str) -> str:
+    """#InTPS(LOAD) / #OutTPS(LOAD): the rate, then the pool's queue size and its head's
+    wait, which a raftmq broker does not have (no thread pools): `-`."""
+    size = table.get(f"{pool}ThreadPoolQueueSize", "-")
+    wait = table.get(f"{pool}ThreadPoolQueueHeadWaitTimeMills", "-")
+    return f"{_first_rate(table, rate_key):9.2f}({size},{wait}ms)"
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
 
 @verb(
     "clusterList",
@@ -32,28 +54,37 @@ from raftmq.client.producer import Producer
     option("-c", "clusterName", "only this cluster"),
 )
 async def cluster_list(admin: Admin, args: argparse.Namespace) -> None:
-    """RocketMQ's columns up to #Version; the totals are messages put and got since
-    the broker started (msgPutTotalTodayNow, msgGetTotalTodayNow)."""
+    """RocketMQ's ClusterListSubCommand columns, then raftmq's #FallBehind(B): a classic
+    member's HA lag (`fall_behind_bytes`; `-` for a DLedger member: see dledgerStatus).
+    #PCWait(ms) and #Hour read keys only a Java broker reports (pageCacheLockTimeMills,
+    earliestMessageTimeStamp): `-` for a raftmq one."""
     info = await admin.cluster_info()
-    fmt = "%-16s  %-22s  %-4s  %-22s %-16s %14s %14s"
     print_row(
-        fmt, "#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTotal", "#OutTotal"
-    )
+        CLUSTER_LIST_FORMAT, "#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version",
+        "#InTPS(LOAD)", "#OutTPS(LOAD)", "#PCWait(ms)", "#Hour", "#SPACE", "#FallBehind(B)",
+    )  # fmt: skip
     clusters = sorted(info.clusters) if args.clusterName is None else [args.clusterName]
+    now_ms = time.time() * 1000
     for cluster in clusters:
         for broker in info.broker_datas(cluster):
             tables = await admin.runtime_tables(broker.addrs)
             for broker_id, address in sorted(broker.addrs.items()):
                 table = tables.get(broker_id) or {}
+                earliest = table.get("earliestMessageTimeStamp")
+                ratio = table.get("commitLogDiskRatio")
                 print_row(
-                    fmt,
+                    CLUSTER_LIST_FORMAT,
                     cluster,
                     broker.broker_name,
                     broker_id,
                     address,
                     table.get("brokerVersionDesc", ""),
-                    table.get("msgPutTotalTodayNow", ""),
-                    table.get("msgGetTotalTodayNow", ""),
+                    _load(table, "putTps", "send"),
+                    _load(table, "getTransferedTps", "pull"),
+                    table.get("pageCacheLockTimeMills", "-"),
+                    "-" if earliest is None else f"{(now_ms - int(earliest)) / 3_600_000:2.2f}",
+                    "-" if ratio is None else f"{float(ratio):.4f}",
+                    _dash(fall_behind_bytes(broker_id, tables)),
                 )
 
 

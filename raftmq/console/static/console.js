@@ -88,28 +88,54 @@ function renderCluster(doc, elapsedMs) {
       if (names.includes(chosen)) select.value = chosen;
     }
   }
-  const groups = doc.groups.map((g) => {
-    const master = g.master
-      ? el("span", { class: "master", dataset: { selfId: g.master.selfId } },
-          `${g.master.selfId} · ${g.master.addr}`)
-      : el("span", { class: "master none", dataset: { selfId: "" } }, "no master");
-    const pending = g.leader && (!g.master || g.master.selfId !== g.leader)
-      ? el("span", { class: "pending" }, ` DLedger leader ${g.leader}, not yet the registered master`)
-      : null;
-    const rows = g.members.map((m) => el("tr", { dataset: { selfId: m.selfId }, class: `role-${m.role}` },
-      el("td", {}, m.selfId), el("td", {}, number(m.brokerId)), el("td", {}, m.addr || "-"),
-      el("td", {}, m.peerAddr || "-"), el("td", { class: "role" }, m.role), el("td", { class: "term" }, number(m.term)),
-      el("td", { class: "end" }, number(m.ledgerEndIndex)), el("td", { class: "committed" }, number(m.committedIndex)),
-      el("td", {}, m.version || ""), el("td", {}, number(m.inTotal)), el("td", {}, number(m.outTotal))));
-    return el("section", { class: "group", dataset: { brokerName: g.brokerName } },
-      el("h2", {}, g.brokerName, el("span", { class: "muted" }, ` cluster ${g.cluster}`), " — master: ", master, pending),
-      table(["SelfId", "BrokerId", "Addr", "DLedger addr", "Role", "Term", "Ledger end", "Committed",
-        "Version", "In total", "Out total"], rows));
-  });
+  const groups = doc.groups.map((g) => (g.replication === "classic" ? classicGroup(g) : dledgerGroup(g)));
   if (!groups.length) groups.push(el("p", {}, "The name servers know no broker."));
   document.getElementById("cluster-groups").replaceChildren(...groups);
   document.getElementById("cluster-updated").textContent =
     `Updated ${new Date().toLocaleTimeString()} (${Math.round(elapsedMs)} ms).`;
+}
+
+function groupSection(g, master, pending, headers, rows) {
+  return el("section", { class: "group", dataset: { brokerName: g.brokerName } },
+    el("h2", {}, g.brokerName, el("span", { class: "muted" }, ` cluster ${g.cluster}`), " — master: ", master, pending),
+    table(headers, rows));
+}
+
+function dledgerGroup(g) {
+  const master = g.master
+    ? el("span", { class: "master", dataset: { selfId: g.master.selfId } },
+        `${g.master.selfId} · ${g.master.addr}`)
+    : el("span", { class: "master none", dataset: { selfId: "" } }, "no master");
+  const pending = g.leader && (!g.master || g.master.selfId !== g.leader)
+    ? el("span", { class: "pending" }, ` DLedger leader ${g.leader}, not yet the registered master`)
+    : null;
+  const rows = g.members.map((m) => el("tr", { dataset: { selfId: m.selfId }, class: `role-${m.role}` },
+    el("td", {}, m.selfId), el("td", {}, number(m.brokerId)), el("td", {}, m.addr || "-"),
+    el("td", {}, m.peerAddr || "-"), el("td", { class: "role" }, m.role), el("td", { class: "term" }, number(m.term)),
+    el("td", { class: "end" }, number(m.ledgerEndIndex)), el("td", { class: "committed" }, number(m.committedIndex)),
+    el("td", {}, m.version || ""), el("td", {}, number(m.inTotal)), el("td", {}, number(m.outTotal))));
+  return groupSection(g, master, pending, ["SelfId", "BrokerId", "Addr", "DLedger addr", "Role", "Term",
+    "Ledger end", "Committed", "Version", "In total", "Out total"], rows);
+}
+
+/* A classic master/slave group: brokerRole, CommitLog end and each slave's HA lag. */
+function classicGroup(g) {
+  const master = g.master
+    ? el("span", { class: "master", dataset: { brokerId: g.master.brokerId } }, `brokerId 0 · ${g.master.addr}`)
+    : el("span", { class: "master none" }, "no master");
+  const rows = g.members.map((m) => {
+    const lag = m.slaveFallBehindBytes;
+    const ha = m.brokerId === 0 ? `${number(m.haConnections)} slave(s)` : (m.haMasterAddr || "-");
+    const kind = m.role === "SLAVE" || m.role === "UNREACHABLE" ? m.role : "MASTER";
+    return el("tr", { dataset: { brokerId: m.brokerId }, class: `role-${kind}` },
+      el("td", {}, m.brokerId), el("td", {}, m.addr), el("td", { class: "role" }, m.role),
+      el("td", { class: "end" }, number(m.commitLogMaxOffset)),
+      el("td", { class: lag > 0 ? "lag behind" : "lag" }, lag === -1 ? "no slave" : number(lag)),
+      el("td", {}, ha), el("td", {}, m.version || ""), el("td", { class: "in" }, number(m.inTotal)),
+      el("td", {}, number(m.outTotal)));
+  });
+  return groupSection(g, master, null, ["BrokerId", "Addr", "Role", "CommitLog max offset",
+    "Slave fall behind (bytes)", "HA", "Version", "In total", "Out total"], rows);
 }
 
 async function pollCluster() {
