@@ -37,6 +37,7 @@ TWINS = {
     "place_record": commitlog.place_record,
     "send_fields": send_encoding.send_fields,
     "plain_json_fields": remoting_codec.plain_json_fields,
+    "pull_body": commitlog.pull_body,
 }
 
 try:
@@ -369,3 +370,60 @@ def test_dispatch_rows(entries, at, xor, last_index):
         blob[at] ^= xor
     if blob:
         same_rows(bytes(blob), last_index)
+
+
+# --------------------------------------------------------------------- pulls
+
+
+def read_from(log: bytes):
+    """A log's `read_at`: IndexError for bytes it does not hold."""
+
+    def read(pos, size):
+        if pos < 0 or size < 0 or pos + size > len(log):
+            raise IndexError(f"bytes [{pos}, {pos + size}) are not in the log")
+        return log[pos : pos + size]
+
+    return read
+
+
+@given(
+    st.integers(1, 48),
+    st.lists(st.booleans(), max_size=4),
+    st.lists(st.tuples(st.integers(-8, 200), st.integers(-2, 60), st.integers(-2, 3)), max_size=12),
+    st.none() | st.frozensets(st.integers(-2, 3)),
+    st.integers(-1, 8),
+    st.integers(-1, 300),
+    st.integers(-8, 60),
+    st.integers(0, 220),
+    st.booleans(),
+)
+def test_pull_body(segment_size, mapped, entries, codes, max_count, max_bytes, low, high, short):
+    """Records come from the mapped segments inside [low, high) and from `read` otherwise
+    (the two differ here, so taking the wrong one shows), with the same limits, filter
+    and errors; a short last segment sends what crosses its end to `read`."""
+    log = bytes(range(256)) * 2
+    other = bytes(255 - b for b in log)
+    maps = {k * segment_size: log[k * segment_size : (k + 1) * segment_size] for k, m in
+            enumerate(mapped) if m}  # fmt: skip
+    if short and maps:
+        last = max(maps)
+        maps[last] = maps[last][: segment_size // 2]
+    queue = b"".join(struct.pack(">qiq", *entry) for entry in entries)
+    for blob in (queue, bytearray(queue)):
+        same("pull_body", blob, codes, max_count, max_bytes, maps, segment_size, low, high,
+             read_from(other))  # fmt: skip
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 100), st.integers(0, 20), st.integers(0, 2)), max_size=8),
+    st.integers(0, 5),
+)
+def test_pull_body_by_sql92_and_odd_input(entries, cut):
+    """A `matches` filter, odd sizes and a torn queue are the twin's: the same results."""
+    queue = b"".join(struct.pack(">qiq", *entry) for entry in entries)
+    maps = {0: bytes(range(64)), 64: bytes(range(64, 128))}
+    read = read_from(bytes(range(200)))
+    same("pull_body", queue, None, 4, 50, maps, 64, 0, 128, read, lambda r: len(r) % 2 == 0)
+    same("pull_body", queue[: len(queue) - cut], None, 4, 50, maps, 64, 0, 128, read)
+    same("pull_body", queue, None, 4, 50, maps, 0, 0, 128, read)
+    same("pull_body", queue, None, 4, 50, maps, 64, 0, 1 << 63, read)

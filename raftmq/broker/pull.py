@@ -38,7 +38,6 @@ matched none answers PULL_RETRY_IMMEDIATELY, as RocketMQ's NO_MATCHED_MESSAGE do
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING
 
 import attrs
@@ -61,8 +60,6 @@ if TYPE_CHECKING:
     from raftmq.broker.topic_config_manager import TopicConfigManager
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
-PHYSICAL_OFFSET = struct.Struct(">q")  # a record's PHYSICALOFFSET, at byte 28
-PHYSICAL_OFFSET_POSITION = 28
 MAX_SUSPEND_MS = 20_000  # below the 30 s the clients wait for a pull response
 
 _CODES = {
@@ -143,10 +140,11 @@ class PullProcessor:
         if not self.slave_read_enable:
             return 0
         config = self.groups.metadata.groups.get(group) or SubscriptionGroupConfig(group)
-        if result.records:
-            (last,) = PHYSICAL_OFFSET.unpack_from(result.records[-1], PHYSICAL_OFFSET_POSITION)
-            if self.store.physical_max - last > self.in_memory_bytes:
-                return config.which_broker_when_consume_slowly
+        if (
+            result.count
+            and self.store.physical_max - result.last_physical_offset > self.in_memory_bytes
+        ):
+            return config.which_broker_when_consume_slowly
         return config.broker_id
 
     async def pull(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
@@ -197,8 +195,8 @@ class PullProcessor:
                 result = store.get_message(topic, queue_id, offset, max_nums, codes, matches)
                 if result.status == GetStatus.NO_MATCHED_MESSAGE:
                     break
-        if result.records:
-            self.stats.count_pull(topic, group, result.records)
+        if result.count:
+            self.stats.count_pull(topic, group, result.count, len(result.body))
         suggest = self.suggest_broker(group, result)
         if not role.is_master and result.status == GetStatus.OFFSET_OVERFLOW_BADLY:
             return self._response(
@@ -264,5 +262,5 @@ class PullProcessor:
             code,
             None if code == ResponseCode.SUCCESS else result.status,
             ext_fields=ext,
-            body=b"".join(result.records),
+            body=result.body,
         )

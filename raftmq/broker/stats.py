@@ -27,14 +27,14 @@ class BrokerStats:
     # (topic, group) -> [messages, bytes] returned by pulls
     pulled: dict[tuple[str, str], list[int]] = attrs.Factory(dict)
 
-    def count_pull(self, topic: str, group: str, records: list[bytes]) -> None:
-        """A pull returned `records` of `topic` to `group`."""
-        self.got_messages += len(records)
+    def count_pull(self, topic: str, group: str, messages: int, size_bytes: int) -> None:
+        """A pull returned `messages` of `topic` to `group`, `size_bytes` in all."""
+        self.got_messages += messages
         counts = self.pulled.get((topic, group))
         if counts is None:
             counts = self.pulled[(topic, group)] = [0, 0]
-        counts[0] += len(records)
-        counts[1] += sum(map(len, records))
+        counts[0] += messages
+        counts[1] += size_bytes
 
 
 class Rates:

@@ -11,6 +11,7 @@ the same results and errors by property tests (tests/test_hotpath.py):
                                send_responses         a batch's answers, as one write
     broker.store.commitlog     place_record           the leader's queue and physical offsets
                                dispatch_rows          a batch of entries for the ConsumeQueues
+                               pull_body              a pull's records, as one body
     protocol.message           read_dispatch_fields   a record's dispatch fields
     dledger.store.entry        encode_entry           an entry with its CRCs (the leader)
     dledger.store.base         validate_continuation  a received batch checked (a follower)

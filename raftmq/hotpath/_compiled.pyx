@@ -745,3 +745,111 @@ def dispatch_rows(blob, last_index):
                                    fields[0], fields[3], tags, fields[4])))
         offset += size
     return rows, None
+
+
+# ---------------------------------------------------------------------- pulls
+
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+
+cdef int _CQ_ENTRY = 20  # a ConsumeQueue entry: physical offset 8, size 4, tags code 8
+cdef int64_t _POSITION_LIMIT = 1 << 62  # positions beyond are the twin's (no overflow here)
+
+
+def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, high, read,
+              matches=None):
+    cdef const uint8_t[::1] view
+    cdef const uint8_t[::1] segment
+    cdef const uint8_t[::1] data
+    cdef const uint8_t *p
+    cdef char *out
+    cdef Py_ssize_t n, k, taken = 0, scanned = 0, written = 0
+    cdef int64_t count_limit, bytes_limit, seg, lo, hi, phys, total = 0, last = -1
+    cdef int64_t off, start, cached = -1
+    cdef int32_t size
+    cdef Py_ssize_t *chosen
+    cdef bint have_segment = False
+    if matches is not None or type(maps) is not dict:
+        return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
+                                  low, high, read, matches)
+    try:
+        view = entries
+        count_limit = max_count
+        bytes_limit = max_bytes
+        seg = segment_size
+        lo = low
+        hi = high
+    except (TypeError, ValueError, OverflowError, BufferError):
+        return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
+                                  low, high, read, matches)
+    n = view.shape[0]
+    if (n % _CQ_ENTRY or seg <= 0 or not -_POSITION_LIMIT < lo < _POSITION_LIMIT
+            or not -_POSITION_LIMIT < hi < _POSITION_LIMIT):
+        return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
+                                  low, high, read, matches)
+    n //= _CQ_ENTRY
+    if n == 0:
+        return b"", 0, 0, -1
+    p = &view[0]
+    chosen = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t))
+    if chosen == NULL:
+        raise MemoryError()
+    try:
+        # which records the pull takes: decided by the entries alone
+        for k in range(n):
+            size = <int32_t>_get32(p + k * _CQ_ENTRY + 8)
+            if taken >= count_limit or (taken and total + size > bytes_limit):
+                break
+            scanned += 1
+            if codes is not None:
+                tags = <int64_t>_get64(p + k * _CQ_ENTRY + 12)
+                if tags not in codes:
+                    continue
+            chosen[taken] = k
+            taken += 1
+            total += size
+            last = <int64_t>_get64(p + k * _CQ_ENTRY)
+        if total < 0:  # a negative size: the twin reads it, and `read` says what is wrong
+            return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
+                                      low, high, read, matches)
+        body = PyBytes_FromStringAndSize(NULL, total)
+        out = PyBytes_AS_STRING(body)
+        # their bytes, from the mapped segments where they lie, else from `read`
+        for k in range(taken):
+            phys = <int64_t>_get64(p + chosen[k] * _CQ_ENTRY)
+            size = <int32_t>_get32(p + chosen[k] * _CQ_ENTRY + 8)
+            if lo <= phys and size >= 0 and phys <= hi - size:
+                off = phys % seg
+                if off < 0:
+                    off += seg
+                start = phys - off
+                if start != cached:
+                    cached = start
+                    buffer = maps.get(start)
+                    have_segment = buffer is not None
+                    if have_segment:
+                        try:
+                            segment = buffer
+                        except (TypeError, ValueError, BufferError):
+                            return TWINS["pull_body"](entries, codes, max_count, max_bytes,
+                                                      maps, segment_size, low, high, read,
+                                                      matches)
+                if have_segment and off + size <= segment.shape[0]:
+                    if size:
+                        memcpy(out + written, &segment[off], size)
+                    written += size
+                    continue
+            record = read(phys, size)
+            try:
+                data = record
+            except (TypeError, ValueError, BufferError):
+                data = None
+            if data is None or data.shape[0] != size:
+                return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps,
+                                          segment_size, low, high, read, matches)
+            if size:
+                memcpy(out + written, &data[0], size)
+            written += size
+    finally:
+        PyMem_Free(chosen)
+    assert written == total, (written, total)
+    return body, taken, scanned, last

@@ -39,6 +39,7 @@ import bisect
 import itertools
 import json
 import logging
+import mmap
 import struct
 import time
 from array import array
@@ -280,6 +281,10 @@ class ClassicLog:
         if offset + size > self.file_size:
             raise IndexError(f"offset {pos} (+{size}) crosses a commitlog file end")
         return seg.map[offset : offset + size]
+
+    def mapped_data(self) -> tuple[dict[int, mmap.mmap], int, int, int]:
+        """`read_at`'s files, for reads in bulk (`LogEntries.mapped_data`)."""
+        return {seg.start: seg.map for seg in self._segments}, self.file_size, 0, self.write_pos
 
     def read_file_data(self, pos: int, max_bytes: int) -> bytes | None:
         """RocketMQ's `CommitLog.getData` for HA: the written bytes from `pos` to the end

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from raftmq.broker.store.consumequeue import ENTRY
 from raftmq.broker.store.replicated_log import LogEntries, ReplicatedLog
 from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.server import DLedgerError
@@ -129,6 +130,50 @@ def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytear
 PLACE_RECORD = compiled_or("place_record", place_record)
 
 
+def pull_body(
+    entries, codes, max_count, max_bytes, maps, segment_size, low, high, read, matches=None
+) -> tuple[bytes, int, int, int]:
+    """A pull's response body from `entries` (ConsumeQueue entries from the pulled
+    offset on): (the records taken, concatenated; how many; how many entries were
+    scanned; the physical offset of the last one taken, or -1).
+
+    The scan stops before an entry once `max_count` records are taken or when its
+    record would bring the body past `max_bytes` (the first is taken whatever its
+    size): RocketMQ's maxTransferCountOnMessageInMemory and ...BytesOnMessageInMemory.
+    An entry whose tags code is not in `codes` (None: every one) is skipped, as is a
+    record `matches` refuses (an SQL92 filter). A record inside [`low`, `high`) is
+    copied from its segment's buffer in `maps` (segment start -> buffer, segments of
+    `segment_size` bytes), as the log's `read_at` would slice it; any other is read
+    with `read(physical offset, size)`, which raises IndexError for one not stored.
+    Compiled where the build allows (PULL_BODY), the filter by `matches` excepted."""
+    parts = []
+    total = scanned = 0
+    last = -1
+    for phys, size, tags in ENTRY.iter_unpack(entries):
+        if len(parts) >= max_count or (parts and total + size > max_bytes):
+            break
+        scanned += 1
+        if codes is not None and tags not in codes:
+            continue
+        record = None
+        if low <= phys and size >= 0 and phys <= high - size:
+            offset = phys % segment_size
+            buffer = maps.get(phys - offset)
+            if buffer is not None and offset + size <= len(buffer):
+                record = buffer[offset : offset + size]
+        if record is None:
+            record = read(phys, size)
+        if matches is not None and not matches(record):
+            continue
+        parts.append(record)
+        total += size
+        last = phys
+    return b"".join(parts), len(parts), scanned, last
+
+
+PULL_BODY = compiled_or("pull_body", pull_body)
+
+
 class RecordReads:
     """Reads of CommitLog records by physical offset, over `store.read_at` (the DLedger
     log's entries, or the classic files): shared by both CommitLogs."""
@@ -150,6 +195,21 @@ class RecordReads:
         """The whole record at `physical_offset`, its size read from the record."""
         (size,) = _INT.unpack_from(self.holder(physical_offset).read_at(physical_offset, 4))
         return self.read(physical_offset, size)
+
+    def read_pulled(
+        self,
+        entries: bytes | bytearray,
+        codes: frozenset[int] | None,
+        max_count: int,
+        max_bytes: int,
+        matches: Callable[[bytes], bool] | None = None,
+    ) -> tuple[bytes, int, int, int]:
+        """`pull_body` over this log: records in the log's mapped segments are copied
+        from them in one call, the rest (the files before an upgrade) read one by one."""
+        maps, segment_size, low, high = self.store.mapped_data()
+        return PULL_BODY(
+            entries, codes, max_count, max_bytes, maps, segment_size, low, high, self.read, matches
+        )
 
 
 class DLedgerCommitLog(RecordReads):

@@ -114,11 +114,16 @@ class ConsumeQueue:
         return ENTRY.unpack_from(self._entries, k * ENTRY_SIZE)
 
     def entries(self, queue_offset: int, count: int) -> Iterator[tuple[int, int, int]]:
+        return ENTRY.iter_unpack(self.entry_bytes(queue_offset, count))
+
+    def entry_bytes(self, queue_offset: int, count: int) -> bytearray:
+        """The entries from `queue_offset` on, at most `count`, as stored (none outside
+        the queue): what a pull scans (`commitlog.pull_body`)."""
         k = queue_offset - self.min_offset
         end = min(len(self), k + count)
         if k < 0 or k >= end:
-            return iter(())
-        return ENTRY.iter_unpack(self._entries[k * ENTRY_SIZE : end * ENTRY_SIZE])
+            return bytearray()
+        return self._entries[k * ENTRY_SIZE : end * ENTRY_SIZE]
 
     def last_physical_end(self) -> int:
         """The end (offset + size) of the last message this queue points at, or -1."""

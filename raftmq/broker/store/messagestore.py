@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,7 @@ CHECKPOINT_INTERVAL_S = 5.0
 DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
 MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+_INT = struct.Struct(">i")  # a record's TOTALSIZE, its first field
 
 
 def checkpoint_position(root: Path) -> int:
@@ -84,7 +86,22 @@ class GetResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    records: list[bytes] = attrs.Factory(list)
+    body: bytes = b""  # the records found, concatenated: the pull response's body
+    count: int = 0  # how many records `body` holds
+    last_physical_offset: int = -1  # the last record's (-1 when none)
+
+    @property
+    def records(self) -> list[bytes]:
+        """The records of `body`, one by one (each begins with its total size)."""
+        records = []
+        view = memoryview(self.body)
+        offset = 0
+        while offset < len(view):
+            (size,) = _INT.unpack_from(view, offset)
+            records.append(bytes(view[offset : offset + size]))
+            offset += size
+        assert len(records) == self.count, (len(records), self.count)
+        return records
 
 
 def parse_delay_levels(text: str) -> list[int]:
@@ -434,24 +451,12 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
-        records: list[bytes] = []
-        total = 0
-        scanned = 0
         max_nums = max(1, min(max_nums, MAX_PULL_MESSAGES))
-        for phys, size, tags in queue.entries(offset, max(max_nums, 1) * 4):
-            if len(records) >= max_nums or (records and total + size > MAX_PULL_BYTES):
-                break
-            scanned += 1
-            if tags_codes is not None and tags not in tags_codes:
-                continue
-            record = self.commitlog.read(phys, size)
-            if matches is not None and not matches(record):
-                continue
-            records.append(record)
-            total += size
-        next_offset = offset + scanned
-        status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, next_offset, lo, hi, records)
+        body, count, scanned, last = self.commitlog.read_pulled(
+            queue.entry_bytes(offset, max_nums * 4), tags_codes, max_nums, MAX_PULL_BYTES, matches
+        )
+        status = GetStatus.FOUND if count else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, offset + scanned, lo, hi, body, count, last)
 
     async def wait_arrival(self, topic: str, queue_id: int, deadline: float) -> None:
         """Until a message is dispatched to the queue or `deadline` (trio clock)."""

@@ -15,6 +15,7 @@ The classic master/slave log (`classic_log.ClassicLog`) presents the read side
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
@@ -52,6 +53,10 @@ class LogEntries(Protocol):
 
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:
         """Encoded entries from `index` on: (bytes, how many); at least one."""
+
+    def mapped_data(self) -> tuple[dict[int, mmap.mmap], int, int, int]:
+        """What `read_at` reads, for reads in bulk: (segment start -> its buffer, the
+        segment size, the first position and the end of what may be read there)."""
 
 
 class CommitPosition(Protocol):

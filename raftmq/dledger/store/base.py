@@ -10,6 +10,7 @@ before a truncation can never vouch for entries written after it.
 from __future__ import annotations
 
 import abc
+import mmap
 from collections.abc import Callable
 
 import attrs
@@ -169,6 +170,12 @@ class LogStore(abc.ABC):
         How RocketMQ reads a message by physical offset; IndexError when `pos` is
         not inside the log.
         """
+
+    def mapped_data(self) -> tuple[dict[int, mmap.mmap], int, int, int]:
+        """What `read_at` reads, for reads in bulk: (segment start -> its buffer, the
+        segment size, the first position and the end of what may be read there). A
+        store without segments has none: every read goes through `read_at`."""
+        return {}, 1, 0, 0
 
     @abc.abstractmethod
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import struct
 from pathlib import Path
 
@@ -220,6 +221,11 @@ class FileLogStore(LogStore):
             raise IndexError(f"bytes [{pos}, {pos + size}) are not in the log")
         off = pos - seg.start
         return seg.map[off : off + size]
+
+    def mapped_data(self) -> tuple[dict[int, mmap.mmap], int, int, int]:
+        self._check_open()
+        maps = {start: seg.map for start, seg in self._data.items()}
+        return maps, self.segment_size, self._before_pos, self.end_pos
 
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:
         self._check_range(index)
