@@ -9,6 +9,7 @@ store's replicated-log protocol in which every append commits at once.
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import trio
@@ -20,14 +21,21 @@ from raftmq.broker.config import BrokerConfig
 from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from raftmq.broker.controller import answer_refusals
 from raftmq.broker.metawriter import MetaWriter
-from raftmq.broker.pull import PullProcessor
+from raftmq.broker.pull import PullProcessor, subscription_codes
 from raftmq.broker.role import BrokerRole
 from raftmq.broker.send import SendProcessor
 from raftmq.broker.stats import BrokerStats
-from raftmq.broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
+from raftmq.broker.store.messagestore import (
+    MAX_PULL_BYTES,
+    MAX_PULL_MESSAGES,
+    GetStatus,
+    MessageStore,
+    parse_delay_levels,
+)
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
+from raftmq.dledger.store.file import FileLogStore
 from raftmq.protocol import message as codec
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -255,3 +263,47 @@ async def test_a_message_placed_without_a_queue_offset_is_an_error_not_offset_0(
     broker.log.store.append_hook = None  # placed behind the CommitLog's back
     with pytest.raises(AssertionError, match="no queue offset was assigned"):
         await broker.store.commitlog.put([codec.encode(codec.MessageExt(topic="T"))])
+
+
+@pytest.mark.parametrize("segment_kib", [128, 1024])
+def test_pulls_copy_records_from_the_mapped_segments_as_read_at_reads_them(tmp_path, segment_kib):
+    """A pull takes its records from the file log's mapped segments in one call: the
+    bytes `read_at` gives, across segment ends, within RocketMQ's limits (32 messages,
+    256 KiB unless the first is larger), by tag hash when subscribed, and every message
+    of the queue comes back once, in order, pull after pull."""
+    log = OneReplicaLog(FileLogStore(tmp_path / "log", segment_size=segment_kib << 10))
+    store = MessageStore(log, tmp_path / "b", builtin_topics("C", "b", 4), parse_delay_levels(""))
+    rng = random.Random(segment_kib)
+    sent = []
+    for n in range(300):
+        body = bytes([n % 251]) * rng.choice([1, 100, 3000, 20_000, 70_000])
+        tag = rng.choice(["A", "B"])
+        msg = codec.MessageExt(topic="T", body=body, properties={"TAGS": tag})
+        store.commitlog.put_nowait([codec.encode(msg)], lambda code, placed: None)
+        sent.append((body, tag))
+    store.dispatch_some(1000)
+    queue = store.queues.find("T", 0)
+    assert queue.max_offset == 300 and len(log.store.mapped_data()[0]) > 1
+    for subscription in (None, "A"):
+        codes = subscription_codes(subscription)
+        offset, bodies = 0, []
+        while offset < queue.max_offset:
+            result = store.get_message("T", 0, offset, 64, codes)
+            expected, scanned, total = [], 0, 0
+            for phys, size, tags in queue.entries(offset, 4 * MAX_PULL_MESSAGES):
+                full = len(expected) == MAX_PULL_MESSAGES
+                if full or (expected and total + size > MAX_PULL_BYTES):
+                    break
+                scanned += 1
+                if codes is None or tags in codes:
+                    expected.append(log.store.read_at(phys, size))
+                    total += size
+            assert result.body == b"".join(expected)
+            assert (result.count, result.next_begin_offset) == (len(expected), offset + scanned)
+            assert result.status == (GetStatus.FOUND if expected else GetStatus.NO_MATCHED_MESSAGE)
+            if expected:
+                last = codec.decode(expected[-1])[0].physical_offset
+                assert result.last_physical_offset == last
+            bodies += [codec.decode(record)[0].body for record in result.records]
+            offset = result.next_begin_offset
+        assert bodies == [body for body, tag in sent if subscription in (None, tag)]
