@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from raftmq import hotpath
@@ -386,6 +386,7 @@ def read_from(log: bytes):
     return read
 
 
+@example(64, [True], [(0, 60, 0), (0, -59, 0)], None, 8, 300, 0, 64, False)  # sizes total 1
 @given(
     st.integers(1, 48),
     st.lists(st.booleans(), max_size=4),

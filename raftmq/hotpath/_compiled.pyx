@@ -764,10 +764,11 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
     cdef char *out
     cdef Py_ssize_t n, k, taken = 0, scanned = 0, written = 0
     cdef int64_t count_limit, bytes_limit, seg, lo, hi, phys, total = 0, last = -1
-    cdef int64_t off, start, cached = -1
+    cdef int64_t off, start, cached = 0
+    cdef bint have_cached = False  # `cached` names the segment `segment` holds (if any)
     cdef int32_t size
     cdef Py_ssize_t *chosen
-    cdef bint have_segment = False
+    cdef bint have_segment = False, negative = False
     if matches is not None or type(maps) is not dict:
         return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
                                   low, high, read, matches)
@@ -807,8 +808,9 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
             chosen[taken] = k
             taken += 1
             total += size
+            negative = negative or size < 0
             last = <int64_t>_get64(p + k * _CQ_ENTRY)
-        if total < 0:  # a negative size: the twin reads it, and `read` says what is wrong
+        if negative:  # the twin reads it, and `read` says what is wrong
             return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
                                       low, high, read, matches)
         body = PyBytes_FromStringAndSize(NULL, total)
@@ -822,8 +824,9 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
                 if off < 0:
                     off += seg
                 start = phys - off
-                if start != cached:
+                if not have_cached or start != cached:
                     cached = start
+                    have_cached = True
                     buffer = maps.get(start)
                     have_segment = buffer is not None
                     if have_segment:
@@ -838,6 +841,9 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
                         memcpy(out + written, &segment[off], size)
                     written += size
                     continue
+            if have_cached:  # no buffer of the log held while its Python code runs
+                have_cached = have_segment = False
+                segment = None
             record = read(phys, size)
             try:
                 data = record
