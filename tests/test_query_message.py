@@ -107,3 +107,24 @@ async def test_the_client_filters_collisions_and_the_index_survives_failover(nur
                 except Exception:
                     await trio.sleep(0.1)
         assert after == before
+
+
+async def test_message_index_disabled_builds_no_index_and_finds_nothing(nursery, tmp_path):
+    """messageIndexEnable=false: no index file on any replica, and QUERY_MESSAGE answers
+    QUERY_NOT_FOUND as RocketMQ's broker without index files does, saying why."""
+    g = await group(nursery, tmp_path, messageIndexEnable="false")
+    await create_topic(g, "Orders", 2)
+    master = g.master()
+    uniq = await send_keyed(g, master, "Orders", 1, "order-1")
+    await caught_up(g)
+    for node, broker in g.brokers.items():
+        assert broker.store.index is None
+        index_dir = tmp_path / node / "index"
+        assert not index_dir.exists() or not any(index_dir.iterdir())
+        for key, unique in (("order-1", False), (uniq, True)):
+            response = await query(g, broker, "Orders", key, unique=unique)
+            assert response.code == ResponseCode.QUERY_NOT_FOUND
+            assert "messageIndexEnable=false" in response.remark
+            assert response.ext_fields["indexLastUpdatePhyoffset"] == "0"
+    pulled = await g.pull(master, "Orders", 1, 0)  # the message itself is there
+    assert pulled.code == ResponseCode.SUCCESS

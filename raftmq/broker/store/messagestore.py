@@ -104,7 +104,9 @@ class MessageStore:
 
     `commitlog` is the CommitLog over it: by default the DLedger one; a classic
     broker passes its `ClassicCommitLog` (with `server` its `ClassicLog`). The store
-    uses either through the same methods."""
+    uses either through the same methods. `index` is the key index, None for none
+    (messageIndexEnable=false): then no index file is written or read, and
+    `query_message` finds nothing."""
 
     def __init__(
         self,
@@ -120,7 +122,7 @@ class MessageStore:
         self.root = root
         self.commitlog = DLedgerCommitLog(server) if commitlog is None else commitlog
         self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
-        self.index = IndexService(root / "index") if index is None else index
+        self.index = index
         self.metadata = Metadata(builtin_topics)
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
@@ -150,7 +152,8 @@ class MessageStore:
         resume = min(checkpoint_position(self.root), store.end_pos)
         for queue in self.queues.queues.values():
             queue.truncate_physical(resume)
-        self.index.recover(resume)
+        if self.index is not None:
+            self.index.recover(resume)
         self.trim_queues()
         self.metadata.load(self._snapshot_path)
         meta = self.queues.find(META_TOPIC, 0)
@@ -178,13 +181,14 @@ class MessageStore:
         first = self.dispatched_index + 1
         position = store.pos_at(first) if first <= store.end_index else store.end_pos
         sync_queues = self.queues.sync_plan()
-        sync_index = self.index.sync_plan()
+        sync_index = self.index.sync_plan() if self.index is not None else None
         snapshot = self.metadata.snapshot_bytes()
         record = json.dumps({"position": position}).encode()
 
         def run() -> None:
             sync_queues()
-            sync_index()
+            if sync_index is not None:
+                sync_index()
             self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self._snapshot_path, snapshot)
             atomic_write(self._checkpoint_path, record)
@@ -213,7 +217,8 @@ class MessageStore:
             self.dispatched_index = store.begin_index - 1
         begin_pos = store.end_pos if store.empty else store.pos_at(store.begin_index)
         self.queues.trim_head(begin_pos)
-        self.index.trim(begin_pos)
+        if self.index is not None:
+            self.index.trim(begin_pos)
         self._trimmed_begin = store.begin_index
 
     def first_index_at(self, position: int) -> int:
@@ -284,7 +289,8 @@ class MessageStore:
                 except OSError as exc:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
             self.queues.close()
-            self.index.close()
+            if self.index is not None:
+                self.index.close()
 
     def dispatch_some(self, limit: int) -> int:
         """Dispatch up to `limit` committed entries; returns how many."""
@@ -310,8 +316,14 @@ class MessageStore:
 
     def _dispatch(self, request: DispatchRequest) -> None:
         transaction = codec.MessageSysFlag.get_transaction_value(request.sysflag)
-        if transaction != codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
-            self._index(request)
+        index = self.index
+        if (
+            index is not None
+            and (request.uniq_key or request.keys)
+            and transaction != codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        ):
+            keys = [request.uniq_key, *request.keys.split(" ")]  # buildIndex's order
+            index.dispatch(request.topic, request.physical_offset, request.store_timestamp, keys)
         if transaction in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
             return
         queue = self.queues.find_or_create(request.topic, request.queue_id)
@@ -332,18 +344,6 @@ class MessageStore:
             )
             self._meta_applied.set()
             self._meta_applied = trio.Event()
-
-    def _index(self, request: DispatchRequest) -> None:
-        """Feed the key index a committed message's UNIQ_KEY and KEYS words, read from
-        its properties (the dispatch fields do not carry them)."""
-        record = self.commitlog.read(request.physical_offset, request.size)
-        properties = codec.read_dispatch_fields(record)[6]
-        if b"KEY" not in properties:
-            return
-        props = codec.string_to_properties(properties.decode("utf-8"))
-        keys = [props.get(codec.MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")]
-        keys += props.get(codec.MessageConst.PROPERTY_KEYS, "").split(" ")
-        self.index.dispatch(request.topic, request.physical_offset, request.store_timestamp, keys)
 
     async def wait_applied(self, meta_offset: int) -> None:
         """Until the metadata record at META_TOPIC offset `meta_offset` is applied here."""
@@ -454,7 +454,10 @@ class MessageStore:
     ) -> tuple[list[bytes], int, int]:
         """`DefaultMessageStore.queryMessage`: the stored records the index finds for
         the key (hash collisions included), oldest first, with the index's end
-        timestamp and end physical offset. Records retention deleted are left out."""
+        timestamp and end physical offset. Records retention deleted are left out;
+        nothing without a key index."""
+        if self.index is None:
+            return [], 0, 0
         self.trim_queues()
         offsets, end_ms_indexed, end_phy = self.index.query(topic, key, max_num, begin_ms, end_ms)
         records = []
