@@ -738,7 +738,6 @@ def check_dledger_rows(completed, cluster, leader: str, unreachable: str | None 
     assert len({r[5] for r in rows if r[1] != unreachable}) == 1  # one term
 
 
-@pytest.mark.processes
 async def send_keyed(cluster, topic: str) -> list[str]:
     """Three messages keyed `order-42` (and one of them `vip`); their UNIQ_KEYs."""
     async with Producer(cluster.namesrv_addr, "keyed") as producer:
@@ -781,6 +780,7 @@ async def query_outputs(cluster, admin: Admin, uniq_keys: list[str], check: bool
     return outputs, sorted(found), vip, one
 
 
+@pytest.mark.processes
 async def test_failover_keeps_messages_findable_and_shows_in_dledger_status(cluster):
     """Runs last: it kills the master."""
     old = await cluster.wait_master()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import trio
 
 from raftmq.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
@@ -46,8 +47,11 @@ async def one_member(nursery, tmp_path, **conf):
     return g
 
 
-async def test_commit_delivers_the_message_once_and_rollback_delivers_nothing(nursery, tmp_path):
-    g = await one_member(nursery, tmp_path)
+@pytest.mark.parametrize("index", ["true", "false"])  # messageIndexEnable: not needed
+async def test_commit_delivers_the_message_once_and_rollback_delivers_nothing(
+    nursery, tmp_path, index
+):
+    g = await one_member(nursery, tmp_path, messageIndexEnable=index)
     checks: list = []
     async with TransactionProducer(
         g.namesrv_addr, "PG_TX", check=answering(COMMIT, checks)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,8 @@ CHECKPOINT_INTERVAL_S = 5.0
 DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
 MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+# TOTALSIZE, MAGICCODE, then PHYSICALOFFSET at 28: enough to tell a record's start
+_RECORD_HEAD = struct.Struct(">ii20xq")
 
 
 def checkpoint_position(root: Path) -> int:
@@ -469,8 +472,22 @@ class MessageStore:
         return records, end_ms_indexed, end_phy
 
     def message_at(self, physical_offset: int) -> bytes:
-        """The record at a physical offset (what an offset msgId names)."""
-        return self.commitlog.read_message(physical_offset)
+        """The record at a physical offset (what an offset msgId names): IndexError when
+        the log does not hold it, MessageFormatError when no record starts there (a
+        record carries its own physical offset). RocketMQ returns whatever bytes an
+        offset inside a record points at."""
+        total, magic, recorded = _RECORD_HEAD.unpack(
+            self.commitlog.read(physical_offset, _RECORD_HEAD.size)
+        )
+        if (
+            magic not in (codec.MESSAGE_MAGIC_CODE, codec.MESSAGE_MAGIC_CODE_V2)
+            or recorded != physical_offset
+            or total < codec.MIN_RECORD_SIZE
+        ):
+            raise codec.MessageFormatError(
+                f"no message starts at physical offset {physical_offset}"
+            )
+        return self.commitlog.read(physical_offset, total)
 
     @property
     def physical_max(self) -> int:
