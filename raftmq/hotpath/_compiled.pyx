@@ -155,12 +155,7 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
     pos = 0
     out_props = 0
     while pos < props_len:
-        item_end = pos
-        while item_end < props_len and p[item_end] != 2:
-            item_end += 1
-        sep = pos
-        while sep < item_end and p[sep] != 1:
-            sep += 1
+        item_end = _property_item(p, pos, props_len, &sep)
         if sep == pos or sep >= item_end - 1 or count == _MAX_PROPERTIES:
             return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster,
                                      topic, queue_id, flag, sysflag, born_timestamp_ms,
@@ -248,6 +243,19 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
         o += 8 + PyBytes_GET_SIZE(cluster_bytes)
         o[0] = 2
     return record
+
+
+cdef inline Py_ssize_t _property_item(const uint8_t *p, Py_ssize_t start, Py_ssize_t n,
+                                      Py_ssize_t *sep) noexcept:
+    """The end of the property item at `start` of `p[:n]` (its \\x02, or n), and in `sep`
+    where its name ends (its first \\x01, or the item's end)."""
+    cdef Py_ssize_t end = start
+    while end < n and p[end] != 2:
+        end += 1
+    sep[0] = start
+    while sep[0] < end and p[sep[0]] != 1:
+        sep[0] += 1
+    return end
 
 
 cdef Py_ssize_t _decimal(char *out, int64_t value) noexcept:
@@ -676,7 +684,6 @@ cdef object _tags_code(bytes properties):
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(properties)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(properties)
     cdef Py_ssize_t at = 0, start, end
-    cdef uint32_t h = 0, cp
     while True:
         while at + 5 <= n and memcmp(p + at, <const char *>_TAGS, 5) != 0:
             at += 1
@@ -693,7 +700,13 @@ cdef object _tags_code(bytes properties):
         value = (<const char *>p)[start:end].decode("utf-8")
     except UnicodeDecodeError:
         return NotImplemented
-    for ch in <str>value:
+    return _java_hash(value)
+
+
+cdef int32_t _java_hash(str value):
+    """Java's String.hashCode: over UTF-16 code units, wrapping at 32 bits."""
+    cdef uint32_t h = 0, cp
+    for ch in value:
         cp = <uint32_t><Py_UCS4>ch
         if cp > 0xFFFF:  # a surrogate pair in Java's UTF-16
             cp -= 0x10000
@@ -717,12 +730,7 @@ cdef tuple _index_keys(bytes properties):
     cdef Py_ssize_t start = 0, end, sep
     cdef Py_ssize_t uniq_at = -1, uniq_end = 0, keys_at = -1, keys_end = 0
     while start <= n:
-        end = start
-        while end < n and p[end] != 2:
-            end += 1
-        sep = start
-        while sep < end and p[sep] != 1:
-            sep += 1
+        end = _property_item(<const uint8_t *>p, start, n, &sep)
         if sep + 1 < end:  # a separator and a value after it
             if sep - start == 8 and memcmp(p + start, <const char *>_UNIQ_KEY_NAME, 8) == 0:
                 uniq_at = sep + 1
@@ -740,18 +748,9 @@ cdef tuple _index_keys(bytes properties):
 
 
 def java_string_hash(text):
-    cdef uint32_t h = 0, cp
     if type(text) is not str:
         return TWINS["java_string_hash"](text)
-    for ch in <str>text:
-        cp = <uint32_t><Py_UCS4>ch
-        if cp > 0xFFFF:  # a surrogate pair in Java's UTF-16
-            cp -= 0x10000
-            h = 31 * h + (0xD800 + (cp >> 10))
-            h = 31 * h + (0xDC00 + (cp & 0x3FF))
-        else:
-            h = 31 * h + cp
-    return <int32_t>h
+    return _java_hash(<str>text)
 
 
 def properties_index_keys(properties):
