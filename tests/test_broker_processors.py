@@ -26,43 +26,13 @@ from raftmq.broker.send import SendProcessor
 from raftmq.broker.stats import BrokerStats
 from raftmq.broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
-from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
-from raftmq.dledger.codes import Code, EntryType
-from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.protocol import message as codec
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from raftmq.streams.properties import parse_properties
-
-
-class _CommitIndex:
-    committed_index = -1
-
-
-class OneReplicaLog(ReplicatedLog):
-    """A replicated log of one replica, in memory: an append is committed at once."""
-
-    TERM = 1
-
-    def __init__(self) -> None:
-        self.store = MemoryLogStore()
-        self.replica = _CommitIndex()
-        self._commit_handlers = []
-
-    def add_commit_handler(self, handler) -> None:
-        self._commit_handlers.append(handler)
-
-    def add_retention_limit(self, limit) -> None:
-        """Nothing to hold back: this log has no retention."""
-
-    def append_nowait(self, bodies, callback) -> None:
-        placed = self.store.append_leader(self.TERM, [(EntryType.NORMAL, b) for b in bodies])
-        self.replica.committed_index = self.store.end_index
-        for handler in self._commit_handlers:
-            handler(self.replica.committed_index)
-        callback(Code.SUCCESS, placed)
+from tests.helpers import OneReplicaLog
 
 
 class NoNameServers:

@@ -9,7 +9,9 @@ plain_acl.yml that does not parse (with aclEnable=true; the message names the fi
 3 when a port (the remoting port, or a classic broker's haListenPort) cannot be
 bound or another process holds the store's lock, 4 when the store cannot be used:
 `storePathRootDir` not writable, damaged data (naming the file and offset), or a
-failed fsync or disk write, at start or later.
+failed fsync or disk write, at start or later, 5 when this node's store was upgraded
+in place from a classic one but its old commitlog files differ from the DLedger
+leader's (the message says how; copy the leader's store and start again).
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ import trio
 from raftmq.broker.acl.service import AclFileError
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.broker.controller import BrokerController
-from raftmq.dledger.server import DiskFailure
-from raftmq.dledger.store.file import StoreCorruption, SyncFailed
+from raftmq.dledger.durable import DiskFailure
+from raftmq.dledger.store.file import ForeignLog, StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.groups import first_leaf
 from raftmq.streams.signals import cancel_on_stop_signal
 
-EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK = 0, 2, 3, 4
+EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK, EXIT_FOREIGN_LOG = 0, 2, 3, 4, 5
 
 
 class StoreInUse(OSError):
@@ -115,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     except* (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as group:
         print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_DISK
+    except* ForeignLog as group:
+        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
+        status = EXIT_FOREIGN_LOG
     except* AclFileError as group:
         print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
         status = EXIT_USAGE

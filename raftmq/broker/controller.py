@@ -55,13 +55,15 @@ from raftmq.broker.stats import BrokerStats
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
+from raftmq.broker.store.replicated_log import CommitLog
+from raftmq.broker.store.upgrade import UpgradedCommitLog, open_old_log
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
 from raftmq.broker.transaction_check import TransactionCheckService
 from raftmq.broker.transactions import TransactionalMessages
 from raftmq.dledger.codes import Role
 from raftmq.dledger.metrics import DLedgerCollector
-from raftmq.dledger.server import DLedgerError, DLedgerServer
+from raftmq.dledger.server import DLedgerError, DLedgerServer, store_dir
 from raftmq.remoting import (
     Connection,
     Dispatcher,
@@ -117,28 +119,25 @@ class BrokerController:
         self.root = Path(config.store_path_root_dir)
         self.dledger: DLedgerServer | None = None
         self.classic: ClassicReplica | None = None
+        self.upgraded: UpgradedCommitLog | None = None  # over classic files (an upgrade)
         if config.enable_dleger_commit_log:
             dconfig = config.dledger_config()
+            old = open_old_log(
+                self.root,
+                config.mapped_file_size_commit_log,
+                store_dir(dconfig),
+                lambda log, commitlog: self._message_store(log, commitlog).drain(),
+            )
             self.dledger = DLedgerServer(dconfig, client_appends=False)
             self.self_id = dconfig.self_id
             log_server, commitlog = self.dledger, None
+            if old is not None:
+                commitlog = self.upgraded = UpgradedCommitLog(self.dledger, old)
         else:
             self.classic = ClassicReplica(config)
             self.self_id = f"brokerId {config.broker_id}"
             log_server, commitlog = self.classic.log, self.classic.commitlog
-        self.store = MessageStore(
-            log_server,
-            self.root,
-            builtin_topics(
-                config.broker_cluster_name, config.broker_name, config.default_topic_queue_nums
-            ),
-            parse_delay_levels(config.message_delay_level),
-            config.queue_file_entries,
-            IndexService(self.root / "index", config.max_hash_slot_num, config.max_index_num)
-            if config.message_index_enable
-            else None,
-            commitlog,
-        )
+        self.store = self._message_store(log_server, commitlog)
         metadata = self.store.metadata
         if self.dledger is not None:
             dledger = self.dledger
@@ -238,6 +237,23 @@ class BrokerController:
         if self.dledger is not None:  # a classic broker has no DLedger member
             self.registry.register(DLedgerCollector(self.dledger))
         self.started = trio.Event()
+
+    def _message_store(self, log_server, commitlog: CommitLog | None) -> MessageStore:
+        config = self.config
+        return MessageStore(
+            log_server,
+            self.root,
+            builtin_topics(
+                config.broker_cluster_name, config.broker_name, config.default_topic_queue_nums
+            ),
+            parse_delay_levels(config.message_delay_level),
+            config.queue_file_entries,
+            IndexService(self.root / "index", config.max_hash_slot_num, config.max_index_num)
+            if config.message_index_enable
+            else None,
+            commitlog,
+            config.message_index_enable,
+        )
 
     # ------------------------------------------------------------------ identity
     @property
@@ -417,6 +433,8 @@ class BrokerController:
         finally:
             if self.classic is not None:
                 self.classic.close()
+            if self.upgraded is not None:
+                self.upgraded.old_log.close()
 
     async def _serve_in(self, nursery: trio.Nursery) -> None:
         # the CommitLog first (DLedger replica, or classic files with flushing and HA)
@@ -435,6 +453,10 @@ class BrokerController:
         nursery.start_soon(self.schedule.run)
         nursery.start_soon(self.transaction_check.run)
         nursery.start_soon(self._expire_loop)
+        if self.upgraded is not None:
+            nursery.start_soon(
+                self.upgraded.expire_old_files, self.config.file_reserved_time * 3600.0
+            )
         if self.acl is not None:
             nursery.start_soon(self.acl.run)
         if self.config.metrics_port:

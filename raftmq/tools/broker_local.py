@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import trio
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_address
+from raftmq.streams.properties import parse_properties
 from raftmq.tools.dledger_local import free_ports, stop_process
 
 LOOPBACK = "127.0.0.1"
@@ -336,6 +338,59 @@ class LocalClassicGroup(LocalCluster):
                     return
                 await trio.sleep(0.05)
 
+    @classmethod
+    def stopped_in(cls, base_dir: str | Path) -> LocalClassicGroup:
+        """The classic group an earlier run left in `base_dir` (stopped), with the
+        names and addresses its config files give."""
+        base = Path(base_dir)
+        confs = sorted(base.glob("broker-n*.conf"))
+        if not confs:
+            raise ValueError(f"{base} holds no broker-n*.conf of a classic group")
+        read = [parse_properties(path.read_text(), str(path)) for path in confs]
+        group = cls(
+            base,
+            slaves=len(confs) - 1,
+            broker_name=read[0]["brokerName"],
+            cluster_name=read[0]["brokerClusterName"],
+        )
+        namesrv_port = int(parse_properties((base / "namesrv.conf").read_text())["listenPort"])
+        group.namesrv_port, group.namesrv_addr = namesrv_port, f"{LOOPBACK}:{namesrv_port}"
+        for node, conf in zip(group.ids, read, strict=True):
+            host = conf["bindAddress"]
+            group.broker_addrs[node] = f"{host}:{conf['listenPort']}"
+            group.client_addrs[node] = f"{conf['brokerIP1']}:{conf['listenPort']}"
+            group.ha_addrs[node] = f"{host}:{conf['haListenPort']}"
+        return group
+
+    def upgraded(self, nodes: int = 3) -> LocalCluster:
+        """The DLedger group this stopped group becomes in place, as RocketMQ's upgrade
+        guide has it: the same brokerName and stores, configs switched to DLedger
+        (written when the returned cluster starts), each node keeping its addresses
+        and serving DLedger on its former HA port. Members beyond this group's get
+        a copy of the master's store (its commitlog and config files) first. The
+        classic processes' logs are kept as `<name>.classic.log`."""
+        assert not self.procs, "stop the group first"
+        cluster = LocalCluster(
+            self.base_dir,
+            nodes,
+            broker_name=self.broker_name,
+            cluster_name=self.cluster_name,
+            extra_conf=self.extra_conf,
+        )
+        cluster.namesrv_port, cluster.namesrv_addr = self.namesrv_port, self.namesrv_addr
+        for node in self.ids[:nodes]:
+            cluster.broker_addrs[node] = self.broker_addrs[node]
+            cluster.client_addrs[node] = self.client_addrs[node]
+            cluster.peer_addrs[node] = self.ha_addrs[node]
+        for name in ("namesrv", *self.ids):  # the new processes log afresh
+            log = self.base_dir / f"{name}.log"
+            if log.exists():
+                log.rename(log.with_suffix(".classic.log"))
+        master = self.store_dir(self.ids[0])
+        for node in cluster.ids[len(self.ids) :]:
+            shutil.copytree(master, cluster.store_dir(node), ignore=shutil.ignore_patterns("lock"))
+        return cluster
+
 
 class LocalGroups:
     """`async with LocalGroups(tmp, groups=2) as groups:` — several DLedger groups, one
@@ -402,9 +457,19 @@ async def _serve_classic(base_dir: str, slaves: int, master_role: str) -> None:
         await trio.sleep_forever()
 
 
+async def _serve_upgraded(classic: LocalClassicGroup, nodes: int) -> None:
+    async with classic.upgraded(nodes) as cluster:
+        print(f"name server {cluster.namesrv_addr}, cluster {cluster.cluster_name}", flush=True)
+        print(f"  {cluster.broker_name}: {' '.join(cluster.client_addrs.values())}", flush=True)
+        print("Ctrl-C stops every process", flush=True)
+        await trio.sleep_forever()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C;
-    `--classic [--slaves N] [--role SYNC_MASTER]`: a classic master/slave group."""
+    `--classic [--slaves N] [--role SYNC_MASTER]`: a classic master/slave group;
+    `--upgrade --dir DIR`: the classic group stopped in DIR, upgraded in place to a
+    DLedger group of `--nodes` (LocalClassicGroup.upgraded)."""
     import argparse
     import tempfile
 
@@ -418,10 +483,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER",
         help="with --classic: the master's brokerRole",
     )  # fmt: skip
+    parser.add_argument(
+        "--upgrade", action="store_true",
+        help="with --dir: the classic group stopped there, upgraded in place to DLedger",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    classic = None
+    if args.upgrade:
+        if not args.dir:
+            parser.error("--upgrade needs --dir, where a --classic group ran")
+        try:
+            classic = LocalClassicGroup.stopped_in(args.dir)
+        except (OSError, ValueError, KeyError) as exc:
+            print(
+                f"{parser.prog}: {args.dir}: no stopped classic group there ({exc!r})",
+                file=sys.stderr,
+            )
+            return 2
 
     def serve(base_dir: str) -> None:
-        if args.classic:
+        if classic is not None:
+            trio.run(_serve_upgraded, classic, args.nodes)
+        elif args.classic:
             trio.run(_serve_classic, base_dir, args.slaves, args.role)
         else:
             trio.run(_serve, base_dir, args.groups, args.nodes)

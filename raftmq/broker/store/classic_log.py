@@ -410,6 +410,19 @@ class ClassicLog:
         self.written.set()
         self.written = trio.Event()
 
+    def seal(self) -> int:
+        """End the log at its last file's end, as RocketMQ's DLedgerCommitLog does when
+        it first starts over classic files: a BLANK record over the rest of that file
+        (unless the log ends on a file boundary already). Returns the end, where a
+        DLedger log continuing this one begins (dividedCommitlogOffset)."""
+        offset = self.write_pos % self.file_size
+        seg = self._segment_at(self.write_pos)
+        if offset and seg is not None:
+            _HEAD.pack_into(seg.map, offset, self.file_size - offset, BLANK_MAGIC_CODE)
+            self._dirty.add(seg.start)
+            self.write_pos = self.parsed_pos = seg.start + self.file_size
+        return self.write_pos
+
     # ------------------------------------------------------------------ durability
     def flush_plan(self) -> tuple[int, Callable[[], None]]:
         """(offset, work): running `work` (blocking, in a worker thread) makes the log

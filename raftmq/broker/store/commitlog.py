@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -30,6 +31,9 @@ from raftmq.dledger.server import DLedgerError
 from raftmq.dledger.store import entry as dentry
 from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
+
+if TYPE_CHECKING:
+    from raftmq.broker.store.classic_log import ClassicLog
 
 BODY_OFFSET = dentry.HEADER_SIZE  # DLedgerEntry.BODY_OFFSET: physical offset = pos + 48
 
@@ -135,14 +139,21 @@ class RecordReads:
     log's entries, or the classic files): shared by both CommitLogs."""
 
     store: LogEntries
+    # The classic files a DLedger log continues after an upgrade in place (`upgrade`):
+    # they hold the offsets below its beginning.
+    old_log: ClassicLog | None = None
+
+    def holder(self, physical_offset: int) -> LogEntries:
+        """The log holding `physical_offset`."""
+        return self.store
 
     def read(self, physical_offset: int, size: int) -> bytes:
         """The record of `size` bytes at `physical_offset` (IndexError if not stored)."""
-        return self.store.read_at(physical_offset, size)
+        return self.holder(physical_offset).read_at(physical_offset, size)
 
     def read_message(self, physical_offset: int) -> bytes:
         """The whole record at `physical_offset`, its size read from the record."""
-        (size,) = _INT.unpack_from(self.store.read_at(physical_offset, 4))
+        (size,) = _INT.unpack_from(self.holder(physical_offset).read_at(physical_offset, 4))
         return self.read(physical_offset, size)
 
 

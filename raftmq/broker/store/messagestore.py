@@ -41,7 +41,7 @@ from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue,
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import CommitLog, ReplicatedLog
-from raftmq.dledger.server import durably
+from raftmq.dledger.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, until_room
 from raftmq.dledger.store.meta import atomic_write
 from raftmq.protocol import message as codec
 
@@ -107,9 +107,9 @@ class MessageStore:
 
     `commitlog` is the CommitLog over it: by default the DLedger one; a classic
     broker passes its `ClassicCommitLog` (with `server` its `ClassicLog`). The store
-    uses either through the same methods. `index` is the key index, None for none
-    (messageIndexEnable=false): then no index file is written or read, and
-    `query_message` finds nothing."""
+    uses either through the same methods. `index` is the key index (by default one
+    under `root/index`); with `message_index_enable` false there is none: no index
+    file is written or read, and `query_message` finds nothing."""
 
     def __init__(
         self,
@@ -120,16 +120,19 @@ class MessageStore:
         queue_file_entries: int = DEFAULT_FILE_ENTRIES,
         index: IndexService | None = None,
         commitlog: CommitLog | None = None,
+        message_index_enable: bool = True,
     ) -> None:
         self.server = server
         self.root = root
         self.commitlog = DLedgerCommitLog(server) if commitlog is None else commitlog
         self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
-        self.index = index
+        self.index: IndexService | None = None
+        if message_index_enable:
+            self.index = IndexService(root / "index") if index is None else index
         self.metadata = Metadata(builtin_topics)
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
-        self._trimmed_begin: int | None = None  # the log's begin index the queues trimmed to
+        self._trimmed_begin: object = None  # the log's beginning the queues trimmed to
         self.checkpointed_index = 0  # the first entry the last dispatch checkpoint left out
         self._snapshot_path = root / "config" / "metadata.json"
         self._checkpoint_path = root / DISPATCH_CHECKPOINT
@@ -189,9 +192,17 @@ class MessageStore:
         record = json.dumps({"position": position}).encode()
 
         def run() -> None:
-            sync_queues()
-            if sync_index is not None:
-                sync_index()
+            try:
+                sync_queues()
+            except OSError as exc:  # the files it covered may have lost pages: fatal
+                raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
+            try:
+                if sync_index is not None:
+                    sync_index()
+            except OSError as exc:  # no room for the index's own checkpoint file: retried
+                if exc.errno not in NO_ROOM:
+                    raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
+                raise
             self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self._snapshot_path, snapshot)
             atomic_write(self._checkpoint_path, record)
@@ -207,7 +218,9 @@ class MessageStore:
         After a restart the same rule gives the same heads again, as the log's new
         beginning is saved before its files are deleted."""
         store = self.server.store
-        if store.begin_index == self._trimmed_begin:
+        old = self.commitlog.old_log  # files below an upgraded log: they begin the log
+        begin = store.begin_index if old is None else (store.begin_index, old.min_offset)
+        if begin == self._trimmed_begin:
             return
         if self.dispatched_index < store.begin_index - 1:
             log.warning(
@@ -219,10 +232,12 @@ class MessageStore:
             )
             self.dispatched_index = store.begin_index - 1
         begin_pos = store.end_pos if store.empty else store.pos_at(store.begin_index)
+        if old is not None and old.min_offset < old.write_pos:
+            begin_pos = old.min_offset
         self.queues.trim_head(begin_pos)
         if self.index is not None:
             self.index.trim(begin_pos)
-        self._trimmed_begin = store.begin_index
+        self._trimmed_begin = begin
 
     def first_index_at(self, position: int) -> int:
         """The first entry placed at or after byte `position` of the log (the entry of
@@ -274,9 +289,16 @@ class MessageStore:
                         await self._commit_moved.wait()
                     self._commit_moved = trio.Event()
                 self.trim_queues()
-                self.dispatch_some(DISPATCH_CHUNK)
+                try:
+                    self.dispatch_some(DISPATCH_CHUNK)
+                except OSError as exc:  # a ConsumeQueue or index file had no room
+                    if exc.errno not in NO_ROOM:
+                        raise
+                    log.warning("dispatch waits for room on the disk: %s", exc)
+                    await trio.sleep(NO_ROOM_RETRY_S)
+                    continue
                 if trio.current_time() >= next_checkpoint:
-                    await durably(self.checkpoint_work())
+                    await until_room(self.checkpoint_work, what="in the dispatch checkpoint")
                     next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
                 await trio.sleep(0)
         finally:
@@ -289,11 +311,22 @@ class MessageStore:
             else:
                 try:
                     self.checkpoint_work()()
-                except OSError as exc:
+                except (OSError, DiskFailure) as exc:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
             self.queues.close()
             if self.index is not None:
                 self.index.close()
+
+    def drain(self) -> None:
+        """Dispatch everything committed, take the dispatch checkpoint and close the
+        queues: for a store opened once over a log it then leaves (an upgrade in place
+        dispatches what the classic broker had not before its files become read-only)."""
+        while self.dispatch_some(DISPATCH_CHUNK):
+            pass
+        self.checkpoint_work()()
+        self.queues.close()
+        if self.index is not None:
+            self.index.close()
 
     def dispatch_some(self, limit: int) -> int:
         """Dispatch up to `limit` committed entries; returns how many."""
@@ -303,19 +336,25 @@ class MessageStore:
         if last < first:
             return 0
         touched = set()
-        for index, request in self.commitlog.scan(first, last):
-            self.dispatched_index = index
-            if request is not None:
-                self._dispatch(request)
-                touched.add((request.topic, request.queue_id))
-        self.queues.flush()
+        try:
+            for index, request in self.commitlog.scan(first, last):
+                if request is not None:  # an OSError (a full disk) leaves it to the next call
+                    self._dispatch(request)
+                    touched.add((request.topic, request.queue_id))
+                self.dispatched_index = index
+            self.queues.flush()
+        finally:
+            self._wake(touched)
+        return last - first + 1
+
+    def _wake(self, touched: set[tuple[str, int]]) -> None:
+        """Wake what waits for dispatch to move, and for messages on `touched` queues."""
         self._dispatch_moved.set()
         self._dispatch_moved = trio.Event()
         for key in touched:
             event = self._arrivals.pop(key, None)
             if event is not None:
                 event.set()
-        return last - first + 1
 
     def _dispatch(self, request: DispatchRequest) -> None:
         transaction = codec.MessageSysFlag.get_transaction_value(request.sysflag)

@@ -79,6 +79,7 @@ class CommitLog(Protocol):
     (`commitlog.DLedgerCommitLog`) or the classic one (`classic_commitlog`)."""
 
     next_offsets: dict[tuple[str, int], int]  # the master's next queue offset per queue
+    old_log: object  # the classic files an upgraded DLedger log continues, or None
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None: ...
 

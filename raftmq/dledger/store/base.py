@@ -24,9 +24,49 @@ class InconsistentAppend(ValueError):
     """A follower was asked to append entries that do not continue its log."""
 
 
+class DiskFull(Exception):
+    """The filesystem has no room for a new segment (ENOSPC at its preallocation).
+
+    Raised before anything of the append was written, so the log is as it was: the
+    caller refuses the append (DLedger's DISK_FULL) and may try again once there is
+    room. Unlike a failed fsync (`DiskFailure`, fatal) nothing written is in doubt.
+    Segments are preallocated in full, so writing into one never needs new blocks;
+    a full disk shows only when a new segment is created."""
+
+
 class StoreClosed(ValueError):
     """The store was closed (its owner stopped, perhaps on a disk failure): nothing can
     be read from or written to it any more. A ValueError, as I/O on a closed file is."""
+
+
+class ForeignLog(Exception):
+    """A leader's first entry does not continue this log's beginning: the two logs
+    continue different classic CommitLogs (an upgrade in place; see `file`)."""
+
+
+def foreign_beginning(blob, end_pos: int, chain: int | None, segment_size: int) -> str | None:
+    """Why the leader's entry 0 (at the head of `blob`) does not begin an empty log
+    that begins at `end_pos` with chain seed `chain`, if it does not: it sits at
+    another position or is chained to another seed, so the leader's log continues
+    another CommitLog than this one. None for any other refusal."""
+    _o, _t, size, e_index, _term, e_pos, _c = next(codec.iter_entries(blob))
+    if e_index != 0 or size + codec.MIN_BLANK_SIZE > segment_size:
+        return None
+    if e_pos != codec.place(end_pos, size, segment_size):
+        return (
+            f"the leader's log begins at offset {e_pos}, this node's at {end_pos}: "
+            "its old commitlog files differ from the leader's (copy the leader's store here)"
+        )
+    try:
+        codec.check(memoryview(blob), 0, chain)
+    except codec.CorruptEntry as exc:
+        if "chainCrc" in str(exc):
+            return (
+                f"the leader's log begins at offset {e_pos} as this node's does, but after "
+                "another last message: its old commitlog files differ from the leader's "
+                "(copy the leader's store here)"
+            )
+    return None
 
 
 def validate_continuation(

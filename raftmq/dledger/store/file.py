@@ -17,6 +17,14 @@ A log that does not start at index 0 and position 0 (after `reset()` or
 retention) records its start in the `begin` file, written atomically before
 any entry depends on it; positions and index offsets stay absolute, so the
 first data segment may have an unused prefix (DLedger's resetOffset).
+
+A log that continues a classic CommitLog (an in-place upgrade) begins at index 0
+at the old log's end (`meta.begin_after`), with the first entry's chain seeded by a
+digest of the old log rather than 0. A follower whose log begins there takes no
+first entry from a leader whose log begins elsewhere or over another digest: after
+a few refusals in a row it raises `ForeignLog` instead of looping on refused
+appends (the old bytes below the divide differ, and nothing replicated above them
+would mean the same).
 """
 
 from __future__ import annotations
@@ -30,13 +38,15 @@ from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import (
     VALIDATE_CONTINUATION,
+    ForeignLog,
     InconsistentAppend,
     LogStore,
     StoreClosed,
     SyncPlan,
+    foreign_beginning,
 )
 from raftmq.dledger.store.filesystem import NORMAL, RANDOM, FileSystem, OsFileSystem, SyncHandle
-from raftmq.dledger.store.meta import format_properties, parse_properties
+from raftmq.dledger.store.meta import BEGIN_FILE, begin_text, parse_properties
 from raftmq.dledger.store.recovery import RecoveryReport, recover
 from raftmq.dledger.store.retention import delete_expired
 from raftmq.dledger.store.segments import (
@@ -52,11 +62,17 @@ from raftmq.dledger.store.segments import (
 )
 from raftmq.dledger.store.sync import GroupCommit
 
-__all__ = ["FileLogStore", "RecoveryReport", "StoreCorruption", "SyncFailed"]
+__all__ = [
+    "FileLogStore",
+    "ForeignLog",
+    "RecoveryReport",
+    "StoreCorruption",
+    "SyncFailed",
+]
 
 log = logging.getLogger(__name__)
 
-BEGIN_FILE = "begin"
+FOREIGN_STRIKES = 3  # refusals of a foreign entry 0 in a row before ForeignLog
 _BLANK_HEADER = codec.BLANK_HEADER
 _HEADER_SIZE = codec.HEADER_SIZE
 _CHAIN = struct.Struct(">I")
@@ -122,6 +138,7 @@ class FileLogStore(LogStore):
         self.end_pos = 0
         self.end_chain = 0
         self.generation = 0
+        self._foreign_strikes = 0  # entry 0 refused in a row for a foreign beginning
 
         # The highest index the caller vouched for as committed: never truncated.
         self.committed_floor = committed_index
@@ -240,6 +257,35 @@ class FileLogStore(LogStore):
             self._commit.dirs_dirty = True
         return seg
 
+    def _last_pos(self, items: list[tuple[EntryType, bytes]]) -> int:
+        """Where the last of `items` goes when appended now; without placing each one
+        when they all fit in the rest of the current segment (the common case)."""
+        sizes = [_HEADER_SIZE + len(body) for _type, body in items]
+        room = self.segment_size - self.end_pos % self.segment_size
+        if sum(sizes) + codec.MIN_BLANK_SIZE <= room:
+            return self.end_pos + sum(sizes) - sizes[-1]
+        pos = end_pos = self.end_pos
+        for size in sizes:
+            pos = codec.place(end_pos, size, self.segment_size)
+            end_pos = pos + size
+        return pos
+
+    def _reserve(self, first_index: int, count: int, last_pos: int) -> None:
+        """Open every data and index segment an append of `count` entries from
+        `first_index`, the last at `last_pos`, writes to, before it writes a byte: a
+        disk too full for a new segment (DiskFull) then leaves the log as it was, and
+        the append hook (which assigns queue offsets) has not run."""
+        seg_size, index_size = self.segment_size, self.index_segment_size
+        start = self.end_pos - self.end_pos % seg_size
+        while start <= last_pos:
+            self._data_segment(start)
+            start += seg_size
+        byte = INDEX_SIZE * first_index
+        start, last_byte = byte - byte % index_size, INDEX_SIZE * (first_index + count) - 1
+        while start <= last_byte:
+            self._index_segment(start)
+            start += index_size
+
     def _write_data(self, pos: int, data) -> None:
         """Copy `data` (which lies within one segment) to `pos`."""
         seg = self._data_segment(pos - pos % self.segment_size)
@@ -287,6 +333,7 @@ class FileLogStore(LogStore):
         hook = self.append_hook
         first = index = self.end_index + 1
         end_pos, chain = self.end_pos, self.end_chain
+        self._reserve(first, len(items), self._last_pos(items))
         placed = []
         groups = []  # (pos, parts): one contiguous write per segment touched
         group_pos, parts = end_pos, []
@@ -320,11 +367,17 @@ class FileLogStore(LogStore):
     def append_encoded(self, blob: bytes) -> int:
         self._check_open()
         chain = self.end_chain if not self.empty or self._before_chain is not None else None
-        staged = VALIDATE_CONTINUATION(
-            blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
-        )
+        try:
+            staged = VALIDATE_CONTINUATION(
+                blob, self.end_index + 1, self.end_pos, self.end_term, chain, self.segment_size
+            )
+        except (InconsistentAppend, codec.CorruptEntry):
+            if self.end_index == -1:  # the first entry ever: do both logs begin alike?
+                self._note_foreign_beginning(blob, chain)
+            raise
         if not staged:
             return 0
+        self._reserve(staged[0][3], len(staged), staged[-1][5])
         view = memoryview(blob)
         group_start = staged[0][0]
         group_pos = staged[0][5]
@@ -345,6 +398,15 @@ class FileLogStore(LogStore):
         self._add_runs(staged[0][3], (s[4] for s in staged))
         self._extend(staged[0][3], last_index, last_term, last_pos + last_size, last_chain)
         return len(staged)
+
+    def _note_foreign_beginning(self, blob, chain: int | None) -> None:
+        """Raise ForeignLog once the leader's entry 0 has been refused for a foreign
+        beginning FOREIGN_STRIKES times in a row: a leader retries at once, while one
+        damaged or forged push must not stop a node."""
+        why = foreign_beginning(blob, self.end_pos, chain, self.segment_size)
+        self._foreign_strikes = self._foreign_strikes + 1 if why else 0
+        if why and self._foreign_strikes >= FOREIGN_STRIKES:
+            raise ForeignLog(why)
 
     # ---------------------------------------------------------------------------- removal
     def _delete_segment(self, table: dict[int, Segment], start: int) -> None:
@@ -450,15 +512,8 @@ class FileLogStore(LogStore):
 
     def _save_begin(self) -> None:
         """Persist where the log starts (fsync + rename, so it runs on the caller's thread)."""
-        text = format_properties(
-            {
-                "beginIndex": str(self.begin_index),
-                "beginPos": str(self._before_pos),
-                "beforeTerm": str(self._before_term),
-                "beforeChainCrc": "" if self._before_chain is None else str(self._before_chain),
-            }
-        )
-        self.fs.atomic_write(self._begin_path, text.encode())
+        begin = (self.begin_index, self._before_pos, self._before_term, self._before_chain)
+        self.fs.atomic_write(self._begin_path, begin_text(begin))
 
     def _load_begin(self) -> tuple[int, int, int, int | None]:
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from raftmq.streams.properties import format_properties, parse_properties
 
+BEGIN_FILE = "begin"  # where a file store's log starts, when not at index 0 and pos 0
 TERM_KEY = "currTerm"
 VOTE_KEY = "voteLeader"
 
@@ -42,6 +43,30 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def begin_text(begin: tuple[int, int, int, int | None]) -> bytes:
+    """The `begin` file of a log starting at (begin index, begin pos, term before it,
+    chainCrc before it or None when unknown)."""
+    begin_index, begin_pos, before_term, before_chain = begin
+    return format_properties(
+        {
+            "beginIndex": str(begin_index),
+            "beginPos": str(begin_pos),
+            "beforeTerm": str(before_term),
+            "beforeChainCrc": "" if before_chain is None else str(before_chain),
+        }
+    ).encode()
+
+
+def begin_after(base_dir: str | Path, begin_pos: int, seed_chain: int) -> None:
+    """Make the file store under `base_dir`, which holds no log yet, begin with index 0
+    at `begin_pos`, its first entry chained to `seed_chain` (an upgrade in place: the
+    old CommitLog's end and digest; see `file`)."""
+    base = Path(base_dir)
+    assert not (base / "data").exists() or not any((base / "data").iterdir()), base
+    base.mkdir(parents=True, exist_ok=True)
+    atomic_write(base / BEGIN_FILE, begin_text((0, begin_pos, -1, seed_chain)))
 
 
 class TermVoteFile:
