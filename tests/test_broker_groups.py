@@ -1,7 +1,7 @@
 """Two DLedger groups in one cluster, as real processes: a topic spread over both by
 `mqadmin updateTopic -c`, a producer that keeps sending to the second group while the
 first one's master is killed, and a consumer group that reads every acknowledged
-message from both."""
+message from both, and a query by key that finds messages in both."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import trio
 
 from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
 from raftmq.client.admin import Admin
+from raftmq.client.errors import MQBrokerError
+from raftmq.client.message_query import query_by_key
 from raftmq.tools.broker_local import LocalGroups
 from tests.helpers import mqadmin
 
@@ -100,3 +102,22 @@ async def test_kill_one_groups_master_while_sending(tmp_path):
                 "RaftNode01",
             }
         assert set(acked) <= seen, len(set(acked) - seen)
+
+        # a query by key asks every group's master: messages from both are found
+        sent_ids: dict[str, set[str]] = {}
+        async with Producer(cluster.namesrv_addr, "keyed") as producer:
+            with trio.fail_after(10):
+                while len(sent_ids) < 2:
+                    result = await producer.send(TOPIC, b"keyed", keys="fan-out")
+                    sent_ids.setdefault(result.message_queue.broker_name, set()).add(result.msg_id)
+        wanted = set().union(*sent_ids.values())
+        async with Admin(cluster.namesrv_addr) as admin:
+            with trio.fail_after(10):  # until every replica's dispatcher indexed them
+                while True:
+                    try:
+                        found = await query_by_key(admin, TOPIC, "fan-out")
+                    except MQBrokerError:
+                        found = []
+                    if {m.uniq_key for m in found} == wanted:
+                        break
+                    await trio.sleep(0.1)
