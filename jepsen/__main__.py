@@ -17,9 +17,9 @@ import trio
 
 from jepsen import history as history_file
 from jepsen.checker import check
-from jepsen.nemesis import KINDS, Step
+from jepsen.nemesis import DEFAULT_FAULTS, TOPOLOGY_KINDS, Step
 from jepsen.report import format_summary, write_report
-from jepsen.runner import WORKLOADS, RunConfig, run, summary
+from jepsen.runner import TOPOLOGIES, WORKLOADS, RunConfig, checks_for, run, summary
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,9 +29,19 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--nodes", type=int, default=3, choices=(3, 5))
     r.add_argument("--workload", default="queue", choices=tuple(WORKLOADS))
     r.add_argument(
+        "--topology",
+        default="dledger",
+        choices=tuple(TOPOLOGIES),
+        help="a DLedger group (--nodes), or a classic SYNC_MASTER/ASYNC_MASTER and its slave",
+    )
+    r.add_argument(
         "--faults",
-        default="kill,pause,partition,disk",
-        help=f"comma-separated kinds among {','.join(KINDS)}",
+        default=None,
+        help="comma-separated kinds among "
+        + "; ".join(f"{t}: {','.join(k)}" for t, k in TOPOLOGY_KINDS.items())
+        + " (default: "
+        + "; ".join(f"{t}: {','.join(k)}" for t, k in DEFAULT_FAULTS.items())
+        + ")",
     )
     r.add_argument("--time-limit", type=float, default=60.0, help="seconds of faults")
     r.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: random)")
@@ -53,10 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check":
         return _recheck(args.run_dir)
-    faults = tuple(filter(None, args.faults.split(",")))
-    unknown = sorted(set(faults) - set(KINDS))
+    known = TOPOLOGY_KINDS[args.topology]
+    if args.faults is None:
+        faults = DEFAULT_FAULTS[args.topology]
+    else:
+        faults = tuple(filter(None, args.faults.split(",")))
+    unknown = sorted(set(faults) - set(known))
     if unknown:
-        print(f"jepsen: unknown faults {unknown}; known: {', '.join(KINDS)}", file=sys.stderr)
+        print(
+            f"jepsen: faults {unknown} not for --topology {args.topology}; known: "
+            f"{', '.join(known)}",
+            file=sys.stderr,
+        )
         return 2
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     run_dir = args.dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-seed{seed}"
@@ -74,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         steps=steps,
         progress=not args.quiet,
         workload=args.workload,
+        topology=args.topology,
     )
     results = trio.run(run, config)
     print(summary(results, config))
@@ -89,7 +108,7 @@ def _recheck(run_dir: Path) -> int:
     replicas = json.loads((run_dir / "replicas.json").read_text())
     previous = json.loads((run_dir / "results.json").read_text())
     meta = previous.get("meta", {"command": f"python -m jepsen check {run_dir}"})
-    checks = WORKLOADS[meta.get("workload", "queue")][2]
+    checks = checks_for(meta.get("workload", "queue"), meta.get("topology", "dledger"))
     results = check(ops, final, replicas, previous.get("run", {}), checks)
     results["run"] = previous.get("run", {})
     write_report(run_dir, ops, results, meta)

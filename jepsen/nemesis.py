@@ -43,6 +43,21 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] =
     "restart": (("rolling",), ("sigterm", "sigkill"), (0.5, 1.5)),
     "transfer": (("leader", "transferee"), ("kill-during-transfer",), (1.0, 3.0)),
 }
+# Classic master/slave only: the master's machine gone for good (SIGKILL, never
+# restarted, its disk counted lost); nothing promotes the slave.
+LOSE_MASTER = {"lose-master": (("leader",), ("sigkill",), (1.0, 2.0))}
+# The kinds each topology takes: a classic group has no peer links to cut and no
+# DLedger log to damage, so its faults act on processes and client links.
+TOPOLOGY_KINDS: dict[str, tuple[str, ...]] = {
+    "dledger": tuple(KINDS),
+    "ms-sync": ("kill", "pause", "restart", "client", *LOSE_MASTER),
+    "ms-async": ("kill", "pause", "restart", "client", *LOSE_MASTER),
+}
+DEFAULT_FAULTS = {
+    "dledger": ("kill", "pause", "partition", "disk"),
+    "ms-sync": ("kill", "pause", "restart"),
+    "ms-async": ("kill", "pause", "restart"),
+}
 # Damage to synced data (or fsync failing) is survivable on a minority only.
 MINORITY_ONLY = {"truncate", "bitflip", "fsync-eio"}
 QUIET_S = (2.0, 4.0)
@@ -59,23 +74,26 @@ class Step:
 
 
 def targets_for(kind: str, nodes: int) -> tuple[str, ...]:
-    targets = KINDS[kind][0]
+    targets = (KINDS | LOSE_MASTER)[kind][0]
     if nodes < 5:  # a ring of 3 is full connectivity
         targets = tuple(t for t in targets if t != "ring")
+    if nodes < 3:  # a master and its slave: no minority but none, no majority but all
+        targets = tuple(t for t in targets if t not in ("minority", "majority"))
     return targets
 
 
 def plan(seed: int, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
     """The schedule for `seed`: faults separated by quiet gaps until `time_limit_s`."""
-    unknown = sorted(set(kinds) - set(KINDS))
+    table = KINDS | LOSE_MASTER
+    unknown = sorted(set(kinds) - set(table))
     if unknown:
-        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS)}")
+        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(table)}")
     rng = random.Random(seed)
     steps: list[Step] = []
     t = rng.uniform(*QUIET_S)
     while True:
         kind = rng.choice(kinds)
-        _, variants, (low, high) = KINDS[kind]
+        _, variants, (low, high) = table[kind]
         variant = rng.choice(variants)
         target = rng.choice(targets_for(kind, nodes))
         if variant in MINORITY_ONLY:
@@ -99,6 +117,7 @@ class Nemesis:
         # Process errors (a node that would not restart, a wrong exit status): each fails the run.
         self.errors: list[str] = []
         self.active: str | None = None  # for the progress line
+        self.lost: set[str] = set()  # members gone for good (lose-master): never restarted
         self._ids = 0
 
     async def run(self, steps: list[Step], started_at: float, time_limit_s: float) -> None:
@@ -169,6 +188,26 @@ class Nemesis:
             self.cluster.resume(node)
         self._stop(fault_id, step, targets, "SIGCONT")
 
+    async def _lose_master(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """A classic master lost for good, with the slave's lag (the master's own
+        account, `slaveFallBehindBytes`) just before: an ASYNC_MASTER loses at most
+        what its slave had not received, a SYNC_MASTER nothing it answered SEND_OK."""
+        master = await self.cluster.leader()
+        if master is None or master in self.lost:
+            self._start(fault_id, step, [], "skipped: no master to lose", True)
+            self._stop(fault_id, step, [], "skipped")
+            return
+        try:
+            lag = (await self.cluster.member_state(master)).get("slaveFallBehindBytes", "?")
+        except (OSError, ValueError, KeyError):
+            lag = "?"
+        self._start(fault_id, step, [master], f"SIGKILL {master} for good", False)
+        self.cluster.crash([master])
+        self.lost.add(master)
+        self.injected[-1]["slave_behind_bytes"] = lag
+        await trio.sleep(step.duration_s)
+        self._stop(fault_id, step, [master], f"not restarted; slave was {lag} bytes behind")
+
     async def _restart(self, step: Step, rng: random.Random, fault_id: int) -> None:
         """Rolling restart: one node at a time, waiting for a master in between."""
         sig = signal.SIGTERM if step.variant == "sigterm" else signal.SIGKILL
@@ -191,7 +230,7 @@ class Nemesis:
         down (heal_all tries again at the end), and the run goes on."""
         notes = []
         for node in nodes:
-            if self.cluster.running(node):
+            if self.cluster.running(node) or node in self.lost:
                 continue
             try:
                 try:

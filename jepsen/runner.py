@@ -22,8 +22,13 @@ from pathlib import Path
 import attrs
 import trio
 
-from jepsen.checker import CHECKS, check
-from jepsen.cluster import CLIENT_FRAME_HEADER_BYTES, PEER_FRAME_HEADER_BYTES, JepsenCluster
+from jepsen.checker import CHECKS, TOPOLOGY_CHECKS, check
+from jepsen.cluster import (
+    CLIENT_FRAME_HEADER_BYTES,
+    PEER_FRAME_HEADER_BYTES,
+    JepsenClassicCluster,
+    JepsenCluster,
+)
 from jepsen.history import Recorder
 from jepsen.nemesis import Nemesis, Step, plan
 from jepsen.proxy import ProxyNet
@@ -44,6 +49,13 @@ WORKLOADS = {
     "queue": (Workload, {}, CHECKS),
     "transactions": (TransactionWorkload, BROKER_CONF, TRANSACTION_CHECKS),
 }
+# --topology: a DLedger group, or a classic master and slave (the master's brokerRole).
+TOPOLOGIES = {"dledger": None, "ms-sync": "SYNC_MASTER", "ms-async": "ASYNC_MASTER"}
+
+
+def checks_for(workload: str, topology: str) -> dict:
+    """The workload's checks with the topology's own rules for loss put over them."""
+    return {**WORKLOADS[workload][2], **TOPOLOGY_CHECKS.get(topology, {})}
 
 
 @attrs.frozen
@@ -58,11 +70,17 @@ class RunConfig:
     steps: tuple[Step, ...] | None = None  # an explicit schedule instead of plan(seed)
     progress: bool = True
     workload: str = "queue"
+    topology: str = "dledger"
+
+    @property
+    def members(self) -> int:
+        """Brokers in the group: `nodes` DLedger replicas, or a master and its slave."""
+        return self.nodes if TOPOLOGIES[self.topology] is None else 2
 
     def schedule(self) -> list[Step]:
         if self.steps is not None:
             return list(self.steps)
-        return plan(self.seed, list(self.faults), self.time_limit_s, self.nodes)
+        return plan(self.seed, list(self.faults), self.time_limit_s, self.members)
 
     def fault_kinds(self) -> tuple[str, ...]:
         """The kinds this run injects: an explicit schedule's own, else `faults`
@@ -74,7 +92,8 @@ class RunConfig:
     def command(self) -> str:
         parts = [
             "python -m jepsen run",
-            f"--nodes {self.nodes}",
+            f"--topology {self.topology}",
+            *([f"--nodes {self.nodes}"] if TOPOLOGIES[self.topology] is None else []),
             f"--workload {self.workload}",
             f"--faults {','.join(self.fault_kinds())}",
             f"--time-limit {self.time_limit_s:g}",
@@ -95,12 +114,17 @@ async def run(config: RunConfig) -> dict:
     steps = config.schedule()
     (run_dir / "schedule.json").write_text(json.dumps([attrs.asdict(s) for s in steps], indent=1))
     rng = random.Random(config.seed)
-    workload_class, workload_conf, checks = WORKLOADS[config.workload]
+    workload_class, workload_conf, _ = WORKLOADS[config.workload]
+    checks = checks_for(config.workload, config.topology)
     extra = {"flushDiskType": "SYNC_FLUSH", **workload_conf}
     if config.page_cache:
         extra |= {"flushDiskType": "ASYNC_FLUSH", "flushFileInterval": str(PAGE_CACHE_FLUSH_MS)}
     shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
-    cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
+    master_role = TOPOLOGIES[config.topology]
+    if master_role is None:
+        cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
+    else:
+        cluster = JepsenClassicCluster(run_dir / "cluster", master_role, extra)
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
         async with (
@@ -152,8 +176,7 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         await workload.sends_done.wait()
         healed_at = trio.current_time()
         with trio.move_on_after(RECOVERY_TIMEOUT_S) as recovery:
-            outcome["master"] = await cluster.wait_master(RECOVERY_TIMEOUT_S)
-            await cluster.wait_caught_up(RECOVERY_TIMEOUT_S)
+            outcome["master"] = await cluster.wait_serving(RECOVERY_TIMEOUT_S, nemesis.lost)
         outcome["recovered"] = not recovery.cancelled_caught
         outcome["recovery_s"] = round(trio.current_time() - healed_at, 3)
         master = outcome.get("master")
@@ -222,7 +245,7 @@ def _meta(config: RunConfig, steps: int) -> dict:
     return {
         "command": config.command(),
         "seed": config.seed,
-        "nodes": config.nodes,
+        "nodes": config.members,
         "faults": ",".join(config.fault_kinds()),
         "time_limit_s": config.time_limit_s,
         "flush": f"ASYNC_FLUSH every {PAGE_CACHE_FLUSH_MS} ms"
@@ -230,6 +253,7 @@ def _meta(config: RunConfig, steps: int) -> dict:
         else "SYNC_FLUSH",
         "scheduled_faults": steps,
         "workload": config.workload,
+        "topology": config.topology,
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}",

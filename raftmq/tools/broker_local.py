@@ -300,6 +300,9 @@ class LocalClassicGroup(LocalCluster):
         broker_id = self.ids.index(node)
         return {
             **self._common_conf(node),
+            # the HA address slaves dial is the real one even when clients are given
+            # another (a proxy's)
+            "brokerIP2": parse_address(self.broker_addrs[node])[0],
             "brokerId": str(broker_id),
             "brokerRole": "SLAVE" if broker_id else self.master_role,
             "haListenPort": str(parse_address(self.ha_addrs[node])[1]),
