@@ -5,8 +5,11 @@ message from both."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -100,3 +103,59 @@ async def test_kill_one_groups_master_while_sending(tmp_path):
                 "RaftNode01",
             }
         assert set(acked) <= seen, len(set(acked) - seen)
+
+
+@pytest.mark.processes
+async def test_one_command_starts_a_classic_2m_2s_cluster(tmp_path):
+    """`python -m raftmq.tools.broker_local --classic --groups 2`: two masters, each with
+    its slave replicating, in one cluster; `updateTopic -c` spreads a topic over both
+    groups; Ctrl-C stops every process."""
+    command = [sys.executable, "-m", "raftmq.tools.broker_local", "--classic", "--groups", "2",
+               "--role", "SYNC_MASTER", "--dir", str(tmp_path)]  # fmt: skip
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE)
+    try:
+        printed = b""
+        with trio.fail_after(60):
+            while b"Ctrl-C stops every process" not in printed:
+                chunk = await process.stdout.receive_some()
+                assert chunk, printed
+                printed += chunk
+        text = printed.decode()
+        namesrv = text.split()[2].rstrip(",")
+        assert "cluster DefaultCluster" in text
+        for name in ("broker-a", "broker-b"):
+            assert f"{name} SYNC_MASTER:" in text and f"{name} SLAVE:" in text
+        completed = await mqadmin("clusterList", "-n", namesrv)
+        assert completed.returncode == 0, completed.stderr
+        rows = [line.split() for line in completed.stdout.decode().splitlines()[1:]]
+        # cluster, brokerName, brokerId, address, ...: a master and a slave per group
+        assert sorted((row[1], row[2]) for row in rows) == [
+            ("broker-a", "0"), ("broker-a", "1"), ("broker-b", "0"), ("broker-b", "1"),
+        ], completed.stdout  # fmt: skip
+        completed = await mqadmin(
+            "updateTopic", "-n", namesrv, "-c", "DefaultCluster", "-t", TOPIC, "-r", "2", "-w", "2"
+        )
+        assert completed.returncode == 0, completed.stderr
+        async with Admin(namesrv) as admin:
+            with trio.fail_after(10):
+                while True:
+                    with contextlib.suppress(Exception):
+                        route = await admin.topic_route(TOPIC)
+                        if len(route.queue_datas) == 2:
+                            break
+                    await trio.sleep(0.05)
+        assert {q.broker_name for q in route.queue_datas} == {"broker-a", "broker-b"}
+        assert all(sorted(b.addrs) == [0, 1] for b in route.brokers.values()), route
+        broker_addresses = [a for b in route.brokers.values() for a in b.addresses()]
+        async with Producer(namesrv, "two-groups") as producer:
+            sent = {(await producer.send(TOPIC, b"x")).message_queue.broker_name for _ in range(8)}
+        assert sent == {"broker-a", "broker-b"}
+    finally:
+        process.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            status = await process.wait()
+    assert status == 130
+    for address in broker_addresses:  # every broker stopped with the command
+        host, port = address.rsplit(":", 1)
+        with pytest.raises(OSError):
+            await trio.open_tcp_stream(host, int(port))

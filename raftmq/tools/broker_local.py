@@ -341,27 +341,36 @@ class LocalClassicGroup(LocalCluster):
 
 
 class LocalGroups:
-    """`async with LocalGroups(tmp, groups=2) as groups:` — several DLedger groups, one
-    cluster, one name server (the first group's): what `updateTopic -c` spreads a topic
-    over and what a producer fails over between. `groups.groups[i]` is group i's
-    LocalCluster, brokerName RaftNode0i."""
+    """`async with LocalGroups(tmp, groups=2) as groups:` — several groups, one cluster,
+    one name server (the first group's): what `updateTopic -c` spreads a topic over and
+    what a producer fails over between. `groups.groups[i]` is group i: a DLedger
+    LocalCluster of `nodes` brokers, brokerName RaftNode0i; or, with `master_role`, a
+    LocalClassicGroup (a master and `nodes - 1` slaves), brokerName broker-a, broker-b...
+    as in RocketMQ's 2m-2s sample configs."""
 
-    def __init__(self, base_dir: str | Path, groups: int = 2, nodes: int = 3, **kwargs) -> None:
-        assert groups >= 1, groups
+    def __init__(
+        self,
+        base_dir: str | Path,
+        groups: int = 2,
+        nodes: int = 3,
+        master_role: str | None = None,
+        **kwargs,
+    ) -> None:
+        assert 1 <= groups <= 26, groups
         self.base_dir = Path(base_dir)
-        self.groups = [
-            LocalCluster(self.base_dir / "g0", nodes, broker_name="RaftNode00", **kwargs)
-        ]
-        for index in range(1, groups):
-            self.groups.append(
-                LocalCluster(
-                    self.base_dir / f"g{index}",
-                    nodes,
-                    broker_name=f"RaftNode{index:02d}",
-                    namesrv_addr=self.groups[0].namesrv_addr,
-                    **kwargs,
+        self.groups: list[LocalCluster] = []
+        for index in range(groups):
+            if index:
+                kwargs["namesrv_addr"] = self.groups[0].namesrv_addr
+            group_dir = self.base_dir / f"g{index}"
+            if master_role is None:
+                group = LocalCluster(group_dir, nodes, f"RaftNode{index:02d}", **kwargs)
+            else:
+                broker_name = f"broker-{chr(ord('a') + index)}"
+                group = LocalClassicGroup(
+                    group_dir, nodes - 1, master_role, broker_name=broker_name, **kwargs
                 )
-            )
+            self.groups.append(group)
         self.namesrv_addr = self.groups[0].namesrv_addr
         self.cluster_name = self.groups[0].cluster_name
 
@@ -382,37 +391,34 @@ class LocalGroups:
             await group.create_topic(topic, queues)
 
 
-async def _serve(base_dir: str, groups: int, nodes: int) -> None:
-    async with LocalGroups(base_dir, groups, nodes) as cluster:
+async def _serve(base_dir: str, groups: int, nodes: int, master_role: str | None) -> None:
+    async with LocalGroups(base_dir, groups, nodes, master_role) as cluster:
         print(f"name server {cluster.namesrv_addr}, cluster {cluster.cluster_name}", flush=True)
         for group in cluster.groups:
-            print(f"  {group.broker_name}: {' '.join(group.client_addrs.values())}", flush=True)
-        print("Ctrl-C stops every process", flush=True)
-        await trio.sleep_forever()
-
-
-async def _serve_classic(base_dir: str, slaves: int, master_role: str) -> None:
-    async with LocalClassicGroup(base_dir, slaves, master_role) as group:
-        print(f"name server {group.namesrv_addr}, cluster {group.cluster_name}", flush=True)
-        for node in group.ids:
-            role = "SLAVE" if group.ids.index(node) else master_role
-            print(
-                f"  {group.broker_name} {role}: {group.client_addrs[node]}"
-                f" (HA {group.ha_addrs[node]})",
-                flush=True,
-            )
+            if isinstance(group, LocalClassicGroup):
+                for index, node in enumerate(group.ids):
+                    role = "SLAVE" if index else master_role
+                    print(
+                        f"  {group.broker_name} {role}: {group.client_addrs[node]}"
+                        f" (HA {group.ha_addrs[node]})",
+                        flush=True,
+                    )
+            else:
+                addresses = " ".join(group.client_addrs.values())
+                print(f"  {group.broker_name}: {addresses}", flush=True)
         print("Ctrl-C stops every process", flush=True)
         await trio.sleep_forever()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C;
-    `--classic [--slaves N] [--role SYNC_MASTER]`: a classic master/slave group."""
+    `--classic [--groups 2] [--slaves N] [--role SYNC_MASTER]`: classic master/slave
+    groups (`--classic --groups 2`: RocketMQ's 2m-2s)."""
     import argparse
     import tempfile
 
     parser = argparse.ArgumentParser(prog="python -m raftmq.tools.broker_local")
-    parser.add_argument("--groups", type=int, default=1, help="DLedger groups (brokerNames)")
+    parser.add_argument("--groups", type=int, default=1, help="groups (brokerNames), at most 26")
     parser.add_argument("--nodes", type=int, default=3, help="brokers in each group")
     parser.add_argument("--dir", help="where stores and logs go (a temporary directory if not)")
     parser.add_argument("--classic", action="store_true", help="a classic master/slave group")
@@ -422,12 +428,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --classic: the master's brokerRole",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    if not 1 <= args.groups <= 26:
+        parser.error(f"--groups {args.groups}: between 1 and 26")
 
     def serve(base_dir: str) -> None:
         if args.classic:
-            trio.run(_serve_classic, base_dir, args.slaves, args.role)
+            trio.run(_serve, base_dir, args.groups, 1 + args.slaves, args.role)
         else:
-            trio.run(_serve, base_dir, args.groups, args.nodes)
+            trio.run(_serve, base_dir, args.groups, args.nodes, None)
 
     try:
         if args.dir:
