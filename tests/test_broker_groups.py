@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
+import os
 import signal
 import subprocess
 import sys
@@ -159,3 +161,42 @@ async def test_one_command_starts_a_classic_2m_2s_cluster(tmp_path):
         host, port = address.rsplit(":", 1)
         with pytest.raises(OSError):
             await trio.open_tcp_stream(host, int(port))
+
+
+@pytest.mark.processes
+async def test_latency_fault_avoidance_skips_a_hung_master_at_once(tmp_path, caplog):
+    """Classic 2m-2s, broker-a's master hung (SIGSTOP: a machine gone without closing
+    its connections, which the name server notices only when the registration expires;
+    a process killed on a live host closes them, and the route drops it at once). With
+    sendLatencyFaultEnable the first send that times out there isolates broker-a and
+    every later one goes to broker-b directly; without it, each round-robin turn of
+    broker-a costs an RPC timeout before the retry on broker-b."""
+    rpc_timeout_s = 1.0
+    async with LocalGroups(tmp_path, groups=2, nodes=2, master_role="ASYNC_MASTER") as cluster:
+        await cluster.create_topic(TOPIC, 4)
+        hung = cluster.groups[0]
+        os.kill(hung.pid("n0"), signal.SIGSTOP)
+        try:
+            outcomes = {}
+            for enable in (True, False):  # avoidance first: before the route drops broker-a
+                caplog.clear()
+                with caplog.at_level(logging.DEBUG, logger="raftmq.client.producer"):
+                    async with Producer(
+                        cluster.namesrv_addr, f"avoid-{enable}",
+                        rpc_timeout_s=rpc_timeout_s, send_latency_fault_enable=enable,
+                    ) as producer:  # fmt: skip
+                        started_s = time.monotonic()
+                        names = [(await producer.send(TOPIC, b"x")).message_queue.broker_name
+                                 for _ in range(20)]  # fmt: skip
+                        took_s = time.monotonic() - started_s
+                failures = sum("failed" in r.getMessage() for r in caplog.records)
+                outcomes[enable] = (failures, took_s, set(names))
+        finally:
+            os.kill(hung.pid("n0"), signal.SIGCONT)
+    print(outcomes)
+    failures, took_s, names = outcomes[True]
+    assert names == {"broker-b"}, names
+    assert failures == 1 and took_s < 2 * rpc_timeout_s, outcomes
+    failures, took_s, names = outcomes[False]
+    assert names == {"broker-b"}
+    assert failures >= 3 and took_s >= 3 * rpc_timeout_s, outcomes
