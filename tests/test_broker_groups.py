@@ -17,7 +17,7 @@ import time
 import pytest
 import trio
 
-from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
+from raftmq.client import ConsumeFromWhere, MessageQueue, Producer, PushConsumer
 from raftmq.client.admin import Admin
 from raftmq.tools.broker_local import LocalGroups
 from tests.helpers import mqadmin
@@ -200,3 +200,89 @@ async def test_latency_fault_avoidance_skips_a_hung_master_at_once(tmp_path, cap
     failures, took_s, names = outcomes[False]
     assert names == {"broker-b"}
     assert failures >= 3 and took_s >= 3 * rpc_timeout_s, outcomes
+
+
+@pytest.mark.processes
+async def test_two_consumers_split_both_groups_and_survive_a_master_kill(tmp_path):
+    """Two push consumers of one group on a topic over 2 DLedger groups x 3 brokers:
+    they split the 8 queues between them; one group left without a master (its master
+    and a follower killed, so no election either) does not stop consumption from the
+    other; when one consumer leaves, the other takes every queue
+    of both groups and reads what is sent next."""
+    async with LocalGroups(tmp_path, groups=2) as cluster:
+        await cluster.create_topic(TOPIC, 4)
+        received: dict[str, list[tuple[bytes, float]]] = {"c1": [], "c2": []}
+
+        def handler(name: str):
+            async def handle(msgs) -> bool:
+                received[name].extend((m.body, time.monotonic()) for m in msgs)
+                return True
+
+            return handle
+
+        def consumer(name: str) -> PushConsumer:
+            return PushConsumer(
+                cluster.namesrv_addr, "splitters", TOPIC, handler(name), "*",
+                ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, rebalance_interval_s=2.0,
+            )  # fmt: skip
+
+        def owned(c: PushConsumer) -> set:
+            return {mq for mq in c.assigned_queues if mq.topic == TOPIC}
+
+        def bodies() -> set[bytes]:
+            return {body for got in received.values() for body, _ in got}
+
+        async with (
+            Producer(cluster.namesrv_addr, "split-producer") as producer,
+            consumer("c1") as c1,
+        ):
+            async with consumer("c2") as c2:
+                with trio.fail_after(30):
+                    while not (
+                        len(owned(c1)) == len(owned(c2)) == 4 and len(owned(c1) | owned(c2)) == 8
+                    ):
+                        await trio.sleep(0.1)
+                assert {mq.broker_name for mq in owned(c1) | owned(c2)} == {
+                    "RaftNode00", "RaftNode01",
+                }  # fmt: skip
+                sent = {f"before-{i}".encode() for i in range(40)}
+                for body in sorted(sent):
+                    await producer.send(TOPIC, body)
+                with trio.fail_after(30):
+                    while not sent <= bodies():
+                        await trio.sleep(0.1)
+                assert received["c1"] and received["c2"]
+
+                # Group 0 loses its master and a follower: no quorum, no master, until
+                # they restart. Group 1's queues keep being consumed all the while.
+                first = cluster.groups[0]
+                master = await first.wait_master()
+                down = [master, next(n for n in first.ids if n != master)]
+                for node in down:
+                    first.kill(node, signal.SIGKILL)
+                killed_at_s = time.monotonic()
+                during = {f"during-{i}".encode() for i in range(8)}
+                for i, body in enumerate(sorted(during)):
+                    await producer.send(TOPIC, body, queue=MessageQueue(TOPIC, "RaftNode01", i % 4))
+                with trio.fail_after(30):
+                    while not during <= bodies():
+                        await trio.sleep(0.05)
+                consumed_s = max(
+                    t - killed_at_s for got in received.values() for b, t in got if b in during
+                )
+                print(f"group 1 consumed {consumed_s:.2f}s after group 0 lost its master")
+                assert await first.master_address() is None, "group 0 is still down"
+                assert consumed_s < 3.0, consumed_s
+                for node in down:
+                    await first.restart(node)
+                await first.wait_master(timeout_s=30.0)
+            # c2 left: c1 owns all 8 queues and reads everything sent now
+            with trio.fail_after(30):
+                while len(owned(c1)) != 8:
+                    await trio.sleep(0.1)
+            after = {f"after-{i}".encode() for i in range(40)}
+            for body in sorted(after):
+                await producer.send(TOPIC, body)
+            with trio.fail_after(30):
+                while not after <= {body for body, _ in received["c1"]}:
+                    await trio.sleep(0.1)
