@@ -83,17 +83,30 @@ def targets_for(kind: str, nodes: int) -> tuple[str, ...]:
 
 
 def plan(seed: int, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
-    """The schedule for `seed`: faults separated by quiet gaps until `time_limit_s`."""
-    table = KINDS | LOSE_MASTER
-    unknown = sorted(set(kinds) - set(table))
+    """The schedule for `seed`: faults separated by quiet gaps until `time_limit_s`.
+    `lose-master` ends a classic master for good, so it comes once, last: the other
+    kinds fill the first three quarters of the run."""
+    unknown = sorted(set(kinds) - set(KINDS) - set(LOSE_MASTER))
     if unknown:
-        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(table)}")
+        known = ", ".join([*KINDS, *LOSE_MASTER])
+        raise ValueError(f"unknown fault kinds {unknown}; known: {known}")
     rng = random.Random(seed)
+    others = [kind for kind in kinds if kind not in LOSE_MASTER]
+    if len(others) == len(kinds):
+        return _faults(rng, kinds, time_limit_s, nodes)
+    lose_at_s = round(time_limit_s * 0.75, 2)
+    steps = _faults(rng, others, lose_at_s - QUIET_S[0], nodes) if others else []
+    _, (variant,), (duration_s, _) = LOSE_MASTER["lose-master"]
+    seed = rng.randrange(1 << 32)
+    return [*steps, Step(lose_at_s, "lose-master", "leader", variant, duration_s, seed)]
+
+
+def _faults(rng: random.Random, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
     steps: list[Step] = []
     t = rng.uniform(*QUIET_S)
     while True:
         kind = rng.choice(kinds)
-        _, variants, (low, high) = table[kind]
+        _, variants, (low, high) = KINDS[kind]
         variant = rng.choice(variants)
         target = rng.choice(targets_for(kind, nodes))
         if variant in MINORITY_ONLY:
