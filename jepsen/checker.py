@@ -38,16 +38,25 @@ def check(
     replicas: Mapping,
     run: Mapping | None = None,
     checks: Mapping[str, Callable[[Facts], dict]] | None = None,
+    retention: bool = False,
 ) -> dict:
     """Run every check; `final` is queue -> [(offset, message id)] read through the master after
     the faults healed, `replicas` is node -> such a dict read from each node directly, and `run`
     the runner's own record (the results' `run` section): its `read_errors` (replies that did
     not decode) and `errors` (process errors, from the nemesis) fail the run. `checks` are
-    the workload's (default: the queue workload's, `CHECKS`)."""
+    the workload's (default: the queue workload's, `CHECKS`).
+
+    With `retention` (a soak, whose logs retention deletes from the front as it goes), the
+    final logs no longer hold every message: an acknowledged message counts as kept if a poll
+    returned it or a final log holds it, and `unconsumed` fails the run over any acknowledged
+    message no poll returned."""
     facts = Facts.build(
         history, normalise_log(final), {n: normalise_log(r) for n, r in replicas.items()}
     )
+    facts.retention = retention
     results = {name: judge(facts) for name, judge in (checks or CHECKS).items()}
+    if retention:
+        results["unconsumed"] = check_unconsumed(facts)
     run = run or {}
     results["unreadable_replies"] = verdict(list(run.get("read_errors", [])))
     results["process_errors"] = verdict(list(run.get("errors", [])))
@@ -76,6 +85,7 @@ class Facts:
     final_at: dict[int, dict[int, str]] = field(default_factory=dict)
     final_values: set[str] = field(default_factory=set)
     first_seen: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    retention: bool = False  # the logs lose their heads as the run goes (see `check`)
 
     @classmethod
     def build(cls, history: list[dict], final: Log, replicas: dict[str, Log]) -> Facts:
@@ -184,8 +194,12 @@ def check_counts(facts: Facts) -> dict:
 
 
 def check_lost(facts: Facts) -> dict:
-    """Acknowledged messages missing from the final log: the headline invariant."""
-    lost = [pair for value, pair in facts.acked.items() if value not in facts.final_values]
+    """Acknowledged messages missing from the final log: the headline invariant. Under
+    retention, missing from the final log and never polled either."""
+    kept = facts.final_values
+    if facts.retention:
+        kept = kept | {value for _, _, value in facts.polled()}
+    lost = [pair for value, pair in facts.acked.items() if value not in kept]
     by_queue = Counter(pair.invoke["key"] for pair in lost)
     return verdict([send_example(p) for p in lost], by_queue=dict(by_queue))
 
@@ -207,6 +221,14 @@ def check_unseen_below_observed(facts: Facts) -> dict:
     ]
     never = sum(1 for value in facts.acked if value not in seen)
     return info(len(unseen), [send_example(p) for p in unseen[:EXAMPLES]], never_polled=never)
+
+
+def check_unconsumed(facts: Facts) -> dict:
+    """Acknowledged messages no poll returned: with consumers reading every queue to its end,
+    each acknowledged message must reach them (retention must not delete it first)."""
+    polled = {value for _, _, value in facts.polled()}
+    unconsumed = [pair for value, pair in facts.acked.items() if value not in polled]
+    return verdict([send_example(p) for p in unconsumed])
 
 
 def check_unexpected(facts: Facts) -> dict:
@@ -612,6 +634,59 @@ def summarise(latencies: list[float]) -> dict:
     }
 
 
+# What a broker says when it refuses a send for a full disk (RocketMQ's remark).
+DISK_FULL_REMARK = "the broker's disk is full"
+
+
+def check_disk_faults(facts: Facts) -> dict:
+    """What full and slow disks cost (informational). Per `disk-full` fault: sends
+    refused for a full disk while it lasted, and how long after the space came back
+    the first send invoked after it was acknowledged (None: none was). Per
+    `slow-disk` fault: latency of the acknowledged sends invoked while it lasted,
+    and of those invoked in as long a window just before it."""
+    rows = []
+    for fault in faults(facts.history):
+        if fault.kind == "disk-full":
+            rows.append(disk_full_effect(fault, facts.sends))
+        elif fault.kind == "slow-disk":
+            rows.append(slow_disk_effect(fault, facts.sends))
+    refused = sum(row.get("refused", 0) for row in rows)
+    return info(len(rows), rows, faults=rows, refused=refused)
+
+
+def disk_full_effect(fault: Fault, sends: list[Pair]) -> dict:
+    during = [p for p in sends if fault.start <= p.start <= fault.stop and p.completion]
+    refused = [
+        p for p in during if p.type == "fail" and DISK_FULL_REMARK in p.completion.get("error", "")
+    ]
+    after = [p.end for p in sends if p.ok and p.start >= fault.stop]
+    return {
+        "id": fault.id,
+        "kind": fault.kind,
+        "detail": fault.detail,
+        "targets": fault.targets,
+        "refused": len(refused),
+        "ok_during": sum(1 for p in during if p.ok),
+        "resumed_after_s": round(min(after) - fault.stop, 3) if after else None,
+    }
+
+
+def slow_disk_effect(fault: Fault, sends: list[Pair]) -> dict:
+    length = fault.stop - fault.start
+
+    def latencies(start: float, stop: float) -> list[float]:
+        return [p.end - p.start for p in sends if p.ok and start <= p.start < stop]
+
+    return {
+        "id": fault.id,
+        "kind": fault.kind,
+        "detail": fault.detail,
+        "targets": fault.targets,
+        "before": summarise(latencies(fault.start - length, fault.start)),
+        "during": summarise(latencies(fault.start, fault.stop)),
+    }
+
+
 # A SYNC_MASTER's answers for "stored on the master, not confirmed on the slave".
 SLAVE_UNCONFIRMED = {11: "SLAVE_NOT_AVAILABLE", 12: "FLUSH_SLAVE_TIMEOUT"}
 
@@ -701,4 +776,5 @@ CHECKS: dict[str, Callable[[Facts], dict]] = {
     "replica_agreement": check_replica_agreement,
     "availability": check_availability,
     "latency": check_latency,
+    "disk_faults": check_disk_faults,
 }

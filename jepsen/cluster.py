@@ -14,6 +14,11 @@ to a node goes through that node's client proxy. The harness's own calls (runtim
 state, final reads, topic creation) use `broker_addrs`, the real addresses, so a
 client fault never blinds the observer. Peer partitions leave client links alone:
 as in Jepsen, the clients sit with the harness, which can reach every node.
+
+With `store_bytes`, each node's store is a tmpfs of that size of its own (mounted
+before the brokers start, unmounted when they stop), which the `disk-full` fault
+fills. A slow disk is strace attached to a running broker, delaying the return of
+every fsync and fdatasync until it detaches.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import trio
 
+from jepsen import disk
 from jepsen.proxy import Link, ProxyNet
 from raftmq.dledger.net.frames import HEADER_SIZE
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
@@ -61,20 +67,48 @@ def _addressing(nodes: int) -> dict[str, list[str]]:
 
 
 class JepsenCluster(LocalCluster):
-    def __init__(self, base_dir: Path, nodes: int, extra_conf: dict[str, str]) -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        nodes: int,
+        extra_conf: dict[str, str],
+        store_bytes: int | None = None,
+    ) -> None:
         super().__init__(
             base_dir,
             nodes=nodes,
             extra_conf={"recordSyncedLengths": "true", **extra_conf},
             **_addressing(nodes),
         )
-        self._init_faults()
+        self._init_faults(store_bytes)
 
-    def _init_faults(self) -> None:
+    def _init_faults(self, store_bytes: int | None = None) -> None:
         self.net: ProxyNet | None = None  # the peer links
         self.clients: ProxyNet | None = None  # the client links
         self.paused: set[str] = set()
         self.traced: set[str] = set()  # run under strace: signal the whole process group
+        self.store_bytes = store_bytes  # each store on a tmpfs of this size
+        self.mounted: list[Path] = []
+        self.slowing: dict[str, subprocess.Popen] = {}  # strace attached to delay fsyncs
+
+    async def __aenter__(self) -> JepsenCluster:
+        if self.store_bytes is not None:
+            try:
+                for node in self.ids:
+                    disk.mount_tmpfs(self.store_dir(node), self.store_bytes)
+                    self.mounted.append(self.store_dir(node))
+            except BaseException:
+                self.stop()
+                raise
+        await super().__aenter__()
+        return self
+
+    def stop(self) -> None:
+        for node in list(self.slowing):
+            self.stop_slowing_fsync(node)
+        super().stop()
+        while self.mounted:
+            disk.unmount(self.mounted.pop())
 
     def peer_links(self) -> dict[tuple[str, str], str]:
         """Every directed peer link and the real address it leads to."""
@@ -87,6 +121,10 @@ class JepsenCluster(LocalCluster):
     def client_proxies(self) -> dict[Link, str]:
         """Where each client link's proxy listens: the address its broker advertises."""
         return {(CLIENT, node): self.client_addrs[node] for node in self.ids}
+
+    def node_of(self) -> dict[str, str]:
+        """Each address clients dial -> its node."""
+        return {address: node for node, address in self.client_addrs.items()}
 
     def dledger_peers(self, node: str) -> str:
         assert self.net is not None, "attach a ProxyNet before starting"
@@ -157,6 +195,37 @@ class JepsenCluster(LocalCluster):
         )
         self.traced.add(node)
         log.close()
+
+    def slow_fsync(self, node: str, delay_ms: int) -> None:
+        """Attach strace to `node`'s running broker (all its threads, and any it starts)
+        so that each fsync and fdatasync returns `delay_ms` late: a slow disk, with no
+        restart. Tracing stops every system call of the process, not only those, which
+        adds a little to the rest of its work too. Each delayed call is a line of
+        `<node>.strace`, which `stop_slowing_fsync` counts."""
+        inject = f"inject=fdatasync,fsync:delay_exit={delay_ms * 1000}"
+        trace = self.base_dir / f"{node}.strace"
+        self.slowing[node] = subprocess.Popen(
+            ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=fdatasync,fsync",
+             "-e", "signal=none", "-e", inject, "-p", str(self.pid(node))],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def stop_slowing_fsync(self, node: str) -> int:
+        """Detach strace (the broker runs on at full speed); returns how many fsyncs it
+        delayed."""
+        tracer = self.slowing.pop(node, None)
+        if tracer is None:
+            return 0
+        if tracer.poll() is None:
+            tracer.send_signal(signal.SIGINT)
+            try:
+                tracer.wait(5)
+            except subprocess.TimeoutExpired:
+                tracer.kill()
+                tracer.wait()
+        trace = self.base_dir / f"{node}.strace"
+        return trace.read_text(errors="replace").count("DELAYED") if trace.exists() else 0
 
     def exit_status(self, node: str) -> int | None:
         proc = self.procs.get(node)

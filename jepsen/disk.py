@@ -14,6 +14,9 @@ ConsumeQueue files are fsynced only for its dispatch checkpoint, so
 `lose_unsynced_queues` cuts each one, independently, anywhere after the entries the
 checkpoint covers.
 
+`mount_tmpfs`, `fill` and `free` are the full disk: each node's store on a small
+filesystem of its own, filled by a ballast file and freed again while the broker runs.
+
 `corrupt` damages data that *was* synced — a bad sector, a truncated file — in the
 newest segment, which recovery checks entry by entry: the replica must either cut the
 damage and fetch the entries again from the leader, or refuse to start, naming the
@@ -23,9 +26,12 @@ keep the term and vote, so the replica cannot vote twice in one term.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import random
 import shutil
+import subprocess
 from pathlib import Path
 
 from raftmq.broker.store.consumequeue import ENTRY_SIZE, entries_ending_by
@@ -33,6 +39,7 @@ from raftmq.broker.store.messagestore import checkpoint_position
 from raftmq.dledger.server import SYNCED_LENGTHS_FILE
 
 CHUNK = 1 << 20
+BALLAST = "ballast"  # the file that fills a node's filesystem, beside its store
 
 
 def dledger_dir(store_root: Path, node: str) -> Path:
@@ -145,3 +152,47 @@ def wipe_log(log_dir: Path) -> None:
         shutil.rmtree(log_dir / name, ignore_errors=True)
     for name in ("checkpoint", "begin", SYNCED_LENGTHS_FILE):
         (log_dir / name).unlink(missing_ok=True)
+
+
+def mount_tmpfs(path: Path, size_bytes: int) -> None:
+    """Mount a tmpfs of `size_bytes` at `path` (root only); CalledProcessError says why not."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes},mode=0755", "tmpfs", str(path)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def unmount(path: Path) -> None:
+    """Unmount `path`; lazily if something still holds it, so no mount outlives a run."""
+    if subprocess.run(["umount", str(path)], capture_output=True).returncode:
+        subprocess.run(["umount", "-l", str(path)], check=True, capture_output=True)
+
+
+def fill(directory: Path, leave_bytes: int) -> int:
+    """Take all but `leave_bytes` of the free space of `directory`'s filesystem with a
+    ballast file (allocated, not sparse); returns its size. The broker keeps writing
+    meanwhile, so a size the disk no longer has is tried again a little smaller."""
+    ballast = directory / BALLAST
+    size = 0
+    with open(ballast, "ab") as file:
+        for _ in range(64):
+            st = os.statvfs(directory)
+            want = size + st.f_bavail * st.f_frsize - leave_bytes
+            if want <= size:
+                break
+            try:
+                os.posix_fallocate(file.fileno(), 0, want)
+                size = want
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                size = os.fstat(file.fileno()).st_size
+    return size
+
+
+def free(directory: Path) -> None:
+    """Delete the ballast: the space comes back at once."""
+    (directory / BALLAST).unlink(missing_ok=True)

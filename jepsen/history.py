@@ -27,16 +27,28 @@ class Recorder:
     completion matches its invoke's `f`, and a process whose op ended `info` is retired (its op
     may still take effect later, so nothing it does afterwards could be ordered after it).
     Keep using `ops` for the checker rather than `load`ing the file again: a long run's history
-    is large and one copy is enough.
+    is large and one copy is enough. A soak passes `keep_ops=False`: its history only goes to
+    the file, so the process running the clients is not measured growing by its own record.
     """
 
-    def __init__(self, path: str | Path, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        clock: Callable[[], float] = time.monotonic,
+        keep_ops: bool = True,
+    ) -> None:
         self._clock = clock
         self._start = clock()
         self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 -- lives as long as the run
         self._pending: dict[Any, str] = {}
         self._retired: set[Any] = set()
+        self._keep_ops = keep_ops
+        self._count = 0
         self.ops: list[dict] = []
+
+    def elapsed(self) -> float:
+        """Seconds since the history began: the `time` an op recorded now would get."""
+        return round(self._clock() - self._start, 6)
 
     def invoke(self, process: int, f: str, **fields: Any) -> dict:
         """Record that `process` starts op `f` (send: value, key; poll: key, offset, group; ...)."""
@@ -97,14 +109,16 @@ class Recorder:
 
     def _append(self, process: Any, type: str, f: str, fields: dict) -> dict:
         op = {
-            "index": len(self.ops),
-            "time": round(self._clock() - self._start, 6),
+            "index": self._count,
+            "time": self.elapsed(),
             "process": process,
             "type": type,
             "f": f,
             **fields,
         }
-        self.ops.append(op)
+        self._count += 1
+        if self._keep_ops:
+            self.ops.append(op)
         self._file.write(json.dumps(op, separators=(",", ":"), ensure_ascii=False) + "\n")
         self._file.flush()
         return op

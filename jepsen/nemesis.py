@@ -13,6 +13,7 @@ pause longer than the election timeout).
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 
@@ -42,7 +43,16 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] =
     "client": (("leader", "all"), ("blackhole", "latency", "reset", "cut-mid-frame"), (2.0, 5.0)),
     "restart": (("rolling",), ("sigterm", "sigkill"), (0.5, 1.5)),
     "transfer": (("leader", "transferee"), ("kill-during-transfer",), (1.0, 3.0)),
+    "disk-full": (("leader", "follower", "all"), ("over-ratio", "no-room"), (3.0, 6.0)),
+    "slow-disk": (("leader", "follower"), ("fsync-delay",), (4.0, 8.0)),
 }
+# Kinds a run injects only when asked (--faults): a full disk needs each store on a
+# filesystem of its own (root, to mount it), a slow one strace attached to a broker.
+ON_REQUEST = frozenset({"disk-full", "slow-disk"})
+# disk-full over-ratio: the ballast leaves this share of the filesystem free, over the
+# brokers' diskSpaceWarningLevelRatio (90); no-room leaves nothing.
+OVER_RATIO_FREE = 0.04
+SLOW_FSYNC_MS = (20, 50, 100)
 # Classic master/slave only: the master's machine gone for good (SIGKILL, never
 # restarted, its disk counted lost); nothing promotes the slave.
 LOSE_MASTER = {"lose-master": (("leader",), ("sigkill",), (1.0, 2.0))}
@@ -178,6 +188,9 @@ class Nemesis:
             return sorted(rng.sample(self.nodes, (n - 1) // 2))
         if target == "majority":
             return sorted(rng.sample(self.nodes, self.quorum))
+        if target == "follower":
+            leader = await self.cluster.leader()
+            return [rng.choice([n for n in self.nodes if n != leader])]
         return list(self.nodes)
 
     # ------------------------------------------------------------------ process faults
@@ -340,6 +353,58 @@ class Nemesis:
         detail = await self.restart_all([node])
         self._stop(fault_id, step, [node], f"{outcome}; {detail}")
 
+    async def _disk_full(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """Fill the stores' filesystems of `targets` with a ballast file (over the
+        brokers' diskSpaceWarningLevelRatio, or to the last byte), hold, delete it.
+        A full leader refuses sends (DISK_FULL, SERVICE_NOT_AVAILABLE to clients) and a
+        full follower stops acknowledging, so only a full follower leaves progress. No
+        broker may stop over it: one that did is a process error."""
+        targets = await self._nodes(step.target, rng)
+        if not self.cluster.mounted:
+            self._start(fault_id, step, targets, "skipped: the stores are not mounted", True)
+            self._stop(fault_id, step, targets, "skipped")
+            return
+        ballast = {}
+        for node in targets:
+            store = self.cluster.store_dir(node)
+            st = os.statvfs(store)
+            leave = int(st.f_blocks * st.f_frsize * OVER_RATIO_FREE)
+            leave = leave if step.variant == "over-ratio" else 0
+            ballast[node] = disk.fill(store, leave)
+        sizes = ", ".join(f"{n} {b / 2**20:.1f} MiB" for n, b in ballast.items())
+        detail = f"{step.variant}: ballast {sizes}"
+        self._start(fault_id, step, targets, detail, step.target == "follower")
+        self.injected[-1]["ballast_bytes"] = ballast
+        await trio.sleep(step.duration_s)
+        for node in targets:
+            disk.free(self.cluster.store_dir(node))
+        exited = [n for n in targets if not self.cluster.running(n)]
+        for node in exited:
+            status = self.cluster.exit_status(node)
+            self.errors.append(f"{node} exited with status {status} while its disk was full")
+        detail = "ballast deleted"
+        if exited:
+            detail += "; " + await self.restart_all(exited)
+        self._stop(fault_id, step, targets, detail)
+
+    async def _slow_disk(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """Delay every fsync of one broker (the leader's, or a follower's) by tens of
+        milliseconds for the fault's duration, with strace attached to it."""
+        [node] = await self._nodes(step.target, rng)
+        if not self.cluster.strace_available():
+            self._start(fault_id, step, [node], "skipped: strace not installed", True)
+            self._stop(fault_id, step, [node], "skipped")
+            return
+        delay_ms = rng.choice(SLOW_FSYNC_MS)
+        detail = f"fsync +{delay_ms} ms on {step.target} {node}"
+        self._start(fault_id, step, [node], detail, True)
+        self.injected[-1]["fsync_delay_ms"] = delay_ms
+        self.cluster.slow_fsync(node, delay_ms)
+        await trio.sleep(step.duration_s)
+        delayed = self.cluster.stop_slowing_fsync(node)
+        self.injected[-1]["fsyncs_delayed"] = delayed
+        self._stop(fault_id, step, [node], f"strace detached after delaying {delayed} fsyncs")
+
     # ------------------------------------------------------------------ network faults
     async def _partition(self, step: Step, rng: random.Random, fault_id: int) -> None:
         net = self.cluster.net
@@ -437,10 +502,15 @@ class Nemesis:
 
     # ------------------------------------------------------------------ healing
     async def heal_all(self) -> str:
-        """Undo everything: links healed, paused nodes resumed, dead nodes started."""
+        """Undo everything: links healed, paused nodes resumed, disks emptied and at
+        full speed, dead nodes started."""
         for net in (self.cluster.net, self.cluster.clients):
             if net is not None:
                 net.heal()
+        for node in list(self.cluster.slowing):
+            self.cluster.stop_slowing_fsync(node)
+        for store in self.cluster.mounted:
+            disk.free(store)
         for node in self.nodes:
             self.cluster.resume(node)
         return await self.restart_all(self.nodes)

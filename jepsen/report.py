@@ -25,6 +25,8 @@ FAULT_COLOURS = {
     "disk": "#9d755d",
     "restart": "#72b7b2",
     "client": "#b279a2",
+    "disk-full": "#54a24b",
+    "slow-disk": "#bab0ac",
 }
 OTHER_FAULT_COLOUR = "#9467bd"
 WIDTH, HEIGHT = 960, 360
@@ -80,6 +82,7 @@ def format_summary(results: dict, meta: dict) -> str:
         ],
         *availability_lines(results["availability"]),
         latency_line(results["latency"]["send"]),
+        *disk_fault_lines(results.get("disk_faults", {}).get("faults", [])),
         process_errors_line(results.get("run", {}).get("errors", [])),
         "",
         f"{'check':<28} {'result':<6} count",
@@ -129,6 +132,34 @@ def availability_lines(availability: dict) -> list[str]:
         f"unavailable {total:.2f} s in {availability['count']} windows; "
         f"majority-ok faults without progress: {stalled}",
     ]
+
+
+def disk_fault_lines(rows: list[dict]) -> list[str]:
+    """A line per full or slow disk: what was refused and when sends came back; the
+    acknowledged sends' latency before and during a slow disk."""
+    lines = []
+    for row in rows:
+        head = f"{row['kind']}#{row['id']} ({row['detail']})"
+        if row["kind"] == "disk-full":
+            back = row["resumed_after_s"]
+            resumed = "never" if back is None else f"{back:.2f} s after the space returned"
+            lines.append(
+                f"{head}: {row['refused']} sends refused (disk full), {row['ok_during']} ok;"
+                f" sends resumed {resumed}"
+            )
+        else:
+            before, during = row["before"], row["during"]
+            lines.append(
+                f"{head}: send latency before {percentiles(before)}; during {percentiles(during)}"
+            )
+    return lines
+
+
+def percentiles(latency: dict) -> str:
+    if not latency["count"]:
+        return "no acknowledged sends"
+    p50, p99 = latency["p50"] * 1000, latency["p99"] * 1000
+    return f"p50 {p50:.1f} ms p99 {p99:.1f} ms (n={latency['count']})"
 
 
 def latency_line(send: dict) -> str:

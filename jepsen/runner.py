@@ -11,12 +11,16 @@ only if every check passed.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
 import platform
 import random
 import shutil
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
@@ -58,6 +62,17 @@ def checks_for(workload: str, topology: str) -> dict:
     return {**WORKLOADS[workload][2], **TOPOLOGY_CHECKS.get(topology, {})}
 
 
+# A run with disk-full faults puts each store on a tmpfs of its own, this size, with
+# files small enough that several fit and the ballast leaves little room between them.
+DISK_FULL_STORE_BYTES = 48 << 20
+SMALL_STORE_CONF = {
+    "mappedFileSizeCommitLog": str(4 << 20),
+    "mappedFileSizeForEntryIndex": str(1 << 20),
+    "maxHashSlotNum": "4096",
+    "maxIndexNum": "16384",
+}
+
+
 @attrs.frozen
 class RunConfig:
     run_dir: Path
@@ -89,6 +104,10 @@ class RunConfig:
             return self.faults
         return tuple(dict.fromkeys(step.kind for step in self.steps))
 
+    def store_bytes(self) -> int | None:
+        """Each store's own filesystem size, for runs that fill disks (else None)."""
+        return DISK_FULL_STORE_BYTES if "disk-full" in self.fault_kinds() else None
+
     def command(self) -> str:
         parts = [
             "python -m jepsen run",
@@ -119,58 +138,90 @@ async def run(config: RunConfig) -> dict:
     extra = {"flushDiskType": "SYNC_FLUSH", **workload_conf}
     if config.page_cache:
         extra |= {"flushDiskType": "ASYNC_FLUSH", "flushFileInterval": str(PAGE_CACHE_FLUSH_MS)}
+    if config.store_bytes() is not None:
+        extra.update(SMALL_STORE_CONF)
     shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
     master_role = TOPOLOGIES[config.topology]
     if master_role is None:
-        cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra)
+        cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
     else:
         cluster = JepsenClassicCluster(run_dir / "cluster", master_role, extra)
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
-        async with (
-            ProxyNet(cluster.peer_links(), rng, frame_header_bytes=PEER_FRAME_HEADER_BYTES) as net,
-            ProxyNet(
-                cluster.client_links(),
-                rng,
-                cluster.client_proxies(),
-                frame_header_bytes=CLIENT_FRAME_HEADER_BYTES,
-            ) as clients,
-        ):
-            cluster.net, cluster.clients = net, clients
-            async with cluster:
-                await cluster.create_topic(TOPIC, QUEUES)
-                nemesis = Nemesis(cluster, history)
-                workload = workload_class(
-                    cluster.namesrv_addr,
-                    cluster.broker_name,
-                    {address: node for node, address in cluster.client_addrs.items()},
-                    history,
-                    random.Random(rng.randrange(1 << 32)),
-                    rate=config.rate,
-                )
-                await _play(config, cluster, nemesis, workload, steps, outcome)
-                final, replicas = await _read_logs(cluster, outcome)
+        async with behind_proxies(cluster, rng):
+            nemesis = Nemesis(cluster, history)
+            workload = new_workload(cluster, history, rng, workload_class, rate=config.rate)
+            progress = None
+            if config.progress:
+                progress = functools.partial(_progress, history, nemesis, config.time_limit_s)
+            await play(cluster, nemesis, workload, steps, config.time_limit_s, outcome, progress)
+            final, replicas = await read_logs(cluster, outcome)
         record = {**outcome, "faults": nemesis.injected, "errors": nemesis.errors}
         results = check(history.ops, final, replicas, record, checks)
         results["run"] = record
-        (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
-        (run_dir / "replicas.json").write_text(
-            json.dumps({n: {str(q): v for q, v in r.items()} for n, r in replicas.items()})
-        )
+        save_logs(run_dir, final, replicas)
         meta = _meta(config, len(steps))
         write_report(run_dir, history.ops, results, meta)
     return results
 
 
-async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
+@contextlib.asynccontextmanager
+async def behind_proxies(cluster: JepsenCluster, rng: random.Random):
+    """`cluster` started with every peer and client link through a proxy, and the topic
+    created; everything stops on the way out."""
+    async with (
+        ProxyNet(cluster.peer_links(), rng, frame_header_bytes=PEER_FRAME_HEADER_BYTES) as net,
+        ProxyNet(
+            cluster.client_links(),
+            rng,
+            cluster.client_proxies(),
+            frame_header_bytes=CLIENT_FRAME_HEADER_BYTES,
+        ) as clients,
+    ):
+        cluster.net, cluster.clients = net, clients
+        async with cluster:
+            await cluster.create_topic(TOPIC, QUEUES)
+            yield cluster
+
+
+def new_workload(
+    cluster: JepsenCluster,
+    history: Recorder,
+    rng: random.Random,
+    workload_class: type[Workload] = Workload,
+    **options,
+) -> Workload:
+    """A workload of `workload_class` (the queue workload by default) against `cluster`
+    (its `options` as Workload's), with a random source of its own drawn from `rng`."""
+    return workload_class(
+        cluster.namesrv_addr,
+        cluster.broker_name,
+        cluster.node_of(),
+        history,
+        random.Random(rng.randrange(1 << 32)),
+        **options,
+    )
+
+
+async def play(
+    cluster: JepsenCluster,
+    nemesis: Nemesis,
+    workload: Workload,
+    steps: list[Step],
+    time_limit_s: float,
+    outcome: dict,
+    progress: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Load and faults for `time_limit_s`, then heal, recover and drain (the module
+    docstring's shape); what happened goes into `outcome`."""
     async with trio.open_nursery() as nursery:
         nursery.start_soon(workload.produce)
         nursery.start_soon(workload.consume)
-        if config.progress:
-            nursery.start_soon(_progress, workload.history, nemesis, config.time_limit_s)
+        if progress is not None:
+            nursery.start_soon(progress)
         started = trio.current_time()
-        await nemesis.run(steps, started, config.time_limit_s)
-        await trio.sleep_until(started + config.time_limit_s)
+        await nemesis.run(steps, started, time_limit_s)
+        await trio.sleep_until(started + time_limit_s)
         outcome["healed"] = await nemesis.heal_all()
         workload.producing = False
         await workload.sends_done.wait()
@@ -198,7 +249,7 @@ async def _play(config, cluster, nemesis, workload, steps, outcome) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def _read_logs(cluster: JepsenCluster, outcome: dict):
+async def read_logs(cluster: JepsenCluster, outcome: dict):
     """Each queue as the master serves it, and as every member serves it; replies
     that do not decode are listed in outcome["read_errors"]."""
     master = outcome.get("master")
@@ -214,6 +265,14 @@ async def _read_logs(cluster: JepsenCluster, outcome: dict):
         }
     final = replicas.get(master, {}) if master is not None else {}
     return final, replicas
+
+
+def save_logs(run_dir: Path, final: dict, replicas: dict) -> None:
+    """The logs read at the end, for `python -m jepsen check RUN_DIR`."""
+    (run_dir / "final.json").write_text(json.dumps({str(q): v for q, v in final.items()}))
+    (run_dir / "replicas.json").write_text(
+        json.dumps({n: {str(q): v for q, v in r.items()} for n, r in replicas.items()})
+    )
 
 
 async def _progress(history: Recorder, nemesis: Nemesis, time_limit_s: float) -> None:
@@ -242,22 +301,53 @@ async def _progress(history: Recorder, nemesis: Nemesis, time_limit_s: float) ->
 
 
 def _meta(config: RunConfig, steps: int) -> dict:
+    flush = f"ASYNC_FLUSH every {PAGE_CACHE_FLUSH_MS} ms" if config.page_cache else "SYNC_FLUSH"
+    meta = run_meta(
+        config.command(), config.seed, config.members, config.fault_kinds(),
+        config.time_limit_s, flush, steps,
+    )  # fmt: skip
+    meta["workload"] = config.workload
+    meta["topology"] = config.topology
+    if config.store_bytes() is not None:
+        meta["stores"] = f"tmpfs {config.store_bytes() >> 20} MiB each"
+    return meta
+
+
+def run_meta(
+    command: str,
+    seed: int,
+    nodes: int,
+    fault_kinds: tuple[str, ...],
+    time_limit_s: float,
+    flush: str,
+    steps: int,
+) -> dict:
+    """What the report says about a run's settings (`command` reproduces it)."""
     return {
-        "command": config.command(),
-        "seed": config.seed,
-        "nodes": config.members,
-        "faults": ",".join(config.fault_kinds()),
-        "time_limit_s": config.time_limit_s,
-        "flush": f"ASYNC_FLUSH every {PAGE_CACHE_FLUSH_MS} ms"
-        if config.page_cache
-        else "SYNC_FLUSH",
+        "command": command,
+        "seed": seed,
+        "nodes": nodes,
+        "faults": ",".join(fault_kinds),
+        "time_limit_s": time_limit_s,
+        "flush": flush,
         "scheduled_faults": steps,
-        "workload": config.workload,
-        "topology": config.topology,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
     }
+
+
+def machine() -> str:
+    """Cores and CPU model (from /proc/cpuinfo where there is one), and the Python."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"{os.cpu_count()} x {model}, {platform.python_implementation()} "
+        f"{platform.python_version()}"
+    )
 
 
 def summary(results: dict, config: RunConfig) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from jepsen.nemesis import KINDS, MINORITY_ONLY, QUIET_S, Step, targets_for
+from jepsen.nemesis import KINDS, MINORITY_ONLY, ON_REQUEST, QUIET_S, Step, targets_for
 
 
 @st.composite
@@ -25,7 +25,12 @@ def step_specs(draw, nodes: int, kinds: tuple[str, ...]):
 
 
 @st.composite
-def schedules(draw, nodes: int, time_limit_s: float, kinds: tuple[str, ...] = tuple(KINDS)):
+def schedules(
+    draw,
+    nodes: int,
+    time_limit_s: float,
+    kinds: tuple[str, ...] = tuple(k for k in KINDS if k not in ON_REQUEST),
+):
     """Steps laid end to end with quiet gaps; those that would end past the time
     limit are dropped, so shrinking the list shortens the schedule."""
     specs = draw(st.lists(step_specs(nodes, kinds), min_size=1, max_size=6))

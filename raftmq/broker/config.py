@@ -6,7 +6,8 @@ configs (`conf/dledger/broker-n*.conf` here) load unchanged. In DLedger mode the
 replica's `DLedgerConfig` is derived as RocketMQ's `DLedgerCommitLog` derives it: group
 is `dLegerGroup` or else `brokerName`, the store lives under `storePathRootDir` (or
 `storePathDLedgerCommitLog`), data segments are `mappedFileSizeCommitLog` bytes and
-files are kept `fileReservedTime + 1` hours; ConsumeQueue files are
+files are kept `fileReservedTime + 1` hours (or DLedger's `fileReservedHours`, which
+may be a fraction, when given); ConsumeQueue files are
 `mappedFileSizeConsumeQueue` bytes (300,000 entries). DLedger's own timing keys
 (`heartBeatTimeIntervalMs`, `maxVoteIntervalMs`, ...) may be written in the file under
 their DLedger names and are passed through; RocketMQ has no way to set them.
@@ -59,6 +60,7 @@ from raftmq.streams.config_keys import (
     file_path,
     integer,
     ip_address,
+    number,
     read_config_file,
     text,
 )
@@ -134,7 +136,7 @@ UNUSED_KEYS = frozenset(
         "fastFailIfNoBufferInStorePool", "checkCRCOnRecover",
         "readOnlyCommitLogStorePaths", "enableBatchPush",
         # retention by schedule and disk pressure (files go by age: fileReservedTime)
-        "deleteWhen", "diskMaxUsedSpaceRatio", "cleanFileForciblyEnable",
+        "deleteWhen", "cleanFileForciblyEnable",
         "cleanResourceInterval", "deleteCommitLogFilesInterval",
         "deleteConsumeQueueFilesInterval", "destroyMapedFileIntervalForcibly",
         "redeleteHangedFileInterval",
@@ -219,6 +221,11 @@ class BrokerConfig:
     transaction_time_out: int = 6000  # ms before a half message may be checked
     transaction_check_max: int = 15  # checks before a half message is discarded
     transaction_check_interval: int = 60_000  # ms between check runs
+    # Percent of the store's filesystem in use: over the first, retention deletes
+    # expired files at once; over the second, sends are refused until it is under.
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    file_reserved_hours: float | None = None  # DLedger's key; overrides fileReservedTime + 1
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     metrics_port: int = 0  # raftmq's: the Prometheus endpoint's port, 0 for none
     dleger_tls_cert_path: str | None = None
@@ -297,7 +304,11 @@ class BrokerConfig:
             store_type="FILE",
             flush_disk_type=self.flush_disk_type,
             mapped_file_size_for_entry_data=self.mapped_file_size_commit_log,
-            file_reserved_hours=self.file_reserved_time + 1,
+            file_reserved_hours=self.file_reserved_time + 1
+            if self.file_reserved_hours is None
+            else self.file_reserved_hours,
+            disk_space_ratio_to_check_expired=self.disk_max_used_space_ratio / 100,
+            disk_full_ratio=self.disk_space_warning_level_ratio / 100,
             record_synced_lengths=self.record_synced_lengths,
             preferred_leader_ids=self.preferred_leader_id or (),
             tls_cert_path=self.dleger_tls_cert_path,
@@ -316,6 +327,15 @@ def _self_id(value: str) -> str:
 def _address(value: str) -> str:
     parse_address(value)
     return value
+
+
+def _positive_hours(value: str) -> float:
+    """`fileReservedHours` in fractions too (0.05 is three minutes), so that retention can
+    be watched cycling files in a test or a soak; fileReservedTime counts whole hours."""
+    hours = number(value)
+    if not hours > 0:
+        raise ValueError("must be more than 0")
+    return hours
 
 
 def _delay_levels(value: str) -> str:
@@ -372,6 +392,9 @@ KEYS = KeyTable(
         Key("transactionTimeOut", "transaction_time_out", integer(0)),
         Key("transactionCheckMax", "transaction_check_max", integer(0)),
         Key("transactionCheckInterval", "transaction_check_interval", integer(1)),
+        Key("diskMaxUsedSpaceRatio", "disk_max_used_space_ratio", integer(1, 100)),
+        Key("diskSpaceWarningLevelRatio", "disk_space_warning_level_ratio", integer(1, 100)),
+        Key("fileReservedHours", "file_reserved_hours", _positive_hours),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
         Key("flushIntervalCommitLog", "flush_interval_commit_log", integer(1)),
         Key("syncFlushTimeout", "sync_flush_timeout", integer(1)),
@@ -407,7 +430,8 @@ _CLASSIC_ONLY = frozenset(
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
      "storePathDLedgerCommitLog", "recordSyncedLengths", "dLegerTlsCertPath",
-     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", *DLEDGER_PASSTHROUGH_KEYS}
+     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", "fileReservedHours",
+     *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
 
 

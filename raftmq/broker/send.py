@@ -9,9 +9,10 @@ the answer goes back once a quorum has it on disk. (On a classic CommitLog,
 `store.classic_commitlog`, a message stored but not flushed or replicated in time
 is answered 10, 11 or 12, as RocketMQ answers it.) DLedger's refusals map as
 RocketMQ's DLedgerCommitLog maps them: not the leader → SERVICE_NOT_AVAILABLE
-(the client retries, and refreshes its route), a quorum-ack timeout →
-SYSTEM_ERROR with a remark saying the outcome is unknown, a full pending queue
-→ SYSTEM_BUSY.
+(the client retries, and refreshes its route), a full disk (DISK_FULL) →
+SERVICE_NOT_AVAILABLE with RocketMQ's remark and how full each store directory's
+filesystem is, a quorum-ack timeout → SYSTEM_ERROR with a remark saying the
+outcome is unknown, a full pending queue → SYSTEM_BUSY.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
@@ -30,6 +32,7 @@ from raftmq.broker.store.classic_commitlog import PutStatus
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.broker.transactions import HALF_TOPIC, TRANSACTION_TOPICS, is_prepared, to_half
 from raftmq.dledger.codes import Code
+from raftmq.dledger.store.filesystem import used_ratio
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id, pack_host
@@ -63,8 +66,13 @@ _NOT_LEADER = {
     Code.TERM_CHANGED,
     Code.INCONSISTENT_LEADER,
     Code.LEADER_NOT_READY,
-    Code.DISK_FULL,
 }
+# SendMessageProcessor's remark for SERVICE_NOT_AVAILABLE, which a full disk leads to.
+DISK_FULL_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: "
+    "the broker's disk is full [{}], messages are put to the slave, message store "
+    "has been shut down, etc."
+)
 
 
 def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
@@ -92,9 +100,26 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     return items
 
 
-def _append_failure(code: Code | PutStatus) -> tuple[int, str]:
-    """(response code, remark) for an append DLedger (or a classic CommitLog) did not
-    acknowledge."""
+def disk_util(commitlog_dir: Path, store_root: Path) -> str:
+    """RocketMQ's diskUtil(): the share in use of the filesystems holding the CommitLog,
+    the ConsumeQueues and the index (a directory not made yet counts as its parent)."""
+
+    def ratio(path: Path) -> float:
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return used_ratio(path)
+
+    return "CL: {:5.2f} CQ: {:5.2f} INDEX: {:5.2f}".format(
+        ratio(commitlog_dir), ratio(store_root / "consumequeue"), ratio(store_root / "index")
+    )
+
+
+def _append_failure(code: Code | PutStatus, disk: Callable[[], str]) -> tuple[int, str]:
+    """(response code, remark) for an append DLedger did not acknowledge; `disk` says
+    how full the store's disks are, for a DISK_FULL. (A classic CommitLog refuses
+    only a record larger than its files.)"""
+    if code is Code.DISK_FULL:
+        return ResponseCode.SERVICE_NOT_AVAILABLE, DISK_FULL_REMARK.format(disk())
     if code is PutStatus.MESSAGE_ILLEGAL:
         return (
             ResponseCode.MESSAGE_ILLEGAL,
@@ -224,7 +249,7 @@ class SendProcessor:
 
         def done(code: Code | PutStatus, results) -> None:
             if results is None:
-                failure = _append_failure(code)
+                failure = _append_failure(code, self.disk_util)
                 for request, _queue_id in taken:
                     connection.respond(request, request.make_response(*failure))
                 return
@@ -247,6 +272,10 @@ class SendProcessor:
                 connection.send_encoded(SEND_RESPONSES(answers, self.address.store_host_bytes))
 
         return done
+
+    def disk_util(self) -> str:
+        root = self.store.root
+        return disk_util(getattr(self.store.server.store, "base_dir", root), root)
 
     @staticmethod
     def _check_writable(config) -> None:
@@ -394,7 +423,7 @@ class SendProcessor:
         await finished.wait()
         code, placed = outcome
         if placed is None:
-            response_code, remark = _append_failure(code)
+            response_code, remark = _append_failure(code, self.disk_util)
             raise BadRequest(remark, response_code)
         return (int(code) if isinstance(code, PutStatus) else ResponseCode.SUCCESS), placed
 

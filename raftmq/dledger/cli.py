@@ -21,7 +21,8 @@ import trio
 from raftmq.dledger.client import ClientError, DLedgerClient, body_for_json
 from raftmq.dledger.codes import Code
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.dledger.server import DiskFailure, DLedgerServer
+from raftmq.dledger.durable import DiskFailure
+from raftmq.dledger.server import DLedgerServer
 from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.address import parse_peers

@@ -75,6 +75,14 @@ class DLedgerConfig:
     # page-cache mode (ASYNC_FLUSH) fsyncs this often; acks do not wait for it
     flush_file_interval_ms: int = attrs.field(default=10, metadata=_key("flushFileInterval"))
     file_reserved_hours: float = attrs.field(default=72, metadata=_key("fileReservedHours"))
+    # DLedger's CleanSpaceService ratios of the store's filesystem in use: over the
+    # first, retention runs at once rather than on its clock; over the second the
+    # disk counts as full: the leader refuses appends and a follower pushes
+    # (DISK_FULL) until it is under again. Checked every DISK_CHECK_INTERVAL_S.
+    disk_space_ratio_to_check_expired: float = attrs.field(
+        default=0.70, metadata=_key("diskSpaceRatioToCheckExpired")
+    )
+    disk_full_ratio: float = attrs.field(default=0.90, metadata=_key("diskFullRatio"))
     # Not DLedger's: for fault-injection harnesses (jepsen/), which cannot ask a killed
     # process what it had fsynced. See DLedgerServer._record_synced.
     record_synced_lengths: bool = attrs.field(
@@ -108,6 +116,8 @@ class DLedgerConfig:
             raise ValueError(f"selfId {self.self_id!r} is not among peers {list(self.peers)}")
         if self.flush_disk_type not in (FSYNC, PAGE_CACHE):
             raise ValueError(f"flushDiskType must be {FSYNC} or {PAGE_CACHE}")
+        if not 0 < self.disk_full_ratio <= 1:
+            raise ValueError("diskFullRatio must be above 0 and at most 1")
         if not 0 < self.min_vote_interval_ms <= self.max_vote_interval_ms:
             raise ValueError("need 0 < minVoteIntervalMs <= maxVoteIntervalMs")
         for pid in self.preferred_leader_ids:

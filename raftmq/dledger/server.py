@@ -19,6 +19,7 @@ write, one push per follower and one fsync, not one of each per entry.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -33,11 +34,13 @@ from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.output import Completion, Handoff
 from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, durably, until_room
 from raftmq.dledger.metrics import fsync_histogram
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.file import FileLogStore
+from raftmq.dledger.store.filesystem import used_ratio
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 from raftmq.streams import stages
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
 RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
+DISK_CHECK_INTERVAL_S = 0.1  # DLedger's CleanSpaceService period
 
 
 class DLedgerError(Exception):
@@ -55,21 +59,6 @@ class DLedgerError(Exception):
     def __init__(self, code: Code, remark: str = "") -> None:
         super().__init__(f"{code.name} ({int(code)}){': ' + remark if remark else ''}")
         self.code = code
-
-
-class DiskFailure(Exception):
-    """An fsync failed. The replica stops: after a failed fsync the kernel may have
-    dropped the dirty pages, so nothing written since can be vouched for."""
-
-
-async def durably(write_and_sync, *args) -> None:
-    """Run a blocking write-and-fsync in a worker thread. Any OSError from it (EIO, a
-    full disk) becomes DiskFailure, which stops the process with a clear message: after
-    a failed fsync nothing written since can be vouched for."""
-    try:
-        await trio.to_thread.run_sync(write_and_sync, *args)
-    except OSError as exc:
-        raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
 
 
 class _SyncThread:
@@ -228,6 +217,7 @@ class DLedgerServer:
         self._hard_state_to_save: tuple[int, str | None] | None = None
         self._hard_state_ready = trio.Event()
         self.fsync_seconds_family, self._fsync_seconds = fsync_histogram(config)
+        self._retention_due = trio.Event()  # the disk is over diskSpaceRatioToCheckExpired
         self.started = trio.Event()
 
     # ------------------------------------------------------------------ running
@@ -253,6 +243,7 @@ class DLedgerServer:
                 if isinstance(self.store, FileLogStore):
                     nursery.start_soon(self._retention_loop, name="retention")
                     nursery.start_soon(self._checkpoint_loop, name="checkpoint")
+                    nursery.start_soon(self._disk_space_loop, name="disk-space")
                 self.started.set()
                 task_status.started()
         finally:
@@ -418,7 +409,10 @@ class DLedgerServer:
             self._hard_state_ready = trio.Event()
             term, vote = self._hard_state_to_save
             self._hard_state_to_save = None
-            await durably(self.term_vote.save, term, vote)
+            await until_room(
+                functools.partial(functools.partial, self.term_vote.save, term, vote),
+                what="while saving the term and vote",
+            )
             self._handoff.hard_state_saved()
             self._process()
 
@@ -456,7 +450,12 @@ class DLedgerServer:
                 stages.mark("fsync done")
             if plan.syncs:
                 self._fsync_seconds.observe(took_s)
-            self._record_synced()
+            try:
+                self._record_synced()
+            except OSError as exc:  # nothing is acknowledged on this fsync until it is
+                if exc.errno not in NO_ROOM:
+                    raise
+                await until_room(lambda: self._record_synced, what="while recording synced lengths")
             self.replica.persisted(plan.end_index, plan.generation, self._now())
             self._process()
             if self._sync_wanted:
@@ -498,14 +497,56 @@ class DLedgerServer:
             await trio.sleep(CHECKPOINT_INTERVAL_S)
             index = self._durable_committed()
             if index != saved:
-                await durably(self.checkpoint.save, index)
+                await until_room(
+                    lambda: functools.partial(self.checkpoint.save, self._durable_committed()),
+                    what="while saving the checkpoint",
+                )
                 saved = index
+
+    async def _disk_space_loop(self) -> None:
+        """DLedger's CleanSpaceService check: how full the store's filesystem is. Over
+        diskFullRatio the replica refuses appends (DISK_FULL) until it is under again;
+        over diskSpaceRatioToCheckExpired retention runs now, not at its next turn.
+        Under the ratio it clears what a new segment that found no room set, so the
+        next append tries again (the store checks the free space before it allocates)."""
+        config = self.config
+        over = False  # at the last check
+        while True:
+            ratio = await trio.to_thread.run_sync(used_ratio, self.store.base_dir)
+            full = ratio > config.disk_full_ratio
+            if full != over:
+                over = full
+                if full:
+                    log.warning(
+                        "disk full: %.1f%% of the filesystem of %s in use (diskFullRatio %.0f%%);"
+                        " refusing appends",
+                        ratio * 100,
+                        self.store.base_dir,
+                        config.disk_full_ratio * 100,
+                    )
+                else:
+                    log.warning("disk space OK: %.1f%% in use; taking appends", ratio * 100)
+            if full != self.replica.disk_full:
+                self.replica.set_disk_full(full, self._now())
+                self._process()
+            if ratio > config.disk_space_ratio_to_check_expired:
+                self._retention_due.set()
+            await trio.sleep(DISK_CHECK_INTERVAL_S)
 
     async def _retention_loop(self) -> None:
         keep_s = self.config.file_reserved_hours * 3600.0
         while True:
-            await trio.sleep(RETENTION_CHECK_S)
-            deleted = self.store.delete_expired(self.retention_floor(), keep_s)
+            with trio.move_on_after(RETENTION_CHECK_S):
+                await self._retention_due.wait()
+            self._retention_due = trio.Event()
+            try:
+                deleted = self.store.delete_expired(self.retention_floor(), keep_s)
+            except OSError as exc:  # the new beginning's file had no room: next turn
+                if exc.errno not in NO_ROOM:
+                    raise
+                log.warning("retention skipped: %s", exc)
+                await trio.sleep(NO_ROOM_RETRY_S)
+                continue
             if deleted:
                 log.info(
                     "retention deleted %d data files; log now begins at %d",

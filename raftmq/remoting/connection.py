@@ -50,6 +50,7 @@ from raftmq.remoting.errors import RemotingConnectError, RemotingError, Remoting
 from raftmq.remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
 from raftmq.remoting.processor import Dispatcher, Processor, as_dispatcher, system_error
 from raftmq.streams.deadlines import DeadlineReaper
+from raftmq.streams.idle import close_when_stalled
 
 __all__ = ["DEFAULT_MAX_PENDING_BYTES", "DEFAULT_MAX_RUNNING_REQUESTS", "Connection"]
 
@@ -93,16 +94,17 @@ class Connection:
         max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS,
         on_close: Callable[[Connection], None] | None = None,
         receive_size: int = RECEIVE_CHUNK,
+        frame_deadline_s: float | None = None,
     ) -> None:
         self._stream = stream
+        self._frame_deadline_s = frame_deadline_s  # a frame begun must complete by then
         self._dispatcher = as_dispatcher(processor)
-        self._max_frame_bytes = max_frame_bytes
         self._max_pending_bytes = max_pending_bytes
         self._max_running = max_running_requests
         self._running = 0
         self._on_close = on_close
-        self._receive_size = receive_size
         self._writer = FrameWriter(stream, max_frame_bytes)
+        self._reader = FrameReader(stream, max_frame_bytes, receive_size=receive_size)
         self.remote_address = _socket_name(stream, "getpeername")
         self.local_address = _socket_name(stream, "getsockname")
         self._opaque = 0
@@ -266,6 +268,15 @@ class Connection:
                             io.cancel_scope.cancel()
                         io.start_soon(self._write_loop, io.cancel_scope)
                         io.start_soon(self._deadlines.run)
+                        if self._frame_deadline_s is not None:
+                            io.start_soon(
+                                close_when_stalled,
+                                self._reader.frame_start,
+                                self._frame_deadline_s,
+                                lambda: self.close(
+                                    f"a frame not completed within {self._frame_deadline_s} s"
+                                ),
+                            )
                         reason = await self._read_loop()
                         self._fail_all(reason)
                         io.cancel_scope.cancel()
@@ -296,7 +307,7 @@ class Connection:
 
     async def _read_loop(self) -> str:
         """Dispatch incoming frames; returns why reading stopped."""
-        reader = FrameReader(self._stream, self._max_frame_bytes, receive_size=self._receive_size)
+        reader = self._reader
         on_response = self._on_response
         start_soon = self._tasks.start_soon
         process = self._process

@@ -29,6 +29,7 @@ from raftmq.remoting.codec import (
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
 from raftmq.streams import stages
+from raftmq.streams.idle import FrameStart
 from raftmq.streams.writer import BatchWriter
 
 __all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter", "split_frames"]
@@ -139,6 +140,12 @@ class FrameReader:
         self._decoder = FrameDecoder(max_frame_bytes)
         self._receive_size = receive_size
         self._ready: deque[RemotingCommand] = deque()
+        self.frame_start = FrameStart()  # for a deadline on completing a frame
+
+    def _feed(self, data) -> list[RemotingCommand]:
+        commands = self._decoder.feed(data)
+        self.frame_start.note(self._decoder.buffered_bytes > 0, bool(commands))
+        return commands
 
     def __aiter__(self) -> FrameReader:
         return self
@@ -150,7 +157,7 @@ class FrameReader:
             if not data:
                 self._decoder.end_of_stream()
                 raise StopAsyncIteration
-            ready.extend(self._decoder.feed(data))
+            ready.extend(self._feed(data))
         return ready.popleft()
 
     async def receive_batch(self) -> list[RemotingCommand] | None:
@@ -165,7 +172,7 @@ class FrameReader:
         if not data:
             self._decoder.end_of_stream()
             return None
-        return self._decoder.feed(data)
+        return self._feed(data)
 
 
 class FrameWriter:

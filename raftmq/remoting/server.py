@@ -43,6 +43,9 @@ __all__ = ["DEFAULT_IDLE_S", "DEFAULT_MAX_CONNECTIONS", "RemotingServer", "liste
 log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_S = 120.0  # RocketMQ's serverChannelMaxIdleTimeSeconds; clients beat every 30 s
+# A frame begun must be complete this long after its first byte (a 4 MiB message at 1 Mbit/s
+# takes 32 s), or the connection is closed: a peer trickling a frame is never idle.
+DEFAULT_FRAME_DEADLINE_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 10_000
 TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a connection that stalls its handshake holds a slot no longer
 
@@ -57,9 +60,10 @@ def listen_host(bind_address: str) -> str | None:
 class RemotingServer:
     """Serve `processor` on `host:port` (port 0 picks a free port; `serve` reports it).
 
-    A connection that sends nothing for `idle_s` is closed, and past `max_connections`
-    open ones a new connection is closed at once (`streams.idle`), so a storm of
-    connections that each send half a frame holds bounded memory for a bounded time.
+    A connection that sends nothing for `idle_s`, or does not complete a frame within
+    `frame_deadline_s` of its first byte, is closed, and past `max_connections` open
+    ones a new connection is closed at once (`streams.idle`), so a storm of connections
+    that each send half a frame holds bounded memory for a bounded time.
 
     server = RemotingServer("127.0.0.1", 0, ProcessorTable({...}))
     port = await nursery.start(server.serve)
@@ -79,6 +83,7 @@ class RemotingServer:
         idle_s: float = DEFAULT_IDLE_S,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         tls: ServerTls | None = None,
+        frame_deadline_s: float = DEFAULT_FRAME_DEADLINE_S,
     ) -> None:
         self.host = host
         self.port = port
@@ -89,6 +94,7 @@ class RemotingServer:
         self.on_connect = on_connect
         self.on_disconnect = on_disconnect
         self.idle_s = idle_s
+        self.frame_deadline_s = frame_deadline_s
         self.connections: set[Connection] = set()
         self._cap = ConnectionCap("remoting server", max_connections)
         self.tls = tls if tls is not None and tls.enabled else None
@@ -154,6 +160,7 @@ class RemotingServer:
             max_pending_bytes=self.max_pending_bytes,
             max_running_requests=self.max_running_requests,
             on_close=self._connection_closed,
+            frame_deadline_s=self.frame_deadline_s,
         )
         self.connections.add(connection)
         try:

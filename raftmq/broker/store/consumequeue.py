@@ -182,13 +182,18 @@ class ConsumeQueue:
             fsync_dir(self.directory)
 
     def flush(self) -> None:
-        """Write appended entries to the last file (no fsync: the log can rebuild them)."""
+        """Write appended entries to the last file (no fsync: the log can rebuild them).
+        OSError (ENOSPC) leaves what was not written to be written by the next call."""
         if not self._unwritten:
             return
         self._open_last()
-        os.write(self._fd, self._entries[len(self._entries) - self._unwritten :])
-        self._unwritten = 0
-        self._written = True
+        view = memoryview(self._entries)
+        try:
+            while self._unwritten:  # a write short of room writes part: keep the rest
+                self._unwritten -= os.write(self._fd, view[len(view) - self._unwritten :])
+                self._written = True
+        finally:
+            view.release()
 
     def _open_last(self) -> None:
         if self._fd is None:

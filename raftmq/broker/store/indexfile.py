@@ -83,8 +83,17 @@ class IndexFile:
         self.index_num = index_num
         size_bytes = HEADER_SIZE + slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
         with open(path, "a+b") as f:
-            if os.fstat(f.fileno()).st_size != size_bytes:
-                f.truncate(size_bytes)  # sparse: the pages appear as they are written
+            found_bytes = os.fstat(f.fileno()).st_size
+            if found_bytes != size_bytes:
+                # Every block reserved now: on a full disk a write into a hole of the map
+                # would be a SIGBUS; this is an OSError (ENOSPC) the dispatcher retries.
+                try:
+                    os.posix_fallocate(f.fileno(), 0, size_bytes)
+                except OSError:
+                    if not found_bytes:
+                        path.unlink()
+                    raise
+                f.truncate(size_bytes)  # a file of another size: now this one's
             self._map = mmap.mmap(f.fileno(), size_bytes)
         for name, value in zip(_HEADER_FIELDS, _HEADER.unpack_from(self._map, 0), strict=True):
             setattr(self, name, value)

@@ -40,7 +40,7 @@ from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue,
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import CommitLog, ReplicatedLog
-from raftmq.dledger.server import durably
+from raftmq.dledger.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, until_room
 from raftmq.dledger.store.meta import atomic_write
 from raftmq.protocol import message as codec
 
@@ -183,8 +183,16 @@ class MessageStore:
         record = json.dumps({"position": position}).encode()
 
         def run() -> None:
-            sync_queues()
-            sync_index()
+            try:
+                sync_queues()
+            except OSError as exc:  # the files it covered may have lost pages: fatal
+                raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
+            try:
+                sync_index()
+            except OSError as exc:  # no room for the index's own checkpoint file: retried
+                if exc.errno not in NO_ROOM:
+                    raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
+                raise
             self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self._snapshot_path, snapshot)
             atomic_write(self._checkpoint_path, record)
@@ -266,9 +274,16 @@ class MessageStore:
                         await self._commit_moved.wait()
                     self._commit_moved = trio.Event()
                 self.trim_queues()
-                self.dispatch_some(DISPATCH_CHUNK)
+                try:
+                    self.dispatch_some(DISPATCH_CHUNK)
+                except OSError as exc:  # a ConsumeQueue or index file had no room
+                    if exc.errno not in NO_ROOM:
+                        raise
+                    log.warning("dispatch waits for room on the disk: %s", exc)
+                    await trio.sleep(NO_ROOM_RETRY_S)
+                    continue
                 if trio.current_time() >= next_checkpoint:
-                    await durably(self.checkpoint_work())
+                    await until_room(self.checkpoint_work, what="in the dispatch checkpoint")
                     next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
                 await trio.sleep(0)
         finally:
@@ -281,7 +296,7 @@ class MessageStore:
             else:
                 try:
                     self.checkpoint_work()()
-                except OSError as exc:
+                except (OSError, DiskFailure) as exc:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
             self.queues.close()
             self.index.close()
@@ -294,19 +309,25 @@ class MessageStore:
         if last < first:
             return 0
         touched = set()
-        for index, request in self.commitlog.scan(first, last):
-            self.dispatched_index = index
-            if request is not None:
-                self._dispatch(request)
-                touched.add((request.topic, request.queue_id))
-        self.queues.flush()
+        try:
+            for index, request in self.commitlog.scan(first, last):
+                if request is not None:  # an OSError (a full disk) leaves it to the next call
+                    self._dispatch(request)
+                    touched.add((request.topic, request.queue_id))
+                self.dispatched_index = index
+            self.queues.flush()
+        finally:
+            self._wake(touched)
+        return last - first + 1
+
+    def _wake(self, touched: set[tuple[str, int]]) -> None:
+        """Wake what waits for dispatch to move, and for messages on `touched` queues."""
         self._dispatch_moved.set()
         self._dispatch_moved = trio.Event()
         for key in touched:
             event = self._arrivals.pop(key, None)
             if event is not None:
                 event.set()
-        return last - first + 1
 
     def _dispatch(self, request: DispatchRequest) -> None:
         transaction = codec.MessageSysFlag.get_transaction_value(request.sysflag)

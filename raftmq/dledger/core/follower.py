@@ -16,7 +16,7 @@ from collections import deque
 from raftmq.dledger.codes import Code, PushType
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.store import entry as codec
-from raftmq.dledger.store.base import InconsistentAppend
+from raftmq.dledger.store.base import DiskFull, InconsistentAppend
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,9 @@ class FollowerReplication:
             if pre < self.committed_index:
                 self._refuse_cut(req, pre + 1)
                 return
+            if self.disk_full:  # a reset writes the new beginning's file
+                self._answer_push(req, Code.DISK_FULL, pre)
+                return
             store.reset(pre + 1, req.reset_pos, req.pre_log_term)
             self._after_truncation(pre)
             self._after_local_append()  # the answer waits for the new beginning to be durable
@@ -198,10 +201,17 @@ class FollowerReplication:
                 return
             blob = blob[offset:]
         if blob:
+            if self.disk_full:  # DLedger's appendAsFollower check: write nothing, ack nothing
+                self._answer_push(req, Code.DISK_FULL, pre)
+                return
             try:
                 store.append_encoded(blob)
             except (InconsistentAppend, codec.CorruptEntry):
                 self._answer_push(req, Code.INCONSISTENT_STATE, pre)
+                return
+            except DiskFull:  # no room for a new segment; nothing was written
+                self.disk_full = True
+                self._answer_push(req, Code.DISK_FULL, pre)
                 return
             self._after_local_append()
         self.leader_verified_index = max(self.leader_verified_index, last)

@@ -49,7 +49,7 @@ from raftmq.dledger.core.progress import Progress
 from raftmq.dledger.core.replication import LeaderReplication
 from raftmq.dledger.core.timers import Timer
 from raftmq.dledger.core.transfer import LeadershipTransfer, Transfer
-from raftmq.dledger.store.base import LogStore
+from raftmq.dledger.store.base import DiskFull, LogStore
 
 
 class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, LeadershipTransfer):
@@ -77,6 +77,9 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self.leader_id: str | None = None
         self.committed_index = -1
         self.persisted_index = store.end_index  # what survived a restart is on disk
+        # DLedger's isDiskFull: set by the driver's disk check, or by a segment that
+        # found no room; appends are refused (DISK_FULL) while it holds.
+        self.disk_full = False
         self._out = Output()
         self._seq = 0
         # election
@@ -181,7 +184,11 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
                 items.extend((EntryType.NORMAL, body) for body in bodies)
         if not items:
             return codes
-        positions = self.store.append_leader(self.term, items)
+        try:
+            positions = self.store.append_leader(self.term, items)
+        except DiskFull:  # nothing was written: refuse, and wait for the disk check
+            self.disk_full = True
+            return [Code.DISK_FULL if code is Code.SUCCESS else code for code in codes]
         self._after_local_append()
         deadline = now + self.config.max_wait_ack_time_ms
         offset = 0
@@ -202,7 +209,21 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
             return Code.REQUEST_WITH_EMPTY_BODYS
         if len(self._pending) + already >= self.config.max_pending_requests:
             return Code.LEADER_PENDING_FULL
+        if self.disk_full:
+            return Code.DISK_FULL
         return Code.SUCCESS
+
+    def set_disk_full(self, full: bool, now: float) -> None:
+        """The driver's disk check: whether the store's filesystem is over diskFullRatio.
+        Back under it, a leader whose NOOP found no room appends it now, so that what
+        it inherited commits."""
+        self._now = now
+        self.disk_full = full
+        if not full and self.role is Role.LEADER and self.store.end_term < self.term:
+            self._append_noop()
+            self._replicate_all(now)
+            self._advance_commit()
+        self._check_invariants()
 
     def retention_floor(self, now: float, keep_ms: float) -> int:
         """The lowest index retention may not delete past.
@@ -331,11 +352,19 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self.last_send_heartbeat_ms = float("-inf")
         self._next_preferred_check_ms = now + self.config.check_preferred_leader_interval_ms
         self._set_role(Role.LEADER, now)
-        # A NOOP of our own term lets everything inherited commit without waiting for a client.
-        self.store.append_leader(self.term, [(EntryType.NOOP, b"")])
-        self._after_local_append()
+        self._append_noop()
         timers.fire_due(self, self._LEADER_TIMERS, now)  # heartbeats and COMPAREs go out now
         self._advance_commit()
+
+    def _append_noop(self) -> None:
+        """A NOOP of our own term lets everything inherited commit without waiting for a
+        client. On a disk with no room for it, `set_disk_full` appends it later."""
+        try:
+            self.store.append_leader(self.term, [(EntryType.NOOP, b"")])
+        except DiskFull:
+            self.disk_full = True
+            return
+        self._after_local_append()
 
     def _leave_leadership(self) -> None:
         self.progress.clear()

@@ -125,7 +125,7 @@ class LeaderReplication:
         if prog is None or resp.index > self.store.end_index:  # vouching for what we never sent
             return
         if resp.code == Code.TERM_NOT_READY:  # it adopts our term at its next step: retry then
-            prog.become_probe(PushType.COMPARE, prog.match_index + 1)
+            prog.become_probe(PushType.COMPARE, max(prog.match_index + 1, self.store.begin_index))
             return
         if resp.term != self.term:
             return
@@ -138,11 +138,19 @@ class LeaderReplication:
                 self._matched(prog, resp.index)
                 self._replicate(resp.local_id, prog, now)
             elif resp.code == Code.INCONSISTENT_STATE:
-                next_index = min(prog.match_index + 1, resp.end_index + 1)
+                # from our beginning at the lowest, unless its log ends before that
+                next_index = min(
+                    max(prog.match_index + 1, self.store.begin_index), resp.end_index + 1
+                )
                 prog.become_probe(PushType.COMPARE, next_index)
                 self._replicate(resp.local_id, prog, now)
+            elif resp.code == Code.DISK_FULL:  # it wrote nothing: try again at its next beat
+                prog.stall()
             return
         if resp.type == PushType.COMMIT or not prog.probe_answered(resp.seq):
+            return
+        if resp.code == Code.DISK_FULL:  # a reset found no room
+            prog.stall()
             return
         if resp.type == PushType.COMPARE:
             self._on_compare_response(prog, resp)
@@ -150,7 +158,12 @@ class LeaderReplication:
             self._matched(prog, resp.index)
             prog.become_replicate(resp.index + 1)
         else:
+            # A refused TRUNCATE: compare again, but at the follower's next heartbeat
+            # answer, not at once; resent at once, a refusal that repeats (a reset that
+            # would cut its committed entries) became a loop at network speed.
             prog.become_probe(PushType.COMPARE, prog.next_index)
+            prog.stall()
+            return
         self._replicate(resp.local_id, prog, now)
 
     def _on_compare_response(self, prog: Progress, resp: PushResponse) -> None:
@@ -168,8 +181,13 @@ class LeaderReplication:
             next_index = min(resp.x_index, compare_index)
         else:
             next_index = min(compare_index, resp.end_index + 1)
-        if resp.begin_index > next_index:  # the follower lacks what we would compare
-            next_index = self.store.begin_index - 1
+        if resp.begin_index > next_index:
+            # The follower lacks what we would compare: compare where its log begins (it
+            # knows the term before its first entry), or, if ours begins later still,
+            # restart it at our beginning. Jumping to our beginning when the follower's
+            # lies past it (its retention went further than ours) sent it a reset that
+            # would cut its committed entries, which it refuses, again and again.
+            next_index = max(resp.begin_index, self.store.begin_index - 1)
         prog.become_probe(PushType.COMPARE, next_index)
 
     def _matched(self, prog: Progress, index: int) -> None:

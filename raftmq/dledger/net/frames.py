@@ -25,6 +25,7 @@ import trio
 
 from raftmq.dledger.net.codec import FrameError
 from raftmq.streams import stages
+from raftmq.streams.idle import FrameStart
 from raftmq.streams.writer import BatchWriter
 
 __all__ = [
@@ -78,6 +79,7 @@ class FrameReader:
         self._receive_size = receive_size
         self._buf = bytearray()
         self._ready: deque[tuple[int, bytes]] = deque()
+        self.frame_start = FrameStart()  # for a deadline on completing a frame
 
     def __aiter__(self) -> FrameReader:
         return self
@@ -93,6 +95,7 @@ class FrameReader:
                     raise FrameError(f"stream ended inside a frame ({len(self._buf)} bytes)")
                 raise StopAsyncIteration
             self._feed(data)
+            self.frame_start.note(bool(self._buf), bool(ready))
         return ready.popleft()
 
     def _feed(self, data) -> None:

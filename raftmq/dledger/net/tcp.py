@@ -59,7 +59,7 @@ from raftmq.dledger.net.codec import (
 )
 from raftmq.dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
 from raftmq.streams.address import parse_address
-from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle
+from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle, close_when_stalled
 from raftmq.streams.tls import PeerTls
 
 __all__ = ["PeerTransport", "RpcHandler", "set_nodelay"]
@@ -257,6 +257,7 @@ class PeerTransport:
         idle_s: float = 120.0,
         max_connections: int = 1024,
         tls: PeerTls | None = None,
+        frame_deadline_s: float = 60.0,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
@@ -279,6 +280,9 @@ class PeerTransport:
         # Incoming connections: closed after `idle_s` without a byte (a link that is
         # needed again is reopened by its sender), at most `max_connections` at once.
         self.idle_s = idle_s
+        # ... and when a frame begun on them is not complete within `frame_deadline_s`
+        # (a peer that trickles a frame is never idle; see streams.idle).
+        self.frame_deadline_s = frame_deadline_s
         self._cap = ConnectionCap(f"{self_id}: peer port", max_connections)
         # member id -> the addresses its configured host resolves to (resolved by `serve`;
         # a member missing here is not checked: its host did not resolve, or is a wildcard)
@@ -407,6 +411,17 @@ class PeerTransport:
             self._cap.release()
             await stream.aclose()
 
+    def _stalled(self, nursery: trio.Nursery) -> Callable[[], None]:
+        def close() -> None:
+            log.warning(
+                "%s: closing a peer connection that did not complete a frame in %s s",
+                self.self_id,
+                self.frame_deadline_s,
+            )
+            nursery.cancel_scope.cancel()
+
+        return close
+
     async def _authenticate(self, stream: trio.SocketStream) -> trio.SSLStream | None:
         """`stream` after the mutual TLS handshake, or None (logged, closed) when the
         other end does not present a certificate the trust file vouches for."""
@@ -433,8 +448,12 @@ class PeerTransport:
         on_message = self.on_message
         self_id = self.self_id
         sender = None  # the member this connection speaks for, from its first peer message
+        reader = FrameReader(stream, self.max_frame_bytes)
+        nursery.start_soon(
+            close_when_stalled, reader.frame_start, self.frame_deadline_s, self._stalled(nursery)
+        )
         try:
-            async for channel, payload in FrameReader(stream, self.max_frame_bytes):
+            async for channel, payload in reader:
                 if channel == PEER:
                     msg = decode_message(payload)
                     if msg.local_id != sender:

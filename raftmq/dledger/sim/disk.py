@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from raftmq.dledger.sim.checks import InvariantViolation
+from raftmq.dledger.store.base import DiskFull
 from raftmq.dledger.store.file import FileLogStore, StoreCorruption
 from raftmq.dledger.store.memory import MemoryLogStore
 
@@ -104,6 +105,7 @@ class SimFileSystem:
 
     def __init__(self, clock=lambda: 0.0) -> None:
         self._clock = clock
+        self.full = False  # no room for a new segment: creating one raises DiskFull
         self._files: dict[str, _SimFile] = {}  # the names a reader sees now
         self._durable_names: dict[str, _SimFile] = {}  # the names a crash keeps
         self._small: dict[str, bytes] = {}  # files written whole and atomically
@@ -134,6 +136,8 @@ class SimFileSystem:
 
     def open_segment(self, path: Path, size_bytes: int, create: bool) -> _SimFile:
         key = str(path)
+        if create and self.full:
+            raise DiskFull(f"no room for a new segment {key}")
         if create:
             self._files[key] = _SimFile(key, bytes(size_bytes), self._clock())
         file = self._file(key)

@@ -240,6 +240,35 @@ class FileLogStore(LogStore):
             self._commit.dirs_dirty = True
         return seg
 
+    def _last_pos(self, items: list[tuple[EntryType, bytes]]) -> int:
+        """Where the last of `items` goes when appended now; without placing each one
+        when they all fit in the rest of the current segment (the common case)."""
+        sizes = [_HEADER_SIZE + len(body) for _type, body in items]
+        room = self.segment_size - self.end_pos % self.segment_size
+        if sum(sizes) + codec.MIN_BLANK_SIZE <= room:
+            return self.end_pos + sum(sizes) - sizes[-1]
+        pos = end_pos = self.end_pos
+        for size in sizes:
+            pos = codec.place(end_pos, size, self.segment_size)
+            end_pos = pos + size
+        return pos
+
+    def _reserve(self, first_index: int, count: int, last_pos: int) -> None:
+        """Open every data and index segment an append of `count` entries from
+        `first_index`, the last at `last_pos`, writes to, before it writes a byte: a
+        disk too full for a new segment (DiskFull) then leaves the log as it was, and
+        the append hook (which assigns queue offsets) has not run."""
+        seg_size, index_size = self.segment_size, self.index_segment_size
+        start = self.end_pos - self.end_pos % seg_size
+        while start <= last_pos:
+            self._data_segment(start)
+            start += seg_size
+        byte = INDEX_SIZE * first_index
+        start, last_byte = byte - byte % index_size, INDEX_SIZE * (first_index + count) - 1
+        while start <= last_byte:
+            self._index_segment(start)
+            start += index_size
+
     def _write_data(self, pos: int, data) -> None:
         """Copy `data` (which lies within one segment) to `pos`."""
         seg = self._data_segment(pos - pos % self.segment_size)
@@ -287,6 +316,7 @@ class FileLogStore(LogStore):
         hook = self.append_hook
         first = index = self.end_index + 1
         end_pos, chain = self.end_pos, self.end_chain
+        self._reserve(first, len(items), self._last_pos(items))
         placed = []
         groups = []  # (pos, parts): one contiguous write per segment touched
         group_pos, parts = end_pos, []
@@ -325,6 +355,7 @@ class FileLogStore(LogStore):
         )
         if not staged:
             return 0
+        self._reserve(staged[0][3], len(staged), staged[-1][5])
         view = memoryview(blob)
         group_start = staged[0][0]
         group_pos = staged[0][5]

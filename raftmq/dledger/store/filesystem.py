@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+from raftmq.dledger.store.base import DiskFull
 from raftmq.dledger.store.meta import atomic_write, fsync_dir
 
 _CHUNK_BYTES = 1 << 20  # unit of scanning for leftovers
@@ -155,6 +156,35 @@ def _read_nonzero_end(fd: int, start: int, end: int) -> int:
     return last
 
 
+def _preallocate(fd: int, path: Path, size_bytes: int) -> None:
+    """Reserve every block of a new segment, so that writing through its map never
+    needs one: on a full disk a write into a hole of a mapped file is a SIGBUS, which
+    no one can catch. No room is DiskFull, with the new file removed; only a
+    filesystem without fallocate gets a sparse file of the right size."""
+    st = os.fstatvfs(fd)
+    if st.f_bavail * st.f_frsize < size_bytes:  # not a partial allocation to undo
+        os.unlink(path)
+        raise DiskFull(f"no room for a new segment {path} of {size_bytes} bytes")
+    try:
+        os.posix_fallocate(fd, 0, size_bytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            os.unlink(path)
+            raise DiskFull(f"no room for a new segment {path}: {exc.strerror}") from exc
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        os.ftruncate(fd, size_bytes)
+
+
+def used_ratio(path: str | Path) -> float:
+    """The share of the filesystem holding `path` in use, as `df` reports it: used
+    blocks over used and available (blocks reserved for root count as neither)."""
+    st = os.statvfs(path)
+    used = st.f_blocks - st.f_bfree
+    total = used + st.f_bavail
+    return used / total if total else 1.0
+
+
 class OsFileSystem:
     """The operating system's files: preallocated, mapped shared, fdatasync'd."""
 
@@ -174,10 +204,7 @@ class OsFileSystem:
         fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0), 0o644)
         try:
             if create:
-                try:
-                    os.posix_fallocate(fd, 0, size_bytes)
-                except OSError:  # filesystems without fallocate: a sparse file of the right size
-                    os.ftruncate(fd, size_bytes)
+                _preallocate(fd, path, size_bytes)
             mapped = mmap.mmap(fd, size_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
