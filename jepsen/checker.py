@@ -734,7 +734,8 @@ def check_async_loss(facts: Facts) -> dict:
         ]
     statement = "no acknowledged message lost"
     if lost and losses:
-        window_s = losses[0].start - min(p.start for p in lost)
+        # with a suffix lost, the last lost ack is the master's last: the span is the lag
+        window_s = max(p.end for p in lost) - min(p.start for p in lost)
         statement = (
             f"lost {len(lost)} acknowledged messages with the master, all sent in its last "
             f"{window_s * 1000:.0f} ms: what the slave had not yet received"

@@ -278,12 +278,13 @@ class JepsenCluster(LocalCluster):
 
 class JepsenClassicCluster(JepsenCluster, LocalClassicGroup):
     """A classic master (n0, SYNC_MASTER or ASYNC_MASTER) and its slave (n1) under the
-    same harness: client links through proxies as in a DLedger group; the HA link goes
-    direct (the slave dials the master's brokerIP2, its real address), since the
-    faults that make sense here act on processes. No member takes over from a dead
+    same harness: client links through proxies as in a DLedger group, and the HA link
+    too: the slave's haMasterAddress is the proxy of link (n1, n0), so the nemesis can
+    cut the slave off while the master goes on. No member takes over from a dead
     master: sends fail until it restarts, and reads fall back to the slave."""
 
     MASTER = "n0"
+    SLAVE = "n1"
 
     def __init__(self, base_dir: Path, master_role: str, extra_conf: dict[str, str]) -> None:
         LocalClassicGroup.__init__(
@@ -292,7 +293,15 @@ class JepsenClassicCluster(JepsenCluster, LocalClassicGroup):
         self._init_faults()
 
     def peer_links(self) -> dict[tuple[str, str], str]:
-        return {}
+        """The one peer link: the slave's HA connection to the master."""
+        return {(self.SLAVE, self.MASTER): self.ha_addrs[self.MASTER]}
+
+    def _broker_conf(self, node: str) -> dict[str, str]:
+        conf = super()._broker_conf(node)
+        if node == self.SLAVE:
+            assert self.net is not None, "attach a ProxyNet before starting"
+            conf["haMasterAddress"] = self.net.address(self.SLAVE, self.MASTER)
+        return conf
 
     async def leader(self) -> str | None:
         """The master, when it answers."""
@@ -306,6 +315,5 @@ class JepsenClassicCluster(JepsenCluster, LocalClassicGroup):
         (nothing promotes it: it serves what it had received)."""
         if self.MASTER not in lost:
             return await super().wait_serving(timeout_s, lost)
-        [slave] = [node for node in self.ids if node != self.MASTER]
-        assert self.running(slave), "a lost master's slave is never left down"
-        return slave
+        assert self.running(self.SLAVE), "a lost master's slave is never left down"
+        return self.SLAVE

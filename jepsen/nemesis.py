@@ -54,8 +54,9 @@ ON_REQUEST = frozenset({"disk-full", "slow-disk"})
 OVER_RATIO_FREE = 0.04
 SLOW_FSYNC_MS = (20, 50, 100)
 # Classic master/slave only: the master's machine gone for good (SIGKILL, never
-# restarted, its disk counted lost); nothing promotes the slave.
-LOSE_MASTER = {"lose-master": (("leader",), ("sigkill",), (1.0, 2.0))}
+# restarted, its disk counted lost); nothing promotes the slave. slave-cut-off first
+# blackholes the HA link for the duration, so the slave falls behind.
+LOSE_MASTER = {"lose-master": (("leader",), ("sigkill", "slave-cut-off"), (1.0, 3.0))}
 # The kinds each topology takes: a classic group has no peer links to cut and no
 # DLedger log to damage, so its faults act on processes and client links.
 TOPOLOGY_KINDS: dict[str, tuple[str, ...]] = {
@@ -106,7 +107,8 @@ def plan(seed: int, kinds: list[str], time_limit_s: float, nodes: int) -> list[S
         return _faults(rng, kinds, time_limit_s, nodes)
     lose_at_s = round(time_limit_s * 0.75, 2)
     steps = _faults(rng, others, lose_at_s - QUIET_S[0], nodes) if others else []
-    _, (variant,), (duration_s, _) = LOSE_MASTER["lose-master"]
+    _, variants, (low, high) = LOSE_MASTER["lose-master"]
+    variant, duration_s = rng.choice(variants), round(rng.uniform(low, high), 2)
     seed = rng.randrange(1 << 32)
     return [*steps, Step(lose_at_s, "lose-master", "leader", variant, duration_s, seed)]
 
@@ -217,21 +219,41 @@ class Nemesis:
     async def _lose_master(self, step: Step, rng: random.Random, fault_id: int) -> None:
         """A classic master lost for good, with the slave's lag (the master's own
         account, `slaveFallBehindBytes`) just before: an ASYNC_MASTER loses at most
-        what its slave had not received, a SYNC_MASTER nothing it answered SEND_OK."""
+        what its slave had not received, a SYNC_MASTER nothing it answered SEND_OK.
+
+        `slave-cut-off`: the HA link is blackholed for the step's duration first (the
+        master goes on taking sends), and reset as the master dies, so what the link
+        held never arrives: the slave is left as far behind as the cut made it."""
         master = await self.cluster.leader()
         if master is None or master in self.lost:
             self._start(fault_id, step, [], "skipped: no master to lose", True)
             self._stop(fault_id, step, [], "skipped")
             return
+        net = self.cluster.net
+        assert net is not None
+        ha_links = list(self.cluster.peer_links())
+        cut = step.variant == "slave-cut-off"
+        detail = f"SIGKILL {master} for good"
+        if cut:
+            detail = f"HA link cut for {step.duration_s:g} s, then SIGKILL {master} for good"
+        self._start(fault_id, step, [master], detail, False)
+        if cut:
+            for src, dst in ha_links:
+                net.one_way(src, dst)
+            await trio.sleep(step.duration_s)
         try:
             lag = (await self.cluster.member_state(master)).get("slaveFallBehindBytes", "?")
         except (OSError, ValueError, KeyError):
             lag = "?"
-        self._start(fault_id, step, [master], f"SIGKILL {master} for good", False)
         self.cluster.crash([master])
         self.lost.add(master)
         self.injected[-1]["slave_behind_bytes"] = lag
-        await trio.sleep(step.duration_s)
+        if cut:
+            net.reset(ha_links)
+            await trio.sleep(0.1)
+            net.heal()
+        else:
+            await trio.sleep(step.duration_s)
         self._stop(fault_id, step, [master], f"not restarted; slave was {lag} bytes behind")
 
     async def _restart(self, step: Step, rng: random.Random, fault_id: int) -> None:
