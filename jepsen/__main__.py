@@ -21,10 +21,10 @@ import trio
 
 from jepsen import history as history_file
 from jepsen.checker import check
-from jepsen.nemesis import KINDS, Step
+from jepsen.nemesis import DEFAULT_FAULTS, TOPOLOGY_KINDS, Step
 from jepsen.report import format_summary, write_report
 from jepsen.resources import read_samples
-from jepsen.runner import WORKLOADS, RunConfig, run, summary
+from jepsen.runner import TOPOLOGIES, WORKLOADS, RunConfig, checks_for, run, summary
 from jepsen.soak import SOAK_COMMAND, SOAK_TARGETS, SoakConfig, soak
 from jepsen.soak_report import passed, write_soak_report
 
@@ -36,9 +36,19 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--nodes", type=int, default=3, choices=(3, 5))
     r.add_argument("--workload", default="queue", choices=tuple(WORKLOADS))
     r.add_argument(
+        "--topology",
+        default="dledger",
+        choices=tuple(TOPOLOGIES),
+        help="a DLedger group (--nodes), or a classic SYNC_MASTER/ASYNC_MASTER and its slave",
+    )
+    r.add_argument(
         "--faults",
-        default="kill,pause,partition,disk",
-        help=f"comma-separated kinds among {','.join(KINDS)}",
+        default=None,
+        help="comma-separated kinds among "
+        + "; ".join(f"{t}: {','.join(k)}" for t, k in TOPOLOGY_KINDS.items())
+        + " (default: "
+        + "; ".join(f"{t}: {','.join(k)}" for t, k in DEFAULT_FAULTS.items())
+        + ")",
     )
     r.add_argument("--time-limit", type=float, default=60.0, help="seconds of faults")
     r.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: random)")
@@ -90,10 +100,18 @@ def main(argv: list[str] | None = None) -> int:
         return _recheck(args.run_dir)
     if args.command == "soak":
         return _soak(args)
-    faults = tuple(filter(None, args.faults.split(",")))
-    unknown = sorted(set(faults) - set(KINDS))
+    known = TOPOLOGY_KINDS[args.topology]
+    if args.faults is None:
+        faults = DEFAULT_FAULTS[args.topology]
+    else:
+        faults = tuple(filter(None, args.faults.split(",")))
+    unknown = sorted(set(faults) - set(known))
     if unknown:
-        print(f"jepsen: unknown faults {unknown}; known: {', '.join(KINDS)}", file=sys.stderr)
+        print(
+            f"jepsen: faults {unknown} not for --topology {args.topology}; known: "
+            f"{', '.join(known)}",
+            file=sys.stderr,
+        )
         return 2
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     run_dir = args.dir or Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-seed{seed}"
@@ -111,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         steps=steps,
         progress=not args.quiet,
         workload=args.workload,
+        topology=args.topology,
     )
     if config.store_bytes() is not None and os.geteuid() != 0:
         print("jepsen: disk-full faults mount a tmpfs for each store: run as root", file=sys.stderr)
@@ -164,7 +183,7 @@ def _recheck(run_dir: Path) -> int:
     replicas = json.loads((run_dir / "replicas.json").read_text())
     previous = json.loads((run_dir / "results.json").read_text())
     meta = previous.get("meta", {"command": f"python -m jepsen check {run_dir}"})
-    checks = WORKLOADS[meta.get("workload", "queue")][2]
+    checks = checks_for(meta.get("workload", "queue"), meta.get("topology", "dledger"))
     soaked = meta["command"].startswith(SOAK_COMMAND)  # its logs lost heads to retention
     results = check(ops, final, replicas, previous.get("run", {}), checks, retention=soaked)
     results["run"] = previous.get("run", {})

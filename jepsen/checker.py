@@ -687,6 +687,77 @@ def slow_disk_effect(fault: Fault, sends: list[Pair]) -> dict:
     }
 
 
+# A SYNC_MASTER's answers for "stored on the master, not confirmed on the slave".
+SLAVE_UNCONFIRMED = {11: "SLAVE_NOT_AVAILABLE", 12: "FLUSH_SLAVE_TIMEOUT"}
+
+
+def check_acked_without_slave(facts: Facts) -> dict:
+    """SYNC_MASTER sends answered SLAVE_NOT_AVAILABLE (11) or FLUSH_SLAVE_TIMEOUT (12):
+    stored on the master, which RocketMQ's clients count as sent, but without the slave's
+    copy. The history holds them as indeterminate (`info`), so `lost` does not count them;
+    here they are counted, with how many the final log lacks (informational: losing one
+    with the master is what those codes allow)."""
+    unconfirmed = [
+        p for p in facts.sends if p.completion and p.completion.get("code") in SLAVE_UNCONFIRMED
+    ]
+    lost = [p for p in unconfirmed if p.invoke["value"] not in facts.final_values]
+    by_code = Counter(SLAVE_UNCONFIRMED[p.completion["code"]] for p in unconfirmed)
+    return info(
+        len(unconfirmed),
+        [send_example(p) for p in lost],
+        lost=len(lost),
+        by_code=dict(by_code),
+        statement=f"acked without the slave guarantee (code 11/12): {len(unconfirmed)}, "
+        f"lost {len(lost)}",
+    )
+
+
+def check_async_loss(facts: Facts) -> dict:
+    """ASYNC_MASTER: the master answers SEND_OK before its slave has the bytes, so a
+    master lost for good (`lose-master`: its disk gone, the slave serving what it had
+    received) may take acknowledged messages with it, but only what had not been
+    replicated yet: the slave holds a prefix of the master's CommitLog, so no message
+    invoked after a lost one was acknowledged may survive. Fatal: any loss without a
+    master lost (kill -9 and restart keeps the disk, so nothing may go), or a loss that
+    is not such a suffix. `count` is the loss; `statement` its bound."""
+    lost = [pair for value, pair in facts.acked.items() if value not in facts.final_values]
+    losses = [f for f in faults(facts.history) if f.kind == "lose-master" and f.targets]
+    problems: list[dict] = []
+    if lost and not losses:
+        problems = [{**send_example(p), "why": "lost with the master's disk intact"} for p in lost]
+    elif lost:
+        first_lost_ack = min(p.end for p in lost)
+        problems = [
+            {**send_example(p), "why": "survived, yet invoked after a lost message was acked"}
+            for value, p in facts.acked.items()
+            if value in facts.final_values and p.start > first_lost_ack
+        ]
+    statement = "no acknowledged message lost"
+    if lost and losses:
+        # with a suffix lost, the last lost ack is the master's last: the span is the lag
+        window_s = max(p.end for p in lost) - min(p.start for p in lost)
+        statement = (
+            f"lost {len(lost)} acknowledged messages with the master, all sent in its last "
+            f"{window_s * 1000:.0f} ms: what the slave had not yet received"
+            + (" (a suffix of the log)" if not problems else ", NOT a suffix of the log")
+        )
+    return {
+        "valid": not problems,
+        "fatal": True,
+        "count": len(lost),
+        "examples": [send_example(p) for p in lost[:EXAMPLES]],
+        "violations": problems[:EXAMPLES],
+        "by_queue": dict(Counter(p.invoke["key"] for p in lost)),
+        "statement": statement,
+    }
+
+
+# --topology's own rules, over the workload's checks.
+TOPOLOGY_CHECKS: dict[str, dict[str, Callable[[Facts], dict]]] = {
+    "ms-sync": {"acked_without_slave": check_acked_without_slave},
+    "ms-async": {"lost": check_async_loss},
+}
+
 CHECKS: dict[str, Callable[[Facts], dict]] = {
     "counts": check_counts,
     "lost": check_lost,

@@ -37,7 +37,7 @@ from jepsen import disk
 from jepsen.proxy import Link, ProxyNet
 from raftmq.dledger.net.frames import HEADER_SIZE
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
-from raftmq.tools.broker_local import LocalCluster
+from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
 
 EXIT_DISK = 4  # mqbroker's exit status for a store it refuses to open (broker.cli)
 CLIENT = "client"  # the producers' and consumers' end of every client link
@@ -58,6 +58,14 @@ class RefusedToStart(Exception):
         self.disk = status == EXIT_DISK
 
 
+def _addressing(nodes: int) -> dict[str, list[str]]:
+    """Each node's own loopback address, and the one its client proxy listens on."""
+    return {
+        "hosts": [f"127.0.0.{10 + i}" for i in range(nodes)],
+        "advertised": [f"127.0.1.{10 + i}" for i in range(nodes)],
+    }
+
+
 class JepsenCluster(LocalCluster):
     def __init__(
         self,
@@ -70,9 +78,11 @@ class JepsenCluster(LocalCluster):
             base_dir,
             nodes=nodes,
             extra_conf={"recordSyncedLengths": "true", **extra_conf},
-            hosts=[f"127.0.0.{10 + i}" for i in range(nodes)],
-            advertised=[f"127.0.1.{10 + i}" for i in range(nodes)],
+            **_addressing(nodes),
         )
+        self._init_faults(store_bytes)
+
+    def _init_faults(self, store_bytes: int | None = None) -> None:
         self.net: ProxyNet | None = None  # the peer links
         self.clients: ProxyNet | None = None  # the client links
         self.paused: set[str] = set()
@@ -256,3 +266,54 @@ class JepsenCluster(LocalCluster):
             if s.get("dLegerRole") == "LEADER"
         ]
         return max(leaders)[1] if leaders else None
+
+    async def wait_serving(self, timeout_s: float, lost: set[str]) -> str:
+        """After the faults: the member the final read goes to (the master), once
+        every member has caught up. `lost` is for topologies whose members can be lost
+        for good; a DLedger group replaces them by itself."""
+        master = await self.wait_master(timeout_s)
+        await self.wait_caught_up(timeout_s)
+        return master
+
+
+class JepsenClassicCluster(JepsenCluster, LocalClassicGroup):
+    """A classic master (n0, SYNC_MASTER or ASYNC_MASTER) and its slave (n1) under the
+    same harness: client links through proxies as in a DLedger group, and the HA link
+    too: the slave's haMasterAddress is the proxy of link (n1, n0), so the nemesis can
+    cut the slave off while the master goes on. No member takes over from a dead
+    master: sends fail until it restarts, and reads fall back to the slave."""
+
+    MASTER = "n0"
+    SLAVE = "n1"
+
+    def __init__(self, base_dir: Path, master_role: str, extra_conf: dict[str, str]) -> None:
+        LocalClassicGroup.__init__(
+            self, base_dir, 1, master_role, extra_conf=extra_conf, **_addressing(2)
+        )
+        self._init_faults()
+
+    def peer_links(self) -> dict[tuple[str, str], str]:
+        """The one peer link: the slave's HA connection to the master."""
+        return {(self.SLAVE, self.MASTER): self.ha_addrs[self.MASTER]}
+
+    def _broker_conf(self, node: str) -> dict[str, str]:
+        conf = super()._broker_conf(node)
+        if node == self.SLAVE:
+            assert self.net is not None, "attach a ProxyNet before starting"
+            conf["haMasterAddress"] = self.net.address(self.SLAVE, self.MASTER)
+        return conf
+
+    async def leader(self) -> str | None:
+        """The master, when it answers."""
+        return self.MASTER if self.MASTER in await self.member_states() else None
+
+    async def wait_caught_up(self, timeout_s: float = 60.0) -> None:
+        await self.wait_replicated(timeout_s)
+
+    async def wait_serving(self, timeout_s: float, lost: set[str]) -> str:
+        """The master once its slave has caught up; the slave when the master is lost
+        (nothing promotes it: it serves what it had received)."""
+        if self.MASTER not in lost:
+            return await super().wait_serving(timeout_s, lost)
+        assert self.running(self.SLAVE), "a lost master's slave is never left down"
+        return self.SLAVE

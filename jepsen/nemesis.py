@@ -53,6 +53,22 @@ ON_REQUEST = frozenset({"disk-full", "slow-disk"})
 # brokers' diskSpaceWarningLevelRatio (90); no-room leaves nothing.
 OVER_RATIO_FREE = 0.04
 SLOW_FSYNC_MS = (20, 50, 100)
+# Classic master/slave only: the master's machine gone for good (SIGKILL, never
+# restarted, its disk counted lost); nothing promotes the slave. slave-cut-off first
+# blackholes the HA link for the duration, so the slave falls behind.
+LOSE_MASTER = {"lose-master": (("leader",), ("sigkill", "slave-cut-off"), (1.0, 3.0))}
+# The kinds each topology takes: a classic group has no peer links to cut and no
+# DLedger log to damage, so its faults act on processes and client links.
+TOPOLOGY_KINDS: dict[str, tuple[str, ...]] = {
+    "dledger": tuple(KINDS),
+    "ms-sync": ("kill", "pause", "restart", "client", *LOSE_MASTER),
+    "ms-async": ("kill", "pause", "restart", "client", *LOSE_MASTER),
+}
+DEFAULT_FAULTS = {
+    "dledger": ("kill", "pause", "partition", "disk"),
+    "ms-sync": ("kill", "pause", "restart"),
+    "ms-async": ("kill", "pause", "restart"),
+}
 # Damage to synced data (or fsync failing) is survivable on a minority only.
 MINORITY_ONLY = {"truncate", "bitflip", "fsync-eio"}
 QUIET_S = (2.0, 4.0)
@@ -69,18 +85,35 @@ class Step:
 
 
 def targets_for(kind: str, nodes: int) -> tuple[str, ...]:
-    targets = KINDS[kind][0]
+    targets = (KINDS | LOSE_MASTER)[kind][0]
     if nodes < 5:  # a ring of 3 is full connectivity
         targets = tuple(t for t in targets if t != "ring")
+    if nodes < 3:  # a master and its slave: no minority but none, no majority but all
+        targets = tuple(t for t in targets if t not in ("minority", "majority"))
     return targets
 
 
 def plan(seed: int, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
-    """The schedule for `seed`: faults separated by quiet gaps until `time_limit_s`."""
-    unknown = sorted(set(kinds) - set(KINDS))
+    """The schedule for `seed`: faults separated by quiet gaps until `time_limit_s`.
+    `lose-master` ends a classic master for good, so it comes once, last: the other
+    kinds fill the first three quarters of the run."""
+    unknown = sorted(set(kinds) - set(KINDS) - set(LOSE_MASTER))
     if unknown:
-        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS)}")
+        known = ", ".join([*KINDS, *LOSE_MASTER])
+        raise ValueError(f"unknown fault kinds {unknown}; known: {known}")
     rng = random.Random(seed)
+    others = [kind for kind in kinds if kind not in LOSE_MASTER]
+    if len(others) == len(kinds):
+        return _faults(rng, kinds, time_limit_s, nodes)
+    lose_at_s = round(time_limit_s * 0.75, 2)
+    steps = _faults(rng, others, lose_at_s - QUIET_S[0], nodes) if others else []
+    _, variants, (low, high) = LOSE_MASTER["lose-master"]
+    variant, duration_s = rng.choice(variants), round(rng.uniform(low, high), 2)
+    seed = rng.randrange(1 << 32)
+    return [*steps, Step(lose_at_s, "lose-master", "leader", variant, duration_s, seed)]
+
+
+def _faults(rng: random.Random, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
     steps: list[Step] = []
     t = rng.uniform(*QUIET_S)
     while True:
@@ -109,6 +142,7 @@ class Nemesis:
         # Process errors (a node that would not restart, a wrong exit status): each fails the run.
         self.errors: list[str] = []
         self.active: str | None = None  # for the progress line
+        self.lost: set[str] = set()  # members gone for good (lose-master): never restarted
         self._ids = 0
 
     async def run(self, steps: list[Step], started_at: float, time_limit_s: float) -> None:
@@ -182,6 +216,46 @@ class Nemesis:
             self.cluster.resume(node)
         self._stop(fault_id, step, targets, "SIGCONT")
 
+    async def _lose_master(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """A classic master lost for good, with the slave's lag (the master's own
+        account, `slaveFallBehindBytes`) just before: an ASYNC_MASTER loses at most
+        what its slave had not received, a SYNC_MASTER nothing it answered SEND_OK.
+
+        `slave-cut-off`: the HA link is blackholed for the step's duration first (the
+        master goes on taking sends), and reset as the master dies, so what the link
+        held never arrives: the slave is left as far behind as the cut made it."""
+        master = await self.cluster.leader()
+        if master is None or master in self.lost:
+            self._start(fault_id, step, [], "skipped: no master to lose", True)
+            self._stop(fault_id, step, [], "skipped")
+            return
+        net = self.cluster.net
+        assert net is not None
+        ha_links = list(self.cluster.peer_links())
+        cut = step.variant == "slave-cut-off"
+        detail = f"SIGKILL {master} for good"
+        if cut:
+            detail = f"HA link cut for {step.duration_s:g} s, then SIGKILL {master} for good"
+        self._start(fault_id, step, [master], detail, False)
+        if cut:
+            for src, dst in ha_links:
+                net.one_way(src, dst)
+            await trio.sleep(step.duration_s)
+        try:
+            lag = (await self.cluster.member_state(master)).get("slaveFallBehindBytes", "?")
+        except (OSError, ValueError, KeyError):
+            lag = "?"
+        self.cluster.crash([master])
+        self.lost.add(master)
+        self.injected[-1]["slave_behind_bytes"] = lag
+        if cut:
+            net.reset(ha_links)
+            await trio.sleep(0.1)
+            net.heal()
+        else:
+            await trio.sleep(step.duration_s)
+        self._stop(fault_id, step, [master], f"not restarted; slave was {lag} bytes behind")
+
     async def _restart(self, step: Step, rng: random.Random, fault_id: int) -> None:
         """Rolling restart: one node at a time, waiting for a master in between."""
         sig = signal.SIGTERM if step.variant == "sigterm" else signal.SIGKILL
@@ -204,7 +278,7 @@ class Nemesis:
         down (heal_all tries again at the end), and the run goes on."""
         notes = []
         for node in nodes:
-            if self.cluster.running(node):
+            if self.cluster.running(node) or node in self.lost:
                 continue
             try:
                 try:

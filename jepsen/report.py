@@ -75,6 +75,11 @@ def format_summary(results: dict, meta: dict) -> str:
         f"recovered={results['recovered']['count']} "
         f"redelivered={results['redelivered']['count']} "
         f"unseen_below_observed={results.get('unseen_below_observed', {}).get('count', '-')}",
+        *[
+            f"{name}: {results[name]['statement']}"
+            for name in ("lost", "acked_without_slave")
+            if "statement" in results.get(name, {})
+        ],
         *availability_lines(results["availability"]),
         latency_line(results["latency"]["send"]),
         *disk_fault_lines(results.get("disk_faults", {}).get("faults", [])),

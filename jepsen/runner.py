@@ -26,8 +26,13 @@ from pathlib import Path
 import attrs
 import trio
 
-from jepsen.checker import CHECKS, check
-from jepsen.cluster import CLIENT_FRAME_HEADER_BYTES, PEER_FRAME_HEADER_BYTES, JepsenCluster
+from jepsen.checker import CHECKS, TOPOLOGY_CHECKS, check
+from jepsen.cluster import (
+    CLIENT_FRAME_HEADER_BYTES,
+    PEER_FRAME_HEADER_BYTES,
+    JepsenClassicCluster,
+    JepsenCluster,
+)
 from jepsen.history import Recorder
 from jepsen.nemesis import Nemesis, Step, plan
 from jepsen.proxy import ProxyNet
@@ -48,6 +53,15 @@ WORKLOADS = {
     "queue": (Workload, {}, CHECKS),
     "transactions": (TransactionWorkload, BROKER_CONF, TRANSACTION_CHECKS),
 }
+# --topology: a DLedger group, or a classic master and slave (the master's brokerRole).
+TOPOLOGIES = {"dledger": None, "ms-sync": "SYNC_MASTER", "ms-async": "ASYNC_MASTER"}
+
+
+def checks_for(workload: str, topology: str) -> dict:
+    """The workload's checks with the topology's own rules for loss put over them."""
+    return {**WORKLOADS[workload][2], **TOPOLOGY_CHECKS.get(topology, {})}
+
+
 # A run with disk-full faults puts each store on a tmpfs of its own, this size, with
 # files small enough that several fit and the ballast leaves little room between them.
 DISK_FULL_STORE_BYTES = 48 << 20
@@ -71,11 +85,17 @@ class RunConfig:
     steps: tuple[Step, ...] | None = None  # an explicit schedule instead of plan(seed)
     progress: bool = True
     workload: str = "queue"
+    topology: str = "dledger"
+
+    @property
+    def members(self) -> int:
+        """Brokers in the group: `nodes` DLedger replicas, or a master and its slave."""
+        return self.nodes if TOPOLOGIES[self.topology] is None else 2
 
     def schedule(self) -> list[Step]:
         if self.steps is not None:
             return list(self.steps)
-        return plan(self.seed, list(self.faults), self.time_limit_s, self.nodes)
+        return plan(self.seed, list(self.faults), self.time_limit_s, self.members)
 
     def fault_kinds(self) -> tuple[str, ...]:
         """The kinds this run injects: an explicit schedule's own, else `faults`
@@ -91,7 +111,8 @@ class RunConfig:
     def command(self) -> str:
         parts = [
             "python -m jepsen run",
-            f"--nodes {self.nodes}",
+            f"--topology {self.topology}",
+            *([f"--nodes {self.nodes}"] if TOPOLOGIES[self.topology] is None else []),
             f"--workload {self.workload}",
             f"--faults {','.join(self.fault_kinds())}",
             f"--time-limit {self.time_limit_s:g}",
@@ -112,14 +133,19 @@ async def run(config: RunConfig) -> dict:
     steps = config.schedule()
     (run_dir / "schedule.json").write_text(json.dumps([attrs.asdict(s) for s in steps], indent=1))
     rng = random.Random(config.seed)
-    workload_class, workload_conf, checks = WORKLOADS[config.workload]
+    workload_class, workload_conf, _ = WORKLOADS[config.workload]
+    checks = checks_for(config.workload, config.topology)
     extra = {"flushDiskType": "SYNC_FLUSH", **workload_conf}
     if config.page_cache:
         extra |= {"flushDiskType": "ASYNC_FLUSH", "flushFileInterval": str(PAGE_CACHE_FLUSH_MS)}
     if config.store_bytes() is not None:
         extra.update(SMALL_STORE_CONF)
     shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
-    cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
+    master_role = TOPOLOGIES[config.topology]
+    if master_role is None:
+        cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
+    else:
+        cluster = JepsenClassicCluster(run_dir / "cluster", master_role, extra)
     outcome: dict = {}
     with Recorder(run_dir / "history.jsonl") as history:
         async with behind_proxies(cluster, rng):
@@ -201,8 +227,7 @@ async def play(
         await workload.sends_done.wait()
         healed_at = trio.current_time()
         with trio.move_on_after(RECOVERY_TIMEOUT_S) as recovery:
-            outcome["master"] = await cluster.wait_master(RECOVERY_TIMEOUT_S)
-            await cluster.wait_caught_up(RECOVERY_TIMEOUT_S)
+            outcome["master"] = await cluster.wait_serving(RECOVERY_TIMEOUT_S, nemesis.lost)
         outcome["recovered"] = not recovery.cancelled_caught
         outcome["recovery_s"] = round(trio.current_time() - healed_at, 3)
         master = outcome.get("master")
@@ -278,10 +303,11 @@ async def _progress(history: Recorder, nemesis: Nemesis, time_limit_s: float) ->
 def _meta(config: RunConfig, steps: int) -> dict:
     flush = f"ASYNC_FLUSH every {PAGE_CACHE_FLUSH_MS} ms" if config.page_cache else "SYNC_FLUSH"
     meta = run_meta(
-        config.command(), config.seed, config.nodes, config.fault_kinds(),
+        config.command(), config.seed, config.members, config.fault_kinds(),
         config.time_limit_s, flush, steps,
     )  # fmt: skip
     meta["workload"] = config.workload
+    meta["topology"] = config.topology
     if config.store_bytes() is not None:
         meta["stores"] = f"tmpfs {config.store_bytes() >> 20} MiB each"
     return meta

@@ -190,7 +190,7 @@ class Workload:
             }
         error = f"code {response.code}: {response.remark}"
         if response.code in MAYBE_STORED:
-            return "info", {"error": error, "node": node}
+            return "info", {"error": error, "node": node, "code": response.code}
         client.routes.invalidate(TOPIC)
         return "fail", {"error": error, "node": node}
 

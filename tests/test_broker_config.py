@@ -195,7 +195,7 @@ def test_dledger_keys_out_of_line_with_each_other(tmp_path: Path) -> None:
 
 def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
     keys = ["deleteWhen=04", "cleanFileForciblyEnable=true", "transientStorePoolEnable=false"]
-    keys += ["offsetCheckInSlave=false", "traceTopicEnable=false"]
+    keys += ["offsetCheckInSlave=false", "traceTopicEnable=false", "messageIndexSafe=true"]
     config, warnings = load_text(tmp_path, "\n".join(keys))
     path = tmp_path / "broker.conf"
     assert warnings == [f"{path}: {k.split('=')[0]}: accepted, not used by raftmq" for k in keys]

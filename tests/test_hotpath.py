@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from raftmq import hotpath
 from raftmq.broker import send_encoding
-from raftmq.broker.store import commitlog
+from raftmq.broker.store import commitlog, indexfile
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
@@ -37,6 +37,8 @@ TWINS = {
     "place_record": commitlog.place_record,
     "send_fields": send_encoding.send_fields,
     "plain_json_fields": remoting_codec.plain_json_fields,
+    "properties_index_keys": message.properties_index_keys,
+    "java_string_hash": message.java_string_hash,
     "pull_body": commitlog.pull_body,
 }
 
@@ -360,6 +362,7 @@ def test_dispatch_rows(entries, at, xor, last_index):
     parts, chain, pos = [], 0, 0
     for index, (noop, tag, sysflag) in enumerate(entries, 1):
         props = f"X\x01y\x02TAGS\x01{tag}\x02" if tag else "XTAGS\x01z"
+        props += f"\x02KEYS\x01{tag} k\x02UNIQ_KEY\x01U{index}" if index % 3 else ""
         body = b"" if noop else record_of(sysflag=sysflag, props=props)
         kind = EntryType.NOOP if noop else EntryType.NORMAL
         blob, chain = dentry.encode(int(kind), index, 1, pos, body, chain)
@@ -370,6 +373,91 @@ def test_dispatch_rows(entries, at, xor, last_index):
         blob[at] ^= xor
     if blob:
         same_rows(bytes(blob), last_index)
+
+
+def test_dispatch_rows_carry_the_index_keys():
+    """A row's last two fields are the UNIQ_KEY and KEYS the key index takes."""
+    body = record_of(props="UNIQ_KEY\x01AB12\x02KEYS\x01order-1 all\x02TAGS\x01t")
+    blob, _chain = dentry.encode(int(EntryType.NORMAL), 1, 1, 0, body, 0)
+    for function in (commitlog.DISPATCH_ROWS, commitlog.dispatch_rows):
+        rows, error = function(blob, 1)
+        assert error is None
+        assert commitlog.DispatchRequest(*rows[0][1]).keys == "order-1 all"
+        assert rows[0][1][-2:] == ("AB12", "order-1 all")
+
+
+key_item = st.sampled_from(
+    ["UNIQ_KEY\x01AB", "UNIQ_KEY\x01", "KEYS\x01a b", "KEYS\x01é", "KEYS\x01", "KEYS", "XKEYS\x01q"]
+)
+key_properties = st.lists(
+    st.one_of(key_item, prop_item).map(lambda item: item.encode("utf-8", "surrogatepass"))
+    | st.binary(max_size=6),  # malformed UTF-8 among them
+    max_size=6,
+).map(b"\x02".join)
+
+
+@given(key_properties)
+def test_properties_index_keys(properties):
+    same("properties_index_keys", properties)
+    assert message.properties_index_keys(properties) == (
+        lambda props: (props.get("UNIQ_KEY", ""), props.get("KEYS", ""))
+    )(message.string_to_properties(properties.decode("utf-8", "replace")))
+
+
+# --------------------------------------------------------------------- key index
+
+
+@given(st.text() | st.just("\udcff\ud800") | st.just(b"x") | st.integers())
+def test_java_string_hash(text):
+    same("java_string_hash", text)
+
+
+def index_image(slot_num, entries, slots):
+    """An IndexFile's bytes: header, `slots`, then entry 0 (unused) and `entries`."""
+    head = bytes(indexfile.HEADER_SIZE)
+    slot_bytes = b"".join(struct.pack(">i", v) for v in slots)
+    body = b"".join(struct.pack(">iqii", h, 0, 0, 0) for h in [0, *entries])
+    return bytearray(head + slot_bytes + body)
+
+
+@given(
+    st.integers(1, 5),
+    st.lists(st.integers(-(1 << 31), (1 << 31) - 1) | st.integers(0, 20), max_size=12),
+    st.lists(st.integers(-2, 14), max_size=5),
+    st.integers(-1, 14),
+    st.integers(-30, 10),
+)
+def test_recover_slots(slot_num, entries, slots, count, cut):
+    """The same slots and the same count from both, in bounds or not (bytes, short
+    buffers): kept when they name entries below count, rebuilt otherwise."""
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    slots = (slots + [0] * slot_num)[:slot_num]
+    image = index_image(slot_num, entries, slots)
+    if cut < 0:
+        del image[cut:]
+    images = [bytearray(image), bytearray(image)]
+    functions = (compiled.recover_slots, indexfile.recover_slots)
+    results = [outcome(f, b, slot_num, count) for f, b in zip(functions, images, strict=True)]
+    assert results[0] == results[1]
+    assert images[0] == images[1]
+    same_readonly = [outcome(f, bytes(image), slot_num, count) for f in functions]
+    assert same_readonly[0] == same_readonly[1]
+
+
+def test_recover_slots_keeps_or_rebuilds():
+    """Slots naming entries below count are kept as they are (a clean stop); one naming
+    an entry at or past count is repaired, all slots then rebuilt from the entries."""
+    entries = [4, 1, 7, 3]  # entries 1..4, 3 slots: slots 1, 1, 1, 0
+    for function in (indexfile.RECOVER_SLOTS, indexfile.recover_slots):
+        image = index_image(3, entries, [4, 3, 0])
+        assert function(image, 3, 5) == 2
+        assert image == index_image(3, entries, [4, 3, 0])  # untouched
+        image = index_image(3, entries, [4, 3, 9])  # slot 2 names a torn entry 9
+        assert function(image, 3, 5) == 2
+        assert image == index_image(3, entries, [4, 3, 0])
+        assert function(image, 3, 3) == 1  # entries 1 and 2 only
+        assert image == index_image(3, entries, [0, 2, 0])
 
 
 # --------------------------------------------------------------------- pulls

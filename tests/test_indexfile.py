@@ -103,11 +103,16 @@ def test_retention_deletes_leading_files_never_the_last(tmp_path):
     st.integers(min_value=0, max_value=30),
     st.integers(min_value=0, max_value=30),
     st.integers(min_value=0, max_value=30),
+    st.integers(min_value=0, max_value=7),
 )
-def test_torn_file_after_crash_recovered_by_redispatch(tmp_path_factory, synced, extra, resume):
-    """A crash after a checkpoint: entries after it may be torn (here: garbage), the
-    dispatcher resumes at a position at or before the checkpoint's; recovery followed
-    by dispatching again gives what an uninterrupted run gives."""
+def test_torn_file_after_crash_recovered_by_redispatch(
+    tmp_path_factory, synced, extra, resume, stale_slots
+):
+    """A crash after a checkpoint: entries after it may be torn (here: garbage), slots
+    may hold what the checkpoint flushed or a later entry's number (the first
+    `stale_slots` slots are put back as the checkpoint left them), the dispatcher
+    resumes at a position at or before the checkpoint's; recovery followed by
+    dispatching again gives what an uninterrupted run gives."""
     root = tmp_path_factory.mktemp("index")
     resume = min(resume, synced)
     messages = [(100 * (n + 1), T0_MS + n * 1000, [f"u{n}", f"k{n % 4}"]) for n in range(60)]
@@ -117,9 +122,12 @@ def test_torn_file_after_crash_recovered_by_redispatch(tmp_path_factory, synced,
     service.sync_plan()()
     synced_file = service.files[-1] if service.files else None
     synced_count = synced_file.index_count if synced_file else 1
+    slots_end = HEADER_SIZE + 4 * stale_slots
+    flushed_slots = bytes(synced_file._map[HEADER_SIZE:slots_end]) if synced_file else b""
     for phys, ts, words in messages[synced : synced + extra]:
         service.dispatch("T", phys, ts, words)
     if synced_file is not None:  # tear what the checkpoint did not flush
+        synced_file._map[HEADER_SIZE:slots_end] = flushed_slots
         for number in range(synced_count, synced_file.index_count):
             pos = synced_file._entry_pos(number)
             synced_file._map[pos : pos + ENTRY_SIZE] = b"\xff" * ENTRY_SIZE

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jepsen.checker import check
+from jepsen.checker import TOPOLOGY_CHECKS, check
 from jepsen.history import Recorder, faults, load, pairs
 
 
@@ -613,3 +613,48 @@ def test_duplicating_a_message_is_caught(plan, data):
     _, value = data.draw(st.sampled_from(final[0]))
     final[0].append((len(final[0]), value))
     assert "duplicated" in failing(check(model.rec.ops, final, replicas))
+
+
+def _async_loss(lose_master: bool, lost: set[str]):
+    """Sends a..e acknowledged in turn on an ASYNC_MASTER, then (maybe) the master lost
+    for good; the final log (the slave's) lacks `lost`."""
+    run = Run()
+    values = ["a", "b", "c", "d", "e"]
+    for offset, value in enumerate(values):
+        run.send(offset + 1, value, offset)
+    if lose_master:
+        run.rec.fault("lose-master", "start", ["n0"], "SIGKILL n0 for good", False, 1)
+        run.rec.fault("lose-master", "stop", ["n0"], "not restarted", True, 1)
+    run.log(*(v for v in values if v not in lost))
+    return check(run.rec.ops, run.final, {}, checks=TOPOLOGY_CHECKS["ms-async"])["lost"]
+
+
+def test_async_loss_of_the_unreplicated_suffix_is_allowed_and_stated():
+    lost = _async_loss(True, {"d", "e"})
+    assert lost["valid"] and lost["count"] == 2
+    assert lost["statement"].startswith("lost 2 acknowledged messages with the master")
+    assert "(a suffix of the log)" in lost["statement"]
+
+
+def test_async_loss_with_a_hole_or_without_a_lost_master_is_fatal():
+    hole = _async_loss(True, {"b"})  # c, d, e were sent after b was acked, and survived
+    assert not hole["valid"] and [v["value"] for v in hole["violations"]] == ["c", "d", "e"]
+    assert "NOT a suffix" in hole["statement"]
+    intact = _async_loss(False, {"e"})  # kill -9 and restart keeps the disk
+    assert not intact["valid"] and intact["violations"][0]["value"] == "e"
+    assert _async_loss(True, set())["valid"]
+
+
+def test_sync_master_sends_without_the_slave_copy_are_counted_apart():
+    run = Run()
+    run.send(1, "a", 0)
+    run.invoke_send(2, "b")
+    run.rec.complete("info", 2, "send", error="code 12: timeout", node="n0", code=12)
+    run.invoke_send(3, "c")
+    run.rec.complete("info", 3, "send", error="code 11: no slave", node="n0", code=11)
+    run.log("a", "c")
+    results = check(run.rec.ops, run.final, {}, checks=TOPOLOGY_CHECKS["ms-sync"])
+    unconfirmed = results["acked_without_slave"]
+    assert unconfirmed["count"] == 2 and unconfirmed["lost"] == 1
+    assert unconfirmed["by_code"] == {"FLUSH_SLAVE_TIMEOUT": 1, "SLAVE_NOT_AVAILABLE": 1}
+    assert results["valid"], "losing a send answered 11/12 is allowed"

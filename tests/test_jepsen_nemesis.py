@@ -105,3 +105,12 @@ async def test_client_faults_drive_only_the_client_links_then_heal(
     # A cut records whether a frame crossed the link while it was armed.
     cut = 1 if variant == "cut-mid-frame" else None
     assert nemesis.injected[0].get("cut_connections") == cut
+
+
+def test_lose_master_comes_once_and_last():
+    steps = plan(7, ["kill", "pause", "lose-master"], 40.0, 2)
+    assert [s.kind for s in steps].count("lose-master") == 1
+    assert steps[-1].kind == "lose-master" and steps[-1].at_s == 30.0
+    assert all(s.at_s + s.duration_s <= 30.0 for s in steps[:-1]) and len(steps) > 2
+    assert {s.target for s in steps[:-1]} <= {"leader", "one", "all"}  # two members
+    assert [s.kind for s in plan(3, ["lose-master"], 20.0, 2)] == ["lose-master"]

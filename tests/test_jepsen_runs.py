@@ -190,3 +190,53 @@ async def test_transactions_across_master_kills_commit_exactly_the_committed(tmp
         if p.f == "send" and p.invoke["decision"] == "rollback"
     ]  # fmt: skip
     assert len(rolled_back) > 100
+
+
+async def _classic_run(tmp_path, topology: str, paused: str) -> tuple[RunConfig, dict]:
+    """14 s on a classic master and its slave: the master killed and restarted, `paused`
+    stopped for 1.5 s, then the slave cut off for 2 s and the master lost for good; the
+    run must pass its checks, and the final read is the slave's."""
+    config = RunConfig(
+        run_dir=tmp_path / topology,
+        seed=7,
+        time_limit_s=14,
+        rate=400,
+        steps=(
+            Step(2.0, "kill", "leader", "sigkill", 2.0, seed=0),
+            Step(6.5, "pause", paused, "sigstop", 1.5, seed=1),
+            Step(10.0, "lose-master", "leader", "slave-cut-off", 2.0, seed=2),
+        ),
+        progress=False,
+        topology=topology,
+    )
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    assert results["counts"]["faults"] == {"kill": 1, "pause": 1, "lose-master": 1}
+    assert results["counts"]["acknowledged"] > 500
+    assert results["run"]["master"] == "n1", "the final read is the slave's"
+    assert results["run"]["recovered"] and results["run"]["drained"]
+    return config, results
+
+
+@pytest.mark.processes
+async def test_sync_master_loses_no_send_ok_message_with_its_master(tmp_path):
+    """A SYNC_MASTER: the slave paused, then cut off before the master dies (sends
+    answered 12 after slaveTimeout, or stalled); the slave, which nothing promotes,
+    serves every message answered SEND_OK."""
+    config, results = await _classic_run(tmp_path, "ms-sync", "one")
+    assert results["lost"]["count"] == 0
+    assert "acked without the slave guarantee" in summary(results, config)
+
+
+@pytest.mark.processes
+async def test_async_master_loses_only_what_its_slave_had_not_received(tmp_path):
+    """An ASYNC_MASTER: killed -9 and restarted (its disk intact: nothing may be lost),
+    paused, then lost for good after 2 s with its slave cut off: it acknowledged sends
+    all that time, and those are lost, as a suffix of the log; the summary says so."""
+    config, results = await _classic_run(tmp_path, "ms-async", "leader")
+    lost = results["lost"]
+    [lose] = [f for f in results["run"]["faults"] if f["kind"] == "lose-master"]
+    assert int(lose["slave_behind_bytes"]) > 0, lose
+    assert lost["count"] > 100 and lost["violations"] == [], lost
+    assert "(a suffix of the log)" in lost["statement"]
+    assert f"lost: {lost['statement']}" in summary(results, config)

@@ -91,7 +91,10 @@ def test_usage_errors_exit_2(monkeypatch, capsys):
     assert main(["topicStatus", "-t", "T"]) == 2  # no -n, no NAMESRV_ADDR
     assert main(["updateTopic", "-n", "127.0.0.1:9876", "-t", "T"]) == 2  # no -b or -c
     assert main(["queryMsgById", "-n", "127.0.0.1:9876", "-i", "not-an-id"]) == 2
-    assert "give either -b (a broker) or -c (a cluster)" in capsys.readouterr().err
+    assert main(["printMsg", "-n", "127.0.0.1:9876", "-t", "T", "-c", "no-such"]) == 2
+    err = capsys.readouterr().err
+    assert "give either -b (a broker) or -c (a cluster)" in err
+    assert "mqadmin printMsg: unknown charsetName 'no-such'" in err
 
 
 @pytest.mark.parametrize("argv", [["help"], ["-h"], ["--help"]])
@@ -592,6 +595,17 @@ async def test_query_msg_by_offset_and_print_msg(cluster):
         " queueId=0]"
     )
     assert [line.split()[1] for line in lines if line.startswith("MSGID: ")] == uniq_keys
+    assert lines[-1] == "-" * 56 and "Consume ok" not in lines  # consumeMessage's line
+    assert lines[1].endswith(" BODY: order-0")
+    options = ("-t", "Ledger", "-c", "GBK", "-d", "false", "-s", "TagA || TagB")
+    selected = await mqadmin("printMsg", "-n", cluster.namesrv_addr, *options)
+    assert selected.returncode == 0, selected.stderr
+    lines = selected.stdout.decode().splitlines()
+    assert not [line for line in lines if line.startswith("MSGID: ")]  # untagged: none
+    assert "no matched msg. status=NO_MATCHED_MSG" in lines[1]
+    unprinted = await mqadmin("printMsg", "-n", cluster.namesrv_addr, "-t", "Ledger", "-d", "f")
+    lines = [line for line in unprinted.stdout.decode().splitlines() if "MSGID" in line]
+    assert len(lines) == 3 and all(line.endswith(" BODY: NOT PRINT BODY") for line in lines)
 
 
 @pytest.mark.processes
@@ -744,7 +758,6 @@ def check_dledger_rows(completed, cluster, leader: str, unreachable: str | None 
     assert len({r[5] for r in rows if r[1] != unreachable}) == 1  # one term
 
 
-@pytest.mark.processes
 async def send_keyed(cluster, topic: str) -> list[str]:
     """Three messages keyed `order-42` (and one of them `vip`); their UNIQ_KEYs."""
     async with Producer(cluster.namesrv_addr, "keyed") as producer:
@@ -787,6 +800,7 @@ async def query_outputs(cluster, admin: Admin, uniq_keys: list[str], check: bool
     return outputs, sorted(found), vip, one
 
 
+@pytest.mark.processes
 async def test_failover_keeps_messages_findable_and_shows_in_dledger_status(cluster):
     """Runs last: it kills the master."""
     old = await cluster.wait_master()

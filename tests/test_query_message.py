@@ -7,10 +7,12 @@ import time
 
 import trio
 
+from raftmq.broker.store.metadata import META_TOPIC
 from raftmq.client.admin import Admin
 from raftmq.client.message_query import query_by_key, query_by_unique_key, query_header
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import properties_to_string
+from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RequestCode, ResponseCode
 from tests.helpers import create_topic, group, wait_for
 
@@ -107,3 +109,89 @@ async def test_the_client_filters_collisions_and_the_index_survives_failover(nur
                 except Exception:
                     await trio.sleep(0.1)
         assert after == before
+
+
+async def test_message_index_disabled_builds_no_index_and_finds_nothing(nursery, tmp_path):
+    """messageIndexEnable=false: no index file on any replica, and QUERY_MESSAGE answers
+    QUERY_NOT_FOUND as RocketMQ's broker without index files does, saying why."""
+    g = await group(nursery, tmp_path, messageIndexEnable="false")
+    await create_topic(g, "Orders", 2)
+    master = g.master()
+    uniq = await send_keyed(g, master, "Orders", 1, "order-1")
+    await caught_up(g)
+    for node, broker in g.brokers.items():
+        assert broker.store.index is None
+        index_dir = tmp_path / node / "index"
+        assert not index_dir.exists() or not any(index_dir.iterdir())
+        for key, unique in (("order-1", False), (uniq, True)):
+            response = await query(g, broker, "Orders", key, unique=unique)
+            assert response.code == ResponseCode.QUERY_NOT_FOUND
+            assert "messageIndexEnable=false" in response.remark
+            assert response.ext_fields["indexLastUpdatePhyoffset"] == "0"
+    pulled = await g.pull(master, "Orders", 1, 0)  # the message itself is there
+    assert pulled.code == ResponseCode.SUCCESS
+
+
+async def test_index_files_roll_by_count_are_named_by_time_and_follow_retention(nursery, tmp_path):
+    """Files of maxIndexNum - 1 entries, named yyyyMMddHHmmssSSS in creation order;
+    once retention deleted the head of the log, each replica drops the leading files
+    whose messages are all gone (never the last), and their keys are no longer found."""
+    g = await group(nursery, tmp_path, mappedFileSizeCommitLog=str(64 << 10), maxIndexNum="40")
+    await create_topic(g, "Orders", 1)
+    master = g.master()
+    for n in range(160):  # about 1 KiB each, two index entries each: 8 files and more
+        props = properties_to_string({"KEYS": f"order-{n}", "UNIQ_KEY": f"{n:032X}"})
+        sent = await g.send(master, "Orders", b"%04d" % n + b"x" * 1000, props=props)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await caught_up(g)
+    names_before = {}
+    for node, broker in g.brokers.items():
+        names = sorted(p.name for p in (tmp_path / node / "index").iterdir() if p.name.isdigit())
+        assert len(names) >= 8 and all(len(name) == 17 for name in names)
+        for name in (names[0], names[-1]):  # local time of creation, to the millisecond
+            created_s = time.mktime(time.strptime(name[:14], "%Y%m%d%H%M%S"))
+            assert abs(created_s - time.time()) < 120, name
+        assert names == [f.path.name for f in broker.store.index.files]  # creation order
+        assert all(f.index_count == 40 for f in broker.store.index.files[:-1])  # full
+        names_before[node] = names
+        await trio.to_thread.run_sync(broker.store.checkpoint_work())
+        store = broker.dledger.store
+        assert store.delete_expired(broker.dledger.retention_floor(), 0) >= 2
+    await g.send(master, "Orders", b"wake the dispatchers")
+    await caught_up(g)
+    for node, broker in g.brokers.items():
+        store = broker.dledger.store
+        begin = store.pos_at(store.begin_index)
+        files = broker.store.index.files
+        await wait_for(lambda files=files, begin=begin: files[0].end_phy_offset >= begin)
+        left = sorted(p.name for p in (tmp_path / node / "index").iterdir() if p.name.isdigit())
+        assert left == names_before[node][len(names_before[node]) - len(left) :]
+        assert len(left) < len(names_before[node])
+        gone = await query(g, broker, "Orders", "order-0")
+        assert gone.code == ResponseCode.QUERY_NOT_FOUND
+        kept = await query(g, broker, "Orders", "order-159")
+        assert bodies(kept) == [b"0159" + b"x" * 1000]
+
+
+async def test_view_message_by_id_serves_only_where_a_record_starts(nursery, tmp_path):
+    """VIEW_MESSAGE_BY_ID (33) answers the record an offset msgId names; an offset
+    inside a record, before the log or past it is SYSTEM_ERROR with RocketMQ's remark
+    (RocketMQ would return the bytes an offset inside a record points at)."""
+    g = await group(nursery, tmp_path, nodes=1)
+    await create_topic(g, "Orders", 1)
+    master = g.master()
+    sent = await g.send(master, "Orders", b"hello")
+    offset = decode_message_id(sent.ext_fields["msgId"]).offset
+    await caught_up(g)
+    found = await g.call(master, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+    assert found.code == ResponseCode.SUCCESS
+    assert codec.decode_all(found.body)[0].body == b"hello"
+    for wrong in (offset + 1, offset + 20, offset + 28, offset - 1, 0, 48, -5, 1 << 40):
+        response = await g.call(master, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": wrong})
+        assert (response.code, response.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            f"can not find message by the offset, {wrong}",
+        )
+    meta = master.store.queues.find(META_TOPIC, 0).get(0)[0]  # the ACL's keys may ride in it
+    internal = await g.call(master, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": meta})
+    assert internal.code == ResponseCode.NO_PERMISSION

@@ -1,7 +1,8 @@
 """The "rocketmq" data source in real Spark (local[2]) against a real name server and a
 3-member DLedger broker group, the way a user runs it: batch reads, streams into a
-parquet sink with a checkpoint, a master killed twice under a running query, and a
-query stopped and restarted from its checkpoint across a leader change.
+parquet sink with a checkpoint, a topic spread over two groups, a master killed twice
+under a running query, and a query stopped and restarted from its checkpoint across a
+leader change.
 
 One SparkSession and one LocalCluster serve the module (starting them is most of the
 time); the tests that kill masters run last. Spark calls block, so the trio tests make
@@ -24,7 +25,7 @@ import pytest
 import trio
 
 from raftmq.client import Message, MessageQueue, Producer, PullConsumer, SendError
-from raftmq.tools.broker_local import LocalCluster
+from raftmq.tools.broker_local import LocalCluster, LocalGroups
 
 pytestmark = [pytest.mark.processes, pytest.mark.requires("pyspark", "java")]
 
@@ -233,6 +234,27 @@ async def test_batch_read_of_a_topic_and_of_an_offset_range(cluster, spark):
     unknown = source(spark, cluster, topic, stream=False, startingOffsets='{"Nowhere:0": 1}')
     with pytest.raises(Exception, match="Nowhere:0"):
         await in_thread(unknown.collect)
+
+
+async def test_a_topic_spread_over_two_groups_is_read_from_both(spark, tmp_path):
+    """A topic over two DLedger groups (one name server, `updateTopic -c`'s layout): a
+    batch read returns every message of both, and a stream reads both exactly once."""
+    topic = "SparkGroups"
+    async with LocalGroups(tmp_path / "groups", groups=2, nodes=1) as groups:
+        await groups.create_topic(topic, 2)
+        acked = await send_numbered(groups, topic, 60)
+        rows = await in_thread(source(spark, groups, topic, stream=False).collect)
+        assert {r.msgId: r.body for r in rows} == acked
+        assert {r.brokerName for r in rows} == {"RaftNode00", "RaftNode01"}
+
+        acked |= await send_numbered(groups, topic, 20, start=60)
+        query = await in_thread(
+            lambda: start_stream(spark, groups, topic, tmp_path, {"availableNow": True})
+        )
+        await in_thread(query.awaitTermination)
+        ends = await queue_ends(groups, topic)
+        assert {broker for broker, _ in ends} == {"RaftNode00", "RaftNode01"} and len(ends) == 4
+        check_exactly_once(await in_thread(sink_rows, spark, tmp_path), acked, ends)
 
 
 # ---------------------------------------------------------------- streams

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import trio
 
 from raftmq.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
@@ -46,8 +47,11 @@ async def one_member(nursery, tmp_path, **conf):
     return g
 
 
-async def test_commit_delivers_the_message_once_and_rollback_delivers_nothing(nursery, tmp_path):
-    g = await one_member(nursery, tmp_path)
+@pytest.mark.parametrize("index", ["true", "false"])  # messageIndexEnable: not needed
+async def test_commit_delivers_the_message_once_and_rollback_delivers_nothing(
+    nursery, tmp_path, index
+):
+    g = await one_member(nursery, tmp_path, messageIndexEnable=index)
     checks: list = []
     async with TransactionProducer(
         g.namesrv_addr, "PG_TX", check=answering(COMMIT, checks)
@@ -201,6 +205,34 @@ async def test_end_transaction_refusals_and_idempotent_commit(nursery, tmp_path)
 
     refused = await g.send(g.master(), HALF_TOPIC, b"x")  # the broker's own topics
     assert refused.code == ResponseCode.NO_PERMISSION
+
+
+async def test_a_repeated_end_without_the_key_index_writes_nothing(nursery, tmp_path):
+    """messageIndexEnable=false: how a settled half ended is not looked up, so a
+    repeated END_TRANSACTION, either kind, is answered SUCCESS and writes nothing."""
+    g = await one_member(nursery, tmp_path, messageIndexEnable="false")
+    props = properties_to_string(
+        {
+            MessageConst.PROPERTY_TRANSACTION_PREPARED: "true",
+            MessageConst.PROPERTY_PRODUCER_GROUP: "PG_TX",
+            MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "0B" * 16,
+        }
+    )
+    born_ms = int(time.time() * 1000)
+    ext = send_header_v2(
+        "PG_TX", "Orders", 0, born_timestamp_ms=born_ms, properties=props, sys_flag=4
+    )
+    sent = await g.call(g.master(), RequestCode.SEND_MESSAGE_V2, ext, b"half")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    offset = decode_message_id(sent.ext_fields["msgId"]).offset
+    queue_offset = int(sent.ext_fields["queueOffset"])
+    assert (await end(g, offset, queue_offset, 8)).code == ResponseCode.SUCCESS
+    await wait_for(lambda: g.master().store.max_offset(OP_TOPIC, 0) == 1)
+    for kind in (8, 12):
+        again = await end(g, offset, queue_offset, kind)
+        assert (again.code, again.remark) == (ResponseCode.SUCCESS, "transaction already ended")
+    assert [m.body for m in await stored(g, "Orders", 2)] == [b"half"]
+    assert len(await stored(g, OP_TOPIC)) == 1
 
 
 async def test_settled_state_survives_a_restart(nursery, tmp_path):

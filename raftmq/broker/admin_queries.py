@@ -3,7 +3,9 @@
 GET_BROKER_RUNTIME_INFO (28, with the DLedger member's state: dLegerSelfId,
 dLegerRole, dLegerTerm, dLegerLedgerEndIndex, dLegerCommittedIndex),
 QUERY_MESSAGE (12, from the key index: by a KEYS word, or by UNIQ_KEY when
-`_UNIQUE_KEY_QUERY` is "true", which only caps maxNum at 32 as RocketMQ does),
+`_UNIQUE_KEY_QUERY` is "true", which only caps maxNum at 32 as RocketMQ does;
+QUERY_NOT_FOUND, as RocketMQ answers, on a broker with messageIndexEnable=false, its
+remark saying why),
 VIEW_MESSAGE_BY_ID (33), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
 GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
 QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315, for `statsAll`).
@@ -144,7 +146,9 @@ class AdminQueries:
         if not records:
             return request.make_response(
                 ResponseCode.QUERY_NOT_FOUND,
-                "can not find message, maybe time range not correct",
+                "can not find message, maybe time range not correct"
+                if self.store.index is not None
+                else "can not find message: messageIndexEnable=false, no key index here",
                 ext_fields=header,
             )
         return request.make_response(

@@ -143,9 +143,11 @@ UNUSED_KEYS = frozenset(
         "redeleteHangedFileInterval",
         # reading from slaves
         "offsetCheckInSlave",
+        # the key index is always recovered from the dispatch checkpoint, as safe as
+        # RocketMQ's messageIndexSafe=true
+        "messageIndexSafe",
         # features raftmq does not have
-        "traceTopicEnable", "msgTraceTopicName", "messageIndexEnable",
-        "messageIndexSafe", "filterServerNums",
+        "traceTopicEnable", "msgTraceTopicName", "filterServerNums",
         "enableCalcFilterBitMap", "filterSupportRetry",
         "brokerPermission", "clusterTopicEnable", "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer", "messageStorePlugIn", "commercialEnable",
@@ -206,6 +208,7 @@ class BrokerConfig:
     mapped_file_size_consume_queue: int = DEFAULT_FILE_ENTRIES * ENTRY_SIZE
     max_hash_slot_num: int = MAX_HASH_SLOT_NUM  # slots of one IndexFile
     max_index_num: int = MAX_INDEX_NUM  # entries of one IndexFile
+    message_index_enable: bool = True  # false: no key index, QUERY_MESSAGE finds nothing
     default_topic_queue_nums: int = 8
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
@@ -373,6 +376,7 @@ KEYS = KeyTable(
         Key("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue", integer(ENTRY_SIZE)),
         Key("maxHashSlotNum", "max_hash_slot_num", integer(1)),
         Key("maxIndexNum", "max_index_num", integer(2)),
+        Key("messageIndexEnable", "message_index_enable", boolean),
         Key("defaultTopicQueueNums", "default_topic_queue_nums", integer(1)),
         Key("autoCreateTopicEnable", "auto_create_topic_enable", boolean),
         Key("autoCreateSubscriptionGroup", "auto_create_subscription_group", boolean),

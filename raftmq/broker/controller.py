@@ -251,8 +251,11 @@ class BrokerController:
             ),
             parse_delay_levels(config.message_delay_level),
             config.queue_file_entries,
-            IndexService(self.root / "index", config.max_hash_slot_num, config.max_index_num),
+            IndexService(self.root / "index", config.max_hash_slot_num, config.max_index_num)
+            if config.message_index_enable
+            else None,
             commitlog,
+            config.message_index_enable,
         )
 
     # ------------------------------------------------------------------ identity

@@ -334,6 +334,8 @@ class TransactionalMessages:
         wanted = END_TYPES[end_type]
         ended = state.end_of(queue_offset)
         if ended == SETTLED:  # how is forgotten; the real message, if any, says
+            if self.store.index is None:  # messageIndexEnable=false: nothing can say
+                return ResponseCode.SUCCESS, "transaction already ended"
             ended = COMMIT if self.committed_copy(half) else ROLLBACK
         elif ended is None and self.committed_copy(half):
             ended = COMMIT  # its op record was lost with a crash: write it now

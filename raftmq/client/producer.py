@@ -19,6 +19,12 @@ send retried with a 50 -> 400 ms back-off until `send_timeout_s` has passed, bec
 the new master registers with the name servers within about a second. A failure
 raises SendError whose `indeterminate` says whether the message may have been stored.
 
+With `send_latency_fault_enable` (RocketMQ's `sendLatencyFaultEnable`, off by default)
+the producer avoids broker groups whose last attempt failed or was slow, for a while
+set by `latency_max_ms` and `not_available_duration_ms` (raftmq.client.latency_fault):
+once one group's master is dead, sends go to the others at once instead of each trying
+the dead one first.
+
 Requests are pipelined: concurrent sends share one connection per broker.
 """
 
@@ -37,6 +43,11 @@ import trio
 
 from raftmq.client.errors import RouteNotFoundError, SendError
 from raftmq.client.instance import ClientInstance, backoff_delays, local_ip
+from raftmq.client.latency_fault import (
+    LATENCY_MAX_MS,
+    NOT_AVAILABLE_DURATION_MS,
+    LatencyFaultTolerance,
+)
 from raftmq.client.route import MessageQueue, TopicRouteData
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import MessageConst, MessageSysFlag, properties_to_string
@@ -155,8 +166,16 @@ class Producer:
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
         credentials: SessionCredentials | None = None,
+        send_latency_fault_enable: bool = False,
+        latency_max_ms: Sequence[float] = LATENCY_MAX_MS,
+        not_available_duration_ms: Sequence[float] = NOT_AVAILABLE_DURATION_MS,
     ) -> None:
         self.group = group
+        self.latency_fault = (
+            LatencyFaultTolerance(latency_max_ms, not_available_duration_ms)
+            if send_latency_fault_enable
+            else None
+        )
         self.send_timeout_s = send_timeout_s
         self.retry_times = retry_times
         self.compress_over_bytes = compress_over_bytes
@@ -261,7 +280,8 @@ class Producer:
 
     def _select(self, route: TopicRouteData, avoid_broker: str | None) -> MessageQueue | None:
         """The next writable queue round-robin, on another broker group than
-        `avoid_broker` if the topic has one (`selectOneMessageQueue(lastBrokerName)`)."""
+        `avoid_broker` if the topic has one (`selectOneMessageQueue(lastBrokerName)`)
+        and, with latency fault avoidance, on a group not avoided for now."""
         queues = route.write_queues()
         if not queues:
             return None
@@ -269,14 +289,30 @@ class Producer:
         index = self._next_queue.get(topic)
         if index is None:
             index = random.randrange(len(queues))
-        for step in range(len(queues)):
-            mq = queues[(index + step) % len(queues)]
-            if mq.broker_name != avoid_broker:
-                break
-        else:
-            step, mq = 0, queues[index % len(queues)]
-        self._next_queue[topic] = index + step + 1
+        candidates = [queues[(index + step) % len(queues)] for step in range(len(queues))]
+        mq = self._choose(route, candidates, avoid_broker)
+        self._next_queue[topic] = index + candidates.index(mq) + 1
         return mq
+
+    def _choose(
+        self, route: TopicRouteData, candidates: list[MessageQueue], avoid_broker: str | None
+    ) -> MessageQueue:
+        """The first of `candidates` (in round-robin order) to use."""
+        fault = self.latency_fault
+        if fault is not None:
+            for mq in candidates:
+                if mq.broker_name != avoid_broker and fault.available(
+                    mq.broker_name, route.master(mq.broker_name)
+                ):
+                    return mq
+            least_bad = fault.least_bad({mq.broker_name for mq in candidates})
+            for mq in candidates:
+                if mq.broker_name == least_bad:
+                    return mq
+        for mq in candidates:
+            if mq.broker_name != avoid_broker:
+                return mq
+        return candidates[0]
 
     async def _send(
         self,
@@ -309,7 +345,15 @@ class Producer:
                     code, reason = None, f"no master for topic {topic!r} in the route"
             else:
                 attempts += 1
+                started = trio.current_time()
                 response, reason, sent = await self._attempt(address, make_request(mq), deadline)
+                if self.latency_fault is not None:
+                    self.latency_fault.update(
+                        mq.broker_name,
+                        address,
+                        (trio.current_time() - started) * 1000,
+                        failed=response is None or response.code not in _STORED,
+                    )
                 if response is not None and response.code in _STORED:
                     return _result(response, msg_id, mq)
                 code = None if response is None else response.code

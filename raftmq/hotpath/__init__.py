@@ -11,8 +11,12 @@ the same results and errors by property tests (tests/test_hotpath.py):
                                send_responses         a batch's answers, as one write
     broker.store.commitlog     place_record           the leader's queue and physical offsets
                                dispatch_rows          a batch of entries for the ConsumeQueues
+                                                      and the key index
                                pull_body              a pull's records, as one body
+    broker.store.indexfile     recover_slots          a recovered IndexFile's hash slots
     protocol.message           read_dispatch_fields   a record's dispatch fields
+                               properties_index_keys  a record's UNIQ_KEY and KEYS
+                               java_string_hash       a key index key's hash
     dledger.store.entry        encode_entry           an entry with its CRCs (the leader)
     dledger.store.base         validate_continuation  a received batch checked (a follower)
 

@@ -10,7 +10,7 @@ raftmq's: the layers that own the twins import it.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 TWINS = {}  # name -> the Python twin, registered by raftmq.hotpath.compiled_or
 
@@ -155,12 +155,7 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
     pos = 0
     out_props = 0
     while pos < props_len:
-        item_end = pos
-        while item_end < props_len and p[item_end] != 2:
-            item_end += 1
-        sep = pos
-        while sep < item_end and p[sep] != 1:
-            sep += 1
+        item_end = _property_item(p, pos, props_len, &sep)
         if sep == pos or sep >= item_end - 1 or count == _MAX_PROPERTIES:
             return TWINS["send_record"](store_timestamp_ms, born_host, store_host, cluster,
                                      topic, queue_id, flag, sysflag, born_timestamp_ms,
@@ -248,6 +243,19 @@ def send_record(store_timestamp_ms, born_host, store_host, cluster, topic, queue
         o += 8 + PyBytes_GET_SIZE(cluster_bytes)
         o[0] = 2
     return record
+
+
+cdef inline Py_ssize_t _property_item(const uint8_t *p, Py_ssize_t start, Py_ssize_t n,
+                                      Py_ssize_t *sep) noexcept:
+    """The end of the property item at `start` of `p[:n]` (its \\x02, or n), and in `sep`
+    where its name ends (its first \\x01, or the item's end)."""
+    cdef Py_ssize_t end = start
+    while end < n and p[end] != 2:
+        end += 1
+    sep[0] = start
+    while sep[0] < end and p[sep[0]] != 1:
+        sep[0] += 1
+    return end
 
 
 cdef Py_ssize_t _decimal(char *out, int64_t value) noexcept:
@@ -676,7 +684,6 @@ cdef object _tags_code(bytes properties):
     cdef const uint8_t *p = <const uint8_t *>PyBytes_AS_STRING(properties)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(properties)
     cdef Py_ssize_t at = 0, start, end
-    cdef uint32_t h = 0, cp
     while True:
         while at + 5 <= n and memcmp(p + at, <const char *>_TAGS, 5) != 0:
             at += 1
@@ -693,7 +700,13 @@ cdef object _tags_code(bytes properties):
         value = (<const char *>p)[start:end].decode("utf-8")
     except UnicodeDecodeError:
         return NotImplemented
-    for ch in <str>value:
+    return _java_hash(value)
+
+
+cdef int32_t _java_hash(str value):
+    """Java's String.hashCode: over UTF-16 code units, wrapping at 32 bits."""
+    cdef uint32_t h = 0, cp
+    for ch in value:
         cp = <uint32_t><Py_UCS4>ch
         if cp > 0xFFFF:  # a surrogate pair in Java's UTF-16
             cp -= 0x10000
@@ -702,6 +715,48 @@ cdef object _tags_code(bytes properties):
         else:
             h = 31 * h + cp
     return <int32_t>h
+
+
+cdef bytes _UNIQ_KEY_NAME = b"UNIQ_KEY"
+cdef bytes _KEYS_NAME = b"KEYS"
+cdef tuple _NO_KEYS = ("", "")
+
+
+cdef tuple _index_keys(bytes properties):
+    """properties_index_keys: the last non-empty UNIQ_KEY and KEYS values, one walk
+    over the items; a malformed UTF-8 byte decodes to U+FFFD as in the twin."""
+    cdef const char *p = PyBytes_AS_STRING(properties)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(properties)
+    cdef Py_ssize_t start = 0, end, sep
+    cdef Py_ssize_t uniq_at = -1, uniq_end = 0, keys_at = -1, keys_end = 0
+    while start <= n:
+        end = _property_item(<const uint8_t *>p, start, n, &sep)
+        if sep + 1 < end:  # a separator and a value after it
+            if sep - start == 8 and memcmp(p + start, <const char *>_UNIQ_KEY_NAME, 8) == 0:
+                uniq_at = sep + 1
+                uniq_end = end
+            elif sep - start == 4 and memcmp(p + start, <const char *>_KEYS_NAME, 4) == 0:
+                keys_at = sep + 1
+                keys_end = end
+        start = end + 1
+    if uniq_at < 0 and keys_at < 0:
+        return _NO_KEYS
+    return (
+        p[uniq_at:uniq_end].decode("utf-8", "replace") if uniq_at >= 0 else "",
+        p[keys_at:keys_end].decode("utf-8", "replace") if keys_at >= 0 else "",
+    )
+
+
+def java_string_hash(text):
+    if type(text) is not str:
+        return TWINS["java_string_hash"](text)
+    return _java_hash(<str>text)
+
+
+def properties_index_keys(properties):
+    if type(properties) is not bytes:
+        return TWINS["properties_index_keys"](properties)
+    return _index_keys(properties)
 
 
 def dispatch_rows(blob, last_index):
@@ -741,10 +796,60 @@ def dispatch_rows(blob, last_index):
             tags = _tags_code(properties) if properties else 0
             if tags is NotImplemented:
                 return TWINS["dispatch_rows"](blob, last_index)
+            keys = _index_keys(properties) if properties else _NO_KEYS
             rows.append((e_index, (fields[5], fields[1], fields[2], pos + _ENTRY_HEADER,
-                                   fields[0], fields[3], tags, fields[4])))
+                                   fields[0], fields[3], tags, fields[4], keys[0], keys[1])))
         offset += size
     return rows, None
+
+
+# ---------------------------------------------------------------------- key index
+
+cdef Py_ssize_t _INDEX_HEADER = 40
+cdef Py_ssize_t _INDEX_ENTRY = 20
+
+
+def recover_slots(buf, slot_num, count):
+    cdef uint8_t[::1] view
+    cdef uint8_t *p
+    cdef Py_ssize_t size, n_slots, n_count, slots_end, number, used = 0
+    cdef int64_t slot
+    cdef int32_t value
+    cdef uint8_t *slot_at
+    cdef bint kept = True
+    try:
+        view = buf
+        n_slots = slot_num
+        n_count = count
+    except (TypeError, ValueError, OverflowError, BufferError):
+        return TWINS["recover_slots"](buf, slot_num, count)
+    size = view.shape[0]
+    if (n_slots <= 0 or n_slots > (size - _INDEX_HEADER) // 4
+            or n_count > (size - _INDEX_HEADER - n_slots * 4 - 4) // _INDEX_ENTRY + 1):
+        view = None  # released: the twin may resize a bytearray
+        return TWINS["recover_slots"](buf, slot_num, count)  # out of bounds
+    p = &view[0]
+    slots_end = _INDEX_HEADER + n_slots * 4
+    for slot in range(n_slots):
+        value = <int32_t>_get32(p + _INDEX_HEADER + slot * 4)
+        if value < 0 or value >= n_count:
+            kept = False
+            break
+        if value != 0:
+            used += 1
+    if kept:
+        return used
+    used = 0
+    memset(p + _INDEX_HEADER, 0, n_slots * 4)
+    for number in range(1, n_count):
+        # Python's modulo (cdivision is off): a hash read from a damaged entry may be
+        # negative, and its slot is the twin's
+        slot = (<int32_t>_get32(p + slots_end + number * _INDEX_ENTRY)) % n_slots
+        slot_at = p + _INDEX_HEADER + slot * 4
+        if _get32(slot_at) == 0:
+            used += 1
+        _put32(slot_at, <uint32_t>number)
+    return used
 
 
 # ---------------------------------------------------------------------- pulls

@@ -214,6 +214,11 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+# `java_string_hash`, compiled where the build allows (raftmq.hotpath): the key index
+# hashes every key of every message.
+JAVA_STRING_HASH = compiled_or("java_string_hash", java_string_hash)
+
+
 @functools.lru_cache(maxsize=4096)
 def tags_code(tags: str | None) -> int:
     """`MessageExtBrokerInner.tagsString2tagsCode`: 0 without tags, else the TAGS
@@ -720,3 +725,28 @@ def properties_tags_code(properties: bytes) -> int:
     start = at + len(_TAGS_PREFIX)
     end = properties.find(_PROPERTY_SEPARATOR_BYTES, start)
     return tags_code(properties[start : end if end >= 0 else None].decode())
+
+
+_UNIQ_KEY_NAME = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode()
+_KEYS_NAME = MessageConst.PROPERTY_KEYS.encode()
+_NAME_VALUE_SEPARATOR_BYTES = NAME_VALUE_SEPARATOR.encode()
+
+
+def properties_index_keys(properties: bytes) -> tuple[str, str]:
+    """(UNIQ_KEY, KEYS) of raw PROPERTIES bytes, "" for one absent: what the key index
+    takes from a message (RocketMQ's DispatchRequest uniqKey and keys), read as
+    `string_to_properties` reads them (a later non-empty value wins, a malformed UTF-8
+    byte decodes to U+FFFD as in Java) without decoding the other properties."""
+    uniq = keys = b""
+    if b"KEY" in properties:  # in both names
+        for item in properties.split(_PROPERTY_SEPARATOR_BYTES):
+            name, _sep, value = item.partition(_NAME_VALUE_SEPARATOR_BYTES)
+            if value and name == _UNIQ_KEY_NAME:
+                uniq = value
+            elif value and name == _KEYS_NAME:
+                keys = value
+    return uniq.decode("utf-8", "replace"), keys.decode("utf-8", "replace")
+
+
+# `properties_index_keys`, compiled where the build allows (raftmq.hotpath).
+PROPERTIES_INDEX_KEYS = compiled_or("properties_index_keys", properties_index_keys)

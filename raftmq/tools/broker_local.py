@@ -302,6 +302,9 @@ class LocalClassicGroup(LocalCluster):
         broker_id = self.ids.index(node)
         return {
             **self._common_conf(node),
+            # the HA address slaves dial is the real one even when clients are given
+            # another (a proxy's)
+            "brokerIP2": parse_address(self.broker_addrs[node])[0],
             "brokerId": str(broker_id),
             "brokerRole": "SLAVE" if broker_id else self.master_role,
             "haListenPort": str(parse_address(self.ha_addrs[node])[1]),
@@ -344,6 +347,10 @@ class LocalClassicGroup(LocalCluster):
         names and addresses its config files give."""
         base = Path(base_dir)
         confs = sorted(base.glob("broker-n*.conf"))
+        if not confs and (base / "g0").is_dir():  # `--classic --dir`: group i in g<i>
+            if (base / "g1").exists():
+                raise ValueError(f"{base} holds several groups: name one, {base / 'g0'}")
+            return cls.stopped_in(base / "g0")
         if not confs:
             raise ValueError(f"{base} holds no broker-n*.conf of a classic group")
         read = [parse_properties(path.read_text(), str(path)) for path in confs]
@@ -393,27 +400,36 @@ class LocalClassicGroup(LocalCluster):
 
 
 class LocalGroups:
-    """`async with LocalGroups(tmp, groups=2) as groups:` — several DLedger groups, one
-    cluster, one name server (the first group's): what `updateTopic -c` spreads a topic
-    over and what a producer fails over between. `groups.groups[i]` is group i's
-    LocalCluster, brokerName RaftNode0i."""
+    """`async with LocalGroups(tmp, groups=2) as groups:` — several groups, one cluster,
+    one name server (the first group's): what `updateTopic -c` spreads a topic over and
+    what a producer fails over between. `groups.groups[i]` is group i: a DLedger
+    LocalCluster of `nodes` brokers, brokerName RaftNode0i; or, with `master_role`, a
+    LocalClassicGroup (a master and `nodes - 1` slaves), brokerName broker-a, broker-b...
+    as in RocketMQ's 2m-2s sample configs."""
 
-    def __init__(self, base_dir: str | Path, groups: int = 2, nodes: int = 3, **kwargs) -> None:
-        assert groups >= 1, groups
+    def __init__(
+        self,
+        base_dir: str | Path,
+        groups: int = 2,
+        nodes: int = 3,
+        master_role: str | None = None,
+        **kwargs,
+    ) -> None:
+        assert 1 <= groups <= 26, groups
         self.base_dir = Path(base_dir)
-        self.groups = [
-            LocalCluster(self.base_dir / "g0", nodes, broker_name="RaftNode00", **kwargs)
-        ]
-        for index in range(1, groups):
-            self.groups.append(
-                LocalCluster(
-                    self.base_dir / f"g{index}",
-                    nodes,
-                    broker_name=f"RaftNode{index:02d}",
-                    namesrv_addr=self.groups[0].namesrv_addr,
-                    **kwargs,
+        self.groups: list[LocalCluster] = []
+        for index in range(groups):
+            if index:
+                kwargs["namesrv_addr"] = self.groups[0].namesrv_addr
+            group_dir = self.base_dir / f"g{index}"
+            if master_role is None:
+                group = LocalCluster(group_dir, nodes, f"RaftNode{index:02d}", **kwargs)
+            else:
+                broker_name = f"broker-{chr(ord('a') + index)}"
+                group = LocalClassicGroup(
+                    group_dir, nodes - 1, master_role, broker_name=broker_name, **kwargs
                 )
-            )
+            self.groups.append(group)
         self.namesrv_addr = self.groups[0].namesrv_addr
         self.cluster_name = self.groups[0].cluster_name
 
@@ -439,31 +455,27 @@ def _print_metrics(cluster: LocalCluster, names: list[str]) -> None:
         print(f"  metrics {name}: http://{cluster.metrics_addrs[name]}/metrics", flush=True)
 
 
-async def _serve(base_dir: str, groups: int, nodes: int, metrics: bool) -> None:
-    async with LocalGroups(base_dir, groups, nodes, metrics=metrics) as cluster:
+async def _serve(
+    base_dir: str, groups: int, nodes: int, master_role: str | None, metrics: bool
+) -> None:
+    async with LocalGroups(base_dir, groups, nodes, master_role, metrics=metrics) as cluster:
         print(f"name server {cluster.namesrv_addr}, cluster {cluster.cluster_name}", flush=True)
         if metrics:
             _print_metrics(cluster.groups[0], ["namesrv"])
         for group in cluster.groups:
-            print(f"  {group.broker_name}: {' '.join(group.client_addrs.values())}", flush=True)
+            if isinstance(group, LocalClassicGroup):
+                for index, node in enumerate(group.ids):
+                    role = "SLAVE" if index else master_role
+                    print(
+                        f"  {group.broker_name} {role}: {group.client_addrs[node]}"
+                        f" (HA {group.ha_addrs[node]})",
+                        flush=True,
+                    )
+            else:
+                addresses = " ".join(group.client_addrs.values())
+                print(f"  {group.broker_name}: {addresses}", flush=True)
             if metrics:
                 _print_metrics(group, group.ids)
-        print("Ctrl-C stops every process", flush=True)
-        await trio.sleep_forever()
-
-
-async def _serve_classic(base_dir: str, slaves: int, master_role: str, metrics: bool) -> None:
-    async with LocalClassicGroup(base_dir, slaves, master_role, metrics=metrics) as group:
-        print(f"name server {group.namesrv_addr}, cluster {group.cluster_name}", flush=True)
-        for node in group.ids:
-            role = "SLAVE" if group.ids.index(node) else master_role
-            print(
-                f"  {group.broker_name} {role}: {group.client_addrs[node]}"
-                f" (HA {group.ha_addrs[node]})",
-                flush=True,
-            )
-        if metrics:
-            _print_metrics(group, ["namesrv", *group.ids])
         print("Ctrl-C stops every process", flush=True)
         await trio.sleep_forever()
 
@@ -478,7 +490,8 @@ async def _serve_upgraded(classic: LocalClassicGroup, nodes: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C;
-    `--classic [--slaves N] [--role SYNC_MASTER]`: a classic master/slave group;
+    `--classic [--groups 2] [--slaves N] [--role SYNC_MASTER]`: classic master/slave
+    groups (`--classic --groups 2`: RocketMQ's 2m-2s);
     `--upgrade --dir DIR`: the classic group stopped in DIR, upgraded in place to a
     DLedger group of `--nodes` (LocalClassicGroup.upgraded);
     `--metrics`: every process serves Prometheus metrics (their addresses are printed)."""
@@ -486,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import tempfile
 
     parser = argparse.ArgumentParser(prog="python -m raftmq.tools.broker_local")
-    parser.add_argument("--groups", type=int, default=1, help="DLedger groups (brokerNames)")
+    parser.add_argument("--groups", type=int, default=1, help="groups (brokerNames), at most 26")
     parser.add_argument("--nodes", type=int, default=3, help="brokers in each group")
     parser.add_argument("--dir", help="where stores and logs go (a temporary directory if not)")
     parser.add_argument("--classic", action="store_true", help="a classic master/slave group")
@@ -504,6 +517,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="give every process a metricsPort and print its /metrics address",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    if not 1 <= args.groups <= 26:
+        parser.error(f"--groups {args.groups}: between 1 and 26")
     classic = None
     if args.upgrade:
         if not args.dir:
@@ -521,9 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if classic is not None:
             trio.run(_serve_upgraded, classic, args.nodes)
         elif args.classic:
-            trio.run(_serve_classic, base_dir, args.slaves, args.role, args.metrics)
+            trio.run(_serve, base_dir, args.groups, 1 + args.slaves, args.role, args.metrics)
         else:
-            trio.run(_serve, base_dir, args.groups, args.nodes, args.metrics)
+            trio.run(_serve, base_dir, args.groups, args.nodes, None, args.metrics)
 
     try:
         if args.dir:

@@ -49,8 +49,10 @@ TRANSACTIONS_WITHOUT_QUEUE_OFFSET = (
 
 @attrs.define(slots=True)
 class DispatchRequest:
-    """What one committed message contributes to its ConsumeQueue (not frozen: a frozen
-    attrs class costs three times as much to build, once per message per replica)."""
+    """What one committed message contributes to its ConsumeQueue and to the key index
+    (not frozen: a frozen attrs class costs three times as much to build, once per
+    message per replica). `uniq_key` and `keys` are its UNIQ_KEY and KEYS properties,
+    "" when absent, read while the properties are at hand."""
 
     topic: str
     queue_id: int
@@ -60,6 +62,8 @@ class DispatchRequest:
     sysflag: int
     tags_code: int
     store_timestamp: int
+    uniq_key: str
+    keys: str
 
 
 def dispatch_fields(view, offset: int, physical_offset: int) -> tuple:
@@ -84,6 +88,7 @@ def dispatch_fields(view, offset: int, physical_offset: int) -> tuple:
         sysflag,
         codec.properties_tags_code(properties) if properties else 0,
         store_timestamp,
+        *(codec.PROPERTIES_INDEX_KEYS(properties) if properties else ("", "")),
     )
 
 

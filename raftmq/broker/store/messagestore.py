@@ -52,7 +52,8 @@ CHECKPOINT_INTERVAL_S = 5.0
 DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
 MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
-_INT = struct.Struct(">i")  # a record's TOTALSIZE, its first field
+# TOTALSIZE, MAGICCODE, then PHYSICALOFFSET at 28: enough to tell a record's start
+_RECORD_HEAD = struct.Struct(">ii20xq")
 
 
 def checkpoint_position(root: Path) -> int:
@@ -97,7 +98,7 @@ class GetResult:
         view = memoryview(self.body)
         offset = 0
         while offset < len(view):
-            (size,) = _INT.unpack_from(view, offset)
+            size, _magic, _physical_offset = _RECORD_HEAD.unpack_from(view, offset)
             records.append(bytes(view[offset : offset + size]))
             offset += size
         assert len(records) == self.count, (len(records), self.count)
@@ -121,7 +122,9 @@ class MessageStore:
 
     `commitlog` is the CommitLog over it: by default the DLedger one; a classic
     broker passes its `ClassicCommitLog` (with `server` its `ClassicLog`). The store
-    uses either through the same methods."""
+    uses either through the same methods. `index` is the key index (by default one
+    under `root/index`); with `message_index_enable` false there is none: no index
+    file is written or read, and `query_message` finds nothing."""
 
     def __init__(
         self,
@@ -132,12 +135,15 @@ class MessageStore:
         queue_file_entries: int = DEFAULT_FILE_ENTRIES,
         index: IndexService | None = None,
         commitlog: CommitLog | None = None,
+        message_index_enable: bool = True,
     ) -> None:
         self.server = server
         self.root = root
         self.commitlog = DLedgerCommitLog(server) if commitlog is None else commitlog
         self.queues = ConsumeQueueTable(root / "consumequeue", queue_file_entries)
-        self.index = IndexService(root / "index") if index is None else index
+        self.index: IndexService | None = None
+        if message_index_enable:
+            self.index = IndexService(root / "index") if index is None else index
         self.metadata = Metadata(builtin_topics)
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
@@ -167,7 +173,8 @@ class MessageStore:
         resume = min(checkpoint_position(self.root), store.end_pos)
         for queue in self.queues.queues.values():
             queue.truncate_physical(resume)
-        self.index.recover(resume)
+        if self.index is not None:
+            self.index.recover(resume)
         self.trim_queues()
         self.metadata.load(self._snapshot_path)
         meta = self.queues.find(META_TOPIC, 0)
@@ -195,7 +202,7 @@ class MessageStore:
         first = self.dispatched_index + 1
         position = store.pos_at(first) if first <= store.end_index else store.end_pos
         sync_queues = self.queues.sync_plan()
-        sync_index = self.index.sync_plan()
+        sync_index = self.index.sync_plan() if self.index is not None else None
         snapshot = self.metadata.snapshot_bytes()
         record = json.dumps({"position": position}).encode()
 
@@ -205,7 +212,8 @@ class MessageStore:
             except OSError as exc:  # the files it covered may have lost pages: fatal
                 raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
             try:
-                sync_index()
+                if sync_index is not None:
+                    sync_index()
             except OSError as exc:  # no room for the index's own checkpoint file: retried
                 if exc.errno not in NO_ROOM:
                     raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
@@ -242,7 +250,8 @@ class MessageStore:
         if old is not None and old.min_offset < old.write_pos:
             begin_pos = old.min_offset
         self.queues.trim_head(begin_pos)
-        self.index.trim(begin_pos)
+        if self.index is not None:
+            self.index.trim(begin_pos)
         self._trimmed_begin = begin
 
     def first_index_at(self, position: int) -> int:
@@ -320,7 +329,8 @@ class MessageStore:
                 except (OSError, DiskFailure) as exc:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
             self.queues.close()
-            self.index.close()
+            if self.index is not None:
+                self.index.close()
 
     def drain(self) -> None:
         """Dispatch everything committed, take the dispatch checkpoint and close the
@@ -330,7 +340,8 @@ class MessageStore:
             pass
         self.checkpoint_work()()
         self.queues.close()
-        self.index.close()
+        if self.index is not None:
+            self.index.close()
 
     def dispatch_some(self, limit: int) -> int:
         """Dispatch up to `limit` committed entries; returns how many."""
@@ -362,8 +373,14 @@ class MessageStore:
 
     def _dispatch(self, request: DispatchRequest) -> None:
         transaction = codec.MessageSysFlag.get_transaction_value(request.sysflag)
-        if transaction != codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
-            self._index(request)
+        index = self.index
+        if (
+            index is not None
+            and (request.uniq_key or request.keys)
+            and transaction != codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+        ):
+            keys = [request.uniq_key, *request.keys.split(" ")]  # buildIndex's order
+            index.dispatch(request.topic, request.physical_offset, request.store_timestamp, keys)
         if transaction in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
             return
         queue = self.queues.find_or_create(request.topic, request.queue_id)
@@ -384,18 +401,6 @@ class MessageStore:
             )
             self._meta_applied.set()
             self._meta_applied = trio.Event()
-
-    def _index(self, request: DispatchRequest) -> None:
-        """Feed the key index a committed message's UNIQ_KEY and KEYS words, read from
-        its properties (the dispatch fields do not carry them)."""
-        record = self.commitlog.read(request.physical_offset, request.size)
-        properties = codec.read_dispatch_fields(record)[6]
-        if b"KEY" not in properties:
-            return
-        props = codec.string_to_properties(properties.decode("utf-8"))
-        keys = [props.get(codec.MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")]
-        keys += props.get(codec.MessageConst.PROPERTY_KEYS, "").split(" ")
-        self.index.dispatch(request.topic, request.physical_offset, request.store_timestamp, keys)
 
     async def wait_applied(self, meta_offset: int) -> None:
         """Until the metadata record at META_TOPIC offset `meta_offset` is applied here."""
@@ -494,7 +499,10 @@ class MessageStore:
     ) -> tuple[list[bytes], int, int]:
         """`DefaultMessageStore.queryMessage`: the stored records the index finds for
         the key (hash collisions included), oldest first, with the index's end
-        timestamp and end physical offset. Records retention deleted are left out."""
+        timestamp and end physical offset. Records retention deleted are left out;
+        nothing without a key index."""
+        if self.index is None:
+            return [], 0, 0
         self.trim_queues()
         offsets, end_ms_indexed, end_phy = self.index.query(topic, key, max_num, begin_ms, end_ms)
         records = []
@@ -506,8 +514,22 @@ class MessageStore:
         return records, end_ms_indexed, end_phy
 
     def message_at(self, physical_offset: int) -> bytes:
-        """The record at a physical offset (what an offset msgId names)."""
-        return self.commitlog.read_message(physical_offset)
+        """The record at a physical offset (what an offset msgId names): IndexError when
+        the log does not hold it, MessageFormatError when no record starts there (a
+        record carries its own physical offset). RocketMQ returns whatever bytes an
+        offset inside a record points at."""
+        total, magic, recorded = _RECORD_HEAD.unpack(
+            self.commitlog.read(physical_offset, _RECORD_HEAD.size)
+        )
+        if (
+            magic not in (codec.MESSAGE_MAGIC_CODE, codec.MESSAGE_MAGIC_CODE_V2)
+            or recorded != physical_offset
+            or total < codec.MIN_RECORD_SIZE
+        ):
+            raise codec.MessageFormatError(
+                f"no message starts at physical offset {physical_offset}"
+            )
+        return self.commitlog.read(physical_offset, total)
 
     @property
     def physical_max(self) -> int:

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import time
 import zlib
+from collections.abc import Callable
 
 from raftmq.client.admin import Admin
 from raftmq.client.consumer import PullConsumer, PullStatus
@@ -23,13 +24,13 @@ from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt, MessageSysFlag
 
 
-def body_text(msg: MessageExt) -> str:
+def body_text(msg: MessageExt, charset: str = "utf-8") -> str:
     """The body as text: decompressed when stored compressed, undecodable bytes replaced."""
     body = msg.body or b""
     if msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
         with contextlib.suppress(zlib.error):  # else shown as stored
             body = zlib.decompress(body)
-    return body.decode("utf-8", errors="replace")
+    return body.decode(charset, errors="replace")
 
 
 def print_message(msg: MessageExt) -> None:
@@ -113,7 +114,7 @@ async def send_message(admin: Admin, args: argparse.Namespace) -> None:
     print_row(fmt, mq.broker_name, mq.queue_id, result.status.name, result.msg_id)
 
 
-def _message_line(msg: MessageExt, broker_name: str) -> str:
+def _message_line(msg: MessageExt, broker_name: str, body: str) -> str:
     """PrintMessageByQueueCommand.printMessage's line; MessageExt's toString shortened
     to the fields an operator looks for."""
     store_host = "{}:{}".format(*msg.store_host)
@@ -124,7 +125,7 @@ def _message_line(msg: MessageExt, broker_name: str) -> str:
         f"reconsumeTimes={msg.reconsume_times}, topic={msg.topic}, tags={msg.tags}, "
         f"keys={msg.keys}]"
     )
-    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {body_text(msg)}"
+    return f"MSGID: {msg.uniq_key or msg.msg_id} {described} BODY: {body}"
 
 
 @verb(
@@ -190,16 +191,29 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> None:
         await print_queue(consumer, mq, low, high)
 
 
-async def print_queue(consumer: PullConsumer, mq: MessageQueue, low: int, high: int) -> None:
-    """Messages [low, high] of `mq`, a pull at a time, until the queue has no more."""
+async def print_queue(
+    consumer: PullConsumer,
+    mq: MessageQueue,
+    low: int,
+    high: int,
+    *,
+    subscription: str = "*",
+    body: Callable[[MessageExt], str] = body_text,
+    consume_ok: bool = True,
+) -> None:
+    """Messages [low, high] of `mq` that `subscription` selects, a pull at a time, until
+    the queue has no more: consumeMessage's lines (`consume_ok`) or printMsg's."""
     offset = low
     while offset <= high:
-        result = await consumer.pull(mq, offset, min(32, high - offset + 1))
+        result = await consumer.pull(
+            mq, offset, min(32, high - offset + 1), subscription=subscription
+        )
         offset = result.next_begin_offset
         if result.status is PullStatus.FOUND:
-            print("Consume ok")
+            if consume_ok:
+                print("Consume ok")
             for msg in result.messages:
-                print(_message_line(msg, mq.broker_name))
+                print(_message_line(msg, mq.broker_name, body(msg)))
         elif result.status is PullStatus.NO_MATCHED_MSG:
             print(f"{mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
         else:

@@ -8,6 +8,7 @@ queryMsgById's, with the body inline.
 from __future__ import annotations
 
 import argparse
+import codecs
 
 from raftmq.client.admin import Admin
 from raftmq.client.consumer import PullConsumer
@@ -17,9 +18,16 @@ from raftmq.client.message_query import (
     query_all_by_unique_key,
     query_by_key,
 )
-from raftmq.client.mqadmin.commands import option, parse_timestamp_ms, print_row, verb
-from raftmq.client.mqadmin.messages import mq_text, print_message, print_queue
+from raftmq.client.mqadmin.commands import (
+    UsageError,
+    option,
+    parse_timestamp_ms,
+    print_row,
+    verb,
+)
+from raftmq.client.mqadmin.messages import body_text, mq_text, print_message, print_queue
 from raftmq.client.route import MessageQueue
+from raftmq.protocol.message import MessageExt
 
 
 @verb(
@@ -70,12 +78,27 @@ async def query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> None:
     "printMsg",
     "Print Message Detail",
     option("-t", "topic", "Topic name", required=True),
+    option("-c", "charsetName", "CharsetName(eg: UTF-8,GBK)"),
+    option("-s", "subExpression", "Subscribe Expression(eg: TagA || TagB)"),
     option("-b", "beginTimestamp", "Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
     option("-e", "endTimestamp", "End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]"),
+    option("-d", "printBody", "print body"),
 )
 async def print_msg(admin: Admin, args: argparse.Namespace) -> None:
-    """PrintMessageSubCommand: every queue of the topic, between two store times."""
+    """PrintMessageSubCommand: every queue of the topic, between two store times, the
+    messages a tag expression selects, bodies in a charset (or "NOT PRINT BODY")."""
     topic = args.topic.strip()
+    charset = args.charsetName.strip() if args.charsetName else "UTF-8"
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        raise UsageError(f"unknown charsetName {charset!r}") from None
+    subscription = args.subExpression.strip() if args.subExpression else "*"
+    print_body = args.printBody is None or args.printBody.strip().lower() == "true"
+
+    def body(msg: MessageExt) -> str:
+        return body_text(msg, charset) if print_body else "NOT PRINT BODY"
+
     begin_ms = parse_timestamp_ms(args.beginTimestamp.strip()) if args.beginTimestamp else 0
     end_ms = parse_timestamp_ms(args.endTimestamp.strip()) if args.endTimestamp else 0
     async with PullConsumer(
@@ -89,4 +112,7 @@ async def print_msg(admin: Admin, args: argparse.Namespace) -> None:
             if end_ms:
                 high = await consumer.search_offset(mq, end_ms)
             print(f"minOffset={low}, maxOffset={high}, {mq_text(mq)}")
-            await print_queue(consumer, mq, low, high - 1)
+            await print_queue(
+                consumer, mq, low, high - 1, subscription=subscription, body=body, consume_ok=False
+            )
+            print("-" * 56)
