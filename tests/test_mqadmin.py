@@ -609,6 +609,89 @@ async def test_query_msg_by_offset_and_print_msg(cluster):
 
 
 @pytest.mark.processes
+async def test_consume_message_directly_and_resend(cluster):
+    """queryMsgById/queryMsgByUniqueKey -g -d: the named consumer runs its handler on
+    the message and its result is printed; -s true sends the message again."""
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Direct", 1, 1, cluster=CLUSTER)
+        await wait_route(admin, "Direct")
+    seen: list[tuple[str, bytes]] = []
+    failing = False
+
+    async def handle(msgs) -> bool:
+        seen.extend((m.topic, m.body) for m in msgs)
+        if failing:
+            raise RuntimeError("refused on purpose")
+        return True
+
+    def consumed(body: bytes) -> int:
+        return seen.count(("Direct", body))
+
+    async def wait_consumed(body: bytes, times: int) -> None:
+        with trio.fail_after(20):
+            while consumed(body) < times:
+                await trio.sleep(0.05)
+
+    first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    async with (
+        Producer(cluster.namesrv_addr, "direct-p") as producer,
+        PushConsumer(cluster.namesrv_addr, "direct", "Direct", handle, consume_from=first) as c,
+    ):
+        sent = await producer.send("Direct", b"parcel-1")
+        await wait_consumed(b"parcel-1", 1)
+        ns = ("-n", cluster.namesrv_addr)
+        by_id = await mqadmin(
+            "queryMsgById", *ns, "-i", sent.offset_msg_id, "-g", "direct", "-d", c.client_id
+        )
+        assert by_id.returncode == 0, by_id.stderr
+        out = by_id.stdout.decode().strip()
+        assert re.fullmatch(
+            r"ConsumeMessageDirectlyResult \[order=false, autoCommit=true, "
+            r"consumeResult=CR_SUCCESS, remark=null, spentTimeMills=\d+\]",
+            out,
+        ), out
+        assert consumed(b"parcel-1") == 2  # once pulled, once directly
+
+        failing = True
+        by_uniq = await mqadmin(
+            "queryMsgByUniqueKey", *ns, "-t", "Direct", "-i", sent.msg_id,
+            "-g", "direct", "-d", c.client_id,
+        )  # fmt: skip
+        assert by_uniq.returncode == 0, by_uniq.stderr
+        assert (
+            "consumeResult=CR_THROW_EXCEPTION, remark=RuntimeError: refused on purpose"
+            in by_uniq.stdout.decode()
+        )
+        assert consumed(b"parcel-1") == 3
+        failing = False
+
+        unknown = await mqadmin(
+            "queryMsgById", *ns, "-i", sent.offset_msg_id, "-g", "direct", "-d", "nobody@1"
+        )
+        assert unknown.returncode == 1 and unknown.stdout == b""
+        (line,) = unknown.stderr.decode().splitlines()
+        assert line.endswith(
+            "answered code 1 (SYSTEM_ERROR): The Consumer <direct> <nobody@1> not online"
+        ), line
+        assert consumed(b"parcel-1") == 3
+
+        resent = await mqadmin("queryMsgById", *ns, "-i", sent.offset_msg_id, "-s", "true")
+        assert resent.returncode == 0, resent.stderr
+        lines = resent.stdout.decode().splitlines()
+        assert lines[0] == f"prepare resend msg. originalMsgId={sent.offset_msg_id}"
+        assert re.fullmatch(
+            r"SendResult \[sendStatus=SEND_OK, msgId=[0-9A-F]{32}, offsetMsgId=[0-9A-F]{32}, "
+            r"messageQueue=MessageQueue \[topic=Direct, brokerName=\S+, queueId=0\], "
+            r"queueOffset=1\]",
+            lines[1],
+        ), lines
+        assert sent.msg_id not in lines[1]  # the copy has a UNIQ_KEY of its own
+        await wait_consumed(b"parcel-1", 4)  # the copy is delivered
+        quiet = await mqadmin("queryMsgById", *ns, "-i", sent.offset_msg_id, "-s", "false")
+        assert quiet.returncode == 0 and quiet.stdout == b""
+
+
+@pytest.mark.processes
 async def test_send_message_then_consume_message(cluster):
     async with Admin(cluster.namesrv_addr) as admin:
         await admin.create_topic("Mail", 2, 2, cluster=CLUSTER)
