@@ -24,6 +24,7 @@ from raftmq.client.mqadmin.commands import parse_timestamp_ms
 from raftmq.client.route import BrokerData
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import properties_to_string
+from raftmq.protocol.msgid import create_message_id
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 from raftmq.tools.dledger_local import free_ports
@@ -674,6 +675,16 @@ async def test_consume_message_directly_and_resend(cluster):
             "answered code 1 (SYSTEM_ERROR): The Consumer <direct> <nobody@1> not online"
         ), line
         assert consumed(b"parcel-1") == 3
+        async with Admin(cluster.namesrv_addr) as admin:
+            address, msg = await admin.locate_msg_by_id(sent.offset_msg_id)
+            elsewhere = create_message_id(("10.9.8.7", 1234), msg.physical_offset)
+            for msg_id in (elsewhere, "not-an-id"):
+                ext = {"consumerGroup": "direct", "clientId": c.client_id, "msgId": msg_id}
+                with pytest.raises(MQBrokerError) as refused:
+                    await admin.call(address, RequestCode.CONSUME_MESSAGE_DIRECTLY, ext)
+                assert refused.value.code == ResponseCode.SYSTEM_ERROR
+                assert refused.value.remark == f"can not find message by the msgId, {msg_id}"
+        assert consumed(b"parcel-1") == 3  # a record of another id is not passed on
 
         resent = await mqadmin("queryMsgById", *ns, "-i", sent.offset_msg_id, "-s", "true")
         assert resent.returncode == 0, resent.stderr
