@@ -24,6 +24,7 @@ from raftmq.client.mqadmin.commands import parse_timestamp_ms
 from raftmq.client.route import BrokerData
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import properties_to_string
+from raftmq.protocol.msgid import create_message_id
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 from raftmq.tools.dledger_local import free_ports
@@ -606,6 +607,99 @@ async def test_query_msg_by_offset_and_print_msg(cluster):
     unprinted = await mqadmin("printMsg", "-n", cluster.namesrv_addr, "-t", "Ledger", "-d", "f")
     lines = [line for line in unprinted.stdout.decode().splitlines() if "MSGID" in line]
     assert len(lines) == 3 and all(line.endswith(" BODY: NOT PRINT BODY") for line in lines)
+
+
+@pytest.mark.processes
+async def test_consume_message_directly_and_resend(cluster):
+    """queryMsgById/queryMsgByUniqueKey -g -d: the named consumer runs its handler on
+    the message and its result is printed; -s true sends the message again."""
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic("Direct", 1, 1, cluster=CLUSTER)
+        await wait_route(admin, "Direct")
+    seen: list[tuple[str, bytes]] = []
+    failing = False
+
+    async def handle(msgs) -> bool:
+        seen.extend((m.topic, m.body) for m in msgs)
+        if failing:
+            raise RuntimeError("refused on purpose")
+        return True
+
+    def consumed(body: bytes) -> int:
+        return seen.count(("Direct", body))
+
+    async def wait_consumed(body: bytes, times: int) -> None:
+        with trio.fail_after(20):
+            while consumed(body) < times:
+                await trio.sleep(0.05)
+
+    first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    async with (
+        Producer(cluster.namesrv_addr, "direct-p") as producer,
+        PushConsumer(cluster.namesrv_addr, "direct", "Direct", handle, consume_from=first) as c,
+    ):
+        sent = await producer.send("Direct", b"parcel-1")
+        await wait_consumed(b"parcel-1", 1)
+        ns = ("-n", cluster.namesrv_addr)
+        by_id = await mqadmin(
+            "queryMsgById", *ns, "-i", sent.offset_msg_id, "-g", "direct", "-d", c.client_id
+        )
+        assert by_id.returncode == 0, by_id.stderr
+        out = by_id.stdout.decode().strip()
+        assert re.fullmatch(
+            r"ConsumeMessageDirectlyResult \[order=false, autoCommit=true, "
+            r"consumeResult=CR_SUCCESS, remark=null, spentTimeMills=\d+\]",
+            out,
+        ), out
+        assert consumed(b"parcel-1") == 2  # once pulled, once directly
+
+        failing = True
+        by_uniq = await mqadmin(
+            "queryMsgByUniqueKey", *ns, "-t", "Direct", "-i", sent.msg_id,
+            "-g", "direct", "-d", c.client_id,
+        )  # fmt: skip
+        assert by_uniq.returncode == 0, by_uniq.stderr
+        assert (
+            "consumeResult=CR_THROW_EXCEPTION, remark=RuntimeError: refused on purpose"
+            in by_uniq.stdout.decode()
+        )
+        assert consumed(b"parcel-1") == 3
+        failing = False
+
+        unknown = await mqadmin(
+            "queryMsgById", *ns, "-i", sent.offset_msg_id, "-g", "direct", "-d", "nobody@1"
+        )
+        assert unknown.returncode == 1 and unknown.stdout == b""
+        (line,) = unknown.stderr.decode().splitlines()
+        assert line.endswith(
+            "answered code 1 (SYSTEM_ERROR): The Consumer <direct> <nobody@1> not online"
+        ), line
+        assert consumed(b"parcel-1") == 3
+        async with Admin(cluster.namesrv_addr) as admin:
+            address, msg = await admin.locate_msg_by_id(sent.offset_msg_id)
+            elsewhere = create_message_id(("10.9.8.7", 1234), msg.physical_offset)
+            for msg_id in (elsewhere, "not-an-id"):
+                ext = {"consumerGroup": "direct", "clientId": c.client_id, "msgId": msg_id}
+                with pytest.raises(MQBrokerError) as refused:
+                    await admin.call(address, RequestCode.CONSUME_MESSAGE_DIRECTLY, ext)
+                assert refused.value.code == ResponseCode.SYSTEM_ERROR
+                assert refused.value.remark == f"can not find message by the msgId, {msg_id}"
+        assert consumed(b"parcel-1") == 3  # a record of another id is not passed on
+
+        resent = await mqadmin("queryMsgById", *ns, "-i", sent.offset_msg_id, "-s", "true")
+        assert resent.returncode == 0, resent.stderr
+        lines = resent.stdout.decode().splitlines()
+        assert lines[0] == f"prepare resend msg. originalMsgId={sent.offset_msg_id}"
+        assert re.fullmatch(
+            r"SendResult \[sendStatus=SEND_OK, msgId=[0-9A-F]{32}, offsetMsgId=[0-9A-F]{32}, "
+            r"messageQueue=MessageQueue \[topic=Direct, brokerName=\S+, queueId=0\], "
+            r"queueOffset=1\]",
+            lines[1],
+        ), lines
+        assert sent.msg_id not in lines[1]  # the copy has a UNIQ_KEY of its own
+        await wait_consumed(b"parcel-1", 4)  # the copy is delivered
+        quiet = await mqadmin("queryMsgById", *ns, "-i", sent.offset_msg_id, "-s", "false")
+        assert quiet.returncode == 0 and quiet.stdout == b""
 
 
 @pytest.mark.processes

@@ -11,6 +11,13 @@ GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
 QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315, for `statsAll`).
 Every replica answers them from what it holds.
 
+CONSUME_MESSAGE_DIRECTLY (309, `mqadmin queryMsgById -g -d`) is passed on: the record
+the msgId names goes, with the request's header and this broker's name, to the named
+consumer's connection, and the consumer's answer (ConsumeMessageDirectlyResult) is the
+reply. Any replica the consumer heartbeats can do it. Unlike RocketMQ's broker, which
+forwards an empty body when the offset holds nothing, it answers SYSTEM_ERROR unless
+the record at the offset carries that very msgId.
+
 VIEW_BROKER_STATS_DATA knows RocketMQ's two stats `statsAll` asks for: TOPIC_PUT_NUMS
 (messages of a topic stored in the last minute, hour and day, counted from the queues'
 store times, so every replica agrees and a restart loses nothing) and GROUP_GET_NUMS
@@ -31,8 +38,17 @@ import attrs
 
 from raftmq.broker.headers import integer, json_body, text
 from raftmq.broker.store.metadata import META_TOPIC
-from raftmq.protocol.message import read_dispatch_fields
-from raftmq.remoting import Connection, RemotingCommand, ResponseCode
+from raftmq.protocol.message import MessageFormatError, decode, read_dispatch_fields
+from raftmq.protocol.msgid import decode_message_id
+from raftmq.remoting import (
+    Connection,
+    RemotingCommand,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+    RequestCode,
+    ResponseCode,
+)
 
 if TYPE_CHECKING:
     from raftmq.broker.clients import ClientInfo, ClientManager
@@ -45,6 +61,7 @@ if TYPE_CHECKING:
 VERSION_DESC = "V4_9_8"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
 DEFAULT_QUERY_MAX_NUM = 32  # MessageStoreConfig.defaultQueryMaxNum
+CALL_CLIENT_TIMEOUT_S = 10.0  # Broker2Client.callClient
 STATS_WINDOWS_MS = {"statsMinute": 60_000, "statsHour": 3_600_000, "statsDay": 86_400_000}
 
 
@@ -168,6 +185,46 @@ class AdminQueries:
                 ResponseCode.NO_PERMISSION, f"the message at offset {offset} is internal"
             )
         return request.make_response(ResponseCode.SUCCESS, body=record)
+
+    async def consume_message_directly(self, request: RemotingCommand, connection: Connection):
+        """AdminBrokerProcessor.consumeMessageDirectly and callConsumer: the message to
+        the consumer `clientId` of `consumerGroup`, its answer back (10 s at most)."""
+        group, client_id = text(request, "consumerGroup"), text(request, "clientId")
+        msg_id = text(request, "msgId")
+        try:
+            record = self.store.message_at(decode_message_id(msg_id).offset)
+            found = decode(record, read_body=False)[0].msg_id == msg_id.upper()
+        except (IndexError, ValueError, MessageFormatError):
+            found = False
+        if found and read_dispatch_fields(record)[5] == META_TOPIC:
+            return request.make_response(
+                ResponseCode.NO_PERMISSION, f"the message {msg_id} is internal"
+            )
+        if not found:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"can not find message by the msgId, {msg_id}"
+            )
+        consumer = self.clients.consumer(group, client_id)
+        if consumer is None or consumer.connection.closed:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
+            )
+        ext = {**request.ext_fields, "brokerName": self.broker_name}
+        forwarded = RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, ext_fields=ext)
+        forwarded.body = bytes(record)
+        try:
+            answer = await consumer.connection.invoke(forwarded, CALL_CLIENT_TIMEOUT_S)
+        except RemotingTimeoutError as exc:
+            return request.make_response(
+                ResponseCode.CONSUME_MSG_TIMEOUT,
+                f"consumer <{group}> <{client_id}> Timeout: {exc}",
+            )
+        except (RemotingConnectError, RemotingError, OSError) as exc:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"invoke consumer <{group}> <{client_id}> Exception: {exc}",
+            )
+        return request.make_response(answer.code, answer.remark, body=answer.body)
 
     async def topic_stats(self, request: RemotingCommand, connection: Connection):
         store = self.store

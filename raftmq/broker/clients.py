@@ -142,6 +142,10 @@ class ClientManager:
         self._producer_turn += 1
         return live[self._producer_turn % len(live)]
 
+    def consumer(self, group: str, client_id: str) -> ConsumerInfo | None:
+        """The member `client_id` of consumer group `group` (ConsumerManager.findChannel)."""
+        return self.groups.get(group, {}).get(client_id)
+
     def members(self, group: str) -> list[str]:
         return sorted(self.groups.get(group, {}))
 

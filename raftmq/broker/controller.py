@@ -342,6 +342,7 @@ class BrokerController:
             RequestCode.GET_BROKER_RUNTIME_INFO: queries.runtime_info,
             RequestCode.QUERY_MESSAGE: queries.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: queries.consume_message_directly,
             RequestCode.GET_TOPIC_STATS_INFO: queries.topic_stats,
             RequestCode.GET_CONSUME_STATS: queries.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: queries.consumer_connections,

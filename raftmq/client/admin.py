@@ -291,11 +291,16 @@ class Admin:
 
     # ------------------------------------------------------------------ transport
     async def call(
-        self, address: str, code: int, ext: dict | None = None, body: bytes = b""
+        self,
+        address: str,
+        code: int,
+        ext: dict | None = None,
+        body: bytes = b"",
+        timeout_s: float | None = None,
     ) -> RemotingCommand:
         """One request; the SUCCESS answer, or MQBrokerError for any other code."""
         request = RemotingCommand(code, ext_fields=dict(ext or {}), body=body)
-        response = await self.pool.invoke(address, request, self.timeout_s)
+        response = await self.pool.invoke(address, request, timeout_s or self.timeout_s)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark, address)
         return response
@@ -591,7 +596,11 @@ class Admin:
         return info
 
     async def query_msg_by_id(self, msg_id: str) -> MessageExt:
-        """The message an offset msgId names (ValueError if it is not one).
+        """The message an offset msgId names (ValueError if it is not one)."""
+        return (await self.locate_msg_by_id(msg_id))[1]
+
+    async def locate_msg_by_id(self, msg_id: str) -> tuple[str, MessageExt]:
+        """(address of a member holding it, the message) for an offset msgId.
 
         The id holds the store host and the physical offset. The store host is asked
         first; if it is gone (the old master after a failover) every registered member
@@ -606,7 +615,7 @@ class Admin:
         answers: list[MQClientError] = []
         unreachable: list[str] = []
 
-        async def view(address: str) -> MessageExt | None:
+        async def view(address: str) -> tuple[str, MessageExt] | None:
             try:
                 response = await self.call(address, RequestCode.VIEW_MESSAGE_BY_ID, ext)
                 msg, _ = decode(response.body)
@@ -618,19 +627,19 @@ class Admin:
                 answers.append(MQClientError(f"{address} answered a bad record: {exc}"))
             else:
                 if msg.msg_id == msg_id.upper():
-                    return msg
+                    return address, msg
                 answers.append(MQClientError(f"{address} holds another message there"))
             return None
 
-        msg = await view(store_addr)
-        if msg is not None:
-            return msg
+        found = await view(store_addr)
+        if found is not None:
+            return found
         groups = (await self.cluster_info()).broker_datas()
         groups.sort(key=lambda b: store_addr not in b.addrs.values())
         for address in (a for b in groups for a in b.addresses() if a != store_addr):
-            msg = await view(address)
-            if msg is not None:
-                return msg
+            found = await view(address)
+            if found is not None:
+                return found
         if answers:
             raise answers[0]
         raise UnreachableError(f"no member holding {msg_id} answered: {'; '.join(unreachable)}")

@@ -9,6 +9,8 @@ msgId (its UNIQ_KEY) is the key is kept.
 
 from __future__ import annotations
 
+import json
+
 import trio
 
 from raftmq.client.admin import Admin
@@ -139,6 +141,36 @@ async def view_by_either_id(admin: Admin, msg_id: str, topic: str | None) -> Mes
     return await query_by_unique_key(admin, topic, msg_id)
 
 
+CONSUME_DIRECTLY_TIMEOUT_S = 15.0  # the broker waits up to 10 s for the consumer
+
+
+async def consume_message_directly(
+    admin: Admin, group: str, client_id: str, msg_id: str, topic: str | None = None
+) -> dict:
+    """CONSUME_MESSAGE_DIRECTLY (309): the consumer `client_id` of `group` runs its
+    handler on the message either kind of id names (`view_by_either_id`); returns its
+    ConsumeMessageDirectlyResult (order, autoCommit, consumeResult, remark,
+    spentTimeMills). The request goes to a member holding the message, by its offset
+    msgId (`DefaultMQAdminExtImpl.consumeMessageDirectly`); MQBrokerError when the
+    broker or the consumer refuses (SYSTEM_ERROR "The Consumer <g> <id> not online")."""
+    msg = await view_by_either_id(admin, msg_id, topic)
+    address, msg = await admin.locate_msg_by_id(msg.msg_id)
+    ext = {"consumerGroup": group, "clientId": client_id, "msgId": msg.msg_id, "topic": msg.topic}
+    response = await admin.call(
+        address,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        ext,
+        timeout_s=CONSUME_DIRECTLY_TIMEOUT_S,
+    )
+    try:
+        result = json.loads(response.body)
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        raise MQClientError(f"{address} answered a result that is not an object")
+    return result
+
+
 async def message_at(admin: Admin, mq: MessageQueue, offset: int) -> MessageExt | None:
     """The message at `offset` of `mq` (queryMsgByOffset), pulled as the tools'
     consumer group; None when the queue holds none there."""
@@ -152,6 +184,7 @@ async def message_at(admin: Admin, mq: MessageQueue, offset: int) -> MessageExt 
 
 
 __all__ = [
+    "consume_message_directly",
     "message_at",
     "query_all_by_unique_key",
     "query_by_key",

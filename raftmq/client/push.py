@@ -30,6 +30,11 @@ RocketMQ's `DefaultMQPushConsumer` in clustering mode, built on PullConsumer's c
   between consuming and committing leaves those messages to the next owner.
   RESET_CONSUMER_CLIENT_OFFSET (220, `mqadmin resetOffsetByTime`) restarts each owned
   queue it names from the offset it gives, dropping the queue's own progress.
+- **Consume directly.** CONSUME_MESSAGE_DIRECTLY (309, `mqadmin queryMsgById -g -d`)
+  runs the handler on the one message the broker sends, outside any queue's order and
+  offsets, and answers ConsumeMessageDirectlyResult: CR_SUCCESS for True, CR_LATER for
+  False, CR_THROW_EXCEPTION (the exception in the remark) for an exception, as Java's
+  ConsumeMessageConcurrentlyService.consumeMessageDirectly does. Nothing is sent back.
 """
 
 from __future__ import annotations
@@ -51,12 +56,13 @@ from raftmq.client.consumer import (
     PullConsumer,
     PullStatus,
     Subscription,
+    inflate,
 )
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import backoff_delays
 from raftmq.client.offsets import QueueOffsets
 from raftmq.client.route import MessageQueue, TopicRouteData
-from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError
+from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError, decode
 from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
@@ -182,6 +188,7 @@ class PushConsumer:
         }
         self.instance.handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
         self.instance.handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
+        self.instance.handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = self._on_consume_directly
         self.instance.route_listeners.append(self._route_changed)
         self._workers: dict[MessageQueue, _QueueWorker] = {}
         self._closing = False
@@ -275,6 +282,46 @@ class PushConsumer:
             log.warning("unreadable offset reset: %r", exc)
             return
         self.instance.nursery.start_soon(self._reset_offsets, offsets)
+
+    async def _on_consume_directly(self, request: RemotingCommand, _connection: Connection):
+        """ClientRemotingProcessor.consumeMessageDirectly: the handler on the message in
+        the body; the result as ConsumeMessageDirectlyResult JSON."""
+        group = request.ext_fields.get("consumerGroup")
+        if group != self.group:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer Group <{group}> not exist in this consumer",
+            )
+        try:
+            msg = decode(request.body)[0]
+        except MessageFormatError as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad message: {exc}")
+        inflate(msg)
+        self._restore_topic(msg)
+        remark = None
+        started = time.monotonic()
+        try:
+            result = "CR_SUCCESS" if await self.handler([msg]) else "CR_LATER"
+        except Exception as exc:
+            log.warning("handler failed on %s, consumed directly", msg.msg_id, exc_info=True)
+            result, remark = "CR_THROW_EXCEPTION", f"{type(exc).__name__}: {exc}"
+        spent_ms = int((time.monotonic() - started) * 1000)
+        answer = {
+            "autoCommit": True,
+            "consumeResult": result,
+            "order": False,
+            "remark": remark,
+            "spentTimeMills": spent_ms,
+        }
+        body = json.dumps({k: v for k, v in answer.items() if v is not None}).encode()
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    def _restore_topic(self, msg: MessageExt) -> None:
+        """A retried message's original topic, from its RETRY_TOPIC property
+        (`resetRetryAndNamespace`)."""
+        original = msg.get_property(MessageConst.PROPERTY_RETRY_TOPIC)
+        if msg.topic == self.retry_topic and original:
+            msg.topic = original
 
     async def _reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
         for mq, offset in sorted(offsets.items()):
@@ -421,9 +468,7 @@ class PushConsumer:
 
     async def _consume(self, worker: _QueueWorker, messages: list[MessageExt]) -> None:
         for msg in messages:
-            original = msg.get_property(MessageConst.PROPERTY_RETRY_TOPIC)
-            if msg.topic == self.retry_topic and original:
-                msg.topic = original
+            self._restore_topic(msg)
         pending = messages
         while True:
             try:

@@ -9,11 +9,12 @@ import zlib
 from collections.abc import Callable
 
 from raftmq.client.admin import Admin
-from raftmq.client.consumer import PullConsumer, PullStatus
-from raftmq.client.message_query import view_by_either_id
+from raftmq.client.consumer import PullConsumer, PullStatus, inflate
+from raftmq.client.message_query import consume_message_directly, view_by_either_id
 from raftmq.client.mqadmin.commands import (
     UsageError,
     human_ms,
+    java_bool,
     option,
     parse_timestamp_ms,
     print_row,
@@ -21,7 +22,7 @@ from raftmq.client.mqadmin.commands import (
 )
 from raftmq.client.producer import Producer
 from raftmq.client.route import MessageQueue
-from raftmq.protocol.message import MessageExt, MessageSysFlag
+from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 
 
 def body_text(msg: MessageExt, charset: str = "utf-8") -> str:
@@ -57,6 +58,57 @@ def print_message(msg: MessageExt) -> None:
         print_row("%-20s %s", label, value)
 
 
+def direct_options() -> tuple[tuple, tuple]:
+    """-g and -d: consume the message directly in one consumer (both needed)."""
+    return (
+        option("-g", "consumerGroup", "consumer group name"),
+        option("-d", "clientId", "The consumer's client id"),
+    )
+
+
+def consume_result_text(result: dict) -> str:
+    """ConsumeMessageDirectlyResult.toString."""
+
+    def java(value) -> str:
+        if value is None:
+            return "null"
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    fields = ("order", "autoCommit", "consumeResult", "remark", "spentTimeMills")
+    return (
+        f"ConsumeMessageDirectlyResult [{', '.join(f'{k}={java(result.get(k))}' for k in fields)}]"
+    )
+
+
+async def consume_directly(admin: Admin, args: argparse.Namespace, msg_id: str, topic) -> None:
+    """pushMsg: the consumer runs its handler on the message; its result printed."""
+    group, client_id = args.consumerGroup.strip(), args.clientId.strip()
+    try:
+        result = await consume_message_directly(admin, group, client_id, msg_id, topic)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(consume_result_text(result))
+
+
+async def resend(admin: Admin, producer: Producer, msg_id: str, topic: str | None) -> None:
+    """sendMsg: the message sent again to its topic, with its tags, keys and
+    properties, under a new UNIQ_KEY."""
+    try:
+        msg = await view_by_either_id(admin, msg_id, topic)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    inflate(msg)
+    properties = dict(msg.properties)
+    properties.pop(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, None)
+    print(f"prepare resend msg. originalMsgId={msg_id}")
+    result = await producer.send(msg.topic, msg.body or b"", properties=properties)
+    print(
+        f"SendResult [sendStatus={result.status.name}, msgId={result.msg_id}, "
+        f"offsetMsgId={result.offset_msg_id}, messageQueue={mq_text(result.message_queue)}, "
+        f"queueOffset={result.queue_offset}]"
+    )
+
+
 @verb(
     "queryMsgById",
     "Query Message by Id",
@@ -64,10 +116,26 @@ def print_message(msg: MessageExt) -> None:
         "-i", "msgId", "Message Id (offset msgIds or UNIQ_KEYs, comma separated)", required=True
     ),
     option("-t", "topic", "The topic, to look an id up as a UNIQ_KEY too"),
+    *direct_options(),
+    option("-s", "sendMessage", "resend message (true: send each message again to its topic)"),
 )
 async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> None:
     topic = args.topic.strip() if args.topic else None
-    for n, msg_id in enumerate(i.strip() for i in args.msgId.split(",") if i.strip()):
+    msg_ids = [i.strip() for i in args.msgId.split(",") if i.strip()]
+    if args.consumerGroup and args.clientId:
+        for msg_id in msg_ids:
+            await consume_directly(admin, args, msg_id, topic)
+        return
+    if args.sendMessage is not None:
+        if not java_bool(args.sendMessage):
+            return
+        async with Producer(
+            admin.namesrv_addrs, "ReSendMsgById", tls=admin.tls, credentials=admin.credentials
+        ) as producer:
+            for msg_id in msg_ids:
+                await resend(admin, producer, msg_id, topic)
+        return
+    for n, msg_id in enumerate(msg_ids):
         try:
             msg = await view_by_either_id(admin, msg_id, topic)
         except ValueError as exc:

@@ -25,7 +25,14 @@ from raftmq.client.mqadmin.commands import (
     print_row,
     verb,
 )
-from raftmq.client.mqadmin.messages import body_text, mq_text, print_message, print_queue
+from raftmq.client.mqadmin.messages import (
+    body_text,
+    consume_directly,
+    direct_options,
+    mq_text,
+    print_message,
+    print_queue,
+)
 from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageExt
 
@@ -48,10 +55,14 @@ async def query_msg_by_key(admin: Admin, args: argparse.Namespace) -> None:
     "Query Message by Unique key",
     option("-i", "msgId", "Message Id", required=True),
     option("-t", "topic", "The topic of msg", required=True),
+    *direct_options(),
     option("-a", "showAll", "Print all message, the limit is 32", action="store_true"),
 )
 async def query_msg_by_unique_key(admin: Admin, args: argparse.Namespace) -> None:
     topic, uniq_key = args.topic.strip(), args.msgId.strip()
+    if args.consumerGroup and args.clientId:
+        await consume_directly(admin, args, uniq_key, topic)
+        return
     messages = await query_all_by_unique_key(admin, topic, uniq_key)
     for n, msg in enumerate(messages if args.showAll else messages[:1]):
         if n:
