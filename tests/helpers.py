@@ -144,6 +144,18 @@ KINDS = ("crash", "restart", "pause", "resume", "partition", "one_way", "heal")
 SIM_SEEDS = st.integers(0, 2**32 - 1)
 
 
+async def read_until(stream, marker: bytes, timeout_s: float = 60.0) -> bytes:
+    """What a process prints on `stream` up to and including `marker` (a tool's "ready"
+    line); fails if the stream ends first."""
+    printed = b""
+    with trio.fail_after(timeout_s):
+        while marker not in printed:
+            chunk = await stream.receive_some()
+            assert chunk, printed
+            printed += chunk
+    return printed
+
+
 def fault_lists(kinds, size: int, until_ms: int, max_nodes: int, max_faults: int):
     """Lists of up to `max_faults` faults of `kinds`, each at a whole ms up to `until_ms`
     against 1..`max_nodes` distinct members of a group of `size`."""

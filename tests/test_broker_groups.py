@@ -22,7 +22,7 @@ from raftmq.client.admin import Admin
 from raftmq.client.errors import MQBrokerError
 from raftmq.client.message_query import query_by_key
 from raftmq.tools.broker_local import LocalGroups
-from tests.helpers import mqadmin
+from tests.helpers import mqadmin, read_until
 
 TOPIC = "Spread"
 
@@ -137,13 +137,7 @@ async def test_one_command_starts_a_classic_2m_2s_cluster(tmp_path):
                "--role", "SYNC_MASTER", "--dir", str(tmp_path)]  # fmt: skip
     process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE)
     try:
-        printed = b""
-        with trio.fail_after(60):
-            while b"Ctrl-C stops every process" not in printed:
-                chunk = await process.stdout.receive_some()
-                assert chunk, printed
-                printed += chunk
-        text = printed.decode()
+        text = (await read_until(process.stdout, b"Ctrl-C stops every process")).decode()
         namesrv = text.split()[2].rstrip(",")
         assert "cluster DefaultCluster" in text
         for name in ("broker-a", "broker-b"):

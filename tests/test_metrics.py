@@ -25,7 +25,7 @@ from raftmq.namesrv.config import load_config
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.streams.exposition import MetricsPortError, serve_metrics
 from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
-from tests.helpers import create_topic, group, stopped, wait_for
+from tests.helpers import create_topic, group, read_until, stopped, wait_for
 
 
 def samples(text: str) -> dict[str, list[tuple[dict, float]]]:
@@ -410,13 +410,7 @@ async def test_broker_local_metrics_flag_prints_addresses_that_serve_metrics(tmp
         [*command, "--dir", str(tmp_path)], stdout=subprocess.PIPE
     )
     try:
-        printed = b""
-        with trio.fail_after(60):
-            while b"Ctrl-C" not in printed:
-                chunk = await process.stdout.receive_some()
-                assert chunk, printed
-                printed += chunk
-        lines = printed.decode().splitlines()
+        lines = (await read_until(process.stdout, b"Ctrl-C")).decode().splitlines()
         addresses = {
             line.split()[1].rstrip(":"): line.split()[2]
             for line in lines

@@ -80,6 +80,12 @@ async def _run(config: BrokerConfig) -> None:
         await cancel_on_stop_signal(nursery.cancel_scope)
 
 
+def _failed(group: BaseExceptionGroup, status: int, what: str = "") -> int:
+    """One line on stderr for what stopped the broker; the exit status it gets."""
+    print(f"mqbroker: {what}{first_leaf(group)}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mqbroker", description="RocketMQ broker on DLedger, or classic master/slave."
@@ -115,20 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(_run, config)
     except* (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as group:
-        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
-        status = EXIT_DISK
+        status = _failed(group, EXIT_DISK)
     except* ForeignLog as group:
-        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
-        status = EXIT_FOREIGN_LOG
+        status = _failed(group, EXIT_FOREIGN_LOG)
     except* AclFileError as group:
-        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
-        status = EXIT_USAGE
+        status = _failed(group, EXIT_USAGE)
     except* StoreInUse as group:
-        print(f"mqbroker: {first_leaf(group)}", file=sys.stderr)
-        status = EXIT_BIND
+        status = _failed(group, EXIT_BIND)
     except* OSError as group:
-        print(f"mqbroker: cannot listen: {first_leaf(group)}", file=sys.stderr)
-        status = EXIT_BIND
+        status = _failed(group, EXIT_BIND, "cannot listen: ")
     except* KeyboardInterrupt:
         pass
     return status
