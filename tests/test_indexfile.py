@@ -8,6 +8,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raftmq.broker.store import indexfile
 from raftmq.broker.store.indexfile import (
     ENTRY_SIZE,
     HEADER_SIZE,
@@ -148,3 +149,28 @@ def test_torn_file_after_crash_recovered_by_redispatch(
             assert got == sorted(reference.query("T", word, 64, 0, 2**63 - 1)[0]), word
     recovered.close()
     reference.close()
+
+
+def test_blocks_are_reserved_as_entries_are_added_not_all_at_once(tmp_path, monkeypatch):
+    """A full disk must not meet a hole of the map (a SIGBUS), so the blocks an entry
+    goes to are reserved before it is written; but only a step ahead: the whole file
+    at RocketMQ's default sizes would be ~420 MB on disk before the first message."""
+    monkeypatch.setattr(indexfile, "RESERVE_STEP_BYTES", 4096)
+    slot_num, index_num = 1024, 100_000  # a 2 MB file
+    file = IndexFile(tmp_path / "20240101000000000", slot_num, index_num)
+    entries_at = HEADER_SIZE + slot_num * 4
+
+    def on_disk_bytes() -> int:
+        return file.path.stat().st_blocks * 512
+
+    assert file.path.stat().st_size == entries_at + index_num * ENTRY_SIZE
+    assert entries_at + ENTRY_SIZE <= on_disk_bytes() <= entries_at + 4096 + 8192
+    for n in range(1, 1001):  # 20 kB of entries: the reservation follows
+        assert file.put(f"T#k{n}", n, T0_MS)
+        assert on_disk_bytes() >= entries_at + (n + 1) * ENTRY_SIZE
+    assert on_disk_bytes() <= entries_at + 1001 * ENTRY_SIZE + 4096 + 8192
+    assert file.select("T#k500", 4, T0_MS, T0_MS) == [500]
+    file.close()
+    reopened = IndexFile(file.path, slot_num, index_num)  # reserves what it holds again
+    assert reopened.index_count == 1001 and reopened.select("T#k1000", 4, 0, T0_MS) == [1000]
+    reopened.close()

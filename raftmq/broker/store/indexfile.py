@@ -59,6 +59,8 @@ _HEADER_FIELDS = (
 )
 _SLOT = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
+# IndexFile blocks are reserved this far ahead of the last entry (`IndexFile._reserve`).
+RESERVE_STEP_BYTES = 4 << 20
 
 
 def key_hash(key: str) -> int:
@@ -115,22 +117,37 @@ class IndexFile:
         self.slot_num = slot_num
         self.index_num = index_num
         size_bytes = HEADER_SIZE + slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
+        self._size_bytes = size_bytes
         with open(path, "a+b") as f:
             found_bytes = os.fstat(f.fileno()).st_size
             if found_bytes != size_bytes:
-                # Every block reserved now: on a full disk a write into a hole of the map
-                # would be a SIGBUS; this is an OSError (ENOSPC) the dispatcher retries.
-                try:
-                    os.posix_fallocate(f.fileno(), 0, size_bytes)
-                except OSError:
-                    if not found_bytes:
-                        path.unlink()
-                    raise
-                f.truncate(size_bytes)  # a file of another size: now this one's
+                f.truncate(size_bytes)  # a new file, or one of another size: this one's
             self._map = mmap.mmap(f.fileno(), size_bytes)
+            self._fd = os.dup(f.fileno())  # kept to reserve blocks as entries are added
         for name, value in zip(_HEADER_FIELDS, _HEADER.unpack_from(self._map, 0), strict=True):
             setattr(self, name, value)
         self.index_count = max(self.index_count, 1)
+        # The header, the slots and the entries so far reserved now, the rest a step at a
+        # time as entries are added (`put`): on a full disk a write into a hole of the
+        # map would be a SIGBUS, a reservation that fails is an OSError (ENOSPC) the
+        # dispatcher retries. Reserving the whole file at once would take ~420 MB per
+        # file at RocketMQ's default sizes before the first message.
+        self._reserved_bytes = 0
+        try:
+            self._reserve(self._entry_pos(self.index_count))
+        except OSError:
+            self.close()
+            if not found_bytes:
+                path.unlink()
+            raise
+
+    def _reserve(self, needed_bytes: int) -> None:
+        """Blocks allocated for the file's first `needed_bytes` and a step beyond."""
+        if needed_bytes <= self._reserved_bytes:
+            return
+        reserve_bytes = min(needed_bytes + RESERVE_STEP_BYTES, self._size_bytes)
+        os.posix_fallocate(self._fd, 0, reserve_bytes)
+        self._reserved_bytes = reserve_bytes
 
     def _write_header(self) -> None:
         """The header fields into the map (on every put: spelt out, as a loop over
@@ -181,6 +198,7 @@ class IndexFile:
         else:
             diff_s = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), INT_MAX)
         number = self.index_count
+        self._reserve(self._entry_pos(number) + ENTRY_SIZE)
         _ENTRY.pack_into(self._map, self._entry_pos(number), hashed, physical_offset, diff_s, head)
         _SLOT.pack_into(self._map, slot_pos, number)
         if number <= 1:
@@ -250,6 +268,9 @@ class IndexFile:
 
     def close(self) -> None:
         self._map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def destroy(self) -> None:
         self.close()
