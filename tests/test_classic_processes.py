@@ -334,3 +334,25 @@ async def test_cluster_list_and_broker_status_show_master_slave_and_the_slave_la
                 if [rows[bid][-1] for bid in ("0", "1")] == ["0", "0"]:
                     break
                 await trio.sleep(0.2)
+
+
+async def test_a_classic_master_over_its_disk_ratio_refuses_sends(tmp_path):
+    """Restarted with diskSpaceWarningLevelRatio=1 (any real disk is fuller than 1 %),
+    the master's disk check marks its disk full: sends get SERVICE_NOT_AVAILABLE with
+    RocketMQ's disk-full remark and nothing is stored; a topic change (a metadata
+    record in the log) is refused the same way, naming the full disk."""
+    async with LocalClassicGroup(tmp_path, slaves=0) as group:
+        await group.create_topic("T", queues=1)
+        with group.conf_path("n0").open("a") as conf:
+            conf.write("diskSpaceWarningLevelRatio=1\n")
+        await group.restart("n0")
+        mq = MessageQueue("T", "broker-a", 0)
+        request = send_request(RequestCode.SEND_MESSAGE_V2, "P", mq, b"x", "", 0)
+        async with RemotingClient(group.broker_addrs["n0"]) as client:
+            with trio.fail_after(10):  # the first check runs as the broker starts
+                while (response := await client.invoke(request, 5.0)).code == 0:
+                    await trio.sleep(0.05)
+        assert response.code == ResponseCode.SERVICE_NOT_AVAILABLE, response.remark
+        assert "the broker's disk is full" in response.remark
+        with pytest.raises(RuntimeError, match="the broker's disk is full"):
+            await group.create_topic("U", queues=1)

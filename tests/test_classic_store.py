@@ -328,3 +328,17 @@ async def test_queues_follow_the_logs_new_beginning(tmp_path):
     kept = store.get_message("T", 0, result.next_begin_offset, 1)
     assert codec.decode(kept.records[0])[0].physical_offset == first
     store.queues.close()
+
+
+async def test_a_full_disk_refuses_puts_until_there_is_room(tmp_path):
+    """While the disk check marks the disk full, a put is refused whole (DLedger's
+    DISK_FULL, which the send path answers as RocketMQ's disk-full
+    SERVICE_NOT_AVAILABLE) and nothing is written; once there is room it is stored."""
+    log = open_log(tmp_path)
+    cl = commitlog(log)
+    cl.disk_full = True
+    assert await put(cl, [record()]) == (Code.DISK_FULL, None)
+    assert log.write_pos == 0 and log.empty
+    cl.disk_full = False
+    status, placed = await put(cl, [record()])
+    assert status == Code.SUCCESS and placed == [(0, 0)]

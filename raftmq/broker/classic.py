@@ -21,11 +21,13 @@ from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import ABORT_FILE, ClassicLog
 from raftmq.broker.store.ha import HAClient, HAConfig, HAService
 from raftmq.dledger.config import FSYNC
+from raftmq.dledger.store.filesystem import used_ratio
 from raftmq.remoting import listen_host
 
 log = logging.getLogger(__name__)
 
 EXPIRE_CHECK_S = 10.0  # cleanResourceInterval
+DISK_CHECK_INTERVAL_S = 0.1  # as DLedger mode's
 
 
 class ClassicReplica:
@@ -106,6 +108,7 @@ class ClassicReplica:
             if self.config.is_slave:
                 nursery.start_soon(self.client.run)
             nursery.start_soon(self._expire_files)
+            nursery.start_soon(self._check_disk)
             task_status.started(self.ha_port)
 
     async def _expire_files(self) -> None:
@@ -114,6 +117,27 @@ class ClassicReplica:
         while True:
             await trio.sleep(EXPIRE_CHECK_S)
             self.log.delete_expired(self.config.file_reserved_time * 3600.0)
+
+    async def _check_disk(self) -> None:
+        """As DLedger mode's disk check: over diskSpaceWarningLevelRatio the CommitLog
+        refuses sends (SERVICE_NOT_AVAILABLE, RocketMQ's disk-full remark) until the
+        filesystem holding it is under again."""
+        directory = self.log.directory
+        limit = self.config.disk_space_warning_level_ratio / 100
+        while True:
+            ratio = await trio.to_thread.run_sync(used_ratio, directory)
+            full = ratio > limit
+            if full != self.commitlog.disk_full:
+                self.commitlog.disk_full = full
+                log.warning(
+                    "disk %s: %.1f%% of the filesystem of %s in use (diskSpaceWarningLevelRatio"
+                    " %.0f%%)",
+                    "full, refusing sends" if full else "space OK, taking sends",
+                    ratio * 100,
+                    directory,
+                    limit * 100,
+                )
+            await trio.sleep(DISK_CHECK_INTERVAL_S)
 
     def close(self) -> None:
         self.log.close()

@@ -61,7 +61,7 @@ from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
 from raftmq.broker.transaction_check import TransactionCheckService
 from raftmq.broker.transactions import TransactionalMessages
-from raftmq.dledger.codes import Role
+from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.metrics import DLedgerCollector
 from raftmq.dledger.server import DLedgerError, DLedgerServer, store_dir
 from raftmq.remoting import (
@@ -90,8 +90,9 @@ def physical_memory_bytes() -> int:
 
 def answer_refusals(handler: Processor) -> Processor:
     """`handler` with the broker's refusals answered: bad input (BadRequest) with its
-    code and remark, a DLedger refusal as "not master". Anything else it raises is a
-    bug, which the connection answers SYSTEM_ERROR (remoting.processor.system_error)."""
+    code and remark, a DLedger refusal as "not master" (or a full disk). Anything else
+    it raises is a bug, which the connection answers SYSTEM_ERROR
+    (remoting.processor.system_error)."""
 
     async def processor(request: RemotingCommand, connection: Connection):
         try:
@@ -99,8 +100,8 @@ def answer_refusals(handler: Processor) -> Processor:
         except BadRequest as exc:
             response = request.make_response(exc.code, str(exc))
         except DLedgerError as exc:
-            code = ResponseCode.SERVICE_NOT_AVAILABLE
-            response = request.make_response(code, f"not master: {exc}")
+            what = "the broker's disk is full" if exc.code is Code.DISK_FULL else "not master"
+            response = request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, f"{what}: {exc}")
         return None if request.is_oneway else response
 
     return processor

@@ -37,7 +37,7 @@ from raftmq.broker.store.commitlog import (
     dispatch_fields,
 )
 from raftmq.dledger.codes import Code
-from raftmq.dledger.server import durably
+from raftmq.dledger.server import DLedgerError, durably
 from raftmq.protocol import message as codec
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ class ClassicCommitLog(RecordReads):
         self.server = self.store = self.log = log
         self.policy = policy
         self.replication = replication  # None unless SYNC_MASTER
+        self.disk_full = False  # over diskSpaceWarningLevelRatio: sends are refused
         self.next_offsets: dict[tuple[str, int], int] = {}
         self._flushes = OffsetWaiters()
         self._acks = OffsetWaiters()
@@ -155,7 +156,12 @@ class ClassicCommitLog(RecordReads):
     def put_nowait(self, records: list[bytes], done: Callable[[Code | PutStatus, list], None]):
         """Append `records` now; `done(status, [(physical offset, queue offset)])` once
         the flush and replication rules are met (Code.SUCCESS) or not (a PutStatus);
-        `done(MESSAGE_ILLEGAL, None)` at once, storing none, if one cannot fit a file."""
+        `done(MESSAGE_ILLEGAL, None)` at once, storing none, if one cannot fit a file,
+        and `done(Code.DISK_FULL, None)` while `disk_full` is set (ClassicReplica's disk
+        check, as DLedger refuses appends on a full disk)."""
+        if self.disk_full:
+            done(Code.DISK_FULL, None)
+            return
         if any(not self.log.fits(len(record)) for record in records):
             done(PutStatus.MESSAGE_ILLEGAL, None)
             return
@@ -210,17 +216,23 @@ class ClassicCommitLog(RecordReads):
 
     async def put(self, records: list[bytes]) -> list[tuple[int, int]]:
         """`put_nowait`, awaited: the (physical offset, queue offset) of each record,
-        whatever the status (every status means stored here)."""
+        whatever the status of a stored put (10, 11, 12 all mean stored); a refused one
+        (a full disk, a record larger than a file) raises DLedgerError, as the DLedger
+        CommitLog's does, storing nothing."""
         finished = trio.Event()
-        result: list = []
+        outcome: list = []
 
-        def done(_status, placed) -> None:
-            result.extend(placed)
+        def done(status, placed) -> None:
+            outcome[:] = [status, placed]
             finished.set()
 
         self.put_nowait(records, done)
         await finished.wait()
-        return result
+        status, placed = outcome
+        if placed is None:
+            code = status if isinstance(status, Code) else Code.UNEXPECTED_ARGUMENT
+            raise DLedgerError(code, status.name)
+        return placed
 
     def on_slave_ack(self, offset: int) -> None:
         """A slave acknowledged everything before `offset` (GroupTransferService)."""
