@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from raftmq.broker.admin_queries import VERSION_DESC
 from raftmq.broker.stats import SAMPLE_INTERVAL_S, Rates
 from raftmq.broker.store.metadata import DLQ_PREFIX, META_TOPIC, RETRY_PREFIX
+from raftmq.dledger.store.filesystem import used_ratio
 
 if TYPE_CHECKING:
     from raftmq.broker.address import BrokerAddress
@@ -147,9 +148,9 @@ class BrokerCollector(Collector):
         return disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize
 
     def disk_ratio(self) -> float:
-        """commitLogDiskRatio: the used fraction of the store's file system."""
-        total_bytes, free_bytes = self.disk_bytes()
-        return 1.0 - free_bytes / total_bytes if total_bytes else 0.0
+        """commitLogDiskRatio: the used fraction of the store's file system, as the disk
+        check counts it (df's Use%), so it reads against diskSpaceWarningLevelRatio."""
+        return used_ratio(self.store.root)
 
     def runtime_keys(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO's rates and disk use in RocketMQ's formats (putTps and
