@@ -17,6 +17,7 @@ from raftmq.protocol.message import MessageConst
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import (
     FLAG_ONEWAY,
+    ProcessorTable,
     RemotingCommand,
     RequestCode,
     ResponseCode,
@@ -355,6 +356,78 @@ async def test_a_follower_reset_past_retention_dispatches_from_the_leaders_begin
     after = await g.send(master, "T", b"after the reset")
     assert after.ext_fields["queueOffset"] == "168"
     await wait_for(lambda: queue.max_offset == 169)
+
+
+async def test_raw_sends_store_and_answer_what_decoded_sends_do(nursery, tmp_path, monkeypatch):
+    """The sends of one read taken raw (their headers read from the frame's bytes) give
+    the records and answers that decoding every frame gives, in the same order; what
+    the raw path cannot read (non-ASCII text, a number among the ext fields, letters
+    and long names together) is decoded in its place."""
+    g = await group(nursery, tmp_path, nodes=1)
+    await create_topic(g, "T", 2)
+    master = g.master()
+    monkeypatch.setattr(master.store, "now_ms", lambda: 1_700_000_000_123)
+    appends = []
+    put_nowait = master.store.commitlog.put_nowait
+
+    def recording_put_nowait(records, done):
+        appends.append([r[:52] + r[56:] for r in records])  # without the producer's port
+        put_nowait(records, done)
+
+    monkeypatch.setattr(master.store.commitlog, "put_nowait", recording_put_nowait)
+
+    def request(opaque, queue_id, props="", code=RequestCode.SEND_MESSAGE_V2, **options):
+        ext = send_header_v2("PG", "T", queue_id, born_timestamp_ms=1700, properties=props)
+        return RemotingCommand(
+            code=code,
+            opaque=opaque,
+            flag=FLAG_ONEWAY if options.get("oneway") else 0,
+            ext_fields={**ext, **options.get("ext", {})},
+            body=b"body %d" % opaque,
+            serialize_type=options.get("serialize_type", SerializeType.JSON),
+        )
+
+    long_names = from_send_v2(send_header_v2("PG", "T", 1, born_timestamp_ms=1700))
+    requests = [
+        request(1, 0, 'UNIQ_KEY\x01K1\x02WAIT\x01true\x02KEYS\x01a \\"b"\x02'),
+        request(2, 1, code=RequestCode.SEND_MESSAGE, ext=long_names),
+        request(3, 0, "TAGS\x01\u00e9t\u00e9"),  # not ASCII
+        request(4, 1, oneway=True),
+        request(5, 0, "DELAY\x012\x02"),  # to the schedule topic: `send`
+        request(6, 7),  # no such queue: `send` says so
+        request(7, 1, ext={"queueId": "0"}),  # letters and a long name
+        request(8, 0, ext={"m": "true"}),  # a batch: `send`
+        request(9, 1, serialize_type=SerializeType.ROCKETMQ),
+        request(10, 0, "A\x01b"),
+    ]
+    frames = [encode(r) for r in requests]
+    # a number among the ext fields, as ali-ons writes queueId
+    frames.insert(3, frames[2].replace(b'"e":"0"', b'"e":0  ').replace(b"\xc3\xa9", b"e "))
+
+    async def exchange() -> dict:
+        stream = await trio.open_tcp_stream(*parse_address(master.address))
+        await stream.send_all(b"".join(frames))
+        reader = FrameReader(stream)
+        answers = {}
+        with trio.fail_after(10):
+            while len(answers) < 9:
+                response = await reader.__anext__()
+                answers.setdefault(response.opaque, []).append(response)
+        await stream.aclose()
+        return {
+            opaque: [(r.code, r.remark, r.serialize_type, sorted(r.ext_fields)) for r in answer]
+            for opaque, answer in answers.items()
+        }
+
+    raw = await exchange()
+    raw_appends, appends[:] = appends[:], []
+    monkeypatch.setattr(ProcessorTable, "raw_fields", None)  # decode every frame
+    decoded = await exchange()
+    assert raw == decoded
+    assert raw_appends == appends
+    assert len(appends[0]) == 8  # 1, 2, 3, 3 again, 4, 7, 9 and 10
+    assert raw[3][0][0] == raw[10][0][0] == ResponseCode.SUCCESS
+    assert raw[6][0][0] == ResponseCode.MESSAGE_ILLEGAL
 
 
 async def test_the_sends_of_one_read_are_one_append_answered_in_one_write(nursery, tmp_path):

@@ -7,6 +7,7 @@ a fast path for the first and must hand the rest to the twin unchanged.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -24,7 +25,7 @@ from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
 from raftmq.protocol import message
 from raftmq.protocol.headers import from_send_v2, send_header_v2
-from raftmq.remoting import SerializeType, frames
+from raftmq.remoting import RemotingCommand, SerializeType, frames
 from raftmq.remoting import codec as remoting_codec
 
 TWINS = {
@@ -40,6 +41,9 @@ TWINS = {
     "properties_index_keys": message.properties_index_keys,
     "java_string_hash": message.java_string_hash,
     "pull_body": commitlog.pull_body,
+    "split_requests": frames.split_requests,
+    "plain_request": remoting_codec.plain_request,
+    "send_values": send_encoding.send_values,
 }
 
 try:
@@ -333,6 +337,191 @@ json_header = st.fixed_dictionaries(
 @given(json_header)
 def test_plain_json_fields(header):
     same("plain_json_fields", header)
+
+
+# --------------------------------------------------------------------- raw requests
+
+RAW_CODES = frozenset({10, 310})
+NAMES = send_encoding.SEND_VALUE_NAMES
+space = st.sampled_from(["", "", "", " ", "\n\t ", "\r"])
+json_string_text = st.one_of(
+    st.text(st.characters(max_codepoint=0x7E, min_codepoint=0x20), max_size=6).map(json.dumps),
+    st.text(max_size=4).map(lambda t: json.dumps(t, ensure_ascii=False)),  # unicode, raw
+    st.text(max_size=4).map(json.dumps),  # \uXXXX escapes, surrogate pairs
+    st.sampled_from(
+        [
+            '"K\\u0001v\\u0002"',
+            '"\\"\\\\\\/\\b\\f\\n\\r\\t"',
+            '"\\u007f\\u0080"',
+            '"\\ud800"',  # a lone surrogate
+            '"\\x"',  # not an escape
+            '"a\x01b"',  # a raw control character
+            '"unterminated',
+            '"\\u00',
+        ]
+    ),
+)
+json_number_text = st.one_of(
+    st.integers(-(1 << 31), (1 << 31) - 1).map(str),
+    st.integers(-(1 << 70), 1 << 70).map(str),
+    st.sampled_from(["-0", "01", "1.5", "1e3", "-", "1E2", "2.0", "+1", "0x10", "1_0"]),
+)
+json_other_text = st.sampled_from(["true", "false", "null", "nul", "[1]", "{}", '{"a":"b"}', ""])
+json_any_text = json_string_text | json_number_text | json_other_text
+ext_key = st.sampled_from([*NAMES, "a", "zz", "", "top\\u0069c", 'to"pic']).map(
+    lambda k: '"' + k + '"'
+)
+
+
+@st.composite
+def json_object_text(draw, keys, values, max_size):
+    members = draw(st.lists(st.tuples(keys, values), max_size=max_size))
+    sep = draw(space)
+    inner = ("," + sep).join(f"{k}{sep}:{draw(space)}{v}" for k, v in members)
+    return "{" + sep + inner + draw(space) + "}"
+
+
+ext_text = json_object_text(
+    ext_key, json_string_text | json_string_text | json_any_text, max_size=8
+) | st.sampled_from(["null", "[]", '"x"'])
+top_key = st.sampled_from(
+    ["code", "flag", "opaque", "version", "language", "remark", "extFields", "x", "co\\u0064e"]
+)
+top_value = st.one_of(
+    json_number_text,
+    st.sampled_from(["10", "310", "0", "1", "2", "3", '"JAVA"', '"PYTHON"', '"ext"', "null"]),
+    ext_text,
+    json_any_text,
+)
+
+
+ext_clean_text = json_object_text(ext_key, json_string_text, max_size=8)
+
+
+@st.composite
+def request_header(draw):
+    """The JSON text of a request header: half of them what clients send (which may
+    still hold odd strings), the rest anything."""
+    clean = draw(st.booleans())
+    members = {
+        "code": draw(st.sampled_from(["10", "310", "11", "-10"]) | json_number_text),
+        "extFields": draw(ext_clean_text if clean else ext_text),
+        "flag": draw(st.sampled_from(["0", "2", "1", "3"])),
+        "language": draw(st.sampled_from(['"JAVA"', '"GO"', "null", "7"])),
+        "opaque": draw(st.integers(-(1 << 31), (1 << 31) - 1).map(str) | json_number_text),
+        "serializeTypeCurrentRPC": '"JSON"',
+        "version": draw(st.sampled_from(["409", "0"]) | json_number_text),
+    }
+    if clean:
+        members["code"] = draw(st.sampled_from(["10", "310"]))
+        members["flag"] = draw(st.sampled_from(["0", "2"]))
+        members["language"] = draw(st.sampled_from(['"JAVA"', '"GO"', json.dumps("é\x01")]))
+    if draw(st.booleans()):
+        members["remark"] = draw(json_any_text)
+    pairs = [(f'"{k}"', v) for k, v in members.items() if clean or draw(st.integers(0, 9))]
+    extra = st.lists(st.tuples(top_key.map(lambda k: f'"{k}"'), top_value), max_size=3)
+    pairs += draw(st.just([]) | extra if clean else extra)
+    if draw(st.booleans()):
+        pairs = draw(st.permutations(pairs))
+    sep = draw(space)
+    text = draw(space) + "{" + ",".join(f"{k}{sep}:{sep}{v}" for k, v in pairs) + "}"
+    return text + draw(space)
+
+
+@st.composite
+def request_frame(draw):
+    """A frame's payload (no length field): a header, maybe cut or odd, and a body."""
+    header = draw(request_header()).encode("utf-8", "surrogatepass")
+    cut = draw(st.integers(0, 5))
+    if cut == 0:
+        header = header[: draw(st.integers(0, len(header)))]
+    serialize_type = draw(st.sampled_from([0, 0, 0, 1, 7]))
+    header_length = len(header) + (draw(st.integers(1, 5)) if cut == 1 else 0)
+    body = draw(st.binary(max_size=12))
+    return struct.pack(">I", serialize_type << 24 | header_length) + header + body
+
+
+def producer_frame(opaque=5, props="K\x01v\x02TAGS\x01t"):
+    """A send as the producer writes it (SEND_MESSAGE_V2, the letters)."""
+    header = send_header_v2("PG", "T", 3, born_timestamp_ms=1700000000000, properties=props)
+    return remoting_codec.encode(
+        RemotingCommand(code=310, opaque=opaque, ext_fields=header, body=b"hello")
+    )
+
+
+@given(request_frame(), st.binary(max_size=3), st.booleans())
+@example(producer_frame()[4:], b"", False)
+def test_plain_request(payload, prefix, as_bytearray):
+    """The same raw request (or None) from both; and a raw request says what decoding
+    the frame says: its code, opaque, flag, body and ext values."""
+    src = prefix + payload
+    src = bytearray(src) if as_bytearray else src
+    same("plain_request", src, len(prefix), len(src), RAW_CODES, NAMES)
+    raw = remoting_codec.PLAIN_REQUEST(src, len(prefix), len(src), RAW_CODES, NAMES)
+    if raw is not None:
+        command = remoting_codec.raw_command(raw)
+        assert command.code in RAW_CODES and not command.flag & 1
+        assert raw[3:7] == (command.code, command.opaque, command.flag, command.body)
+        assert raw[7] == tuple(command.ext_fields.get(name) for name in NAMES)
+
+
+@given(st.lists(request_frame(), max_size=5), st.binary(max_size=6), st.booleans())
+def test_split_requests(payloads, tail, as_bytearray):
+    src = b"".join(struct.pack(">I", len(p)) + p for p in payloads) + tail
+    src = bytearray(src) if as_bytearray else src
+    same("split_requests", src, 1 << 20, RAW_CODES, NAMES)
+    same("split_requests", src, 40, RAW_CODES, NAMES)  # frames too large
+    same("split_requests", src, 1 << 20, frozenset(), ("topic",))
+
+
+def test_plain_request_reads_a_producers_header_itself(monkeypatch):
+    """The compiled reader takes what producers send without its twin: the letters,
+    escaped properties, a oneway flag; a response or another code is not raw."""
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    monkeypatch.setitem(compiled.TWINS, "plain_request", None)  # a call would fail
+    frame = producer_frame(7)
+    raw = compiled.plain_request(frame, 4, len(frame), RAW_CODES, NAMES)
+    assert raw[3:7] == (310, 7, 0, b"hello")
+    values = dict(zip(NAMES, raw[7], strict=True))
+    assert (values["b"], values["e"], values["i"], values["topic"]) == (
+        "T",
+        "3",
+        "K\x01v\x02TAGS\x01t",
+        None,
+    )
+    assert send_encoding.SEND_VALUES(raw[7]) == (
+        "T", 3, 0, 0, 1700000000000, 0, "K\x01v\x02TAGS\x01t", False
+    )  # fmt: skip
+    chunk = frame + frame[:9]
+    items, pos = compiled.split_requests(chunk, 1 << 20, RAW_CODES, NAMES)
+    assert (items, pos) == ([(chunk, *raw[1:])], len(frame))
+    assert compiled.plain_request(frame, 4, len(frame), frozenset({11}), NAMES) is None
+
+
+send_value = st.one_of(
+    st.sampled_from(["", "0", "7", "-1", "12345678901234567890", " 5", "x", "true", "false"]),
+    st.text(max_size=3),
+    st.none(),
+    st.none(),
+)
+
+
+@given(
+    st.tuples(*[send_value] * 16)
+    | st.lists(send_value | st.integers(), max_size=17).map(tuple)
+    | st.just(["T"] * 16)
+)
+def test_send_values(values):
+    same("send_values", values)
+
+
+@given(st.dictionaries(header_key, send_value.filter(lambda v: v is not None), max_size=10))
+def test_send_values_reads_what_send_fields_reads(ext_fields):
+    """Where it answers, send_values says what send_fields says of the whole header."""
+    fields = send_encoding.SEND_VALUES(tuple(ext_fields.get(name) for name in NAMES))
+    if fields is not None:
+        assert fields == send_encoding.SEND_FIELDS(ext_fields)
 
 
 # --------------------------------------------------------------------- dispatch

@@ -468,6 +468,47 @@ def test_decoder_parses_frames_split_anywhere(cmds, cuts):
     assert decoder.buffered_bytes == 0
 
 
+@st.composite
+def sends(draw):
+    """Commands, many of them requests of the raw codes (10, 310)."""
+    cmd = draw(commands())
+    if draw(st.booleans()):
+        cmd.code = draw(st.sampled_from([10, 310]))
+        cmd.flag = draw(st.sampled_from([0, 1, 2]))
+        cmd.language = LanguageCode.JAVA
+        cmd.ext_fields.update(draw(st.dictionaries(st.sampled_from("bei"), _text, max_size=3)))
+    return cmd
+
+
+@given(st.lists(sends(), min_size=1, max_size=6), st.lists(st.integers(0, 2000), max_size=12))
+def test_decoder_leaves_plain_requests_raw(cmds, cuts):
+    """With `raw`, a plain JSON request of the codes comes back raw, in its place, with
+    the values of the fields named; each decodes (after every later feed: its buffer
+    was not reused) to what was sent."""
+    stream = b"".join(encode(c) for c in cmds)
+    decoder = FrameDecoder(raw=(frozenset({10, 310}), ("b", "e", "x")))
+    out = []
+    for chunk in _split(stream, cuts):
+        out += decoder.feed(chunk)
+    decoder.end_of_stream()
+    assert len(out) == len(cmds)
+    for item, cmd in zip(out, cmds, strict=True):
+        if type(item) is tuple:
+            assert cmd.serialize_type == JSON and cmd.code in (10, 310)
+            assert not cmd.flag & 1
+            assert item[3:8] == (
+                cmd.code,
+                cmd.opaque,
+                cmd.flag,
+                cmd.body,
+                tuple(cmd.ext_fields.get(name) for name in ("b", "e", "x")),
+            )
+            item = codec.raw_command(item)
+        else:  # what the encoder writes is plain
+            assert cmd.serialize_type != JSON or cmd.code not in (10, 310) or cmd.flag & 1
+        assert item == cmd
+
+
 class _ChunkStream(trio.abc.ReceiveStream):
     """Delivers the given chunks, one per receive_some, then end of stream."""
 

@@ -50,6 +50,7 @@ from raftmq.broker.registration import Registration
 from raftmq.broker.role import BrokerRole
 from raftmq.broker.schedule import ScheduleService
 from raftmq.broker.send import SendProcessor
+from raftmq.broker.send_encoding import SEND_VALUE_NAMES
 from raftmq.broker.slave_sync import SlaveSynchronize
 from raftmq.broker.stats import BrokerStats
 from raftmq.broker.store.indexfile import IndexService
@@ -356,7 +357,7 @@ class BrokerController:
         table.update(acl_codes if self.acl is None else self.acl.processors())
         processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
-            processors.register_inline(code, send.send_inline)
+            processors.register_inline(code, send.send_inline, SEND_VALUE_NAMES)
         return processors if self.acl is None else self.acl.guard(processors)
 
     # ------------------------------------------------------------------ roles

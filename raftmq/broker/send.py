@@ -27,7 +27,13 @@ import attrs
 import trio
 
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
-from raftmq.broker.send_encoding import SEND_FIELDS, SEND_RECORD, SEND_RESPONSES, sent_message
+from raftmq.broker.send_encoding import (
+    SEND_FIELDS,
+    SEND_RECORD,
+    SEND_RESPONSES,
+    SEND_VALUES,
+    sent_message,
+)
 from raftmq.broker.store.classic_commitlog import PutStatus
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.broker.transactions import HALF_TOPIC, TRANSACTION_TOPICS, is_prepared, to_half
@@ -36,7 +42,15 @@ from raftmq.dledger.store.filesystem import used_ratio
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id, pack_host
-from raftmq.remoting import FLAG_ONEWAY, Connection, RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting import (
+    FLAG_ONEWAY,
+    Connection,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
+from raftmq.remoting.codec import raw_command
 from raftmq.streams.address import parse_address
 
 if TYPE_CHECKING:
@@ -59,6 +73,7 @@ _BROKER_TRANSACTION_TYPES = (
     MessageSysFlag.TRANSACTION_COMMIT_TYPE,
     MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
 )
+_JSON = SerializeType.JSON  # a raw request's header (remoting.codec.plain_request)
 _BATCH_ITEM = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _NOT_LEADER = {
     Code.NOT_LEADER,
@@ -172,29 +187,48 @@ class SendProcessor:
         code, results = await self._put(messages)
         return self._response(request, queue_id, results, code)
 
-    def send_inline(
-        self, requests: list[RemotingCommand], connection: Connection
-    ) -> list[RemotingCommand]:
+    def send_inline(self, requests: list, connection: Connection) -> list[RemotingCommand]:
         """The common sends of one read — one message each, to an existing topic, on the
         master — without a task: their records go to DLedger as one append, and one
         completion answers them all in one write. Returns the rest (anything unusual or
         wrong), which take `send`, the path that explains errors. Everything is built
-        before the append is queued, so a failure here leaves every request to `send`."""
+        before the append is queued, so a failure here leaves every request to `send`.
+
+        A request may come raw (`remoting.codec.plain_request`, with the values of
+        SEND_VALUE_NAMES): its record is built from those, and it is decoded only if
+        it is left to `send` (or its header needs reading whole)."""
         if not self.role.is_master:
-            return requests
+            return [raw_command(r) if type(r) is tuple else r for r in requests]
         left = []
         taken = []
         records = []
-        now = self.store.now_ms()
-        born = pack_host(parse_address(connection.remote_address))  # the producer
-        store_host = self.address.store_host_bytes
+        # now, the producer's address, ours
+        stamps = (
+            self.store.now_ms(),
+            pack_host(parse_address(connection.remote_address)),
+            self.address.store_host_bytes,
+        )
         for request in requests:
-            placed = self._inline_record(request, now, born, store_host)
+            if type(request) is tuple:  # raw: (src, start, end, code, opaque, flag, body, values)
+                fields = SEND_VALUES(request[7])
+                placed = None if fields is None else self._record(fields, request[6], *stamps)
+                if placed is not None:
+                    queue_id, record = placed
+                    taken.append((request, queue_id, request[4], _JSON, request[5]))
+                    records.append(record)
+                    continue
+                request = raw_command(request)
+                if fields is not None:  # read whole, the header says the same
+                    left.append(request)
+                    continue
+            placed = self._inline_record(request, *stamps)
             if placed is None:
                 left.append(request)
             else:
                 queue_id, record = placed
-                taken.append((request, queue_id))
+                taken.append(
+                    (request, queue_id, request.opaque, request.serialize_type, request.flag)
+                )
                 records.append(record)
         if records:
             self.store.commitlog.put_nowait(records, self._answer_inline(taken, connection))
@@ -207,6 +241,13 @@ class SendProcessor:
         fields = SEND_FIELDS(request.ext_fields)
         if fields is None:
             return None
+        return self._record(fields, request.body, now_ms, born, store_host)
+
+    def _record(
+        self, fields: tuple, body: bytes, now_ms: int, born: bytes, store_host: bytes
+    ) -> tuple[int, bytes] | None:
+        """(queue id, CommitLog record) of a send whose header says `fields` (send_fields),
+        or None to leave it to `send`."""
         topic, queue_id, flag, sysflag, born_ms, reconsume, properties, batch = fields
         config = self.topics.get(topic)
         sysflag &= ~MessageSysFlag.MULTI_TAGS_FLAG
@@ -217,7 +258,7 @@ class SendProcessor:
             or type(properties) is not str
             or _DELAY_PROPERTY in properties  # to the schedule topic: `send` decides
             or _TRANSACTION_PROPERTY in properties
-            or len(request.body) > self.max_message_size
+            or len(body) > self.max_message_size
             or MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE
         ):
             return None
@@ -236,37 +277,41 @@ class SendProcessor:
                 born_ms,
                 reconsume,
                 properties,
-                request.body,
+                body,
             )
         except (BadRequest, codec.MessageFormatError):
             return None
         return queue_id, record
 
     def _answer_inline(
-        self, taken: list[tuple[RemotingCommand, int]], connection: Connection
+        self, taken: list[tuple], connection: Connection
     ) -> Callable[[Code, list | None], None]:
-        """The completion of a batch of inline sends: every response in one write."""
+        """The completion of a batch of inline sends: every response in one write.
+        `taken` holds (command or raw request, queue id, opaque, serialize type, flag)."""
 
         def done(code: Code | PutStatus, results) -> None:
             if results is None:
                 failure = _append_failure(code, self.disk_util)
-                for request, _queue_id in taken:
+                for request, *_ in taken:
+                    request = raw_command(request) if type(request) is tuple else request
                     connection.respond(request, request.make_response(*failure))
                 return
             assert len(results) == len(taken), (len(results), len(taken))
             if isinstance(code, PutStatus):  # stored, but not flushed or replicated in time
-                for (request, queue_id), placed in zip(taken, results, strict=True):
+                for (request, queue_id, *_), placed in zip(taken, results, strict=True):
+                    request = raw_command(request) if type(request) is tuple else request
                     response = self._response(request, queue_id, [placed], int(code))
                     if not request.flag & FLAG_ONEWAY:
                         connection.respond(request, response)
                 return
             self.stats.put_messages += len(results)
             answers = [
-                (request.opaque, request.serialize_type, queue_id, queue_offset, physical_offset)
-                for (request, queue_id), (physical_offset, queue_offset) in zip(
-                    taken, results, strict=True
-                )
-                if not request.flag & FLAG_ONEWAY
+                (opaque, serialize_type, queue_id, queue_offset, physical_offset)
+                for (_, queue_id, opaque, serialize_type, flag), (
+                    physical_offset,
+                    queue_offset,
+                ) in zip(taken, results, strict=True)
+                if not flag & FLAG_ONEWAY
             ]
             if answers:
                 connection.send_encoded(SEND_RESPONSES(answers, self.address.store_host_bytes))

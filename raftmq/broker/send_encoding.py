@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
-from raftmq.protocol.headers import from_send_v2, is_send_v2
+from raftmq.protocol.headers import SEND_V2_LETTERS, from_send_v2, is_send_v2
 from raftmq.protocol.message import MessageConst, MessageExt
 from raftmq.protocol.msgid import message_id_from_bytes, unpack_ip
 from raftmq.remoting import FLAG_RESPONSE, RemotingCommand, ResponseCode, encode
@@ -20,9 +20,12 @@ __all__ = [
     "SEND_FIELDS",
     "SEND_RECORD",
     "SEND_RESPONSES",
+    "SEND_VALUES",
+    "SEND_VALUE_NAMES",
     "send_fields",
     "send_record",
     "send_responses",
+    "send_values",
     "sent_message",
 ]
 
@@ -50,6 +53,25 @@ def send_fields(ext_fields: dict) -> tuple | None:
     batch = fields.get("batch")
     batch = False if batch is None else str(batch).lower() == "true"
     return (topic if topic is None else str(topic), *numbers, fields.get("properties", ""), batch)
+
+
+# The ext fields a raw send request carries the values of (remoting.codec.plain_request):
+# those send_fields reads, by SendMessageRequestHeader's names, then by V2's letters.
+_SEND_NAMES = (
+    "topic", "queueId", "flag", "sysFlag", "bornTimestamp", "reconsumeTimes", "properties", "batch"
+)  # fmt: skip
+SEND_VALUE_NAMES = (*_SEND_NAMES, *(SEND_V2_LETTERS[name] for name in _SEND_NAMES))
+
+
+def send_values(values: tuple) -> tuple | None:
+    """send_fields of a header whose SEND_VALUE_NAMES fields have `values` (None: absent);
+    None also where the header's order decides what `send` reads (V2's letters and long
+    names together), for which the whole header is decoded."""
+    pairs = zip(SEND_VALUE_NAMES, values, strict=True)
+    present = {name: value for name, value in pairs if value is not None}
+    if is_send_v2(present) and any(name in present for name in _SEND_NAMES[1:]):
+        return None
+    return send_fields(present)
 
 
 def _number(value, default: int) -> int:
@@ -132,5 +154,6 @@ def send_responses(sends: list[tuple[int, int, int, int, int]], store_host: byte
 
 
 SEND_FIELDS = compiled_or("send_fields", send_fields)
+SEND_VALUES = compiled_or("send_values", send_values)
 SEND_RECORD = compiled_or("send_record", send_record)
 SEND_RESPONSES = compiled_or("send_responses", send_responses)

@@ -5,8 +5,13 @@ Every function in it has a pure-Python twin in the layer that owns the work, hel
 the same results and errors by property tests (tests/test_hotpath.py):
 
     remoting.frames            split_frames           the frames of a receive buffer
+                               split_requests         likewise, with the hot path's
+                                                      requests left raw
     remoting.codec             plain_json_fields      a JSON header's fields
+                               plain_request          a request's fields, read from
+                                                      its header's bytes
     broker.send_encoding       send_fields            a send's header
+                               send_values            a raw send's header
                                send_record            a sent message's CommitLog record
                                send_responses         a batch's answers, as one write
     broker.store.commitlog     place_record           the leader's queue and physical offsets

@@ -637,6 +637,42 @@ def send_fields(dict ext_fields):
     return topic, queue_id, flag, sysflag, born, reconsume, properties, batch
 
 
+def send_values(values):
+    cdef Py_ssize_t k, base = 0
+    if type(values) is not tuple or len(<tuple>values) != 16:
+        return TWINS["send_values"](values)
+    for k in range(16):
+        value = (<tuple>values)[k]
+        if value is not None and type(value) is not str:
+            return TWINS["send_values"](values)
+    if (<tuple>values)[8] is not None and (<tuple>values)[0] is None:  # the V2 letters
+        for k in range(1, 8):
+            if (<tuple>values)[k] is not None:  # a long name among them: decode it all
+                return None
+        base = 8
+    topic = (<tuple>values)[base]
+    queue_id = _number((<tuple>values)[base + 1], -1)
+    flag = _number((<tuple>values)[base + 2], 0)
+    sysflag = _number((<tuple>values)[base + 3], 0)
+    born = _number((<tuple>values)[base + 4], 0)
+    reconsume = _number((<tuple>values)[base + 5], 0)
+    properties = (<tuple>values)[base + 6]
+    if properties is None:
+        properties = ""
+    batch = (<tuple>values)[base + 7]
+    if batch is None or batch == "false":
+        batch = False
+    elif batch == "true":
+        batch = True
+    else:
+        batch = NotImplemented
+    if (queue_id is NotImplemented or flag is NotImplemented or sysflag is NotImplemented
+            or born is NotImplemented or reconsume is NotImplemented
+            or batch is NotImplemented):
+        return TWINS["send_values"](values)
+    return topic, queue_id, flag, sysflag, born, reconsume, properties, batch
+
+
 # ---------------------------------------------------------------------- JSON headers
 
 from cpython.dict cimport PyDict_Next
@@ -964,3 +1000,351 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
         PyMem_Free(chosen)
     assert written == total, (written, total)
     return body, taken, scanned, last
+
+
+# ---------------------------------------------------------------------- plain requests
+
+from cpython.unicode cimport PyUnicode_DecodeASCII
+
+cdef int _KEY_OTHER = 0
+cdef int _KEY_CODE = 1
+cdef int _KEY_EXT = 2
+cdef int _KEY_FLAG = 3
+cdef int _KEY_LANGUAGE = 4
+cdef int _KEY_OPAQUE = 5
+cdef int _KEY_REMARK = 6
+cdef int _KEY_VERSION = 7
+cdef int _FLAG_RESPONSE = 1
+cdef Py_ssize_t _MAX_NAMES = 32  # more ext field names asked for takes the Python path
+
+
+cdef inline Py_ssize_t _skip_space(const uint8_t *p, Py_ssize_t i, Py_ssize_t n) noexcept:
+    while i < n and (p[i] == 32 or p[i] == 9 or p[i] == 10 or p[i] == 13):
+        i += 1
+    return i
+
+
+cdef inline int _hex_digit(uint8_t c) noexcept:
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+cdef Py_ssize_t _json_string(const uint8_t *p, Py_ssize_t i, Py_ssize_t n,
+                             bint *escaped) noexcept:
+    """The end (past its closing quote) of the JSON string whose opening quote is p[i],
+    or -1 for what the twin decides: a byte outside printable ASCII, an escape other
+    than the one-letter ones and \\u0000-\\u007F, no closing quote."""
+    cdef uint8_t c
+    escaped[0] = False
+    i += 1
+    while i < n:
+        c = p[i]
+        if c == 34:  # "
+            return i + 1
+        if c == 92:  # a backslash
+            escaped[0] = True
+            if i + 1 >= n:
+                return -1
+            c = p[i + 1]
+            if c == 117:  # \uXXXX
+                if (i + 5 >= n or p[i + 2] != 48 or p[i + 3] != 48
+                        or not 48 <= p[i + 4] <= 55 or _hex_digit(p[i + 5]) < 0):
+                    return -1
+                i += 6
+            elif c == 34 or c == 92 or c == 47 or c == 98 or c == 102 or c == 110 \
+                    or c == 114 or c == 116:
+                i += 2
+            else:
+                return -1
+        elif c < 32 or c >= 128:
+            return -1
+        else:
+            i += 1
+    return -1
+
+
+cdef str _json_text_of(const uint8_t *p, Py_ssize_t start, Py_ssize_t end, bint escaped):
+    """The text of the string p[start - 1:end + 1] that _json_string accepted."""
+    cdef Py_ssize_t i = start, k = 0
+    cdef char *out
+    cdef uint8_t c
+    if not escaped:
+        return PyUnicode_DecodeASCII(<const char *>p + start, end - start, NULL)
+    buffer = PyBytes_FromStringAndSize(NULL, end - start)
+    out = PyBytes_AS_STRING(buffer)
+    while i < end:
+        c = p[i]
+        if c == 92:
+            c = p[i + 1]
+            if c == 117:
+                c = <uint8_t>(((p[i + 4] - 48) << 4) | _hex_digit(p[i + 5]))
+                i += 6
+            else:
+                if c == 98:
+                    c = 8
+                elif c == 102:
+                    c = 12
+                elif c == 110:
+                    c = 10
+                elif c == 114:
+                    c = 13
+                elif c == 116:
+                    c = 9
+                i += 2
+        else:
+            i += 1
+        out[k] = <char>c
+        k += 1
+    return PyUnicode_DecodeASCII(out, k, NULL)
+
+
+cdef Py_ssize_t _json_integer(const uint8_t *p, Py_ssize_t i, Py_ssize_t n,
+                              int64_t *value) noexcept:
+    """The end of the JSON integer at p[i] (its value in `value`), or -1 for the twin:
+    not an integer, a fraction or exponent, more than 18 digits."""
+    cdef Py_ssize_t first
+    cdef bint negative = False
+    cdef int64_t result = 0
+    if i < n and p[i] == 45:
+        negative = True
+        i += 1
+    first = i
+    while i < n and 48 <= p[i] <= 57:
+        result = result * 10 + (p[i] - 48)
+        i += 1
+        if i - first > 18:
+            return -1
+    if i == first or (p[first] == 48 and i - first > 1):
+        return -1
+    if i < n and (p[i] == 46 or p[i] == 101 or p[i] == 69):
+        return -1
+    value[0] = -result if negative else result
+    return i
+
+
+cdef inline bint _literal(const uint8_t *p, Py_ssize_t i, Py_ssize_t n, const char *word,
+                          Py_ssize_t size) noexcept:
+    return n - i >= size and memcmp(p + i, word, size) == 0
+
+
+cdef int _header_key(const uint8_t *p, Py_ssize_t size) noexcept:
+    if size == 4 and memcmp(p, b"code", 4) == 0:
+        return _KEY_CODE
+    if size == 9 and memcmp(p, b"extFields", 9) == 0:
+        return _KEY_EXT
+    if size == 4 and memcmp(p, b"flag", 4) == 0:
+        return _KEY_FLAG
+    if size == 8 and memcmp(p, b"language", 8) == 0:
+        return _KEY_LANGUAGE
+    if size == 6 and memcmp(p, b"opaque", 6) == 0:
+        return _KEY_OPAQUE
+    if size == 6 and memcmp(p, b"remark", 6) == 0:
+        return _KEY_REMARK
+    if size == 7 and memcmp(p, b"version", 7) == 0:
+        return _KEY_VERSION
+    return _KEY_OTHER
+
+
+cdef object _plain_request(object src, const uint8_t *p, Py_ssize_t start, Py_ssize_t end,
+                           object codes, tuple names):
+    """plain_request of the frame p[start:end], or NotImplemented where the twin decides
+    (anything but the compact, ASCII, duplicate-free shape clients send)."""
+    cdef Py_ssize_t i, n, key_end
+    cdef uint32_t ori
+    cdef int key, seen = 0
+    cdef int64_t number, code = 0, opaque = 0, flag = 0
+    cdef bint escaped, have_language = False
+    cdef list values
+    if end - start < 4:
+        return None
+    ori = _get32(p + start)
+    n = start + 4 + <Py_ssize_t>(ori & 0xFFFFFF)
+    if ori >> 24 != _JSON or n > end:
+        return None
+    values = [None] * len(names)
+    i = _skip_space(p, start + 4, n)
+    if i >= n or p[i] != 123:  # {
+        return NotImplemented
+    i = _skip_space(p, i + 1, n)
+    if i < n and p[i] == 125:  # }: no language, not plain
+        return NotImplemented
+    while True:
+        if i >= n or p[i] != 34:
+            return NotImplemented
+        key_end = _json_string(p, i, n, &escaped)
+        if key_end < 0 or escaped:
+            return NotImplemented
+        key = _header_key(p + i + 1, key_end - i - 2)
+        if key != _KEY_OTHER:
+            if seen & (1 << key):  # a key twice: the twin takes the last
+                return NotImplemented
+            seen |= 1 << key
+        i = _skip_space(p, key_end, n)
+        if i >= n or p[i] != 58:  # :
+            return NotImplemented
+        i = _skip_space(p, i + 1, n)
+        if i >= n:
+            return NotImplemented
+        if key == _KEY_CODE or key == _KEY_FLAG or key == _KEY_OPAQUE or key == _KEY_VERSION:
+            i = _json_integer(p, i, n, &number)
+            if i < 0 or number < _INT32_MIN or number > _INT32_MAX:
+                return NotImplemented
+            if key == _KEY_CODE:
+                code = number
+            elif key == _KEY_FLAG:
+                flag = number
+            elif key == _KEY_OPAQUE:
+                opaque = number
+        elif key == _KEY_LANGUAGE or key == _KEY_REMARK:
+            if p[i] == 34:
+                i = _json_string(p, i, n, &escaped)
+                if i < 0:
+                    return NotImplemented
+                have_language = have_language or key == _KEY_LANGUAGE
+            elif key == _KEY_REMARK and _literal(p, i, n, b"null", 4):
+                i += 4
+            else:
+                return NotImplemented
+        elif key == _KEY_EXT:
+            if _literal(p, i, n, b"null", 4):
+                i += 4
+            elif p[i] == 123:
+                i = _ext_values(p, i, n, names, values)
+                if i < 0:
+                    return NotImplemented
+            else:
+                return NotImplemented
+        elif p[i] == 34:
+            i = _json_string(p, i, n, &escaped)
+            if i < 0:
+                return NotImplemented
+        elif _literal(p, i, n, b"true", 4) or _literal(p, i, n, b"null", 4):
+            i += 4
+        elif _literal(p, i, n, b"false", 5):
+            i += 5
+        else:
+            i = _json_integer(p, i, n, &number)
+            if i < 0:
+                return NotImplemented
+        i = _skip_space(p, i, n)
+        if i < n and p[i] == 44:  # ,
+            i = _skip_space(p, i + 1, n)
+            continue
+        if i < n and p[i] == 125:
+            break
+        return NotImplemented
+    if _skip_space(p, i + 1, n) != n or not have_language:
+        return NotImplemented
+    if flag & _FLAG_RESPONSE or code not in codes:
+        return None
+    return (src, start, end, code, opaque, flag,
+            PyBytes_FromStringAndSize(<const char *>p + n, end - n), tuple(values))
+
+
+cdef Py_ssize_t _ext_values(const uint8_t *p, Py_ssize_t i, Py_ssize_t n, tuple names,
+                            list values):
+    """Past the extFields object at p[i], the values of `names` (ASCII bytes) put in
+    `values`; -1 for the twin (a value that is not a string, a key escaped, a name
+    given twice)."""
+    cdef Py_ssize_t key_start, key_size, value_start, value_end, k
+    cdef bint escaped
+    i = _skip_space(p, i + 1, n)
+    if i < n and p[i] == 125:
+        return i + 1
+    while True:
+        if i >= n or p[i] != 34:
+            return -1
+        key_start = i + 1
+        i = _json_string(p, i, n, &escaped)
+        if i < 0 or escaped:
+            return -1
+        key_size = i - 1 - key_start
+        i = _skip_space(p, i, n)
+        if i >= n or p[i] != 58:
+            return -1
+        i = _skip_space(p, i + 1, n)
+        if i >= n or p[i] != 34:
+            return -1
+        value_start = i + 1
+        i = _json_string(p, i, n, &escaped)
+        if i < 0:
+            return -1
+        value_end = i - 1
+        for k in range(len(names)):
+            name = <bytes>names[k]
+            if (PyBytes_GET_SIZE(name) == key_size
+                    and memcmp(PyBytes_AS_STRING(name), p + key_start, key_size) == 0):
+                if values[k] is not None:
+                    return -1
+                values[k] = _json_text_of(p, value_start, value_end, escaped)
+                break
+        i = _skip_space(p, i, n)
+        if i < n and p[i] == 44:
+            i = _skip_space(p, i + 1, n)
+            continue
+        if i < n and p[i] == 125:
+            return i + 1
+        return -1
+
+
+cdef tuple _ascii_names(object names):
+    """`names` (a tuple of str) as ASCII bytes, or None for the twin."""
+    if type(names) is not tuple or len(<tuple>names) > _MAX_NAMES:
+        return None
+    try:
+        return tuple([(<str>name).encode("ascii") for name in <tuple>names
+                      if type(name) is str])
+    except UnicodeEncodeError:
+        return None
+
+
+def plain_request(src, start, end, codes, names):
+    cdef const uint8_t[::1] view
+    cdef tuple name_bytes = _ascii_names(names)
+    cdef Py_ssize_t s, e
+    result = NotImplemented
+    if (name_bytes is not None and len(name_bytes) == len(<tuple>names)
+            and (type(src) is bytes or type(src) is bytearray)
+            and type(start) is int and type(end) is int
+            and 0 <= start <= end <= len(src) and end > 0):
+        view = src
+        s = start
+        e = end
+        result = _plain_request(src, &view[0], s, e, codes, name_bytes)
+        view = None
+    if result is NotImplemented:
+        return TWINS["plain_request"](src, start, end, codes, names)
+    return result
+
+
+def split_requests(src, Py_ssize_t max_frame_bytes, codes, names):
+    cdef const uint8_t[::1] view
+    cdef const uint8_t *p
+    cdef tuple name_bytes = _ascii_names(names)
+    cdef Py_ssize_t size, pos = 0
+    cdef uint32_t length
+    if (name_bytes is None or len(name_bytes) != len(<tuple>names)
+            or not (type(src) is bytes or type(src) is bytearray)):
+        return TWINS["split_requests"](src, max_frame_bytes, codes, names)
+    view = src
+    size = view.shape[0]
+    p = &view[0] if size else NULL
+    items = []
+    while pos + 4 <= size:
+        length = _get32(p + pos)
+        if length < 4 or <Py_ssize_t>length + 4 > max_frame_bytes:
+            view = None
+            return TWINS["split_requests"](src, max_frame_bytes, codes, names)  # the error
+        if pos + 4 + <Py_ssize_t>length > size:
+            break
+        item = _plain_request(src, p, pos + 4, pos + 4 + length, codes, name_bytes)
+        if item is NotImplemented:
+            item = TWINS["plain_request"](src, pos + 4, pos + 4 + length, codes, names)
+        items.append((pos + 4, pos + 4 + <Py_ssize_t>length) if item is None else item)
+        pos += 4 + length
+    return items, pos

@@ -49,7 +49,7 @@ import orjson
 
 from raftmq.hotpath import compiled_or
 from raftmq.remoting.codes import LanguageCode, SerializeType
-from raftmq.remoting.command import RemotingCommand
+from raftmq.remoting.command import FLAG_RESPONSE, RemotingCommand
 from raftmq.remoting.errors import RemotingError
 
 __all__ = [
@@ -63,6 +63,8 @@ __all__ = [
     "encode_header",
     "encode_prefix",
     "java_string",
+    "plain_request",
+    "raw_command",
 ]
 
 # Netty's LengthFieldBasedFrameDecoder limit, `com.rocketmq.remoting.frameMaxLength`
@@ -412,6 +414,44 @@ def _plain_json_command(header: dict) -> RemotingCommand | None:
         ext_fields=ext,
         serialize_type=_JSON,
     )
+
+
+def plain_request(src, start: int, end: int, codes, names: tuple[str, ...]) -> tuple | None:
+    """The frame `src[start:end]` (no length field) as a raw request, if it is a request
+    whose code is in `codes` with a plain JSON header (see _decode_json); else None,
+    for `decode_payload`. Never raises: a malformed frame is `decode_payload`'s to report.
+
+    A raw request is what a server's hot path needs of such a frame without the dict
+    and the RemotingCommand: (src, start, end, code, opaque, flag, body, the values of
+    the ext fields `names`, None where absent). `raw_command` decodes it when needed.
+    Compiled where the build allows (PLAIN_REQUEST), for the compact ASCII headers
+    clients send; anything else it hands to this function."""
+    if end - start < 4:
+        return None
+    (ori,) = _U32.unpack_from(src, start)
+    header_end = start + 4 + (ori & 0xFFFFFF)
+    if ori >> 24 != _JSON or header_end > end:
+        return None
+    try:
+        header = orjson.loads(src[start + 4 : header_end])
+    except orjson.JSONDecodeError:
+        return None
+    fields = PLAIN_JSON_FIELDS(header) if type(header) is dict else None
+    if fields is None:
+        return None
+    code, _version, opaque, flag, _language, _remark, ext = fields
+    if flag & FLAG_RESPONSE or code not in codes:
+        return None
+    body = bytes(src[header_end:end])
+    return (src, start, end, code, opaque, flag, body, tuple([ext.get(name) for name in names]))
+
+
+PLAIN_REQUEST = compiled_or("plain_request", plain_request)
+
+
+def raw_command(raw: tuple) -> RemotingCommand:
+    """The command a raw request (`plain_request`) is, decoded as any frame is."""
+    return decode_payload(raw[0], raw[1], raw[2])
 
 
 def _decode_json_exactly(data, start: int, end: int) -> RemotingCommand:

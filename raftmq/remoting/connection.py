@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 import trio
 
-from raftmq.remoting.codec import MAX_FRAME_BYTES
+from raftmq.remoting.codec import MAX_FRAME_BYTES, raw_command
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
@@ -104,7 +104,9 @@ class Connection:
         self._running = 0
         self._on_close = on_close
         self._writer = FrameWriter(stream, max_frame_bytes)
-        self._reader = FrameReader(stream, max_frame_bytes, receive_size=receive_size)
+        self._reader = FrameReader(
+            stream, max_frame_bytes, receive_size=receive_size, raw=self._dispatcher.raw_fields
+        )
         self.remote_address = _socket_name(stream, "getpeername")
         self.local_address = _socket_name(stream, "getsockname")
         self._opaque = 0
@@ -319,7 +321,9 @@ class Connection:
                     return "closed by the peer"
                 requests = []
                 for command in commands:
-                    if command.flag & FLAG_RESPONSE:
+                    if type(command) is tuple:  # a raw request, for `inline`
+                        requests.append(command)
+                    elif command.flag & FLAG_RESPONSE:
                         on_response(command)
                     else:
                         requests.append(command)
@@ -352,15 +356,13 @@ class Connection:
 
     # ------------------------------------------------------------------ serving
     def _try_inline(
-        self,
-        inline: Callable[[list[RemotingCommand], Connection], list[RemotingCommand]],
-        requests: list[RemotingCommand],
+        self, inline: Callable[[list, Connection], list[RemotingCommand]], requests: list
     ) -> list[RemotingCommand]:
         try:
             return inline(requests, self)
         except Exception:  # the task path will answer them, with the error if it recurs
             log.exception("inline processor failed on %d requests", len(requests))
-            return requests
+            return [raw_command(r) if type(r) is tuple else r for r in requests]
 
     def _refuse_busy(self, request: RemotingCommand) -> None:
         remark = (

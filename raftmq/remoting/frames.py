@@ -25,6 +25,7 @@ from raftmq.remoting.codec import (
     check_frame_length,
     decode_payload,
     encode_prefix,
+    plain_request,
 )
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
@@ -32,7 +33,14 @@ from raftmq.streams import stages
 from raftmq.streams.idle import FrameStart
 from raftmq.streams.writer import BatchWriter
 
-__all__ = ["RECEIVE_CHUNK", "FrameDecoder", "FrameReader", "FrameWriter", "split_frames"]
+__all__ = [
+    "RECEIVE_CHUNK",
+    "FrameDecoder",
+    "FrameReader",
+    "FrameWriter",
+    "split_frames",
+    "split_requests",
+]
 
 RECEIVE_CHUNK = 256 * 1024
 
@@ -62,6 +70,22 @@ def split_frames(src, max_frame_bytes: int) -> tuple[list[tuple[int, int]], int]
 SPLIT_FRAMES = compiled_or("split_frames", split_frames)
 
 
+def split_requests(src, max_frame_bytes: int, codes, names: tuple[str, ...]) -> tuple[list, int]:
+    """`split_frames`, with each frame that `plain_request` takes (a request of one of
+    `codes` with a plain JSON header) as its raw request instead of its span: one call
+    per chunk that leaves the common requests of a server's hot path undecoded.
+    Compiled in `raftmq.hotpath`; SPLIT_REQUESTS is whichever of the two runs."""
+    frames, pos = split_frames(src, max_frame_bytes)
+    items = []
+    for start, end in frames:
+        raw = plain_request(src, start, end, codes, names)
+        items.append((start, end) if raw is None else raw)
+    return items, pos
+
+
+SPLIT_REQUESTS = compiled_or("split_requests", split_requests)
+
+
 class FrameDecoder:
     """Split a byte stream into commands: `feed(data)` returns those completed by `data`.
 
@@ -74,11 +98,23 @@ class FrameDecoder:
 
     Parsing is linear in the bytes fed: a chunk that arrives while nothing is buffered
     is decoded in place and only its incomplete tail is kept; a frame spanning chunks
-    is accumulated in one bytearray that is trimmed from the front once per feed.
+    is accumulated in one bytearray whose incomplete tail moves to a new one once per
+    feed.
+
+    With `raw` = (codes, names), a request of one of `codes` whose JSON header is plain
+    comes back undecoded, as the raw request `codec.plain_request` describes (its ext
+    fields `names` read straight from the header bytes), for a server's hot path: the
+    rest are decoded as always, and everything comes back in the order received. A
+    buffer a raw request points into is never changed afterwards.
     """
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(
+        self,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        raw: tuple[frozenset[int], tuple[str, ...]] | None = None,
+    ) -> None:
         self._max = max_frame_bytes
+        self._raw = raw  # (codes, ext field names) of the requests left raw
         self._buf = bytearray()
         self._broken: RemotingError | None = None
 
@@ -87,7 +123,7 @@ class FrameDecoder:
         """Bytes received that do not yet form a whole frame."""
         return len(self._buf)
 
-    def feed(self, data) -> list[RemotingCommand]:
+    def feed(self, data) -> list:
         if self._broken is not None:
             raise RemotingError(f"decoder stopped by an earlier error: {self._broken}")
         try:
@@ -97,7 +133,7 @@ class FrameDecoder:
             self._buf = bytearray()
             raise
 
-    def _feed(self, data) -> list[RemotingCommand]:
+    def _feed(self, data) -> list:
         buf = self._buf
         if buf:
             buf += data
@@ -106,11 +142,15 @@ class FrameDecoder:
             src = data
         else:
             src = bytes(data)
-        frames, pos = SPLIT_FRAMES(src, self._max)
-        commands = [decode_payload(src, start, end) for start, end in frames]
+        if self._raw is None:
+            frames, pos = SPLIT_FRAMES(src, self._max)
+            commands = [decode_payload(src, start, end) for start, end in frames]
+        else:
+            items, pos = SPLIT_REQUESTS(src, self._max, *self._raw)
+            commands = [decode_payload(src, *item) if len(item) == 2 else item for item in items]
         if src is buf:
-            if pos:
-                del buf[:pos]
+            if pos:  # a new buffer: the raw requests returned point into this one
+                self._buf = buf[pos:]
         elif pos < len(src):
             self._buf = bytearray(src[pos:] if pos else src)
         return commands
@@ -135,14 +175,15 @@ class FrameReader:
         max_frame_bytes: int = MAX_FRAME_BYTES,
         *,
         receive_size: int = RECEIVE_CHUNK,
+        raw: tuple[frozenset[int], tuple[str, ...]] | None = None,
     ) -> None:
         self._stream = stream
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self._decoder = FrameDecoder(max_frame_bytes, raw)
         self._receive_size = receive_size
         self._ready: deque[RemotingCommand] = deque()
         self.frame_start = FrameStart()  # for a deadline on completing a frame
 
-    def _feed(self, data) -> list[RemotingCommand]:
+    def _feed(self, data) -> list:
         commands = self._decoder.feed(data)
         self.frame_start.note(self._decoder.buffered_bytes > 0, bool(commands))
         return commands
@@ -160,8 +201,9 @@ class FrameReader:
             ready.extend(self._feed(data))
         return ready.popleft()
 
-    async def receive_batch(self) -> list[RemotingCommand] | None:
-        """Every command completed by the next chunk received (maybe none); None at the end.
+    async def receive_batch(self) -> list | None:
+        """Every command completed by the next chunk received (maybe none), raw requests
+        among them if the reader was given `raw` (see FrameDecoder); None at the end.
 
         Lets a connection dispatch a whole chunk's commands in one go. Do not mix
         with iteration, which may hold commands already decoded.

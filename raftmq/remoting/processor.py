@@ -12,7 +12,11 @@ REQUEST_CODE_NOT_SUPPORTED with Java's exact remark.
 
 A connection hands its requests to a `Dispatcher`: a processor that may also take
 requests synchronously, in the read loop, all those of one read at a time (`inline`).
-`ProcessorTable` is one; a plain processor becomes one through `as_dispatcher`.
+`ProcessorTable` is one; a plain processor becomes one through `as_dispatcher`. Its
+inline handlers may also take requests raw (`raw_fields`): the frames of their codes
+with a plain JSON header are not decoded into commands, only the ext fields they name
+are read (`codec.plain_request`), and a handler decodes one (`codec.raw_command`)
+only to leave it to its processor.
 
 Whatever a processor raises that it did not turn into an answer itself is a bug,
 answered by `system_error`, the one place that maps an exception to SYSTEM_ERROR.
@@ -42,7 +46,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Processor = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
-InlineProcessor = Callable[[list[RemotingCommand], "Connection"], list[RemotingCommand]]
+# requests (commands, or raw requests: codec.plain_request) -> those left, as commands
+InlineProcessor = Callable[[list, "Connection"], list[RemotingCommand]]
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:
@@ -64,12 +69,14 @@ def system_error(request: RemotingCommand, exc: Exception, peer: str = "?") -> R
 class Dispatcher(Protocol):
     """What a connection hands each request to."""
 
-    def inline(
-        self, requests: list[RemotingCommand], connection: Connection
-    ) -> list[RemotingCommand]:
-        """Take what it can of `requests` (the requests of one read, in order)
-        synchronously, from the connection's read loop, and answer them through
-        `connection` later; returns the rest, left to `__call__` in a task each."""
+    raw_fields: tuple[frozenset[int], tuple[str, ...]] | None
+    """(codes, ext field names) of the requests `inline` takes raw, or None."""
+
+    def inline(self, requests: list, connection: Connection) -> list[RemotingCommand]:
+        """Take what it can of `requests` (the requests of one read, in order, raw
+        requests among them if `raw_fields` says so) synchronously, from the
+        connection's read loop, and answer them through `connection` later; returns
+        the rest, as commands, left to `__call__` in a task each."""
 
     async def __call__(
         self, request: RemotingCommand, connection: Connection
@@ -100,12 +107,16 @@ class ProcessorTable:
     ) -> None:
         self._table: dict[int, Processor] = dict(processors or {})
         self._inline: dict[int, InlineProcessor] = {}
+        self._raw_codes: set[int] = set()
+        self._raw_names: tuple[str, ...] | None = None
         self.default = default
 
     def register(self, code: int, processor: Processor) -> None:
         self._table[int(code)] = processor
 
-    def register_inline(self, code: int, handler: InlineProcessor) -> None:
+    def register_inline(
+        self, code: int, handler: InlineProcessor, raw_names: tuple[str, ...] | None = None
+    ) -> None:
         """A synchronous first try for `code`, called from the connection's read loop.
 
         It gets every request of one read that has its code (or another code it is
@@ -114,8 +125,23 @@ class ProcessorTable:
         For the hot path of a server (sends), where a task and an event per request
         cost more than the work itself, and one batch per read costs less than one
         call per request.
+
+        With `raw_names` (the same for every code of a table), the requests of `code`
+        with a plain JSON header come to `handler` raw (`codec.plain_request`, with
+        the values of those ext fields), and the requests it returns are commands.
         """
         self._inline[int(code)] = handler
+        if raw_names is not None:
+            assert self._raw_names in (None, raw_names), "one set of raw ext field names"
+            self._raw_names = raw_names
+            self._raw_codes.add(int(code))
+
+    @property
+    def raw_fields(self) -> tuple[frozenset[int], tuple[str, ...]] | None:
+        """(codes, ext field names) of the requests the inline handlers take raw."""
+        if self._raw_names is None:
+            return None
+        return frozenset(self._raw_codes), self._raw_names
 
     @property
     def inline_codes(self) -> frozenset[int]:
@@ -123,16 +149,15 @@ class ProcessorTable:
         requests before handing them to `inline`)."""
         return frozenset(self._inline)
 
-    def inline(
-        self, requests: list[RemotingCommand], connection: Connection
-    ) -> list[RemotingCommand]:
+    def inline(self, requests: list, connection: Connection) -> list[RemotingCommand]:
         handlers = self._inline
         if not handlers:
             return requests
         left = []
-        batches: dict[InlineProcessor, list[RemotingCommand]] = {}
+        batches: dict[InlineProcessor, list] = {}
         for request in requests:
-            handler = handlers.get(request.code)
+            # a raw request (a tuple) is one of a handler's codes
+            handler = handlers.get(request[3] if type(request) is tuple else request.code)
             if handler is None:
                 left.append(request)
             else:

@@ -301,6 +301,8 @@ class AccessControl:
 class _Guarded:
     """A processor table behind the ACL check (a remoting Dispatcher)."""
 
+    raw_fields = None  # the check reads a request's signature fields: no raw requests
+
     def __init__(self, access: AccessControl, table: ProcessorTable) -> None:
         self.access = access
         self.table = table
