@@ -606,6 +606,26 @@ cdef object _number(object value, object default):
     return -result if negative else result
 
 
+cdef object _send_tuple(topic, queue_id, flag, sysflag, born, reconsume, properties, batch):
+    """send_fields's tuple of a header's values (None: absent), or NotImplemented for
+    the twin (a number or a batch flag it must read)."""
+    queue_id = _number(queue_id, -1)
+    flag = _number(flag, 0)
+    sysflag = _number(sysflag, 0)
+    born = _number(born, 0)
+    reconsume = _number(reconsume, 0)
+    if batch is None or batch == "false":
+        batch = False
+    elif batch == "true":
+        batch = True
+    else:
+        return NotImplemented
+    if (queue_id is NotImplemented or flag is NotImplemented or sysflag is NotImplemented
+            or born is NotImplemented or reconsume is NotImplemented):
+        return NotImplemented
+    return topic, queue_id, flag, sysflag, born, reconsume, properties, batch
+
+
 def send_fields(dict ext_fields):
     cdef tuple keys
     cdef Py_ssize_t k
@@ -617,60 +637,36 @@ def send_fields(dict ext_fields):
     else:
         keys = _SEND_NAMES
     topic = ext_fields.get(keys[0])
-    queue_id = _number(ext_fields.get(keys[1]), -1)
-    flag = _number(ext_fields.get(keys[2]), 0)
-    sysflag = _number(ext_fields.get(keys[3]), 0)
-    born = _number(ext_fields.get(keys[4]), 0)
-    reconsume = _number(ext_fields.get(keys[5]), 0)
-    properties = ext_fields.get(keys[6], "")
-    batch = ext_fields.get(keys[7])
-    if batch is None or batch == "false":
-        batch = False
-    elif batch == "true":
-        batch = True
-    else:
-        batch = NotImplemented
-    if (queue_id is NotImplemented or flag is NotImplemented or sysflag is NotImplemented
-            or born is NotImplemented or reconsume is NotImplemented
-            or batch is NotImplemented or (topic is not None and type(topic) is not str)):
+    if topic is not None and type(topic) is not str:
         return TWINS["send_fields"](ext_fields)
-    return topic, queue_id, flag, sysflag, born, reconsume, properties, batch
+    fields = _send_tuple(topic, ext_fields.get(keys[1]), ext_fields.get(keys[2]),
+                         ext_fields.get(keys[3]), ext_fields.get(keys[4]),
+                         ext_fields.get(keys[5]), ext_fields.get(keys[6], ""),
+                         ext_fields.get(keys[7]))
+    if fields is NotImplemented:
+        return TWINS["send_fields"](ext_fields)
+    return fields
 
 
 def send_values(values):
     cdef Py_ssize_t k, base = 0
+    cdef tuple v
     if type(values) is not tuple or len(<tuple>values) != 16:
         return TWINS["send_values"](values)
+    v = <tuple>values
     for k in range(16):
-        value = (<tuple>values)[k]
-        if value is not None and type(value) is not str:
+        if v[k] is not None and type(v[k]) is not str:
             return TWINS["send_values"](values)
-    if (<tuple>values)[8] is not None and (<tuple>values)[0] is None:  # the V2 letters
+    if v[8] is not None and v[0] is None:  # the V2 letters
         for k in range(1, 8):
-            if (<tuple>values)[k] is not None:  # a long name among them: decode it all
+            if v[k] is not None:  # a long name among them: the header is decoded
                 return None
         base = 8
-    topic = (<tuple>values)[base]
-    queue_id = _number((<tuple>values)[base + 1], -1)
-    flag = _number((<tuple>values)[base + 2], 0)
-    sysflag = _number((<tuple>values)[base + 3], 0)
-    born = _number((<tuple>values)[base + 4], 0)
-    reconsume = _number((<tuple>values)[base + 5], 0)
-    properties = (<tuple>values)[base + 6]
-    if properties is None:
-        properties = ""
-    batch = (<tuple>values)[base + 7]
-    if batch is None or batch == "false":
-        batch = False
-    elif batch == "true":
-        batch = True
-    else:
-        batch = NotImplemented
-    if (queue_id is NotImplemented or flag is NotImplemented or sysflag is NotImplemented
-            or born is NotImplemented or reconsume is NotImplemented
-            or batch is NotImplemented):
+    fields = _send_tuple(v[base], v[base + 1], v[base + 2], v[base + 3], v[base + 4],
+                         v[base + 5], "" if v[base + 6] is None else v[base + 6], v[base + 7])
+    if fields is NotImplemented:
         return TWINS["send_values"](values)
-    return topic, queue_id, flag, sysflag, born, reconsume, properties, batch
+    return fields
 
 
 # ---------------------------------------------------------------------- JSON headers
@@ -1132,21 +1128,17 @@ cdef inline bint _literal(const uint8_t *p, Py_ssize_t i, Py_ssize_t n, const ch
     return n - i >= size and memcmp(p + i, word, size) == 0
 
 
-cdef int _header_key(const uint8_t *p, Py_ssize_t size) noexcept:
-    if size == 4 and memcmp(p, b"code", 4) == 0:
-        return _KEY_CODE
-    if size == 9 and memcmp(p, b"extFields", 9) == 0:
-        return _KEY_EXT
-    if size == 4 and memcmp(p, b"flag", 4) == 0:
-        return _KEY_FLAG
-    if size == 8 and memcmp(p, b"language", 8) == 0:
-        return _KEY_LANGUAGE
-    if size == 6 and memcmp(p, b"opaque", 6) == 0:
-        return _KEY_OPAQUE
-    if size == 6 and memcmp(p, b"remark", 6) == 0:
-        return _KEY_REMARK
-    if size == 7 and memcmp(p, b"version", 7) == 0:
-        return _KEY_VERSION
+# The header fields plain_json_fields reads, numbered _KEY_CODE.. in this order.
+cdef tuple _HEADER_KEYS = (b"code", b"extFields", b"flag", b"language", b"opaque", b"remark",
+                           b"version")
+
+
+cdef int _header_key(const uint8_t *p, Py_ssize_t size):
+    cdef Py_ssize_t k
+    for k in range(len(_HEADER_KEYS)):
+        key = <bytes>_HEADER_KEYS[k]
+        if PyBytes_GET_SIZE(key) == size and memcmp(p, PyBytes_AS_STRING(key), size) == 0:
+            return <int>k + 1
     return _KEY_OTHER
 
 
