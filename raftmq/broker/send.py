@@ -152,6 +152,14 @@ def _append_failure(code: Code | PutStatus, disk: Callable[[], str]) -> tuple[in
     return ResponseCode.SYSTEM_ERROR, f"append failed: {code.name}"
 
 
+def _answerable(request: RemotingCommand | int, opaque: int, flag: int) -> RemotingCommand:
+    """The request to answer: a raw one (its code) as a command with what a response and
+    `Connection.respond` read of it (opaque, flag, code; a JSON header)."""
+    if type(request) is int:
+        return RemotingCommand(code=request, opaque=opaque, flag=flag, serialize_type=_JSON)
+    return request
+
+
 @attrs.define
 class SendProcessor:
     role: BrokerRole
@@ -214,7 +222,8 @@ class SendProcessor:
                 placed = None if fields is None else self._record(fields, request[6], *stamps)
                 if placed is not None:
                     queue_id, record = placed
-                    taken.append((request, queue_id, request[4], _JSON, request[5]))
+                    # its code stands for it: the completion holds no received bytes
+                    taken.append((request[3], queue_id, request[4], _JSON, request[5]))
                     records.append(record)
                     continue
                 request = raw_command(request)
@@ -287,19 +296,22 @@ class SendProcessor:
         self, taken: list[tuple], connection: Connection
     ) -> Callable[[Code, list | None], None]:
         """The completion of a batch of inline sends: every response in one write.
-        `taken` holds (command or raw request, queue id, opaque, serialize type, flag)."""
+        `taken` holds (command, or a raw request's code; queue id, opaque, serialize
+        type, flag)."""
 
         def done(code: Code | PutStatus, results) -> None:
             if results is None:
                 failure = _append_failure(code, self.disk_util)
-                for request, *_ in taken:
-                    request = raw_command(request) if type(request) is tuple else request
+                for request, _queue_id, opaque, _type, flag in taken:
+                    request = _answerable(request, opaque, flag)
                     connection.respond(request, request.make_response(*failure))
                 return
             assert len(results) == len(taken), (len(results), len(taken))
             if isinstance(code, PutStatus):  # stored, but not flushed or replicated in time
-                for (request, queue_id, *_), placed in zip(taken, results, strict=True):
-                    request = raw_command(request) if type(request) is tuple else request
+                for (request, queue_id, opaque, _type, flag), placed in zip(
+                    taken, results, strict=True
+                ):
+                    request = _answerable(request, opaque, flag)
                     response = self._response(request, queue_id, [placed], int(code))
                     if not request.flag & FLAG_ONEWAY:
                         connection.respond(request, response)
