@@ -57,6 +57,17 @@ def outcome(function, *args):
         return ("raised", type(exc), str(exc))
 
 
+def compiled_outcome(name, *args):
+    """What the compiled `name` gives, and the calls it handed to its twin."""
+    handed = []
+    twin = compiled.TWINS[name]
+    compiled.TWINS[name] = lambda *a: handed.append(a) or twin(*a)
+    try:
+        return outcome(getattr(compiled, name), *args), handed
+    finally:
+        compiled.TWINS[name] = twin
+
+
 def same(name, *args):
     if compiled is None:
         pytest.skip("the extension is not built")
@@ -602,13 +613,7 @@ def test_pull_body_by_sql92(
     read = read_from(logs[1])
     if compiled is None:
         pytest.skip("the extension is not built")
-    fallbacks = []
-    twin = compiled.TWINS.get("pull_body", commitlog.pull_body)
-    compiled.TWINS["pull_body"] = lambda *a: fallbacks.append(a) or twin(*a)
-    try:
-        result = outcome(compiled.pull_body, *args, read, matches)
-    finally:
-        compiled.TWINS["pull_body"] = twin
+    result, fallbacks = compiled_outcome("pull_body", *args, read, matches)
     assert result == outcome(commitlog.pull_body, *args, read, matches)
     assert not fallbacks  # what the broker stores is filtered in the compiled call
     if fault is None:  # the filter's choice: exactly the matching candidates, in order
@@ -621,3 +626,21 @@ def test_pull_body_by_sql92(
             and sql92.matches(properties)
         ]
         assert [m.properties for m in message.decode_all(body)] == wanted
+
+
+def test_pull_body_by_sql92_reads_topics_as_the_twin_does():
+    """A topic beyond ASCII is read in the compiled call; one that is not UTF-8 is the
+    twin's error (read_dispatch_fields refuses the record)."""
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    sql92 = compile_sql92("a = 1").matches_properties
+    for topic, bad in (("Tópico", False), ("T", False), ("Tó", True)):
+        record = bytearray(message.encode(message.MessageExt(topic, b"body", {"a": "1"})))
+        if bad:  # ó's two bytes, as two bytes that are not UTF-8
+            at = record.index("ó".encode())
+            record[at : at + 2] = b"\xff\xfe"
+        queue = struct.pack(">qiq", 0, len(record), 0)
+        args = (queue, None, 4, 1 << 20, {0: bytes(record)}, 1 << 20, 0, len(record))
+        result, fallbacks = compiled_outcome("pull_body", *args, read_from(b""), sql92)
+        assert result == outcome(commitlog.pull_body, *args, read_from(b""), sql92)
+        assert (result[0], bool(fallbacks)) == (("raised", True) if bad else ("ok", False))

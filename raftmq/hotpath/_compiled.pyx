@@ -464,52 +464,80 @@ cdef int _TRANSACTION_PREPARED = 0x1 << 2
 cdef int _TRANSACTION_ROLLBACK = 0x3 << 2
 
 
-cdef tuple _dispatch_fields(const uint8_t *p, Py_ssize_t n, Py_ssize_t offset):
-    """read_dispatch_fields's tuple, or None for anything its twin would refuse or
-    find odd (a short buffer, a bad magic, a topic that is not UTF-8)."""
-    cdef Py_ssize_t ts_pos, body_len_pos, topic_pos, topic_end
-    cdef int32_t total, sysflag, body_len
+cdef struct _Layout:
+    Py_ssize_t ts_pos, topic_pos, topic_end, properties_len  # from the record's start
+
+
+cdef bint _layout(const uint8_t *p, Py_ssize_t n, _Layout *at) noexcept:
+    """Where the V1 record at `p` (`n` bytes from it) holds what read_dispatch_fields
+    reads; False for anything its twin would refuse or find odd (a short buffer, a
+    bad magic). The topic's UTF-8 is not checked here."""
+    cdef Py_ssize_t body_len_pos
+    cdef int32_t sysflag, body_len
     cdef int born_len, store_len
     cdef int properties_len
-    if offset < 0 or n - offset < 40:
-        return None
-    p += offset
-    n -= offset
-    if <int32_t>_get32(p + 4) != _MESSAGE_MAGIC_CODE:
-        return None
-    total = <int32_t>_get32(p)
+    if n < 40 or <int32_t>_get32(p + 4) != _MESSAGE_MAGIC_CODE:
+        return False
     sysflag = <int32_t>_get32(p + 36)
     born_len = 16 if sysflag & _BORN_V6 else 4
     store_len = 16 if sysflag & _STORE_V6 else 4
-    ts_pos = 48 + born_len + 4
-    body_len_pos = ts_pos + 8 + store_len + 4 + 4 + 8
+    at.ts_pos = 48 + born_len + 4
+    body_len_pos = at.ts_pos + 8 + store_len + 4 + 4 + 8
     if body_len_pos + 4 > n:
-        return None
+        return False
     body_len = <int32_t>_get32(p + body_len_pos)
     if body_len < 0:
+        return False
+    at.topic_pos = body_len_pos + 4 + body_len
+    if at.topic_pos + 1 > n:
+        return False
+    at.topic_end = at.topic_pos + 1 + p[at.topic_pos]
+    if at.topic_end + 2 > n:
+        return False
+    properties_len = <int16_t>((p[at.topic_end] << 8) | p[at.topic_end + 1])
+    if properties_len < 0 or at.topic_end + 2 + properties_len > n:
+        return False
+    at.properties_len = properties_len
+    return True
+
+
+cdef tuple _dispatch_fields(const uint8_t *p, Py_ssize_t n, Py_ssize_t offset):
+    """read_dispatch_fields's tuple, or None for anything its twin would refuse or
+    find odd (a short buffer, a bad magic, a topic that is not UTF-8)."""
+    cdef _Layout at
+    if offset < 0 or not _layout(p + offset, n - offset, &at):
         return None
-    topic_pos = body_len_pos + 4 + body_len
-    if topic_pos + 1 > n:
-        return None
-    topic_end = topic_pos + 1 + p[topic_pos]
-    if topic_end + 2 > n:
-        return None
-    properties_len = <int16_t>((p[topic_end] << 8) | p[topic_end + 1])
-    if properties_len < 0 or topic_end + 2 + properties_len > n:
-        return None
+    p += offset
     try:
-        topic = (<const char *>p)[topic_pos + 1:topic_end].decode("utf-8")
+        topic = (<const char *>p)[at.topic_pos + 1:at.topic_end].decode("utf-8")
     except UnicodeDecodeError:
         return None
     return (
-        total,
+        <int32_t>_get32(p),
         <int32_t>_get32(p + 12),
         <int64_t>_get64(p + 20),
-        sysflag,
-        <int64_t>_get64(p + ts_pos),
+        <int32_t>_get32(p + 36),
+        <int64_t>_get64(p + at.ts_pos),
         topic,
-        (<const char *>p)[topic_end + 2:topic_end + 2 + properties_len],
+        (<const char *>p)[at.topic_end + 2:at.topic_end + 2 + at.properties_len],
     )
+
+
+cdef bytes _properties(const uint8_t *p, Py_ssize_t n):
+    """read_dispatch_fields(record)[6] for the record at `p` (`n` bytes), or None where
+    `_dispatch_fields` gives None, without building the rest."""
+    cdef _Layout at
+    cdef Py_ssize_t k
+    if not _layout(p, n, &at):
+        return None
+    for k in range(at.topic_pos + 1, at.topic_end):
+        if p[k] >= 0x80:  # not ASCII: whether it is UTF-8 is the decoder's to say
+            try:
+                (<const char *>p)[at.topic_pos + 1:at.topic_end].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            break
+    return (<const char *>p)[at.topic_end + 2:at.topic_end + 2 + at.properties_len]
 
 
 def read_dispatch_fields(buf, offset=0):
@@ -945,7 +973,7 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
     cdef int where
     cdef _Segments segments
     cdef list held = None  # with `matches`: what `read` gave for each record taken, or None
-    cdef tuple fields
+    cdef bytes properties
     if type(maps) is not dict:
         return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
                                   low, high, read, matches)
@@ -1003,11 +1031,11 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
                 if where < 0 or at == NULL:
                     return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps,
                                               segment_size, low, high, read, matches)
-                fields = _dispatch_fields(at, size, 0)
-                if fields is None:  # not a record this reads: the twin's error
+                properties = _properties(at, size)
+                if properties is None:  # not a record this reads: the twin's error
                     return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps,
                                               segment_size, low, high, read, matches)
-                if not matches(fields[6]):
+                if not matches(properties):
                     continue
                 held.append(record)
             chosen[taken] = k
