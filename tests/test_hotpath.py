@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from raftmq import hotpath
 from raftmq.broker import send_encoding
+from raftmq.broker.sql92 import compile_sql92
 from raftmq.broker.store import commitlog, indexfile
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import base as dstore
@@ -58,6 +59,17 @@ def outcome(function, *args):
         return ("ok", function(*args))
     except Exception as exc:
         return ("raised", type(exc), str(exc))
+
+
+def compiled_outcome(name, *args):
+    """What the compiled `name` gives, and the calls it handed to its twin."""
+    handed = []
+    twin = compiled.TWINS[name]
+    compiled.TWINS[name] = lambda *a: handed.append(a) or twin(*a)
+    try:
+        return outcome(getattr(compiled, name), *args), handed
+    finally:
+        compiled.TWINS[name] = twin
 
 
 def same(name, *args):
@@ -695,12 +707,128 @@ def test_pull_body(segment_size, mapped, entries, codes, max_count, max_bytes, l
     st.lists(st.tuples(st.integers(0, 100), st.integers(0, 20), st.integers(0, 2)), max_size=8),
     st.integers(0, 5),
 )
-def test_pull_body_by_sql92_and_odd_input(entries, cut):
-    """A `matches` filter, odd sizes and a torn queue are the twin's: the same results."""
+def test_pull_body_odd_input(entries, cut):
+    """Odd sizes, a torn queue and a filter over bytes that are not records are the
+    twin's: the same results and errors."""
     queue = b"".join(struct.pack(">qiq", *entry) for entry in entries)
     maps = {0: bytes(range(64)), 64: bytes(range(64, 128))}
     read = read_from(bytes(range(200)))
-    same("pull_body", queue, None, 4, 50, maps, 64, 0, 128, read, lambda r: len(r) % 2 == 0)
+    same("pull_body", queue, None, 4, 50, maps, 64, 0, 128, read, lambda p: len(p) % 2 == 0)
     same("pull_body", queue[: len(queue) - cut], None, 4, 50, maps, 64, 0, 128, read)
     same("pull_body", queue, None, 4, 50, maps, 0, 0, 128, read)
     same("pull_body", queue, None, 4, 50, maps, 64, 0, 1 << 63, read)
+    strange = {0: list(range(64)), 64: "not bytes"}  # segments that are no byte buffers
+    same("pull_body", queue, None, 4, 50, strange, 64, 0, 128, read)
+    same("pull_body", queue, None, 4, 50, strange, 64, 0, 128, read, lambda p: True)
+
+
+# SQL92-like expressions over the properties the stored messages below carry
+_SQL92_CONDITION = st.one_of(
+    st.builds("a > {}".format, st.integers(-2, 12)),
+    st.builds("a <= {}".format, st.integers(-2, 12)),
+    st.builds("a BETWEEN {} AND {}".format, st.integers(-2, 4), st.integers(4, 12)),
+    st.sampled_from(["TAGS = 'TagA'", "TAGS <> 'TagB'", "a IS NULL", "TAGS IS NOT NULL",
+                     "b IN ('x', 'y')", "b NOT IN ('x')", "a = 3.0", "b > 1", "KEYS = 'k1'"]),
+)  # fmt: skip
+_SQL92 = st.recursive(
+    _SQL92_CONDITION,
+    lambda inner: st.one_of(
+        st.builds("({}) AND ({})".format, inner, inner),
+        st.builds("({}) OR ({})".format, inner, inner),
+        st.builds("NOT ({})".format, inner),
+    ),
+    max_leaves=4,
+)
+_PROPERTY_VALUES = {
+    "a": st.integers(-3, 14).map(str) | st.sampled_from(["x", "5.5", " 7"]),
+    "b": st.sampled_from(["x", "y", "2", "é"]),
+    "TAGS": st.sampled_from(["TagA", "TagB"]),
+    "KEYS": st.sampled_from(["k1", "k2"]),
+}
+_STORED = st.lists(
+    st.tuples(
+        st.fixed_dictionaries({}, optional=_PROPERTY_VALUES),
+        st.integers(0, 120),  # body bytes
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(
+    _STORED,
+    st.lists(st.integers(0, 7), max_size=12),
+    st.integers(40, 400),
+    st.lists(st.booleans(), max_size=8),
+    st.none() | st.frozensets(st.sampled_from([message.tags_code("TagA"), 0])),
+    st.integers(1, 6),
+    st.integers(0, 900),
+    st.integers(-10, 1200),
+    _SQL92,
+    st.none() | st.sampled_from(["7", "TagB", "x"]),
+)
+def test_pull_body_by_sql92(
+    stored, picks, segment_size, mapped, codes, max_count, max_bytes, high, expression, fault
+):
+    """The compiled call filters by SQL92 itself, with the twin's limits and results: it
+    hands the filter each candidate's raw properties, from its mapped segment or from
+    `read` (the two hold the same properties around different bodies here, so taking the
+    wrong copy shows). A filter that raises ends the pull with its exception, in both."""
+    logs = [b"", b""]  # the mapped bytes and what `read` gives
+    positions = []
+    for properties, body_bytes in stored:
+        positions.append(len(logs[0]))
+        for n, fill in enumerate((b"m", b"r")):
+            msg = message.MessageExt("T", fill * body_bytes, {"UNIQ_KEY": "U", **properties})
+            logs[n] += message.encode(msg)
+    picked = [i % len(stored) for i in picks]
+    ends = [*positions[1:], len(logs[0])]
+    sizes = [end - start for start, end in zip(positions, ends, strict=True)]
+    queue = b"".join(
+        struct.pack(">qiq", positions[i], sizes[i], message.tags_code(stored[i][0].get("TAGS")))
+        for i in picked
+    )
+    maps = {k * segment_size: logs[0][k * segment_size : (k + 1) * segment_size]
+            for k, m in enumerate(mapped) if m}  # fmt: skip
+    sql92 = compile_sql92(expression)
+
+    def matches(properties: bytes) -> bool:
+        if fault is not None and fault.encode() in properties:
+            raise RuntimeError(f"a filter fault over {properties!r}")
+        return sql92.matches_properties(properties)
+
+    args = (queue, codes, max_count, max_bytes, maps, segment_size, 0, high)
+    read = read_from(logs[1])
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    result, fallbacks = compiled_outcome("pull_body", *args, read, matches)
+    assert result == outcome(commitlog.pull_body, *args, read, matches)
+    assert not fallbacks  # what the broker stores is filtered in the compiled call
+    if fault is None:  # the filter's choice: exactly the matching candidates, in order
+        body, _count, scanned, _last = result[1]
+        candidates = [{"UNIQ_KEY": "U", **stored[i][0]} for i in picked[:scanned]]
+        wanted = [
+            properties
+            for properties in candidates
+            if (codes is None or message.tags_code(properties.get("TAGS")) in codes)
+            and sql92.matches(properties)
+        ]
+        assert [m.properties for m in message.decode_all(body)] == wanted
+
+
+def test_pull_body_by_sql92_reads_topics_as_the_twin_does():
+    """A topic beyond ASCII is read in the compiled call; one that is not UTF-8 is the
+    twin's error (read_dispatch_fields refuses the record)."""
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    sql92 = compile_sql92("a = 1").matches_properties
+    for topic, bad in (("Tópico", False), ("T", False), ("Tó", True)):
+        record = bytearray(message.encode(message.MessageExt(topic, b"body", {"a": "1"})))
+        if bad:  # ó's two bytes, as two bytes that are not UTF-8
+            at = record.index("ó".encode())
+            record[at : at + 2] = b"\xff\xfe"
+        queue = struct.pack(">qiq", 0, len(record), 0)
+        args = (queue, None, 4, 1 << 20, {0: bytes(record)}, 1 << 20, 0, len(record))
+        result, fallbacks = compiled_outcome("pull_body", *args, read_from(b""), sql92)
+        assert result == outcome(commitlog.pull_body, *args, read_from(b""), sql92)
+        assert (result[0], bool(fallbacks)) == (("raised", True) if bad else ("ok", False))

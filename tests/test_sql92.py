@@ -11,11 +11,17 @@ import math
 import operator
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from raftmq.broker.sql92 import Sql92Error, Sql92EvaluationError, compile_sql92
-from raftmq.protocol.message import MessageExt, encode
+from raftmq.broker.sql92 import (
+    RESULT_KEY_MAX_BYTES,
+    RESULTS_CACHED,
+    Sql92Error,
+    Sql92EvaluationError,
+    compile_sql92,
+)
+from raftmq.protocol.message import MessageExt, encode, read_dispatch_fields, string_to_properties
 
 ERROR = "error"  # the value does not convert: Sql92EvaluationError, no match
 
@@ -231,9 +237,55 @@ def test_compiled_once_per_text_and_errors_cached_too():
 
 def test_a_stored_record_is_matched_over_its_properties():
     record = encode(MessageExt("T", b"x", {"TAGS": "TagA", "a": "7"}))
-    assert compile_sql92("a = 7 AND TAGS = 'TagA'").matches_record(record)
-    assert not compile_sql92("a = 8").matches_record(record)
-    assert not compile_sql92("b = 1").matches_record(record)
+    properties = read_dispatch_fields(record)[6]
+    assert compile_sql92("a = 7 AND TAGS = 'TagA'").matches_properties(properties)
+    assert not compile_sql92("a = 8").matches_properties(properties)
+    assert not compile_sql92("b = 1").matches_properties(properties)
+    assert compile_sql92("a = 7").matches_properties(b"a\x017\x02b\x01\xff\x02")
+
+
+# Raw properties as a stored record holds them, and odder: names that are prefixes or
+# suffixes of one another, duplicates, empty names and values, \x01 in a value, bytes
+# that are not UTF-8 next to the separators, items without a \x01.
+RAW_ITEMS = st.tuples(
+    st.sampled_from([b"a", b"ab", b"b", b"xa", b"TAGS", b"", b"a\xc3"]),
+    st.sampled_from([b"\x01", b"", b"\x01\x01"]),
+    st.sampled_from([b"7", b"12", b"1", b"x", b"", b"\xc3\xa9", b"\xc3", b"\x017", b"9\xff"]),
+).map(b"".join)
+RAW = st.lists(RAW_ITEMS, max_size=6).map(b"\x02".join) | st.binary(max_size=12)
+READING = [
+    "a > 5", "a = 7 AND TAGS = 'x'", "ab IN ('x', '7') OR b IS NULL", "NOT (xa <= 12)",
+    "a BETWEEN -1 AND 12 AND ab IS NOT NULL", "TRUE", "b = '\u00e9'", "TAGS",
+]  # fmt: skip
+
+
+@example(b"xa\x017")  # another name ending in one read
+@example(b"a\x01\x02a\x017\x02a\x01")  # empty values are skipped, a later one wins
+@example(b"a\x011\x02b\x01x")  # and then keys that share a start:
+@example(b"a\x0112\x02b\x01x")
+@given(RAW)
+def test_raw_properties_match_as_their_parsed_dict(raw):
+    """`matches_properties` reads only the items the expression names (and caches its
+    answer by them): the same answer as the whole properties, parsed, every time."""
+    for expression in READING:
+        compiled = compile_sql92(expression)
+        expected = compiled.matches(string_to_properties(raw.decode("utf-8", "replace")))
+        assert compiled.matches_properties(raw) is expected, expression
+        assert compiled.matches_properties(raw) is expected  # from the cache, when it fits
+
+
+def test_cached_results_are_bounded():
+    present = compile_sql92("k IS NOT NULL")
+    present._results.clear()  # filters are shared by their text, with what they cached
+    assert present.matches_properties(b"k\x01" + b"9" * RESULT_KEY_MAX_BYTES) is True
+    assert present._results == {}  # too long to keep
+    compiled = compile_sql92("k > 5")
+    compiled._results.clear()
+    for k in range(RESULTS_CACHED + 3):
+        assert compiled.matches_properties(b"k\x01%d\x02UNIQ_KEY\x01u%d" % (k, k)) is (k > 5)
+    assert compiled._results == {
+        b"k\x01%d" % k: k > 5 for k in range(RESULTS_CACHED, RESULTS_CACHED + 3)
+    }
 
 
 # ---------------------------------------------------------------- properties

@@ -12,6 +12,8 @@ import signal
 import pytest
 import trio
 
+from raftmq import hotpath
+from raftmq.broker.store import commitlog
 from raftmq.client import MessageSelector, MQBrokerError, Producer, PullConsumer, PushConsumer
 from raftmq.client.push import ConsumeFromWhere
 from raftmq.protocol import message as codec
@@ -19,6 +21,11 @@ from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 from tests.helpers import create_topic, group, status, wait_for
+
+try:
+    from raftmq.hotpath import _compiled
+except ImportError:  # not built: the twin is what pulls run
+    _compiled = None
 
 SQL92_ON = {"enablePropertyFilter": "true"}
 FLAG_SUBSCRIPTION = 4
@@ -82,6 +89,55 @@ async def test_a_pull_returns_the_matching_messages_and_moves_past_the_others(nu
     # a TAG pull of the same queue still filters by tag hash only
     tagged = await g.pull(g.master(), "T", 0, 0, subscription="t0")
     assert bodies(tagged) == [b"m%d" % i for i in range(0, 10, 2)]
+
+
+async def test_sql92_pulls_through_a_queue_take_the_matching_messages_in_order(
+    nursery, tmp_path, monkeypatch
+):
+    """Pulls through 160 messages (4 KiB, from the 80th on 12 KiB, the 100th 300 KiB)
+    take exactly the matching ones, in order, each starting where the last stopped:
+    32 at most (reached among the small ones), 256 KiB at most (reached among the
+    larger ones), the 300 KiB one alone. With the extension built, every pull is the
+    compiled call's, never its twin's."""
+    fallbacks = []
+    if hotpath.COMPILED:
+        twin = _compiled.TWINS["pull_body"]
+        monkeypatch.setitem(
+            _compiled.TWINS, "pull_body", lambda *a: fallbacks.append(a) or twin(*a)
+        )
+        assert commitlog.PULL_BODY is _compiled.pull_body
+    g = await group(nursery, tmp_path, nodes=1, **SQL92_ON)
+    await create_topic(g, "T", 1)
+    count, large = 160, 100
+    b_values = ["x", "y", "z", None]
+    for i in range(count):
+        properties = {"a": str(i), "TAGS": f"t{i % 3}", "b": b_values[i % 4]}
+        props_text = properties_to_string({k: v for k, v in properties.items() if v})
+        size_kib = 300 if i == large else 4 if i < 80 else 12
+        sent = await g.send(
+            g.master(), "T", b"m%d-" % i + b"." * (size_kib << 10), props=props_text
+        )
+        assert sent.code == ResponseCode.SUCCESS
+    await wait_for(lambda: g.master().store.max_offset("T", 0) == count)
+    expression = "(a > 40 AND a <= 130 AND TAGS <> 't0') OR b = 'z'"
+    wanted = [i for i in range(count) if (40 < i <= 130 and i % 3 != 0) or i % 4 == 2]
+    taken, offset, pulls = [], 0, []
+    while offset < count:
+        pulled = await sql_pull(g, expression, offset)
+        assert pulled.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY)
+        names = [int(body.split(b"-")[0][1:]) for body in bodies(pulled)]
+        pulls.append((names, len(pulled.body or b"")))
+        taken += names
+        next_offset = int(pulled.ext_fields["nextBeginOffset"])
+        assert next_offset > offset
+        offset = next_offset
+    assert taken == wanted
+    assert max(len(names) for names, _size in pulls) == 32
+    assert all(len(names) == 1 or size <= 256 << 10 for names, size in pulls)
+    assert [large] in [names for names, _size in pulls]  # alone
+    # the byte limit cut pulls of 12 KiB messages short of 32
+    assert any(10 < len(names) < 32 and size > (256 - 13) << 10 for names, size in pulls)
+    assert not fallbacks
 
 
 async def test_a_held_pull_wakes_for_a_matching_message(nursery, tmp_path):

@@ -174,7 +174,8 @@ class PullProcessor:
         if is_tag_type(expression_type):
             codes = subscription_codes(request.ext_fields.get("subscription"))
         else:
-            matches = self._filter(request, group, topic, expression_type, flags).matches_record
+            sql92 = self._filter(request, group, topic, expression_type, flags)
+            matches = sql92.matches_properties
         if flags & FLAG_COMMIT_OFFSET and role.is_master:
             commit = integer(request, "commitOffset", -1)
             if commit >= 0:

@@ -43,7 +43,7 @@ import attrs
 from lark import Lark, Token, Transformer_NonRecursive, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
-from raftmq.protocol.message import READ_DISPATCH_FIELDS, string_to_properties
+from raftmq.protocol.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, string_to_properties
 
 __all__ = ["Sql92Error", "Sql92EvaluationError", "Sql92Filter", "compile_sql92"]
 
@@ -55,6 +55,9 @@ COMPILED_CACHE_SIZE = 1024  # expressions, good or bad (RocketMQ caches 100)
 MAX_NESTING = 400
 SHOWN_CHARS = 60  # how much of a sub-expression an error message quotes
 LONG_DIGITS = 19  # int() refuses very long digit strings; a long has at most 19 digits
+RESULTS_CACHED = 256  # per expression: results by the items it reads (Sql92Filter)
+RESULT_KEY_MAX_BYTES = 256  # longer items are evaluated each time, not kept
+_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
 
 
 class Sql92Error(ValueError):
@@ -508,10 +511,24 @@ def _parse_error(text: str, exc: UnexpectedInput) -> Sql92Error:
 
 @attrs.frozen
 class Sql92Filter:
-    """A compiled expression. `matches` is what the broker asks per message."""
+    """A compiled expression. `matches_properties` is what the broker asks per message.
+
+    Its results are cached by the items of the properties it reads, as stored
+    (`a\x017` for `a > 5`): a message's whole properties never repeat (its UNIQ_KEY
+    is its own), but the values a filter reads mostly do. Bounded: RESULTS_CACHED
+    keys of at most RESULT_KEY_MAX_BYTES each, the whole forgotten when full."""
 
     expression: str
     _evaluate: Evaluate = attrs.field(repr=False)
+    names: frozenset[str]  # the properties it reads
+    _results: dict[bytes, bool] = attrs.field(init=False, factory=dict, repr=False, eq=False)
+    # What starts an item of each of them in a properties string with a \x02 in front
+    _item_starts: tuple[bytes, ...] = attrs.field(init=False, repr=False, eq=False)
+
+    @_item_starts.default
+    def _starts(self) -> tuple[bytes, ...]:
+        return tuple(f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}".encode() for name in
+                     sorted(self.names))  # fmt: skip
 
     def evaluate(self, properties: Mapping[str, str]) -> bool | None:
         """TRUE, FALSE or NULL (None); Sql92EvaluationError when a property value does
@@ -519,15 +536,48 @@ class Sql92Filter:
         return self._evaluate(properties)
 
     def matches(self, properties: Mapping[str, str]) -> bool:
+        """TRUE only; a value that does not convert is no match, as RocketMQ has it.
+        Anything else raised is a fault here and is raised: a pull answers it
+        SYSTEM_ERROR instead of skipping the consumer past messages it wants (RocketMQ
+        logs every Throwable of an evaluation and skips the message)."""
         try:
             return self._evaluate(properties) is True
         except Sql92EvaluationError:
             return False
 
-    def matches_record(self, record: bytes) -> bool:
-        """`matches` over the properties of a stored message record."""
-        raw = READ_DISPATCH_FIELDS(record)[6]
-        return self.matches(string_to_properties(raw.decode("utf-8", "replace")))
+    def matches_properties(self, properties: bytes) -> bool:
+        """`matches` over a stored record's raw PROPERTIES bytes (what a pull's scan
+        gives it), read as RocketMQ's MessageDecoder reads them: the items of the
+        properties it reads are all that decides, so they are what it parses."""
+        key = self._items_read(properties)
+        result = self._results.get(key)
+        if result is None:
+            result = self.matches(string_to_properties(key.decode("utf-8", "replace")))
+            if len(key) <= RESULT_KEY_MAX_BYTES:
+                if len(self._results) >= RESULTS_CACHED:
+                    self._results.clear()
+                self._results[key] = result
+        return result
+
+    def _items_read(self, properties: bytes) -> bytes:
+        """The items of `names` that `string_to_properties` would keep (of each the last
+        with a value), as a properties string. Found in the bytes, not decoded: the
+        separators are ASCII, which UTF-8 decoding keeps in place whatever surrounds
+        them, so the items decode to what they would in the whole."""
+        text = _SEPARATOR_BYTES + properties
+        items = []
+        for item_start in self._item_starts:
+            at = text.rfind(item_start)
+            while at >= 0:
+                value_at = at + len(item_start)
+                end = text.find(_SEPARATOR_BYTES, value_at)
+                if end < 0:
+                    end = len(text)
+                if end > value_at:
+                    items.append(text[at + 1 : end])
+                    break
+                at = text.rfind(item_start, 0, at)
+        return _SEPARATOR_BYTES.join(items)
 
 
 def _nesting(tree: Tree) -> int:
@@ -548,7 +598,13 @@ def _compile(expression: str) -> Sql92Filter | Sql92Error:
         tree = _PARSER.parse(expression)
         if _nesting(tree) > MAX_NESTING:
             return Sql92Error(f"the expression nests more than {MAX_NESTING} operators")
-        return Sql92Filter(expression, _as_condition(_Build().transform(tree)))
+        names = frozenset(
+            str(child)
+            for subtree in tree.iter_subtrees()
+            for child in subtree.children
+            if isinstance(child, Token) and child.type == "ID"
+        )
+        return Sql92Filter(expression, _as_condition(_Build().transform(tree)), names)
     except UnexpectedInput as exc:
         return _parse_error(expression, exc)
     except VisitError as exc:

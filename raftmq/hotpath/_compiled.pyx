@@ -464,52 +464,80 @@ cdef int _TRANSACTION_PREPARED = 0x1 << 2
 cdef int _TRANSACTION_ROLLBACK = 0x3 << 2
 
 
-cdef tuple _dispatch_fields(const uint8_t *p, Py_ssize_t n, Py_ssize_t offset):
-    """read_dispatch_fields's tuple, or None for anything its twin would refuse or
-    find odd (a short buffer, a bad magic, a topic that is not UTF-8)."""
-    cdef Py_ssize_t ts_pos, body_len_pos, topic_pos, topic_end
-    cdef int32_t total, sysflag, body_len
+cdef struct _Layout:
+    Py_ssize_t ts_pos, topic_pos, topic_end, properties_len  # from the record's start
+
+
+cdef bint _layout(const uint8_t *p, Py_ssize_t n, _Layout *at) noexcept:
+    """Where the V1 record at `p` (`n` bytes from it) holds what read_dispatch_fields
+    reads; False for anything its twin would refuse or find odd (a short buffer, a
+    bad magic). The topic's UTF-8 is not checked here."""
+    cdef Py_ssize_t body_len_pos
+    cdef int32_t sysflag, body_len
     cdef int born_len, store_len
     cdef int properties_len
-    if offset < 0 or n - offset < 40:
-        return None
-    p += offset
-    n -= offset
-    if <int32_t>_get32(p + 4) != _MESSAGE_MAGIC_CODE:
-        return None
-    total = <int32_t>_get32(p)
+    if n < 40 or <int32_t>_get32(p + 4) != _MESSAGE_MAGIC_CODE:
+        return False
     sysflag = <int32_t>_get32(p + 36)
     born_len = 16 if sysflag & _BORN_V6 else 4
     store_len = 16 if sysflag & _STORE_V6 else 4
-    ts_pos = 48 + born_len + 4
-    body_len_pos = ts_pos + 8 + store_len + 4 + 4 + 8
+    at.ts_pos = 48 + born_len + 4
+    body_len_pos = at.ts_pos + 8 + store_len + 4 + 4 + 8
     if body_len_pos + 4 > n:
-        return None
+        return False
     body_len = <int32_t>_get32(p + body_len_pos)
     if body_len < 0:
+        return False
+    at.topic_pos = body_len_pos + 4 + body_len
+    if at.topic_pos + 1 > n:
+        return False
+    at.topic_end = at.topic_pos + 1 + p[at.topic_pos]
+    if at.topic_end + 2 > n:
+        return False
+    properties_len = <int16_t>((p[at.topic_end] << 8) | p[at.topic_end + 1])
+    if properties_len < 0 or at.topic_end + 2 + properties_len > n:
+        return False
+    at.properties_len = properties_len
+    return True
+
+
+cdef tuple _dispatch_fields(const uint8_t *p, Py_ssize_t n, Py_ssize_t offset):
+    """read_dispatch_fields's tuple, or None for anything its twin would refuse or
+    find odd (a short buffer, a bad magic, a topic that is not UTF-8)."""
+    cdef _Layout at
+    if offset < 0 or not _layout(p + offset, n - offset, &at):
         return None
-    topic_pos = body_len_pos + 4 + body_len
-    if topic_pos + 1 > n:
-        return None
-    topic_end = topic_pos + 1 + p[topic_pos]
-    if topic_end + 2 > n:
-        return None
-    properties_len = <int16_t>((p[topic_end] << 8) | p[topic_end + 1])
-    if properties_len < 0 or topic_end + 2 + properties_len > n:
-        return None
+    p += offset
     try:
-        topic = (<const char *>p)[topic_pos + 1:topic_end].decode("utf-8")
+        topic = (<const char *>p)[at.topic_pos + 1:at.topic_end].decode("utf-8")
     except UnicodeDecodeError:
         return None
     return (
-        total,
+        <int32_t>_get32(p),
         <int32_t>_get32(p + 12),
         <int64_t>_get64(p + 20),
-        sysflag,
-        <int64_t>_get64(p + ts_pos),
+        <int32_t>_get32(p + 36),
+        <int64_t>_get64(p + at.ts_pos),
         topic,
-        (<const char *>p)[topic_end + 2:topic_end + 2 + properties_len],
+        (<const char *>p)[at.topic_end + 2:at.topic_end + 2 + at.properties_len],
     )
+
+
+cdef bytes _properties(const uint8_t *p, Py_ssize_t n):
+    """read_dispatch_fields(record)[6] for the record at `p` (`n` bytes), or None where
+    `_dispatch_fields` gives None, without building the rest."""
+    cdef _Layout at
+    cdef Py_ssize_t k
+    if not _layout(p, n, &at):
+        return None
+    for k in range(at.topic_pos + 1, at.topic_end):
+        if p[k] >= 0x80:  # not ASCII: whether it is UTF-8 is the decoder's to say
+            try:
+                (<const char *>p)[at.topic_pos + 1:at.topic_end].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+            break
+    return (<const char *>p)[at.topic_end + 2:at.topic_end + 2 + at.properties_len]
 
 
 def read_dispatch_fields(buf, offset=0):
@@ -886,27 +914,99 @@ def recover_slots(buf, slot_num, count):
 
 # ---------------------------------------------------------------------- pulls
 
+cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cdef int _CQ_ENTRY = 20  # a ConsumeQueue entry: physical offset 8, size 4, tags code 8
 cdef int64_t _POSITION_LIMIT = 1 << 62  # positions beyond are the twin's (no overflow here)
 
 
+@cython.final
+cdef class _Segments:
+    """Where a pull's records lie in the log's mapped segments (`maps`: segment start ->
+    buffer, segments of `size` bytes, usable inside [low, high)), the last segment's
+    buffer held between records."""
+
+    cdef dict maps
+    cdef int64_t size, low, high, start
+    cdef bint cached, mapped  # `start` names the segment `buffer` is for; mapped: it has one
+    cdef const uint8_t[::1] buffer
+    cdef const uint8_t *data  # the buffer's bytes, for the per-record path
+    cdef Py_ssize_t length
+    cdef const uint8_t[::1] got  # what `read` gave for the record at hand
+
+    @cython.cdivision(True)  # size > 0; the sign of the remainder is fixed below
+    cdef inline int64_t offset(self, int64_t phys) noexcept:
+        """Where `phys` lies in its segment."""
+        cdef int64_t off = phys % self.size
+        return off + self.size if off < 0 else off
+
+    cdef inline int find(self, int64_t phys, int32_t size, const uint8_t **at) noexcept:
+        """1 with the record's first byte in `at` when it lies whole in a mapped
+        segment, 0 when `read` is to give it, 2 when its segment is not the one held
+        (`hold` it and ask again)."""
+        cdef int64_t off
+        if not (self.low <= phys and size >= 0 and phys <= self.high - size):
+            return 0
+        off = self.offset(phys)
+        if not self.cached or phys - off != self.start:
+            return 2
+        if self.mapped and off + size <= self.length:
+            at[0] = self.data + off
+            return 1
+        return 0
+
+    cdef int hold(self, int64_t phys) noexcept:
+        """Hold the buffer of the segment of `phys`, if mapped; -1 when that fails (not
+        a byte buffer, say), for the twin to do it and raise what it raises."""
+        self.start = phys - self.offset(phys)
+        self.cached = True
+        try:
+            buffer = self.maps.get(self.start)
+            self.mapped = buffer is not None
+            if self.mapped:
+                self.buffer = buffer
+                self.length = self.buffer.shape[0]
+                self.data = &self.buffer[0]
+        except Exception:
+            self.release()
+            return -1
+        return 0
+
+    cdef void release(self):
+        """Hold no buffer of the log while its Python code (`read`) runs."""
+        if self.cached:
+            self.cached = self.mapped = False
+            self.buffer = None
+
+    cdef const uint8_t *bytes_read(self, object record, Py_ssize_t size):
+        """The first byte of `record` (what `read` gave), held until the next call; NULL
+        when it is not `size` bytes (the twin says what is wrong)."""
+        try:
+            self.got = record
+        except (TypeError, ValueError, BufferError):
+            return NULL
+        if self.got.shape[0] != size:
+            return NULL
+        return &self.got[0]
+
+
 def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, high, read,
               matches=None):
     cdef const uint8_t[::1] view
-    cdef const uint8_t[::1] segment
-    cdef const uint8_t[::1] data
     cdef const uint8_t *p
+    cdef const uint8_t *at = NULL
     cdef char *out
     cdef Py_ssize_t n, k, taken = 0, scanned = 0, written = 0
     cdef int64_t count_limit, bytes_limit, seg, lo, hi, phys, total = 0, last = -1
-    cdef int64_t off, start, cached = 0
-    cdef bint have_cached = False  # `cached` names the segment `segment` holds (if any)
     cdef int32_t size
     cdef Py_ssize_t *chosen
-    cdef bint have_segment = False, negative = False
-    if matches is not None or type(maps) is not dict:
+    cdef bint negative = False
+    cdef int where
+    cdef _Segments segments
+    cdef list held = None  # with `matches`: what `read` gave for each record taken, or None
+    cdef bytes properties
+    if type(maps) is not dict:
         return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
                                   low, high, read, matches)
     try:
@@ -927,12 +1027,17 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
     n //= _CQ_ENTRY
     if n == 0:
         return b"", 0, 0, -1
+    segments = _Segments.__new__(_Segments)
+    segments.maps, segments.size, segments.low, segments.high = maps, seg, lo, hi
+    if matches is not None:
+        held = []
     p = &view[0]
     chosen = <Py_ssize_t *>PyMem_Malloc(n * sizeof(Py_ssize_t))
     if chosen == NULL:
         raise MemoryError()
     try:
-        # which records the pull takes: decided by the entries alone
+        # which records the pull takes: decided by the entries, and with `matches` by
+        # each candidate's properties, read in place (`read` only outside the segments)
         for k in range(n):
             size = <int32_t>_get32(p + k * _CQ_ENTRY + 8)
             if taken >= count_limit or (taken and total + size > bytes_limit):
@@ -942,11 +1047,34 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
                 tags = <int64_t>_get64(p + k * _CQ_ENTRY + 12)
                 if tags not in codes:
                     continue
+            phys = <int64_t>_get64(p + k * _CQ_ENTRY)
+            if matches is not None:
+                if size < 0:  # the twin reads it, and `read` says what is wrong
+                    return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps,
+                                              segment_size, low, high, read, matches)
+                where = segments.find(phys, size, &at)
+                if where == 2:
+                    where = -1 if segments.hold(phys) < 0 else segments.find(phys, size, &at)
+                record = None
+                if where == 0:
+                    segments.release()
+                    record = read(phys, size)
+                    at = segments.bytes_read(record, size)
+                if where < 0 or at == NULL:
+                    return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps,
+                                              segment_size, low, high, read, matches)
+                properties = _properties(at, size)
+                if properties is None:  # not a record this reads: the twin's error
+                    return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps,
+                                              segment_size, low, high, read, matches)
+                if not matches(properties):
+                    continue
+                held.append(record)
             chosen[taken] = k
             taken += 1
             total += size
             negative = negative or size < 0
-            last = <int64_t>_get64(p + k * _CQ_ENTRY)
+            last = phys
         if negative:  # the twin reads it, and `read` says what is wrong
             return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps, segment_size,
                                       low, high, read, matches)
@@ -956,41 +1084,18 @@ def pull_body(entries, codes, max_count, max_bytes, maps, segment_size, low, hig
         for k in range(taken):
             phys = <int64_t>_get64(p + chosen[k] * _CQ_ENTRY)
             size = <int32_t>_get32(p + chosen[k] * _CQ_ENTRY + 8)
-            if lo <= phys and size >= 0 and phys <= hi - size:
-                off = phys % seg
-                if off < 0:
-                    off += seg
-                start = phys - off
-                if not have_cached or start != cached:
-                    cached = start
-                    have_cached = True
-                    buffer = maps.get(start)
-                    have_segment = buffer is not None
-                    if have_segment:
-                        try:
-                            segment = buffer
-                        except (TypeError, ValueError, BufferError):
-                            return TWINS["pull_body"](entries, codes, max_count, max_bytes,
-                                                      maps, segment_size, low, high, read,
-                                                      matches)
-                if have_segment and off + size <= segment.shape[0]:
-                    if size:
-                        memcpy(out + written, &segment[off], size)
-                    written += size
-                    continue
-            if have_cached:  # no buffer of the log held while its Python code runs
-                have_cached = have_segment = False
-                segment = None
-            record = read(phys, size)
-            try:
-                data = record
-            except (TypeError, ValueError, BufferError):
-                data = None
-            if data is None or data.shape[0] != size:
+            where = segments.find(phys, size, &at)
+            if where == 2:
+                where = -1 if segments.hold(phys) < 0 else segments.find(phys, size, &at)
+            if where == 0:
+                segments.release()
+                record = read(phys, size) if held is None else held[k]
+                at = segments.bytes_read(record, size)
+            if where < 0 or at == NULL:
                 return TWINS["pull_body"](entries, codes, max_count, max_bytes, maps,
                                           segment_size, low, high, read, matches)
             if size:
-                memcpy(out + written, &data[0], size)
+                memcpy(out + written, at, size)
             written += size
     finally:
         PyMem_Free(chosen)

@@ -146,11 +146,14 @@ def pull_body(
     record would bring the body past `max_bytes` (the first is taken whatever its
     size): RocketMQ's maxTransferCountOnMessageInMemory and ...BytesOnMessageInMemory.
     An entry whose tags code is not in `codes` (None: every one) is skipped, as is a
-    record `matches` refuses (an SQL92 filter). A record inside [`low`, `high`) is
-    copied from its segment's buffer in `maps` (segment start -> buffer, segments of
-    `segment_size` bytes), as the log's `read_at` would slice it; any other is read
-    with `read(physical offset, size)`, which raises IndexError for one not stored.
-    Compiled where the build allows (PULL_BODY), the filter by `matches` excepted."""
+    record whose raw PROPERTIES bytes `matches` refuses (an SQL92 filter: the properties,
+    TAGS and the other system ones among them, are all it reads). `matches` must give
+    the same answer each time it is asked about the same bytes: the compiled call may
+    ask again, through this twin, when a record is odd. Whatever it raises ends the
+    pull. A record inside [`low`, `high`) is copied from its segment's buffer in `maps`
+    (segment start -> buffer, segments of `segment_size` bytes), as the log's `read_at`
+    would slice it; any other is read with `read(physical offset, size)`, which raises
+    IndexError for one not stored. Compiled where the build allows (PULL_BODY)."""
     parts = []
     total = scanned = 0
     last = -1
@@ -168,7 +171,7 @@ def pull_body(
                 record = buffer[offset : offset + size]
         if record is None:
             record = read(phys, size)
-        if matches is not None and not matches(record):
+        if matches is not None and not matches(codec.READ_DISPATCH_FIELDS(record)[6]):
             continue
         parts.append(record)
         total += size

@@ -439,10 +439,10 @@ class MessageStore:
     ) -> GetResult:
         """RocketMQ's getMessage: the status table of the pull protocol, tag filtering by
         hash when `tags_codes` is given (clients re-check the tag itself), and by
-        `matches(record)` when given (an SQL92 filter over the properties). An offset
-        below the trimmed head is OFFSET_TOO_SMALL with the head as the next offset,
-        which the pull processor answers PULL_OFFSET_MOVED: the consumer jumps past
-        everything retention deleted in one round trip."""
+        `matches(properties)` when given (an SQL92 filter over a record's raw PROPERTIES
+        bytes). An offset below the trimmed head is OFFSET_TOO_SMALL with the head as the
+        next offset, which the pull processor answers PULL_OFFSET_MOVED: the consumer
+        jumps past everything retention deleted in one round trip."""
         queue = self.queue(topic, queue_id)
         if queue is None or not len(queue):
             lo = hi = 0 if queue is None else queue.max_offset
