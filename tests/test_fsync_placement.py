@@ -1,0 +1,86 @@
+"""Where a group commit's fsyncs run: a follower on its loop while its disk is quick, a
+leader (and a follower whose disk turned slow) on a worker thread.
+
+Observed by wrapping os.fdatasync (the real call still runs) and noting the thread
+and the member whose file each call syncs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import trio
+
+from raftmq.dledger.server import INLINE_FSYNC_MAX_S
+from raftmq.remoting import ResponseCode
+from tests.helpers import create_topic, group, wait_for
+
+
+def _member_of(fd: int, base: str) -> str | None:
+    """The member (n0, n1, ...) whose data file `fd` is, if it is one of the test's."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    if not path.startswith(base) or "dledger" not in path:
+        return None
+    return path[len(base) :].lstrip("/").split("/", 1)[0]
+
+
+async def test_followers_fsync_on_their_loop_until_their_disk_is_slow(tmp_path, monkeypatch):
+    base = str(tmp_path)
+    loop_thread = threading.get_ident()
+    calls: list[tuple[str, bool]] = []  # (member, ran on the loop's thread)
+    slow: set[str] = set()
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        member = _member_of(fd, base)
+        if member is not None:
+            calls.append((member, threading.get_ident() == loop_thread))
+            if member in slow:
+                time.sleep(2 * INLINE_FSYNC_MAX_S)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    async with trio.open_nursery() as nursery:
+        g = await group(nursery, tmp_path)
+        master = g.master()
+        await create_topic(g, "T")
+
+        async def sends(count: int) -> None:
+            for _ in range(count):
+                assert (await g.send(master, "T", b"m")).code == ResponseCode.SUCCESS
+            end = master.dledger.store.end_index
+            await wait_for(
+                lambda: all(b.dledger.replica.persisted_index >= end for b in g.slaves())
+            )
+
+        await sends(5)
+        calls.clear()
+        await sends(5)
+        followers = {b.self_id for b in g.slaves()}
+        on_loop = {(member, here) for member, here in calls}
+        for follower in followers:
+            assert (follower, True) in on_loop
+            assert (follower, False) not in on_loop
+        assert (master.self_id, False) in on_loop
+        assert (master.self_id, True) not in on_loop
+
+        slowed = min(followers)
+        slow.add(slowed)
+        await sends(3)  # the first slow fsync may run on the loop; later ones do not
+        calls.clear()
+        await sends(5)
+        assert (slowed, True) not in set(calls)
+        assert (slowed, False) in set(calls)
+        (quick,) = followers - {slowed}
+        assert (quick, True) in set(calls)
+        slow.clear()
+        await sends(3)  # a quick fsync brings the follower back to its loop
+        calls.clear()
+        await sends(5)
+        assert (slowed, True) in set(calls)
+        nursery.cancel_scope.cancel()
