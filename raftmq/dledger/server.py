@@ -229,6 +229,7 @@ class DLedgerServer:
         self._handles = 0
         self._append_queue: list[tuple[int, list[bytes]]] = []
         self._append_ready = trio.Event()
+        self._processing = False  # inside _process: appends are queued, not made at once
         self._sync_wanted = False
         self._sync_thread: _SyncThread | None = None  # with ackAfterFsync, while serving
         self._plan_in_flight = False
@@ -340,6 +341,14 @@ class DLedgerServer:
         if stages.ON:
             stages.mark("append queued")
         handle = self._new_handle(callback)
+        idle = not (self._append_queue or self._plan_in_flight or self._processing)
+        if idle and self.started.is_set():
+            # An idle log: nothing to batch with (no other append waits, and no fsync
+            # runs that a batch would wait behind anyway), so append now instead of
+            # after a hop to the append task. Under load a plan is nearly always in
+            # flight, and appends from many connections still meet in one batch.
+            self._append_now([(handle, bodies)])
+            return
         self._append_queue.append((handle, bodies))
         self._append_ready.set()
 
@@ -393,13 +402,16 @@ class DLedgerServer:
             await self._append_ready.wait()
             self._append_ready = trio.Event()
             queue, self._append_queue = self._append_queue, []
-            if stages.ON:
-                stages.mark("append started")
-            codes = self.replica.append_batch(queue, self._now())
-            for (handle, _bodies), code in zip(queue, codes, strict=True):
-                if code is not Code.SUCCESS:
-                    self._complete(handle, code, None)
-            self._process()
+            self._append_now(queue)
+
+    def _append_now(self, queue: list[tuple[int, list[bytes]]]) -> None:
+        if stages.ON:
+            stages.mark("append started")
+        codes = self.replica.append_batch(queue, self._now())
+        for (handle, _bodies), code in zip(queue, codes, strict=True):
+            if code is not Code.SUCCESS:
+                self._complete(handle, code, None)
+        self._process()
 
     async def _timer_loop(self) -> None:
         while True:
@@ -414,7 +426,13 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ effects out of the core
     def _process(self) -> None:
-        self._handoff.drain()
+        # An append from inside an effect (a completion's callback) is queued: the
+        # effects of one output leave before the next output is made.
+        outer, self._processing = self._processing, True
+        try:
+            self._handoff.drain()
+        finally:
+            self._processing = outer
         if self.replica.next_deadline_ms() < self._armed_deadline_ms:
             self._armed_deadline_ms = float("-inf")
             self._deadline_moved.set()
