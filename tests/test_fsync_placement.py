@@ -1,5 +1,6 @@
-"""Where a group commit's fsyncs run: a follower on its loop while its disk is quick, a
-leader (and a follower whose disk turned slow) on a worker thread.
+"""Where a group commit's fsyncs run: on the member's loop while the log is nearly idle
+(a single send) and the disk quick; on a worker thread for a plan covering many entries
+(load) and while the disk is slow.
 
 Observed by wrapping os.fdatasync (the real call still runs) and noting the thread
 and the member whose file each call syncs.
@@ -13,8 +14,10 @@ import time
 
 import trio
 
-from raftmq.dledger.server import INLINE_FSYNC_MAX_S
-from raftmq.remoting import ResponseCode
+from raftmq.client.producer import encode_batch
+from raftmq.dledger.server import INLINE_FSYNC_MAX_ENTRIES, INLINE_FSYNC_MAX_S
+from raftmq.protocol.headers import send_header_v2
+from raftmq.remoting import RequestCode, ResponseCode
 from tests.helpers import create_topic, group, wait_for
 
 
@@ -29,7 +32,7 @@ def _member_of(fd: int, base: str) -> str | None:
     return path[len(base) :].lstrip("/").split("/", 1)[0]
 
 
-async def test_followers_fsync_on_their_loop_until_their_disk_is_slow(tmp_path, monkeypatch):
+async def test_fsyncs_run_on_the_loop_for_single_sends_on_a_quick_disk(tmp_path, monkeypatch):
     base = str(tmp_path)
     loop_thread = threading.get_ident()
     calls: list[tuple[str, bool]] = []  # (member, ran on the loop's thread)
@@ -61,14 +64,21 @@ async def test_followers_fsync_on_their_loop_until_their_disk_is_slow(tmp_path, 
         await sends(5)
         calls.clear()
         await sends(5)
-        followers = {b.self_id for b in g.slaves()}
-        on_loop = {(member, here) for member, here in calls}
-        for follower in followers:
-            assert (follower, True) in on_loop
-            assert (follower, False) not in on_loop
-        assert (master.self_id, False) in on_loop
-        assert (master.self_id, True) not in on_loop
+        members = set(g.ids)
+        for member in members:  # single sends: every member's fsync on its loop
+            assert (member, True) in set(calls)
+            assert (member, False) not in set(calls)
 
+        calls.clear()  # a batch of many entries: the leader's fsync on a worker
+        batch = encode_batch([(b"b%d" % n, "") for n in range(4 * INLINE_FSYNC_MAX_ENTRIES)])
+        ext = send_header_v2("PG", "T", 0, born_timestamp_ms=int(time.time() * 1000))
+        ext["batch"] = "true"
+        response = await g.call(master, RequestCode.SEND_BATCH_MESSAGE, ext, batch)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        assert (master.self_id, False) in set(calls)
+        assert (master.self_id, True) not in set(calls)
+
+        followers = {b.self_id for b in g.slaves()}
         slowed = min(followers)
         slow.add(slowed)
         await sends(3)  # the first slow fsync may run on the loop; later ones do not
@@ -79,7 +89,7 @@ async def test_followers_fsync_on_their_loop_until_their_disk_is_slow(tmp_path, 
         (quick,) = followers - {slowed}
         assert (quick, True) in set(calls)
         slow.clear()
-        await sends(3)  # a quick fsync brings the follower back to its loop
+        await sends(3)  # a quick fsync brings the member back to its loop
         calls.clear()
         await sends(5)
         assert (slowed, True) in set(calls)

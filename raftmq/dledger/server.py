@@ -51,7 +51,10 @@ SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
 RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
 DISK_CHECK_INTERVAL_S = 0.1  # DLedger's CleanSpaceService period
-INLINE_FSYNC_MAX_S = 0.005  # a follower fsyncs on its loop while fsyncs take less (see below)
+# A group commit runs on the loop's own thread while fsyncs take less than this and it
+# covers at most INLINE_FSYNC_MAX_ENTRIES new entries (see `_fsync_inline`).
+INLINE_FSYNC_MAX_S = 0.005
+INLINE_FSYNC_MAX_ENTRIES = 4
 
 
 class DLedgerError(Exception):
@@ -84,9 +87,7 @@ class _SyncThread:
 
     def run_here(self, plan) -> None:
         """Run `plan` on the loop's own thread, blocking it, and report it as `submit`
-        would. On a follower nothing else waits for the loop meanwhile on a single send,
-        and the two thread hand-offs (a worker to wake and, at the end, the loop to wake
-        from it) cost 100-400 µs on a busy two-core machine, against an fsync of ~400."""
+        would (see DLedgerServer._fsync_inline for when)."""
         started = time.perf_counter()
         error = _error_of(plan.run)
         self._finished(plan, error, time.perf_counter() - started)
@@ -234,6 +235,7 @@ class DLedgerServer:
         self._sync_thread: _SyncThread | None = None  # with ackAfterFsync, while serving
         self._plan_in_flight = False
         self._last_fsync_s = 0.0  # how long the last group commit's fsyncs took
+        self._last_plan_end = -1  # the end index the last group commit covered
         self._deadline_moved = trio.Event()
         self._armed_deadline_ms = float("inf")
         self._hard_state_to_save: tuple[int, str | None] | None = None
@@ -469,17 +471,24 @@ class DLedgerServer:
             self._plan_in_flight = True
             if stages.ON:
                 stages.mark("fsync started")
-            if self._fsync_inline():
+            if self._fsync_inline(plan):
                 self._sync_thread.run_here(plan)
             else:
                 self._sync_thread.submit(plan)
 
-    def _fsync_inline(self) -> bool:
-        """Whether a group commit runs on the loop's thread: on a follower, while fsyncs
-        are quick. A leader keeps reading and appending while it fsyncs; a slow disk
-        (the last fsync over INLINE_FSYNC_MAX_S) moves a follower's fsyncs back to the
-        thread, so heartbeats and votes are still answered while one is stuck."""
-        return self.replica.role is Role.FOLLOWER and self._last_fsync_s < INLINE_FSYNC_MAX_S
+    def _fsync_inline(self, plan) -> bool:
+        """Whether `plan` runs on the loop's own thread, blocking it, instead of a worker.
+
+        On a log that is nearly idle (the plan covers few new entries: a single send),
+        nothing else waits for the loop meanwhile, and the two thread hand-offs (a
+        worker to wake, then the loop to wake from it) cost 100-400 µs on a busy
+        two-core machine against an fsync of ~100-400. Under load a plan covers many
+        entries, and the loop keeps reading, appending and pushing while a worker
+        fsyncs. A slow disk (the last fsync over INLINE_FSYNC_MAX_S) keeps fsyncs on
+        the worker, so heartbeats and votes are answered while one is stuck."""
+        new_entries = plan.end_index - self._last_plan_end
+        self._last_plan_end = plan.end_index
+        return new_entries <= INLINE_FSYNC_MAX_ENTRIES and self._last_fsync_s < INLINE_FSYNC_MAX_S
 
     async def _sync_loop(self) -> None:
         """Group commit: reports each plan's completion to the core, and stops the
