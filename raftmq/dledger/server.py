@@ -53,7 +53,7 @@ CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
 DISK_CHECK_INTERVAL_S = 0.1  # DLedger's CleanSpaceService period
 # A group commit runs on the loop's own thread while fsyncs take less than this and it
 # covers at most INLINE_FSYNC_MAX_ENTRIES new entries (see `_fsync_inline`).
-INLINE_FSYNC_MAX_S = 0.005
+INLINE_FSYNC_MAX_S = 0.010
 INLINE_FSYNC_MAX_ENTRIES = 4
 
 
