@@ -115,6 +115,25 @@ async def test_write_to_an_idle_socket_leaves_at_once():
     peer.close()
 
 
+async def test_writes_after_a_write_through_batch_for_the_task():
+    stream, peer = await _socket_pair()
+    w = BatchWriter(stream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run)
+        await trio.testing.wait_all_tasks_blocked()
+        w.write(b"first")
+        w.write(b"second")
+        w.write(b"third")
+        assert _received(peer) == b"first"  # at once; the rest waits for one send_all
+        assert w.pending_bytes == len(b"secondthird")
+        await trio.testing.wait_all_tasks_blocked()
+        assert _received(peer) == b"secondthird"
+        w.write(b"fourth")  # the task has run: idle again
+        assert _received(peer) == b"fourth"
+        await w.aclose()
+    peer.close()
+
+
 async def test_what_the_socket_does_not_take_follows_in_order():
     stream, peer = await _socket_pair()
     stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
