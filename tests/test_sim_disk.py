@@ -94,6 +94,37 @@ def test_the_file_store_recovers_exactly_what_it_synced():
     assert [recovered.chain_at(i) for i in range(200)] == expected
 
 
+def test_group_commits_leave_the_index_to_recovery_and_the_checkpoint():
+    """A group commit fsyncs the data alone: a crash may take index entries it covered,
+    and recovery rebuilds them from the data; `index_sync_plan`, which the server runs
+    before saving a checkpoint, makes them durable so recovery may trust them."""
+    base = Path("/s")
+    big_segment = 1 << 20  # no new segment (and no directory fsync) after the first plan
+
+    def crash_after(index_synced: bool, seed: int):
+        fs = SimFileSystem()
+        store = FileLogStore(base, big_segment, 32 * 1024, fs=fs)
+        store.append_leader(1, [(EntryType.NORMAL, b"first")])
+        store.sync_plan().run()  # the new segments' directories, and the index with them
+        for n in range(200):
+            store.append_leader(1, [(EntryType.NORMAL, b"x%d" % n)])
+            store.sync_plan().run()
+        if index_synced:
+            store.index_sync_plan().run()
+        chains = [store.chain_at(i) for i in range(201)]
+        fs.crash(random.Random(seed))
+        recovered = FileLogStore(base, big_segment, 32 * 1024, committed_index=200, fs=fs)
+        assert recovered.end_index == 200
+        assert [recovered.chain_at(i) for i in range(201)] == chains
+        assert [recovered.get(i).body for i in range(1, 201)] == [b"x%d" % n for n in range(200)]
+        return recovered.recovery
+
+    reports = [crash_after(False, seed) for seed in range(8)]
+    assert any(r.index_entries_rewritten for r in reports)
+    for seed in range(8):
+        assert crash_after(True, seed).index_entries_rewritten == 0
+
+
 # ------------------------------------------------------------------ replicas on file stores
 KINDS = ("crash", "restart", "partition", "heal", "pause", "resume")
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+
 import pytest
 import trio
 import trio.testing
@@ -80,6 +83,101 @@ async def test_stream_error_marks_writer_closed():
     assert w.pending_bytes == 0
     with pytest.raises(trio.ClosedResourceError):
         w.write(b"after")
+
+
+async def _socket_pair():
+    """A trio SocketStream on one end of a connected pair, a blocking socket on the other."""
+    ours, theirs = socket.socketpair()
+    return trio.SocketStream(trio.socket.from_stdlib_socket(ours)), theirs
+
+
+def _received(sock: socket.socket) -> bytes:
+    """What `sock` can read now, without waiting."""
+    sock.setblocking(False)
+    data = bytearray()
+    with contextlib.suppress(BlockingIOError):
+        while chunk := sock.recv(1 << 20):
+            data += chunk
+    return bytes(data)
+
+
+async def test_write_to_an_idle_socket_leaves_at_once():
+    stream, peer = await _socket_pair()
+    w = BatchWriter(stream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run)
+        await trio.testing.wait_all_tasks_blocked()
+        w.write(b"head:", b"body")
+        # no checkpoint since the write: only `write` itself can have sent it
+        assert _received(peer) == b"head:body"
+        assert w.pending_bytes == 0
+        await w.aclose()
+    peer.close()
+
+
+async def test_writes_after_a_write_through_batch_for_the_task():
+    stream, peer = await _socket_pair()
+    w = BatchWriter(stream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run)
+        await trio.testing.wait_all_tasks_blocked()
+        w.write(b"first")
+        w.write(b"second")
+        w.write(b"third")
+        assert _received(peer) == b"first"  # at once; the rest waits for one send_all
+        assert w.pending_bytes == len(b"secondthird")
+        await trio.testing.wait_all_tasks_blocked()
+        assert _received(peer) == b"secondthird"
+        w.write(b"fourth")  # the task has run: idle again
+        assert _received(peer) == b"fourth"
+        await w.aclose()
+    peer.close()
+
+
+async def test_what_the_socket_does_not_take_follows_in_order():
+    stream, peer = await _socket_pair()
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    w = BatchWriter(stream)
+    big = bytes(range(256)) * 4096  # 1 MiB: far more than the socket buffers hold
+    received = bytearray()
+
+    def drain() -> None:
+        peer.setblocking(True)
+        while chunk := peer.recv(1 << 16):
+            received.extend(chunk)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(w.run)
+        await trio.testing.wait_all_tasks_blocked()
+        w.write(b"first", big)
+        assert w.pending_bytes > 0  # queued for the task behind what the kernel took
+        w.write(b"second")  # never overtakes the queued rest of the first write
+        nursery.start_soon(trio.to_thread.run_sync, drain)
+        await w.aclose()
+    assert bytes(received) == b"first" + big + b"second"
+    peer.close()
+
+
+async def test_no_write_through_after_the_stream_closed():
+    stream, peer = await _socket_pair()
+    w = BatchWriter(stream)
+    ended = []
+
+    async def run() -> None:
+        with pytest.raises(trio.ClosedResourceError):
+            await w.run()  # the task meets the closed stream with the queued bytes
+        ended.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.aclose()  # its descriptor number may now belong to another file
+        spare = socket.socketpair()  # likely given the freed number
+        w.write(b"must not reach anyone")
+    assert ended
+    assert _received(spare[1]) == b""
+    for sock in (peer, *spare):
+        sock.close()
 
 
 async def test_run_twice_is_an_error():

@@ -3,9 +3,20 @@
 Throughput comes from batching: everything written while the previous `send_all`
 was in flight goes out together in the next one — one syscall per batch instead of
 per message. Framing is the caller's: `write` takes already-encoded chunks.
+
+Latency comes from not waiting: the first write to an idle writer over a plain
+socket goes to the kernel at once, from `write` itself, as asyncio's and uvloop's
+transports do, instead of waiting for the writer's task, which runs only after every
+other task the loop has ready (on a single send, the push to a follower, the
+follower's ack and the answer to the client each waited 50-150 µs for that). The
+task is still woken, and until it has run, later writes queue for it: under load
+they leave together in one `send_all`, as before. Whatever the socket does not take
+at once is queued too, so order and back-pressure are unchanged.
 """
 
 from __future__ import annotations
+
+import os
 
 import trio
 
@@ -39,6 +50,9 @@ class BatchWriter:
         self._done = trio.Event()
         self._closed = False
         self._running = False
+        self._sending = False  # the task is inside send_all: writes must queue behind it
+        self._wrote_through = False  # since the task last ran: later writes batch for it
+        self._socket = _plain_socket(stream)  # for writing through; None for TLS and others
 
     @property
     def pending_bytes(self) -> int:
@@ -53,9 +67,37 @@ class BatchWriter:
         if self._closed:
             raise trio.ClosedResourceError("writer is closed")
         pending = self._pending
+        self._wake.set()
+        idle = not (pending or self._sending or self._wrote_through) and self._running
+        if idle and self._socket is not None:
+            self._wrote_through = True
+            chunks = self._write_through(chunks)
         for chunk in chunks:
             pending += chunk
-        self._wake.set()
+
+    def _write_through(self, chunks: tuple) -> tuple:
+        """Hand `chunks` to the kernel now; returns what it did not take (to queue).
+
+        Any error leaves the chunks to the task, whose `send_all` meets the same error
+        and ends the writer the usual way."""
+        fd = self._socket.fileno()  # -1 once the stream is closed: its number may be reused
+        if fd < 0:
+            return chunks
+        try:
+            sent = os.writev(fd, chunks)
+        except OSError:  # BlockingIOError (buffer full) or a broken socket
+            return chunks
+        if stages.ON:
+            stages.mark(self._stage)
+        left = []
+        for chunk in chunks:
+            size = len(chunk)
+            if sent >= size:
+                sent -= size
+            else:
+                left.append(memoryview(chunk)[sent:])
+                sent = 0
+        return tuple(left)
 
     def close(self) -> None:
         """Refuse further writes; a running `run()` flushes the queue and returns."""
@@ -85,7 +127,11 @@ class BatchWriter:
             while True:
                 if self._pending:
                     batch, self._pending = self._pending, bytearray()
-                    await stream.send_all(batch)
+                    self._sending = True
+                    try:
+                        await stream.send_all(batch)
+                    finally:
+                        self._sending = False
                     if stages.ON:
                         stages.mark(self._stage)
                 elif self._closed:
@@ -93,8 +139,15 @@ class BatchWriter:
                 else:
                     await self._wake.wait()
                     self._wake = trio.Event()
+                    self._wrote_through = False
         except BaseException:
             self.abort()
             raise
         finally:
             self._done.set()
+
+
+def _plain_socket(stream):
+    """The socket of a plain socket stream (trio.SocketStream), else None: a TLS stream's
+    bytes must pass through its encryption, so only its task writes them."""
+    return stream.socket if type(stream) is trio.SocketStream else None

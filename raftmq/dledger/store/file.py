@@ -561,6 +561,19 @@ class FileLogStore(LogStore):
             self.end_index, self.generation, self._data, self._index, self._dir_handles
         )
 
+    def index_sync_plan(self) -> SyncPlan:
+        """A plan making the index durable up to the current end (group commits leave it
+        out; see `sync.GroupCommit.plan`): a checkpoint may vouch for index entries up
+        to the plan's `end_index` once it has run."""
+        return self._commit.plan(
+            self.end_index,
+            self.generation,
+            self._data,
+            self._index,
+            self._dir_handles,
+            index_only=True,
+        )
+
     def synced_lengths_now(self) -> dict[str, int]:
         """A copy of `synced_lengths`, safe while a plan completes on another thread."""
         return self._commit.synced_lengths_now()
