@@ -37,6 +37,7 @@ import trio
 from bench import broker_bench, cpu
 from bench.broker_bench import GO, QUEUES, SPREAD, TOPIC, Spread
 from bench.rss import rss_split_mib
+from raftmq.broker.store.messagestore import CHECKPOINT_INTERVAL_S
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 
@@ -67,13 +68,17 @@ _IDLE = [
     ("idle_namesrv_ms", "name server"),
 ]
 _RSS = [("log_mib", "log MiB written")] + [
-    (f"{member}_{part}_mib", f"{title} {part} MiB")
-    for member, title in (("leader", "leader"), ("follower1", "follower 1"), ("follower2", "2"))
+    (f"{member}_{part}_mib", f"{title} {part}")
+    for member, title in (
+        ("leader", "leader"),
+        ("follower1", "follower 1"),
+        ("follower2", "follower 2"),
+    )
     for part in ("anon", "file")
 ]
 _CATCH_UP = [
     ("read", "read"),
-    ("cached_pct", "in page cache at start %"),
+    ("cached_mib", "in page cache at start MiB"),
     ("mib", "MiB"),
     ("seconds", "seconds"),
     ("mib_s", "MiB/s"),
@@ -118,7 +123,7 @@ def next_chunk_s(remaining_bytes: int, bytes_per_s: float, lowest_s: float = 0.3
     """How long the next write of the backlog runs to write `remaining_bytes` at the rate
     so far (at least `lowest_s`, as each run starts a generator; at most 10 s)."""
     if bytes_per_s <= 0:
-        return 1.0
+        return 0.5
     return min(10.0, max(lowest_s, remaining_bytes / bytes_per_s))
 
 
@@ -133,7 +138,11 @@ async def _run(args, generator: str) -> list[Table]:
         Table("window", "acked/s and latency against sends in flight (1 KiB)", _LOAD),
         Table("topics", f"1 topic against {args.topics:,} topics under the same load", _TOPICS),
         Table("idle", "the group's CPU with no load (ms of CPU per second)", _IDLE),
-        Table("rss", f"RSS per broker as a backlog of {args.backlog_mib} MiB is written", _RSS),
+        Table(
+            "rss",
+            f"RSS MiB per broker (RssAnon, RssFile) as {args.backlog_mib} MiB are written",
+            _RSS,
+        ),
         Table("catch-up", "a consumer catching up on the backlog, from the master", _CATCH_UP),
     ]
     by_name = {t.name: t for t in tables}
@@ -160,15 +169,19 @@ async def _topics_phase(sitting: Sitting, by_name: dict[str, Table], args) -> No
     many = Spread(topics=args.topics, queues=MANY_TOPICS_QUEUES)
     what_one = f"1 topic x {one.queues} queues"
     what_many = f"{many.topics:,} topics x {many.queues} queues"
-    await sitting.row(topics, what_one, sitting.load, 1024, args.window, one)
+    await sitting.row(topics, what_one, sitting.warm_then_load, 1024, args.window, one)
     await sitting.row(idle, "1 topic, after load", sitting.idle, args.idle)
     created = await sitting.row(
         idle, f"{what_many} created", sitting.create_then_idle, many, args.idle
     )
     if "error" in created:
         return
-    topics.notes.append(f"{many.topics:,} topics created in {created['created_s']:.1f} s")
-    await sitting.row(topics, what_many, sitting.load, 1024, args.window, many)
+    topics.notes.append(
+        f"{many.topics:,} topics created in {created['created_s']:.1f} s; before the measured "
+        "load over them (and the 1 topic's), a warm-up load reached each of their queues "
+        "(the first message of a queue creates its file) and a dispatch checkpoint passed"
+    )
+    await sitting.row(topics, what_many, sitting.warm_then_load, 1024, args.window, many)
     await sitting.row(idle, f"{what_many}, after load", sitting.idle, args.idle)
 
 
@@ -251,6 +264,16 @@ class Sitting:
             **cpu.columns(figures),
         }
 
+    async def warm_then_load(self, size: int, window: int, spread: Spread) -> dict:
+        """`load` after a warm-up that reached every queue of `spread` (each one's first
+        message creates its file) and a dispatch checkpoint (which fsyncs the new files
+        and directories): the load's figures are then those of queues that exist."""
+        _master, address, _roles = await self.master()
+        await broker_bench._sends(self.generator, address, size, window, 2.0, spread)
+        await self.cluster.wait_caught_up()
+        await trio.sleep(CHECKPOINT_INTERVAL_S + 1.0)
+        return await self.load(size, window, spread)
+
     async def idle(self, idle_s: float) -> dict:
         """The CPU each member and the name server spend with no load, per second."""
         _master, _address, roles = await self.master()
@@ -284,6 +307,8 @@ class Sitting:
         started = time.monotonic()
         written = 0
         for point in sample_points(total_bytes, samples):
+            if written >= point:
+                continue  # the last run wrote past this point too
             while written < point:
                 rate = written / (time.monotonic() - started) if written else 0.0
                 chunk_s = next_chunk_s(point - written, rate)
@@ -315,7 +340,7 @@ class Sitting:
         """Pull every message of BACKLOG from the master, one puller per queue on its own
         connection, PULL_MESSAGE after PULL_MESSAGE, as fast as they are answered."""
         master, address, roles = await self.master()
-        cached = self.cached_pct(master)
+        cached = self.cached_mib(master)
         ends = {}
         async with RemotingClient(address) as client:
             for queue_id in range(BACKLOG.queues):
@@ -354,7 +379,7 @@ class Sitting:
         seconds = time.monotonic() - started
         figures = meter.per_message_us(taken["messages"])
         return {
-            "cached_pct": cached,
+            "cached_mib": cached,
             "mib": taken["bytes"] / MIB,
             "seconds": seconds,
             "mib_s": taken["bytes"] / MIB / seconds,
@@ -374,13 +399,13 @@ class Sitting:
                 files.append((path, first, last))
         return files
 
-    def cached_pct(self, node: str) -> float | None:
-        """How much of the segment files holding the backlog is in the page cache now
-        (util-linux `fincore`, whole files)."""
+    def cached_mib(self, node: str) -> float | None:
+        """MiB of the segment files holding the backlog in the page cache now
+        (util-linux `fincore`, whole files: the backlog's and any neighbour's pages)."""
         files = self.backlog_files(node)
         if not files:
             return None
-        command = ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,SIZE"]
+        command = ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES"]
         try:
             out = subprocess.run(
                 command + [str(path) for path, _, _ in files],
@@ -388,11 +413,7 @@ class Sitting:
             ).stdout  # fmt: skip
         except (OSError, subprocess.CalledProcessError):
             return None
-        resident = total = 0
-        for line in out.splitlines():
-            res, size = line.split()
-            resident, total = resident + int(res), total + int(size)
-        return 100.0 * resident / total if total else None
+        return sum(int(line) for line in out.split()) / MIB
 
     async def restart_cold(self) -> dict:
         """Stop the group, drop every segment file from the page cache, time a cold
@@ -412,6 +433,7 @@ class Sitting:
             ]
             _drop(everything)
             files = self.backlog_files(master)
+            cached = self.cached_mib(master)
             read_bytes, seconds = await trio.to_thread.run_sync(_read_cold, files)
         finally:
             for node in cluster.ids:
@@ -423,7 +445,7 @@ class Sitting:
         await cluster.wait_master(timeout_s=30)
         await cluster.wait_caught_up()
         return {
-            "cached_pct": 0.0,
+            "cached_mib": cached,
             "mib": read_bytes / MIB,
             "seconds": seconds,
             "mib_s": read_bytes / MIB / seconds,
@@ -443,9 +465,8 @@ def _drop(files: list[tuple[Path, int, int]]) -> None:
 
 
 def _read_cold(files: list[tuple[Path, int, int]]) -> tuple[int, float]:
-    """(bytes, seconds) of a sequential read of the ranges in 1 MiB reads, after dropping
-    them from the page cache; they are dropped again after, for the cold pull."""
-    _drop(files)
+    """(bytes, seconds) of a sequential read of the ranges (dropped from the page cache)
+    in 1 MiB reads; they are dropped again after, for the cold pull."""
     total = 0
     started = time.monotonic()
     for path, first, last in files:
