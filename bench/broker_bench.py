@@ -290,7 +290,7 @@ async def measure(
                         _go_load, address, size, window, duration_s, roles
                     )
                 else:
-                    load, cpu_figures = await _python_load(address, size, window, duration_s, roles)
+                    load, cpu_figures = await _python_load(roles, address, size, window, duration_s)
                 stop.set()
             single = await _sends(generator, address, size, 1, min(duration_s, 3.0))
             rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
@@ -328,17 +328,11 @@ async def measure(
     }
 
 
-async def _python_load(
-    address: str,
-    size: int,
-    window: int,
-    duration_s: float,
-    roles: dict[str, int],
-    spread: Spread = SPREAD,
-) -> tuple[dict, dict[str, float]]:
-    """The load phase from this process: its figures, and CPU per message per role."""
+async def _python_load(roles: dict[str, int], *run) -> tuple[dict, dict[str, float]]:
+    """The load phase from this process (`_python_run(*run)`): its figures, and CPU per
+    message per role."""
     meter = cpu.CpuMeter({**roles, "generator": os.getpid()})
-    load = await _python_run(address, size, window, duration_s, spread)
+    load = await _python_run(*run)
     return load, meter.per_message_us(load["acked"])
 
 

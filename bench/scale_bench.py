@@ -37,7 +37,11 @@ import trio
 from bench import broker_bench, cpu
 from bench.broker_bench import GO, QUEUES, SPREAD, TOPIC, Spread
 from bench.rss import rss_split_mib
-from raftmq.broker.store.messagestore import CHECKPOINT_INTERVAL_S
+from raftmq.broker.store.messagestore import (
+    CHECKPOINT_INTERVAL_S,
+    CHECKPOINT_MAX_INTERVAL_S,
+    DISPATCH_CHECKPOINT,
+)
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 
@@ -63,6 +67,7 @@ _LOAD = [
 _TOPICS = [("load", "load over"), *_LOAD[2:]]
 _IDLE = [
     ("idle", "idle, no load"),
+    ("settled_s", "checkpoint after s"),
     ("idle_leader_ms", "CPU ms/s leader"),
     ("idle_follower_ms", "per follower"),
     ("idle_namesrv_ms", "name server"),
@@ -119,12 +124,13 @@ def sample_points(total_bytes: int, samples: int) -> list[int]:
     return [total_bytes * k // samples for k in range(1, samples + 1)]
 
 
-def next_chunk_s(remaining_bytes: int, bytes_per_s: float, lowest_s: float = 0.3) -> float:
-    """How long the next write of the backlog runs to write `remaining_bytes` at the rate
-    so far (at least `lowest_s`, as each run starts a generator; at most 10 s)."""
+def next_chunk_s(remaining_bytes: int, bytes_per_s: float, last_s: float) -> float:
+    """How long the next run of the generator writing the backlog lasts: long enough for
+    `remaining_bytes` at the last run's rate, at most twice the last run (whose rate
+    counts the generator's start) and 10 s, at least 0.3 s (a start costs)."""
     if bytes_per_s <= 0:
         return 0.5
-    return min(10.0, max(lowest_s, remaining_bytes / bytes_per_s))
+    return max(0.3, min(10.0, 2 * last_s, remaining_bytes / bytes_per_s))
 
 
 def run(args, generator: str) -> list[Table]:
@@ -248,7 +254,7 @@ class Sitting:
             figures.pop("puller", None)  # this process, idle here: no pullers in this phase
         else:
             load, figures = await broker_bench._python_load(
-                address, size, window, self.duration_s, roles, spread
+                roles, address, size, window, self.duration_s, spread
             )
         if not load["acked"]:
             raise RuntimeError(f"nothing acknowledged: {load.get('first_error')}")
@@ -275,18 +281,41 @@ class Sitting:
         return await self.load(size, window, spread)
 
     async def idle(self, idle_s: float) -> dict:
-        """The CPU each member and the name server spend with no load, per second."""
+        """The CPU each member and the name server spend with no load, per second, once
+        the last load's tail has passed: its dispatch, and the dispatch checkpoint
+        after it, which fsyncs every queue the load wrote (once, not periodically)."""
         _master, _address, roles = await self.master()
-        await trio.sleep(1.0)  # the last load's dispatch and replication settle
+        await self.cluster.wait_caught_up()
+        settled_s = await self._checkpointed_since(time.time())
         meter = cpu.CpuMeter(roles)
         await trio.sleep(idle_s)
         ms_per_s = {role: us / idle_s / 1000 for role, us in meter.per_message_us(1).items()}
         followers = [v for role, v in ms_per_s.items() if role.startswith("follower")]
         return {
+            "settled_s": settled_s,
             "idle_leader_ms": ms_per_s.get("leader"),
             "idle_follower_ms": sum(followers) / len(followers) if followers else None,
             "idle_namesrv_ms": ms_per_s.get("namesrv"),
         }
+
+    async def _checkpointed_since(self, moment: float) -> float | None:
+        """Wait until every member has written its dispatch checkpoint after `moment`
+        (time.time(); a checkpoint comes every 5 to 60 s); the seconds waited, None when
+        none came."""
+        started = time.monotonic()
+        with trio.move_on_after(CHECKPOINT_MAX_INTERVAL_S + 5.0) as waiting:
+            while True:
+                stamps = []
+                for node in self.cluster.ids:
+                    found = list(self.cluster.store_dir(node).rglob(DISPATCH_CHECKPOINT))
+                    stamps += [path.stat().st_mtime for path in found] or [0.0]
+                if min(stamps) > moment:
+                    break
+                await trio.sleep(0.2)
+        if waiting.cancelled_caught:
+            return None
+        await trio.sleep(0.5)  # its fsyncs done, the rest of its work with them
+        return time.monotonic() - started
 
     async def create_then_idle(self, spread: Spread, idle_s: float) -> dict:
         started = time.monotonic()
@@ -305,19 +334,20 @@ class Sitting:
         start = self.backlog_start = await self.log_end(master)
         table.rows.append(self._rss_row(0, roles))
         started = time.monotonic()
-        written = 0
+        written, rate, chunk_s = 0, 0.0, 0.0
         for point in sample_points(total_bytes, samples):
             if written >= point:
                 continue  # the last run wrote past this point too
             while written < point:
-                rate = written / (time.monotonic() - started) if written else 0.0
-                chunk_s = next_chunk_s(point - written, rate)
+                chunk_s = next_chunk_s(point - written, rate, chunk_s)
+                run_started, before = time.monotonic(), written
                 load = await broker_bench._sends(
                     self.generator, address, BACKLOG_MESSAGE_BYTES, 256, chunk_s, BACKLOG
                 )
                 if not load["acked"]:
                     raise RuntimeError(f"nothing acknowledged: {load.get('first_error')}")
                 written = await self.log_end(master) - start
+                rate = (written - before) / (time.monotonic() - run_started)
             table.rows.append(self._rss_row(written, roles))
         seconds = time.monotonic() - started
         self.backlog_end = start + written

@@ -38,10 +38,11 @@ def test_rss_is_sampled_at_even_steps_ending_at_the_backlog():
 
 
 def test_a_backlog_run_lasts_what_the_rate_so_far_needs_within_bounds():
-    assert next_chunk_s(10 << 20, 0.0) == 0.5  # no rate yet: a short first run
-    assert next_chunk_s(10 << 20, 5 << 20) == pytest.approx(2.0)
-    assert next_chunk_s(1, 5 << 20) == 0.3  # a generator start costs: never shorter
-    assert next_chunk_s(1 << 40, 1.0) == 10.0
+    assert next_chunk_s(10 << 20, 0.0, 0.0) == 0.5  # no rate yet: a short first run
+    assert next_chunk_s(10 << 20, 5 << 20, 5.0) == pytest.approx(2.0)
+    assert next_chunk_s(10 << 20, 5 << 20, 0.5) == 1.0  # at most twice the last run
+    assert next_chunk_s(1, 5 << 20, 1.0) == 0.3  # a generator start costs: never shorter
+    assert next_chunk_s(1 << 40, 1.0, 60.0) == 10.0
 
 
 def test_a_load_spread_over_topics_names_them_as_the_go_generator_does():
@@ -75,6 +76,7 @@ def test_a_small_scale_run_fills_every_table(tmp_path):
     assert len(tables["idle"]) == 3
     for row in tables["idle"]:
         assert row["idle_leader_ms"] >= 0 and row["idle_follower_ms"] >= 0
+        assert row["settled_s"] is not None  # a dispatch checkpoint came after the load
     rss = tables["rss"]
     assert rss[0]["log_mib"] == 0 and rss[-1]["log_mib"] >= 24 and len(rss) >= 2
     for row in rss:
