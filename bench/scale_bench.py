@@ -38,7 +38,6 @@ from bench import broker_bench, cpu
 from bench.broker_bench import GO, QUEUES, SPREAD, TOPIC, Spread
 from bench.rss import rss_split_mib
 from raftmq.broker.store.messagestore import (
-    CHECKPOINT_INTERVAL_S,
     CHECKPOINT_MAX_INTERVAL_S,
     DISPATCH_CHECKPOINT,
 )
@@ -272,12 +271,20 @@ class Sitting:
 
     async def warm_then_load(self, size: int, window: int, spread: Spread) -> dict:
         """`load` after a warm-up that reached every queue of `spread` (each one's first
-        message creates its file) and a dispatch checkpoint (which fsyncs the new files
-        and directories): the load's figures are then those of queues that exist."""
+        message creates its file: twice as many messages as queues, the generator's
+        connections each going round its share) and the dispatch checkpoint after it
+        (which fsyncs every new file): the figures are then those of queues that exist,
+        in a window between two checkpoints."""
         _master, address, _roles = await self.master()
-        await broker_bench._sends(self.generator, address, size, window, 2.0, spread)
+        acked = 0
+        while acked < 2 * spread.topics * spread.queues:
+            load = await broker_bench._sends(self.generator, address, size, window, 2.0, spread)
+            if not load["acked"]:
+                raise RuntimeError(f"nothing acknowledged: {load.get('first_error')}")
+            acked += load["acked"]
         await self.cluster.wait_caught_up()
-        await trio.sleep(CHECKPOINT_INTERVAL_S + 1.0)
+        if await self._checkpointed_since(time.time()) is None:
+            raise RuntimeError("no dispatch checkpoint after the warm-up")
         return await self.load(size, window, spread)
 
     async def idle(self, idle_s: float) -> dict:
