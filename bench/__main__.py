@@ -4,6 +4,8 @@
 broker group end to end (produce -> ack, produce -> consume, failover) against
 NATS JetStream R3 with `sync_interval: always`; `spark` measures the rows/s a
 local[2] streaming query reads through the Spark source beside our own PullConsumer.
+`broker --scale` measures how the broker's cost grows instead (bench/scale_bench.py):
+with the message size, the sends in flight, 1,000 topics, a growing log and a backlog.
 
 Prints a table (and writes the rows as JSON with --json). Each system is measured
 in the same run on the same machine, so the ratios mean something; absolute figures
