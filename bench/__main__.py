@@ -4,6 +4,8 @@
 broker group end to end (produce -> ack, produce -> consume, failover) against
 NATS JetStream R3 with `sync_interval: always`; `spark` measures the rows/s a
 local[2] streaming query reads through the Spark source beside our own PullConsumer.
+`broker --scale` measures how the broker's cost grows instead (bench/scale_bench.py):
+with the message size, the sends in flight, 1,000 topics, a growing log and a backlog.
 
 Prints a table (and writes the rows as JSON with --json). Each system is measured
 in the same run on the same machine, so the ratios mean something; absolute figures
@@ -160,6 +162,35 @@ def run_broker(args) -> list[dict]:
     return rows
 
 
+def _sizes(text: str) -> list[int]:
+    from bench import scale_bench
+
+    try:
+        return scale_bench.sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run_scale(args, load_at_start: tuple[float, float, float]) -> int:
+    """`bench broker --scale`: a table per phase, each row's failure named under it."""
+    from bench import broker_bench, scale_bench
+
+    generators, fallback = broker_bench.generators(args.generator)
+    if fallback:
+        print(f"raftmq broker: {fallback}; the Python generator runs", file=sys.stderr)
+    generator = generators[0]
+    tables = scale_bench.run(args, generator)
+    print(f"\n{machine(load_at_start)}; load generator: {generator}")
+    for t in tables:
+        print(f"\n{t.title}\n")
+        print(table(t.rows, t.columns))
+        for note in [*t.notes, *t.errors()]:
+            print(f"\n{note}")
+    if args.json:
+        args.json.write_text(json.dumps({t.name: t.rows for t in tables}, indent=2))
+    return 1 if any(t.errors() for t in tables) else 0
+
+
 def _nats_row(size: int, args) -> dict:
     from bench import nats_jetstream
 
@@ -204,6 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the table: where a single send's latency goes, stage by stage",
     )
     br.add_argument("--sends", type=int, default=300, help="single sends timed by --stages")
+    scale = br.add_argument_group("--scale: how the cost grows (one group, phase after phase)")
+    scale.add_argument("--scale", action="store_true", help="instead of the table: the curves")
+    scale.add_argument(
+        "--payloads", type=_sizes, default="128,1K,4K,16K,64K", help="sizes ('' skips)"
+    )
+    scale.add_argument("--windows", type=_sizes, default="1,16,64,256,1024", help="'' skips")
+    scale.add_argument("--topics", type=int, default=1000, help="many topics (0 skips)")
+    scale.add_argument("--idle", type=float, default=6.0, help="seconds of each idle phase")
+    scale.add_argument("--backlog-mib", type=int, default=1024, help="backlog (0 skips)")
+    scale.add_argument("--rss-samples", type=int, default=8, help="RSS samples as it grows")
     br.add_argument("--json", type=Path)
     sp = sub.add_parser("spark", help="Spark source (local[2] stream) vs our PullConsumer")
     sp.add_argument("--messages", type=int, default=200_000, help="messages in the topic")
@@ -220,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             stages.print_table(size, trio.run(stages.measure, size, args.sends))
         print(f"\nload average at the start {' '.join(f'{x:.2f}' for x in load_at_start)}")
         return 0
+    if args.what == "broker" and args.scale:
+        return run_scale(args, load_at_start)
     if args.what == "broker":
         rows, columns, size_key = run_broker(args), BROKER_COLUMNS, "size"
     elif args.what == "spark":

@@ -28,6 +28,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 
 import trio
 
@@ -57,11 +58,31 @@ _BORN = struct.Struct(">d")
 _FRAME = struct.Struct(">II")  # length, serialize type << 24 | header length
 
 
-def _send_request(queue_id: int, body: bytes) -> RemotingCommand:
+@dataclass(frozen=True)
+class Spread:
+    """Where a load's messages go, each to the next in turn: queues 0 .. `queues` - 1 of
+    `topic`, or of each of `topics` topics named `topic`-0 ... (the Go generator's
+    -topic, -topics and -queues)."""
+
+    topic: str = TOPIC
+    topics: int = 1
+    queues: int = QUEUES
+
+    def names(self) -> list[str]:
+        assert self.topics >= 1 and self.queues >= 1, self
+        if self.topics == 1:
+            return [self.topic]
+        return [f"{self.topic}-{k}" for k in range(self.topics)]
+
+
+SPREAD = Spread()
+
+
+def _send_request(queue_id: int, body: bytes, topic: str = TOPIC) -> RemotingCommand:
     """A SEND_MESSAGE_V2 request as a RocketMQ 4.9 Java producer sends one message, with
     no properties (NATS's publishes carry no headers); the same header as the Go
     generator's (bench/remoting_pub)."""
-    ext = send_header_v2("BENCH_PG", TOPIC, queue_id, born_timestamp_ms=int(time.time() * 1000))
+    ext = send_header_v2("BENCH_PG", topic, queue_id, born_timestamp_ms=int(time.time() * 1000))
     return RemotingCommand(
         code=RequestCode.SEND_MESSAGE_V2,
         language=LanguageCode.JAVA,
@@ -70,8 +91,11 @@ def _send_request(queue_id: int, body: bytes) -> RemotingCommand:
     )
 
 
-async def _produce(address: str, size: int, window: int, duration_s: float) -> tuple:
-    """Closed loop: `window` sends always in flight; returns (acked/s, latencies ms, errors).
+async def _produce(
+    address: str, size: int, window: int, duration_s: float, spread: Spread = SPREAD
+) -> tuple:
+    """Closed loop: `window` sends always in flight, over the queues of `spread` in turn;
+    returns (acked/s, latencies ms, errors).
 
     Pipelined like NATS's Go publisher in the same run: each connection writes its
     share of the window at once and answers every response with a new request in
@@ -85,17 +109,21 @@ async def _produce(address: str, size: int, window: int, duration_s: float) -> t
     shares = [window // CONNECTIONS + (k < window % CONNECTIONS) for k in range(CONNECTIONS)]
     deadline = trio.current_time() + duration_s
 
-    async def connection(share: int) -> None:
-        headers = [_header_template(queue_id) for queue_id in range(QUEUES)]
+    async def connection(share: int, first: int) -> None:
+        headers = [
+            _header_template(queue_id, topic)
+            for topic in spread.names()
+            for queue_id in range(spread.queues)
+        ]
         sent_at: dict[int, float] = {}
-        next_opaque = [0]
+        next_opaque = [first * len(headers) // CONNECTIONS]  # connections start apart
 
         def requests(count: int) -> bytes:
             frames = []
             now = trio.current_time()
             for _ in range(count):
                 opaque = next_opaque[0] = next_opaque[0] + 1
-                before, after = headers[opaque % QUEUES]
+                before, after = headers[opaque % len(headers)]
                 header = b"%s%d%s" % (before, opaque, after)
                 body = _BORN.pack(time.time()) + padding
                 frames += (_FRAME.pack(4 + len(header) + len(body), len(header)), header, body)
@@ -131,15 +159,15 @@ async def _produce(address: str, size: int, window: int, duration_s: float) -> t
 
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
-        for share in shares:
+        for k, share in enumerate(shares):
             if share:
-                nursery.start_soon(connection, share)
+                nursery.start_soon(connection, share, k)
     return len(latencies) / (trio.current_time() - start), latencies, errors[0]
 
 
-def _header_template(queue_id: int) -> tuple[bytes, bytes]:
+def _header_template(queue_id: int, topic: str = TOPIC) -> tuple[bytes, bytes]:
     """A SEND_MESSAGE_V2 request's JSON header, split where its opaque goes."""
-    request = _send_request(queue_id, b"")
+    request = _send_request(queue_id, b"", topic)
     request.opaque = 0
     header = encode_header(request)
     before, marker, after = header.partition(b'"opaque":0')
@@ -262,7 +290,7 @@ async def measure(
                         _go_load, address, size, window, duration_s, roles
                     )
                 else:
-                    load, cpu_figures = await _python_load(address, size, window, duration_s, roles)
+                    load, cpu_figures = await _python_load(roles, address, size, window, duration_s)
                 stop.set()
             single = await _sends(generator, address, size, 1, min(duration_s, 3.0))
             rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
@@ -300,18 +328,19 @@ async def measure(
     }
 
 
-async def _python_load(
-    address: str, size: int, window: int, duration_s: float, roles: dict[str, int]
-) -> tuple[dict, dict[str, float]]:
-    """The load phase from this process: its figures, and CPU per message per role."""
+async def _python_load(roles: dict[str, int], *run) -> tuple[dict, dict[str, float]]:
+    """The load phase from this process (`_python_run(*run)`): its figures, and CPU per
+    message per role."""
     meter = cpu.CpuMeter({**roles, "generator": os.getpid()})
-    load = await _python_run(address, size, window, duration_s)
+    load = await _python_run(*run)
     return load, meter.per_message_us(load["acked"])
 
 
-async def _python_run(address: str, size: int, window: int, duration_s: float) -> dict:
+async def _python_run(
+    address: str, size: int, window: int, duration_s: float, spread: Spread = SPREAD
+) -> dict:
     """`_produce`'s figures under the names the Go generator prints."""
-    rate, latencies, errors = await _produce(address, size, window, duration_s)
+    rate, latencies, errors = await _produce(address, size, window, duration_s, spread)
     return {
         "acked": len(latencies),
         "acked_per_s": rate,
@@ -321,16 +350,28 @@ async def _python_run(address: str, size: int, window: int, duration_s: float) -
     }
 
 
-async def _sends(generator: str, address: str, size: int, window: int, duration_s: float) -> dict:
+async def _sends(
+    generator: str,
+    address: str,
+    size: int,
+    window: int,
+    duration_s: float,
+    spread: Spread = SPREAD,
+) -> dict:
     """`window` sends in flight from `generator` (GO or PYTHON), CPU not measured: the
     warm-up, and the single-send phase (window 1)."""
     if generator == GO:
-        return await trio.to_thread.run_sync(_go_run, address, size, window, duration_s)
-    return await _python_run(address, size, window, duration_s)
+        return await trio.to_thread.run_sync(_go_run, address, size, window, duration_s, spread)
+    return await _python_run(address, size, window, duration_s, spread)
 
 
 def _go_load(
-    address: str, size: int, window: int, duration_s: float, roles: dict[str, int]
+    address: str,
+    size: int,
+    window: int,
+    duration_s: float,
+    roles: dict[str, int],
+    spread: Spread = SPREAD,
 ) -> tuple[dict, dict[str, float]]:
     """The load phase from the Go generator (run in a thread while the pullers run in
     this process): its figures, and CPU per message per role over its measured window."""
@@ -347,18 +388,26 @@ def _go_load(
         meter.stop()
         meters.append(meter)
 
-    load = _go_run(address, size, window, duration_s, during=measure_window)
+    load = _go_run(address, size, window, duration_s, spread, during=measure_window)
     return load, meters[0].per_message_us(int(load["acked"]))
 
 
-def _go_run(address: str, size: int, window: int, duration_s: float, during=None) -> dict:
+def _go_run(
+    address: str,
+    size: int,
+    window: int,
+    duration_s: float,
+    spread: Spread = SPREAD,
+    during=None,
+) -> dict:
     """Run the Go generator once; the JSON it prints (acked, acked_per_s, errors,
     first_error, p50_ms, p99_ms, max_ms)."""
     warmup_s = _go_warmup_s(duration_s)
     args = [
         f"-addr={address}",
-        f"-topic={TOPIC}",
-        f"-queues={QUEUES}",
+        f"-topic={spread.topic}",
+        f"-topics={spread.topics}",
+        f"-queues={spread.queues}",
         f"-size={size}",
         f"-window={window}",
         f"-conns={CONNECTIONS}",

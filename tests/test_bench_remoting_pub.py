@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+import trio
 
 from bench import broker_bench
 from bench.broker_bench import GO_GENERATOR
@@ -131,3 +132,35 @@ def test_the_benchmark_falls_back_to_the_python_generator_without_go(monkeypatch
     assert chosen == [broker_bench.PYTHON] and "no Go toolchain" in why
     assert broker_bench.generators("both") == ([broker_bench.GO, broker_bench.PYTHON], None)
     assert broker_bench.generators("python") == ([broker_bench.PYTHON], None)
+
+
+@needs_go
+def test_spreads_the_load_over_topics_named_as_the_benchmark_names_them():
+    """-topics N sends to <topic>-0 ... <topic>-(N-1), each of their -queues queues in
+    turn, as broker_bench.Spread names them for the Python generator."""
+    server = _Server()
+    try:
+        _run(server, topic="T", topics=3, queues=2, size=16, window=8, conns=2)
+    finally:
+        server.close()
+    spread = broker_bench.Spread(topic="T", topics=3, queues=2)
+    pairs = [(r.ext_fields["b"], int(r.ext_fields["e"])) for r in server.requests]
+    assert {topic for topic, _ in pairs} == set(spread.names()) == {"T-0", "T-1", "T-2"}
+    assert set(pairs) == {(t, q) for t in spread.names() for q in range(2)}
+    counts = [pairs.count(p) for p in set(pairs)]
+    assert max(counts) - min(counts) <= len(pairs) // 10
+    assert all(r.ext_fields["d"] == "2" for r in server.requests)
+
+
+def test_the_python_generator_spreads_its_load_the_same_way():
+    server = _Server()
+    spread = broker_bench.Spread(topic="T", topics=3, queues=2)
+    try:
+        rate, latencies, errors = trio.run(
+            broker_bench._produce, server.address, 16, 8, 0.3, spread
+        )
+    finally:
+        server.close()
+    assert errors == 0 and rate > 0 and latencies
+    pairs = {(r.ext_fields["b"], int(r.ext_fields["e"])) for r in server.requests}
+    assert pairs == {(t, q) for t in spread.names() for q in range(2)}

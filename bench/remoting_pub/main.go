@@ -8,7 +8,9 @@
 // The load: -window SEND_MESSAGE_V2 requests always in flight, split over -conns
 // connections to one broker.  Each request carries one message to the next of the topic's
 // -queues queues in turn; every read's responses are answered with as many new requests
-// in one write.  A frame is
+// in one write.  With -topics N above 1 the messages go to N topics, <topic>-0 to
+// <topic>-(N-1), each with -queues queues, every (topic, queue) in turn, so the load is
+// spread over N x -queues queues.  A frame is
 //
 //	int32 length | int32 (serialize type << 24 | header length) | JSON header | body
 //
@@ -51,6 +53,7 @@ const (
 type flags struct {
 	addr     string
 	topic    string
+	topics   int
 	group    string
 	queues   int
 	size     int
@@ -72,6 +75,7 @@ func main() {
 	var f flags
 	flag.StringVar(&f.addr, "addr", "127.0.0.1:10911", "broker host:port")
 	flag.StringVar(&f.topic, "topic", "BenchTopic", "topic to send to (it must exist)")
+	flag.IntVar(&f.topics, "topics", 1, "spread the load over this many topics, <topic>-0 ... (above 1)")
 	flag.StringVar(&f.group, "group", "BENCH_PG", "producer group")
 	flag.IntVar(&f.queues, "queues", 8, "the topic's queues, sent to in turn")
 	flag.IntVar(&f.size, "size", 1024, "message body bytes (at least the 8-byte born time)")
@@ -81,8 +85,8 @@ func main() {
 	flag.DurationVar(&f.duration, "duration", 10*time.Second, "measured load")
 	flag.DurationVar(&f.deadline, "deadline", 30*time.Second, "wait this long for the last responses")
 	flag.Parse()
-	if f.queues < 1 || f.window < 1 || f.conns < 1 || f.duration <= 0 {
-		report.Fail("remoting_pub", errors.New("-queues, -window, -conns and -duration must be positive"))
+	if f.queues < 1 || f.topics < 1 || f.window < 1 || f.conns < 1 || f.duration <= 0 {
+		report.Fail("remoting_pub", errors.New("-queues, -topics, -window, -conns and -duration must be positive"))
 	}
 	if f.conns > f.window {
 		f.conns = f.window
@@ -113,7 +117,9 @@ func run(f flags) (map[string]any, error) {
 		if k < f.window%f.conns {
 			share++
 		}
-		c := &connection{f: f, padding: padding, queue: k % f.queues, measureFrom: measureFrom, stopAt: stopAt}
+		// The connections start apart, so that a short run reaches every queue.
+		first := k * f.topics * f.queues / f.conns
+		c := &connection{f: f, padding: padding, queue: first, measureFrom: measureFrom, stopAt: stopAt}
 		go func() {
 			t, err := c.run(share)
 			done <- outcome{t, err}
@@ -154,7 +160,7 @@ func run(f flags) (map[string]any, error) {
 type connection struct {
 	f           flags
 	padding     []byte
-	queue       int // the queue the next request goes to
+	queue       int // the (topic, queue) the next request goes to: an index of headers
 	measureFrom time.Time
 	stopAt      time.Time
 	headers     [][2][]byte // per queue: the JSON header before and after the opaque
@@ -180,9 +186,11 @@ func (c *connection) run(share int) (tally, error) {
 	if err := nc.SetDeadline(c.stopAt.Add(c.f.deadline)); err != nil {
 		return c.t, err
 	}
-	c.headers = make([][2][]byte, c.f.queues)
-	for q := range c.headers {
-		c.headers[q] = requestHeader(c.f, q)
+	c.headers = make([][2][]byte, 0, c.f.topics*c.f.queues)
+	for _, topic := range topicNames(c.f) {
+		for q := 0; q < c.f.queues; q++ {
+			c.headers = append(c.headers, requestHeader(c.f, topic, q))
+		}
 	}
 	c.sentAt = make(map[int32]time.Time, share)
 	out := c.requests(nil, share, time.Now())
@@ -268,7 +276,7 @@ func (c *connection) requests(out []byte, count int, now time.Time) []byte {
 	for i := 0; i < count; i++ {
 		c.opaque++
 		h := c.headers[c.queue]
-		c.queue = (c.queue + 1) % c.f.queues
+		c.queue = (c.queue + 1) % len(c.headers)
 		frame := len(out)
 		out = append(out, 0, 0, 0, 0, 0, 0, 0, 0)
 		out = append(out, h[0]...)
@@ -285,7 +293,19 @@ func (c *connection) requests(out []byte, count int, now time.Time) []byte {
 	return out
 }
 
-// requestHeader is a SEND_MESSAGE_V2 request's JSON header to queue q, split where its
+// topicNames is the topics the load goes to: -topic, or <topic>-0 ... with -topics above 1.
+func topicNames(f flags) []string {
+	if f.topics == 1 {
+		return []string{f.topic}
+	}
+	names := make([]string, f.topics)
+	for k := range names {
+		names[k] = f.topic + "-" + strconv.Itoa(k)
+	}
+	return names
+}
+
+// requestHeader is a SEND_MESSAGE_V2 request's JSON header to queue q of topic, split where its
 // opaque goes.  The fields are those a RocketMQ 4.9 Java producer sends for one message:
 //
 //	a producerGroup  b topic  c defaultTopic  d defaultTopicQueueNums  e queueId
@@ -294,10 +314,10 @@ func (c *connection) requests(out []byte, count int, now time.Time) []byte {
 //
 // (l, maxReconsumeTimes, is null for a plain send, so Java leaves it out).  The
 // properties are empty, as NATS's publishes carry no headers.
-func requestHeader(f flags, q int) [2][]byte {
+func requestHeader(f flags, topic string, q int) [2][]byte {
 	ext := map[string]string{
 		"a": f.group,
-		"b": f.topic,
+		"b": topic,
 		"c": "TBW102",
 		"d": strconv.Itoa(f.queues),
 		"e": strconv.Itoa(q),

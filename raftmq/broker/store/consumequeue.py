@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from raftmq.dledger.store.meta import fsync_dir
@@ -298,9 +298,14 @@ class ConsumeQueueTable:
         for queue in self.queues.values():
             queue.trim_head(physical_begin)
 
-    def flush(self) -> None:
-        for queue in self.queues.values():
-            queue.flush()
+    def flush(self, keys: Iterable[tuple[str, int]] | None = None) -> None:
+        """Write the appended entries of the queues `keys` names (every queue without):
+        a dispatch step writes the few queues it touched, so its cost does not grow with
+        the queues that are idle."""
+        queues = self.queues.values() if keys is None else map(self.queues.get, keys)
+        for queue in queues:
+            if queue is not None:  # a key of a message that takes no queue offset
+                queue.flush()
 
     def sync_plan(self) -> Callable[[], None]:
         """A blocking function (for a worker thread) that makes every entry written so

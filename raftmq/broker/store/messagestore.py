@@ -48,12 +48,33 @@ from raftmq.protocol import message as codec
 log = logging.getLogger(__name__)
 
 DISPATCH_CHUNK = 2048  # entries per dispatch step before yielding to other tasks
+# ConsumeQueues a dispatch step may start before it yields: each is a directory and a
+# file created on the event loop, and a load spread over thousands of new queues
+# otherwise held the loop for seconds (a follower's then missed heartbeats: an election).
+NEW_QUEUES_PER_STEP = 32
 CHECKPOINT_INTERVAL_S = 5.0
+CHECKPOINT_MAX_INTERVAL_S = 60.0  # RocketMQ's flushConsumeQueueThoroughInterval
+CHECKPOINT_DISK_SHARE = 0.1  # of the time, at most, that checkpoints spend in fsync
 DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
 MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 # TOTALSIZE, MAGICCODE, then PHYSICALOFFSET at 28: enough to tell a record's start
 _RECORD_HEAD = struct.Struct(">ii20xq")
+
+
+def checkpoint_interval_s(took_s: float) -> float:
+    """Seconds from a dispatch checkpoint whose work took `took_s` to the next one.
+
+    A checkpoint fsyncs every queue written since the last, one fsync each: with
+    thousands of busy queues that is seconds of fsyncs, which hold the disk the log's
+    own fsyncs wait for. Every CHECKPOINT_INTERVAL_S then, but no more often than keeps
+    checkpoints within CHECKPOINT_DISK_SHARE of the time (and at least once in
+    CHECKPOINT_MAX_INTERVAL_S, as RocketMQ's thorough ConsumeQueue flush): the fsyncs
+    per message stay level as queues multiply; a restart dispatches again a longer
+    stretch of log, and retention keeps it a little longer."""
+    return min(
+        CHECKPOINT_MAX_INTERVAL_S, max(CHECKPOINT_INTERVAL_S, took_s / CHECKPOINT_DISK_SHARE)
+    )
 
 
 def checkpoint_position(root: Path) -> int:
@@ -149,6 +170,7 @@ class MessageStore:
         self.dispatched_index = -1
         self._trimmed_begin: object = None  # the log's beginning the queues trimmed to
         self.checkpointed_index = 0  # the first entry the last dispatch checkpoint left out
+        self.checkpoint_took_s = 0.0  # the last checkpoint's blocking work, once it had room
         self._snapshot_path = root / "config" / "metadata.json"
         self._checkpoint_path = root / DISPATCH_CHECKPOINT
         self._commit_moved = trio.Event()
@@ -207,6 +229,7 @@ class MessageStore:
         record = json.dumps({"position": position}).encode()
 
         def run() -> None:
+            started = time.monotonic()
             try:
                 sync_queues()
             except OSError as exc:  # the files it covered may have lost pages: fatal
@@ -222,6 +245,7 @@ class MessageStore:
             atomic_write(self._snapshot_path, snapshot)
             atomic_write(self._checkpoint_path, record)
             self.checkpointed_index = first
+            self.checkpoint_took_s = time.monotonic() - started
 
         return run
 
@@ -314,7 +338,8 @@ class MessageStore:
                     continue
                 if trio.current_time() >= next_checkpoint:
                     await until_room(self.checkpoint_work, what="in the dispatch checkpoint")
-                    next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
+                    delay_s = checkpoint_interval_s(self.checkpoint_took_s)
+                    next_checkpoint = trio.current_time() + delay_s
                 await trio.sleep(0)
         finally:
             # Skipping is safe: the next start dispatches again from the last checkpoint.
@@ -351,16 +376,19 @@ class MessageStore:
         if last < first:
             return 0
         touched = set()
+        known = len(self.queues.queues)
         try:
             for index, request in self.commitlog.scan(first, last):
                 if request is not None:  # an OSError (a full disk) leaves it to the next call
                     self._dispatch(request)
                     touched.add((request.topic, request.queue_id))
                 self.dispatched_index = index
-            self.queues.flush()
+                if len(self.queues.queues) - known >= NEW_QUEUES_PER_STEP:
+                    break  # the next step goes on from here once others have run
+            self.queues.flush(touched)
         finally:
             self._wake(touched)
-        return last - first + 1
+        return self.dispatched_index - first + 1
 
     def _wake(self, touched: set[tuple[str, int]]) -> None:
         """Wake what waits for dispatch to move, and for messages on `touched` queues."""
