@@ -44,6 +44,11 @@ class ReceiveClock:
         self.last_receive_s = trio.current_time()
         return data
 
+    @property
+    def wrapped_stream(self):
+        """The stream received from (a writer may send on it directly)."""
+        return self._stream
+
     def __getattr__(self, name: str):
         return getattr(self._stream, name)  # send_all, aclose, socket, ...
 

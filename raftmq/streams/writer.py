@@ -4,14 +4,14 @@ Throughput comes from batching: everything written while the previous `send_all`
 was in flight goes out together in the next one — one syscall per batch instead of
 per message. Framing is the caller's: `write` takes already-encoded chunks.
 
-Latency comes from not waiting: the first write to an idle writer over a plain
-socket goes to the kernel at once, from `write` itself, as asyncio's and uvloop's
-transports do, instead of waiting for the writer's task, which runs only after every
-other task the loop has ready (on a single send, the push to a follower, the
-follower's ack and the answer to the client each waited 50-150 µs for that). The
-task is still woken, and until it has run, later writes queue for it: under load
-they leave together in one `send_all`, as before. Whatever the socket does not take
-at once is queued too, so order and back-pressure are unchanged.
+Latency comes from not waiting: a write to an idle writer over a plain socket (its
+task not inside a send, nothing queued) goes to the kernel at once, from `write`
+itself, as asyncio's and uvloop's transports do, instead of waiting for the writer's
+task, which runs only after every other task the loop has ready (on a single send,
+the push to a follower, the follower's ack and the answer to the client each waited
+50-150 µs for that). What the socket does not take at once is queued for the task,
+and so is everything written while the task sends: order and back-pressure are as
+before, and under load, with the socket's buffer full, writes batch as before.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ class BatchWriter:
         self._closed = False
         self._running = False
         self._sending = False  # the task is inside send_all: writes must queue behind it
-        self._wrote_through = False  # since the task last ran: later writes batch for it
         self._socket = _plain_socket(stream)  # for writing through; None for TLS and others
 
     @property
@@ -67,13 +66,13 @@ class BatchWriter:
         if self._closed:
             raise trio.ClosedResourceError("writer is closed")
         pending = self._pending
-        self._wake.set()
-        idle = not (pending or self._sending or self._wrote_through) and self._running
-        if idle and self._socket is not None:
-            self._wrote_through = True
+        if not (pending or self._sending) and self._running and self._socket is not None:
             chunks = self._write_through(chunks)
+            if not chunks:
+                return
         for chunk in chunks:
             pending += chunk
+        self._wake.set()
 
     def _write_through(self, chunks: tuple) -> tuple:
         """Hand `chunks` to the kernel now; returns what it did not take (to queue).
@@ -139,7 +138,6 @@ class BatchWriter:
                 else:
                     await self._wake.wait()
                     self._wake = trio.Event()
-                    self._wrote_through = False
         except BaseException:
             self.abort()
             raise
@@ -148,6 +146,8 @@ class BatchWriter:
 
 
 def _plain_socket(stream):
-    """The socket of a plain socket stream (trio.SocketStream), else None: a TLS stream's
+    """The socket of a plain socket stream (trio.SocketStream, perhaps inside a wrapper
+    that only watches what it receives, `wrapped_stream`), else None: a TLS stream's
     bytes must pass through its encryption, so only its task writes them."""
+    stream = getattr(stream, "wrapped_stream", stream)
     return stream.socket if type(stream) is trio.SocketStream else None
