@@ -297,7 +297,7 @@ class FileLogStore(LogStore):
         seg = self._data_segment(pos - pos % self.segment_size)
         off = pos - seg.start
         end = off + len(data)
-        seg.map[off:end] = data
+        seg.file.write(off, data)
         if end > seg.written_bytes:
             seg.written_bytes = end
         self._commit.dirty_data.add(seg.start)
@@ -316,7 +316,7 @@ class FileLogStore(LogStore):
             seg = self._index_segment(byte - byte % isz)
             off = byte - seg.start
             n = min(len(view), isz - off)
-            seg.map[off : off + n] = view[:n]
+            seg.file.write(off, view[:n])
             self._commit.dirty_index.add(seg.start)
             view = view[n:]
             byte += n
