@@ -8,6 +8,9 @@ so the two agree on errors as well as on results. This module imports nothing of
 raftmq's: the layers that own the twins import it.
 """
 
+from cpython.bytearray cimport (
+    PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE,
+)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -395,6 +398,76 @@ def encode_entry(entry_type, index, term, pos, body, prev_chain):
     return blob, chain
 
 
+def encode_entries(entry_type, bodies, index, term, pos, prev_chain):
+    cdef Py_ssize_t n, k, body_len, total = 0
+    cdef int64_t e_index, e_term, e_pos
+    cdef uint32_t body_crc, chain
+    cdef int32_t etype
+    cdef uint8_t *o
+    cdef uint8_t *x
+    cdef const char *src
+    if not (type(bodies) is list and isinstance(entry_type, int)
+            and _INT32_MIN <= entry_type <= _INT32_MAX
+            and _int64(index) and _int64(term) and _int64(pos)
+            and type(prev_chain) is int and 0 <= prev_chain <= 0xFFFFFFFF):
+        return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+    n = len(<list>bodies)
+    for k in range(n):
+        body = (<list>bodies)[k]
+        if type(body) is bytes:
+            body_len = PyBytes_GET_SIZE(body)
+        elif type(body) is bytearray:
+            body_len = PyByteArray_GET_SIZE(body)
+        else:
+            return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+        if body_len + _ENTRY_HEADER > _INT32_MAX:
+            return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+        total += _ENTRY_HEADER + body_len
+    if index > (1 << 62) or pos > (1 << 62) or total > (1 << 40):  # no int64 overflow
+        return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+    etype = <int32_t><int>entry_type
+    e_index = index
+    e_term = term
+    e_pos = pos
+    chain = <uint32_t>prev_chain
+    blob = PyBytes_FromStringAndSize(NULL, total)
+    index_bytes = PyBytes_FromStringAndSize(NULL, n * 32)
+    o = <uint8_t *>PyBytes_AS_STRING(blob)
+    x = <uint8_t *>PyBytes_AS_STRING(index_bytes)
+    for k in range(n):
+        body = (<list>bodies)[k]
+        if type(body) is bytes:
+            src = PyBytes_AS_STRING(body)
+            body_len = PyBytes_GET_SIZE(body)
+        else:
+            src = PyByteArray_AS_STRING(body)
+            body_len = PyByteArray_GET_SIZE(body)
+        _put32(o, <uint32_t>etype)
+        _put32(o + 4, <uint32_t>(_ENTRY_HEADER + body_len))
+        _put64(o + 8, <uint64_t>e_index)
+        _put64(o + 16, <uint64_t>e_term)
+        _put64(o + 24, <uint64_t>e_pos)
+        _put32(o + 32, 0)  # channel
+        if body_len:
+            memcpy(o + _ENTRY_HEADER, src, body_len)
+        body_crc = raftmq_crc32c(0, o + _ENTRY_HEADER, body_len)
+        chain = _chain(chain, o, body_crc)
+        _put32(o + 36, chain)
+        _put32(o + 40, body_crc)
+        _put32(o + 44, <uint32_t>body_len)
+        # the index entry: magic 4, pos 8, size 4, index 8, term 8
+        _put32(x, <uint32_t>etype)
+        _put64(x + 4, <uint64_t>e_pos)
+        _put32(x + 12, <uint32_t>(_ENTRY_HEADER + body_len))
+        _put64(x + 16, <uint64_t>e_index)
+        _put64(x + 24, <uint64_t>e_term)
+        o += _ENTRY_HEADER + body_len
+        x += 32
+        e_index += 1
+        e_pos += _ENTRY_HEADER + body_len
+    return blob, index_bytes, chain
+
+
 def validate_continuation(blob, next_index, end_pos, end_term, prev_chain, segment_size):
     cdef const uint8_t[::1] view
     cdef const uint8_t *p
@@ -456,7 +529,6 @@ def validate_continuation(blob, next_index, end_pos, end_term, prev_chain, segme
 
 # ---------------------------------------------------------------------- records in place
 
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 
 cdef int _MIN_RECORD_SIZE = 91
 cdef int _TRANSACTION_MASK = 0x3 << 2
@@ -529,41 +601,86 @@ def read_dispatch_fields(buf, offset=0):
     return fields
 
 
-def place_record(body, body_pos, dict next_offsets):
+cdef tuple _placeable(body, body_pos):
+    """The dispatch fields of `body` if place_record's fast path takes it, else None
+    (the twin raises, or takes the odd case, as it always has)."""
     cdef const uint8_t[::1] view
-    cdef tuple fields = None
+    cdef tuple fields
     cdef int32_t total, sysflag
-    cdef int born_len, store_len, transaction
-    cdef char *o
-    if type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 63):
-        view = body
-        if view.shape[0]:
-            fields = _dispatch_fields(&view[0], view.shape[0], 0)
-    if fields is not None:
-        total = fields[0]
-        sysflag = fields[3]
-        born_len = 16 if sysflag & _BORN_V6 else 4
-        store_len = 16 if sysflag & _STORE_V6 else 4
-        # what patch_offsets checks before it writes (_locate)
-        if (total < _MIN_RECORD_SIZE or total > view.shape[0]
-                or total < 48 + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2):
-            fields = None
-    if fields is None:  # the twin raises, or takes the odd case, as it always has
+    cdef int born_len, store_len
+    if not (type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 62)):
+        return None
+    view = body
+    if not view.shape[0]:
+        return None
+    fields = _dispatch_fields(&view[0], view.shape[0], 0)
+    if fields is None:
+        return None
+    total = fields[0]
+    sysflag = fields[3]
+    born_len = 16 if sysflag & _BORN_V6 else 4
+    store_len = 16 if sysflag & _STORE_V6 else 4
+    # what patch_offsets checks before it writes (_locate)
+    if (total < _MIN_RECORD_SIZE or total > view.shape[0]
+            or total < 48 + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2):
+        return None
+    return fields
+
+
+def place_record(body, body_pos, dict next_offsets):
+    cdef tuple fields = _placeable(body, body_pos)
+    if fields is None:
         return TWINS["place_record"](body, body_pos, next_offsets)
-    transaction = sysflag & _TRANSACTION_MASK
+    queue_offset = next_offsets.get((fields[5], fields[1]), 0)
+    if not (_int64(queue_offset) and queue_offset < (1 << 62)):
+        return TWINS["place_record"](body, body_pos, next_offsets)
+    return _place(body, body_pos, fields, next_offsets)
+
+
+cdef tuple _place(bytes body, int64_t body_pos, tuple fields, dict next_offsets):
+    """place_record for a record `_placeable` took, whose queue's next offset is in range."""
+    cdef int transaction = (<int32_t>fields[3]) & _TRANSACTION_MASK
+    cdef char *o
     if transaction == _TRANSACTION_PREPARED or transaction == _TRANSACTION_ROLLBACK:
         queue_offset = 0
     else:
         key = (fields[5], fields[1])
         queue_offset = next_offsets.get(key, 0)
-        if not _int64(queue_offset):
-            return TWINS["place_record"](body, body_pos, next_offsets)
         next_offsets[key] = queue_offset + 1
-    record = PyByteArray_FromStringAndSize(<const char *>&view[0], view.shape[0])
+    record = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
     o = PyByteArray_AS_STRING(record)
     _put64(<uint8_t *>o + 20, <uint64_t><int64_t>queue_offset)
-    _put64(<uint8_t *>o + 28, <uint64_t><int64_t>body_pos)
+    _put64(<uint8_t *>o + 28, <uint64_t>body_pos)
     return record, queue_offset
+
+
+def place_records(bodies, body_positions, dict next_offsets):
+    cdef Py_ssize_t n, k
+    cdef list checked
+    cdef tuple fields
+    if (type(bodies) is not list or type(body_positions) is not list
+            or len(<list>bodies) != len(<list>body_positions)):
+        return TWINS["place_records"](bodies, body_positions, next_offsets)
+    n = len(<list>bodies)
+    checked = []
+    # every record checked before any queue offset is taken: the twin then takes them
+    # all, from the same table, when one is odd
+    for k in range(n):
+        fields = _placeable((<list>bodies)[k], (<list>body_positions)[k])
+        if fields is None:
+            return TWINS["place_records"](bodies, body_positions, next_offsets)
+        queue_offset = next_offsets.get((fields[5], fields[1]), 0)
+        if not (_int64(queue_offset) and queue_offset < (1 << 62)):
+            return TWINS["place_records"](bodies, body_positions, next_offsets)
+        checked.append(fields)
+    records = []
+    queue_offsets = []
+    for k in range(n):
+        record, queue_offset = _place((<list>bodies)[k], (<list>body_positions)[k], checked[k],
+                                      next_offsets)
+        records.append(record)
+        queue_offsets.append(queue_offset)
+    return records, queue_offsets
 
 
 # ---------------------------------------------------------------------- send headers

@@ -135,6 +135,22 @@ def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytear
 PLACE_RECORD = compiled_or("place_record", place_record)
 
 
+def place_records(
+    bodies: list[bytes], body_positions: list[int], next_offsets: dict
+) -> tuple[list[bytearray], list[int]]:
+    """`place_record` for each of a batch of records, in order: (the records as stored,
+    their queue offsets). Compiled where the build allows (PLACE_RECORDS)."""
+    records, queue_offsets = [], []
+    for body, body_pos in zip(bodies, body_positions, strict=True):
+        record, queue_offset = place_record(body, body_pos, next_offsets)
+        records.append(record)
+        queue_offsets.append(queue_offset)
+    return records, queue_offsets
+
+
+PLACE_RECORDS = compiled_or("place_records", place_records)
+
+
 def pull_body(
     entries, codes, max_count, max_bytes, maps, segment_size, low, high, read, matches=None
 ) -> tuple[bytes, int, int, int]:
@@ -232,10 +248,10 @@ class DLedgerCommitLog(RecordReads):
         self._assigned: dict[int, int] = {}  # physical offset -> queue offset, until taken
         self.store.append_hook = self._place
 
-    def _place(self, body_pos: int, body: bytes) -> bytes:
-        record, queue_offset = PLACE_RECORD(body, body_pos, self.next_offsets)
-        self._assigned[body_pos] = queue_offset
-        return record
+    def _place(self, body_positions: list[int], bodies: list[bytes]) -> list[bytearray]:
+        records, queue_offsets = PLACE_RECORDS(bodies, body_positions, self.next_offsets)
+        self._assigned.update(zip(body_positions, queue_offsets, strict=True))
+        return records
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
         """Install the offset table of a new term (and forget unclaimed assignments)."""

@@ -263,19 +263,6 @@ class FileLogStore(LogStore):
             self._commit.dirs_dirty = True
         return seg
 
-    def _last_pos(self, items: list[tuple[EntryType, bytes]]) -> int:
-        """Where the last of `items` goes when appended now; without placing each one
-        when they all fit in the rest of the current segment (the common case)."""
-        sizes = [_HEADER_SIZE + len(body) for _type, body in items]
-        room = self.segment_size - self.end_pos % self.segment_size
-        if sum(sizes) + codec.MIN_BLANK_SIZE <= room:
-            return self.end_pos + sum(sizes) - sizes[-1]
-        pos = end_pos = self.end_pos
-        for size in sizes:
-            pos = codec.place(end_pos, size, self.segment_size)
-            end_pos = pos + size
-        return pos
-
     def _reserve(self, first_index: int, count: int, last_pos: int) -> None:
         """Open every data and index segment an append of `count` entries from
         `first_index`, the last at `last_pos`, writes to, before it writes a byte: a
@@ -335,40 +322,50 @@ class FileLogStore(LogStore):
             return []
         if term < self.end_term:
             raise InconsistentAppend(f"term {term} below the log's end term {self.end_term}")
-        seg_size = self.segment_size
-        hook = self.append_hook
-        first = index = self.end_index + 1
-        end_pos, chain = self.end_pos, self.end_chain
-        self._reserve(first, len(items), self._last_pos(items))
-        placed = []
-        groups = []  # (pos, parts): one contiguous write per segment touched
-        group_pos, parts = end_pos, []
+        first = self.end_index + 1
+        sizes = [_HEADER_SIZE + len(body) for _type, body in items]
+        positions = codec.places(self.end_pos, sizes, self.segment_size)
+        self._reserve(first, len(items), positions[-1])
+        bodies = self._hooked_bodies(items, positions)
+        chain, write_pos = self.end_chain, self.end_pos
         index_parts = []
-        for entry_type, body in items:
-            size = _HEADER_SIZE + len(body)
-            pos = codec.place(end_pos, size, seg_size)
-            if pos != end_pos:
-                remaining = seg_size - end_pos % seg_size
-                if remaining >= codec.MIN_BLANK_SIZE:
-                    parts.append(_BLANK_HEADER.pack(BLANK, remaining))
-                groups.append((group_pos, parts))
-                group_pos, parts = pos, []
-            if hook is not None and entry_type == EntryType.NORMAL:
-                body = hook(pos + _HEADER_SIZE, body)
-            blob, chain = codec.ENCODE(entry_type, index, term, pos, body, chain)
-            parts.append(blob)
-            index_parts.append(INDEX.pack(entry_type, pos, size, index, term))
-            placed.append((index, pos))
-            index += 1
-            end_pos = pos + size
-        groups.append((group_pos, parts))
-        for pos, group in groups:
-            if group:
-                self._write_data(pos, b"".join(group))
+        for lo, hi in self._runs(items, positions):
+            pos = positions[lo]
+            if pos != write_pos:
+                self._write_blank(write_pos)
+            blob, index_bytes, chain = codec.ENCODE_ENTRIES(
+                items[lo][0], bodies[lo:hi], first + lo, term, pos, chain
+            )
+            assert len(blob) == sum(sizes[lo:hi]), "an entry's size changed in the hook"
+            self._write_data(pos, blob)
+            index_parts.append(index_bytes)
+            write_pos = pos + len(blob)
         self._write_index(first, b"".join(index_parts))
         self._add_runs(first, (term,))
-        self._extend(first, index - 1, term, end_pos, chain)
-        return placed
+        self._extend(first, first + len(items) - 1, term, write_pos, chain)
+        return list(zip(range(first, first + len(items)), positions, strict=True))
+
+    def _runs(self, items: list[tuple[EntryType, bytes]], positions: list[int]):
+        """[lo, hi) ranges of `items` that are encoded and written as one: entries of one
+        type, back to back in one segment. Ordinarily the whole batch is one run."""
+        seg_size = self.segment_size
+        types = [entry_type for entry_type, _body in items]
+        first_pos, last_pos = positions[0], positions[-1]
+        if (
+            types.count(types[0]) == len(types)
+            and first_pos - first_pos % seg_size == last_pos - last_pos % seg_size
+        ):
+            return [(0, len(items))]
+        runs = []
+        lo = 0
+        for k in range(1, len(items)):
+            if types[k] != types[lo] or positions[k] - positions[k] % seg_size != (
+                positions[lo] - positions[lo] % seg_size
+            ):
+                runs.append((lo, k))
+                lo = k
+        runs.append((lo, len(items)))
+        return runs
 
     def append_encoded(self, blob: bytes) -> int:
         self._check_open()
