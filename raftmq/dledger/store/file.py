@@ -77,7 +77,6 @@ FOREIGN_STRIKES = 3  # refusals of a foreign entry 0 in a row before ForeignLog
 _BLANK_HEADER = codec.BLANK_HEADER
 _HEADER_SIZE = codec.HEADER_SIZE
 _CHAIN = struct.Struct(">I")
-_INDEX_BATCH = 256  # index entries unpacked per slice when walking the index
 _DEFAULT_INDEX_SEGMENT_BYTES = INDEX_SIZE * 5 * 1024 * 1024
 
 
@@ -175,18 +174,6 @@ class FileLogStore(LogStore):
         seg = self._index[byte - byte % self.index_segment_size]
         return INDEX.unpack_from(seg.map, byte - seg.start)
 
-    def _index_entries(self, first: int, last: int):
-        """Index entries first..last, unpacked a slice at a time."""
-        isz = self.index_segment_size
-        i = first
-        while i <= last:
-            byte = INDEX_SIZE * i
-            seg = self._index[byte - byte % isz]
-            off = byte - seg.start
-            n = min(last - i + 1, _INDEX_BATCH, (isz - off) // INDEX_SIZE)
-            yield from INDEX.iter_unpack(seg.map[off : off + n * INDEX_SIZE])
-            i += n
-
     def term_at(self, index: int) -> int:
         if index == self.begin_index - 1:
             return self._before_term
@@ -229,19 +216,20 @@ class FileLogStore(LogStore):
 
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:
         self._check_range(index)
-        _m, pos, size, _i, _t = self._index_entry(index)
-        total, count, next_pos = size, 1, pos + size
-        if index < self.end_index:
-            for _m, e_pos, e_size, _i, _t in self._index_entries(index + 1, self.end_index):
-                # a different pos means the next entry rolled to the next segment
-                if e_pos != next_pos or total + e_size > max_bytes:
-                    break
-                total += e_size
-                next_pos += e_size
-                count += 1
+        _m, pos, _size, _i, _t = self._index_entry(index)
         seg = self._data[pos - pos % self.segment_size]
+        # Entries lie back to back within a segment, so the span is the entries up to
+        # the last that ends by `limit`: a binary search over the index, not a walk.
+        limit = min(pos + max_bytes, seg.start + self.segment_size)
+
+        def past(i: int) -> bool:
+            _m, e_pos, e_size, _i, _t = self._index_entry(i)
+            return e_pos + e_size > limit
+
+        last = index + bisect.bisect_left(range(index + 1, self.end_index + 1), True, key=past)
+        _m, last_pos, last_size, _i, _t = self._index_entry(last)
         off = pos - seg.start
-        return seg.map[off : off + total], count
+        return seg.map[off : off + last_pos + last_size - pos], last - index + 1
 
     # ---------------------------------------------------------------------------- writes
     def _data_segment(self, start: int) -> Segment:
