@@ -33,6 +33,7 @@ TWINS = {
     "send_responses": send_encoding.send_responses,
     "encode_entry": dentry.encode,
     "encode_entries": dentry.encode_entries,
+    "index_entries": dentry.index_entries,
     "validate_continuation": dstore.validate_continuation,
     "read_dispatch_fields": message.read_dispatch_fields,
     "place_record": commitlog.place_record,
@@ -226,6 +227,29 @@ def test_encode_entries_is_encode_entry_back_to_back():
         parts.append(part)
         pos += len(part)
     assert (blob, chain) == (b"".join(parts), prev)
+
+
+@given(
+    st.lists(st.binary(max_size=60), max_size=6),
+    st.integers(0, 400),  # a byte to damage (past the end: none)
+    st.integers(0, 255),
+    st.integers(0, 30),  # bytes cut from the end
+    st.booleans(),
+)
+def test_index_entries(bodies, at, xor, cut, as_view):
+    blob = bytearray(log_of(bodies)) if bodies else bytearray()
+    if at < len(blob):
+        blob[at] ^= xor
+    data = bytes(blob[: len(blob) - cut])
+    same("index_entries", memoryview(data) if as_view else data)
+
+
+def test_index_entries_are_the_stores():
+    blob = log_of([b"a", b"bb", b""])
+    assert dentry.INDEX_ENTRIES(blob) == b"".join(
+        dentry.INDEX_ENTRY.pack(t, pos, size, index, term)
+        for _o, t, size, index, term, pos, _c in dentry.iter_entries(blob)
+    )
 
 
 def log_of(bodies, term=3, segment_size=256):

@@ -21,6 +21,7 @@ the same results and errors by property tests (tests/test_hotpath.py):
     dledger.store.entry        encode_entry           an entry with its CRCs (memory store)
                                encode_entries         a leader append's entries and index
                                                       entries, as one span each
+                               index_entries          a received batch's index entries
     dledger.store.base         validate_continuation  a received batch checked (a follower)
 
 The owning layer asks `compiled_or(name, twin)` which one to run: the compiled one,

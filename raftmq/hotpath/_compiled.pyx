@@ -468,6 +468,44 @@ def encode_entries(entry_type, bodies, index, term, pos, prev_chain):
     return blob, index_bytes, chain
 
 
+def index_entries(blob):
+    cdef const uint8_t[::1] view
+    cdef const uint8_t *p
+    cdef uint8_t *x
+    cdef Py_ssize_t total, offset = 0, count = 0
+    cdef int32_t size
+    try:
+        view = blob
+    except (TypeError, ValueError, BufferError):
+        return TWINS["index_entries"](blob)
+    total = view.shape[0]
+    if total == 0:
+        return b""
+    p = &view[0]
+    while offset < total:  # count them, and leave anything odd to the twin
+        if total - offset < _ENTRY_HEADER:
+            view = None
+            return TWINS["index_entries"](blob)
+        size = <int32_t>_get32(p + offset + 4)
+        if size < _ENTRY_HEADER:
+            view = None
+            return TWINS["index_entries"](blob)
+        offset += size
+        count += 1
+    out = PyBytes_FromStringAndSize(NULL, count * 32)
+    x = <uint8_t *>PyBytes_AS_STRING(out)
+    offset = 0
+    while offset < total:
+        # the index entry: magic 4, pos 8, size 4, index 8, term 8
+        memcpy(x, p + offset, 4)
+        memcpy(x + 4, p + offset + 24, 8)
+        memcpy(x + 12, p + offset + 4, 4)
+        memcpy(x + 16, p + offset + 8, 16)
+        offset += <int32_t>_get32(p + offset + 4)
+        x += 32
+    return out
+
+
 def validate_continuation(blob, next_index, end_pos, end_term, prev_chain, segment_size):
     cdef const uint8_t[::1] view
     cdef const uint8_t *p

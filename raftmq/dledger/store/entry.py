@@ -168,6 +168,19 @@ def places(end_pos: int, sizes: list[int], segment_size: int) -> list[int]:
     return positions
 
 
+def index_entries(blob) -> bytes:
+    """The index entries of the entries in `blob`, as `iter_entries` walks them (and
+    with its errors): what a follower writes to the index file for a validated push.
+    Compiled where the build allows (INDEX_ENTRIES)."""
+    return b"".join(
+        INDEX_ENTRY.pack(magic, pos, size, index, term)
+        for _o, magic, size, index, term, pos, _c in iter_entries(blob)
+    )
+
+
+INDEX_ENTRIES = compiled_or("index_entries", index_entries)
+
+
 def place(end_pos: int, size: int, segment_size: int) -> int:
     """Where the next entry of `size` bytes goes when the log ends at `end_pos`.
 

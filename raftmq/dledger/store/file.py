@@ -368,27 +368,37 @@ class FileLogStore(LogStore):
             raise
         if not staged:
             return 0
-        self._reserve(staged[0][3], len(staged), staged[-1][5])
+        first_offset, _t, _s, first_index, first_term, first_pos, _c = staged[0]
+        last_offset, _t, last_size, last_index, last_term, last_pos, last_chain = staged[-1]
+        self._reserve(first_index, len(staged), last_pos)
         view = memoryview(blob)
-        group_start = staged[0][0]
-        group_pos = staged[0][5]
         prev_end = self.end_pos
-        if group_pos != prev_end:
+        if first_pos != prev_end:
             self._write_blank(prev_end)
-        index_parts = []
-        for offset, e_type, size, e_index, e_term, e_pos, _c in staged:
-            if e_pos != prev_end and offset != group_start:
+        if last_pos - first_pos == last_offset - first_offset:  # one segment: one write
+            self._write_data(first_pos, view[first_offset : last_offset + last_size])
+        else:
+            self._write_spans(view, staged)
+        self._write_index(first_index, codec.INDEX_ENTRIES(blob))
+        self._add_runs(
+            first_index, (first_term,) if first_term == last_term else (s[4] for s in staged)
+        )
+        self._extend(first_index, last_index, last_term, last_pos + last_size, last_chain)
+        return len(staged)
+
+    def _write_spans(self, view: memoryview, staged: list[tuple]) -> None:
+        """Write validated entries that roll over to a new segment: one write per segment,
+        and a BLANK marker after the entries of each segment but the last."""
+        group_start, group_pos = staged[0][0], staged[0][5]
+        prev_end = group_pos
+        for offset, _t, size, _i, _term, e_pos, _c in staged:
+            if e_pos != prev_end:
                 self._write_data(group_pos, view[group_start:offset])
                 self._write_blank(prev_end)
                 group_start, group_pos = offset, e_pos
-            index_parts.append(INDEX.pack(e_type, e_pos, size, e_index, e_term))
             prev_end = e_pos + size
-        last_offset, _t, last_size, last_index, last_term, last_pos, last_chain = staged[-1]
+        last_offset, _t, last_size, _i, _term, _p, _c = staged[-1]
         self._write_data(group_pos, view[group_start : last_offset + last_size])
-        self._write_index(staged[0][3], b"".join(index_parts))
-        self._add_runs(staged[0][3], (s[4] for s in staged))
-        self._extend(staged[0][3], last_index, last_term, last_pos + last_size, last_chain)
-        return len(staged)
 
     def _note_foreign_beginning(self, blob, chain: int | None) -> None:
         """Raise ForeignLog once the leader's entry 0 has been refused for a foreign
