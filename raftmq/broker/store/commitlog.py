@@ -217,6 +217,11 @@ class RecordReads:
         (size,) = _INT.unpack_from(self.holder(physical_offset).read_at(physical_offset, 4))
         return self.read(physical_offset, size)
 
+    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
+        """`scan_fields`, each message's fields as a DispatchRequest."""
+        for index, fields in self.scan_fields(first, last):
+            yield index, None if fields is None else DispatchRequest(*fields)
+
     def read_pulled(
         self,
         entries: bytes | bytearray,
@@ -299,15 +304,14 @@ class DLedgerCommitLog(RecordReads):
             claimed.append((physical_offset, queue_offset))
         return claimed
 
-    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
-        """(index, dispatch request) for entries first..last; None for a NOOP entry."""
+    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
+        """(index, DispatchRequest fields) for entries first..last; None for a NOOP entry."""
         store = self.store
         index = first
         while index <= last:
             blob, count = store.read_encoded(index, 1 << 20)
             rows, error = DISPATCH_ROWS(blob, last)
-            for e_index, fields in rows:
-                yield e_index, None if fields is None else DispatchRequest(*fields)
+            yield from rows
             if error is not None:
                 raise error
             if rows and rows[-1][0] >= last:

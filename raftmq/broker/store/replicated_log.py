@@ -100,3 +100,7 @@ class CommitLog(Protocol):
 
     def scan(self, first: int, last: int) -> Iterator[tuple[int, object]]:
         """(index, DispatchRequest or None) for the log's entries first..last."""
+
+    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
+        """`scan` with each DispatchRequest's fields as a tuple (what the dispatcher reads:
+        no object built per message)."""
