@@ -10,7 +10,7 @@ leader's bytes at the leader's positions, every replica holds the same offsets a
 the same msgIds.
 
 Reads here are raw: `read` by physical offset (what ConsumeQueue entries and
-msgIds point at) and `DLedgerCommitLog.scan` of committed entries for the
+msgIds point at) and `DLedgerCommitLog.scan_fields` of committed entries for the
 dispatcher, which skips the NOOP entries a new DLedger leader appends (RocketMQ's
 scanner does not know them). The record layout is read by the message codec
 (`protocol.message.read_dispatch_fields`), not here.
