@@ -355,6 +355,15 @@ def test_place_records(damaged, body_positions, next_t1):
     assert tables[0] == tables[1]
 
 
+def test_place_records_tells_topics_of_one_length_apart():
+    bodies = [record_of(topic, 1) for topic in ("A", "B", "A", "B", "A")]
+    table = {("B", 1): 10}
+    records, queue_offsets = commitlog.PLACE_RECORDS(bodies, [100, 200, 300, 400, 500], table)
+    assert queue_offsets == [0, 10, 1, 11, 2]
+    assert table == {("A", 1): 3, ("B", 1): 12}
+    assert [message.read_dispatch_fields(r)[2] for r in records] == queue_offsets
+
+
 # --------------------------------------------------------------------- send headers
 
 header_value = st.one_of(

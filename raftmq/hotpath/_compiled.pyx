@@ -574,49 +574,61 @@ cdef int _TRANSACTION_PREPARED = 0x1 << 2
 cdef int _TRANSACTION_ROLLBACK = 0x3 << 2
 
 
+cdef Py_ssize_t _topic_at(const uint8_t *p, Py_ssize_t n) noexcept:
+    """Where the topic (its length byte) of the record at `p`, `n` bytes on, lies, or -1
+    for anything read_dispatch_fields's twin would refuse or find odd (a short buffer,
+    a bad magic, a length that runs past the end)."""
+    cdef Py_ssize_t body_len_pos, topic_pos, topic_end
+    cdef int32_t sysflag, body_len
+    cdef int properties_len
+    if n < 40 or <int32_t>_get32(p + 4) != _MESSAGE_MAGIC_CODE:
+        return -1
+    sysflag = <int32_t>_get32(p + 36)
+    body_len_pos = (48 + (16 if sysflag & _BORN_V6 else 4) + 4 + 8
+                    + (16 if sysflag & _STORE_V6 else 4) + 4 + 4 + 8)
+    if body_len_pos + 4 > n:
+        return -1
+    body_len = <int32_t>_get32(p + body_len_pos)
+    if body_len < 0:
+        return -1
+    topic_pos = body_len_pos + 4 + body_len
+    if topic_pos + 1 > n:
+        return -1
+    topic_end = topic_pos + 1 + p[topic_pos]
+    if topic_end + 2 > n:
+        return -1
+    properties_len = <int16_t>((p[topic_end] << 8) | p[topic_end + 1])
+    if properties_len < 0 or topic_end + 2 + properties_len > n:
+        return -1
+    return topic_pos
+
+
 cdef tuple _dispatch_fields(const uint8_t *p, Py_ssize_t n, Py_ssize_t offset):
     """read_dispatch_fields's tuple, or None for anything its twin would refuse or
-    find odd (a short buffer, a bad magic, a topic that is not UTF-8)."""
-    cdef Py_ssize_t ts_pos, body_len_pos, topic_pos, topic_end
-    cdef int32_t total, sysflag, body_len
-    cdef int born_len, store_len
+    find odd (see _topic_at; and a topic that is not UTF-8)."""
+    cdef Py_ssize_t topic_pos, topic_end
+    cdef int32_t sysflag
     cdef int properties_len
-    if offset < 0 or n - offset < 40:
+    if offset < 0 or offset > n:
         return None
     p += offset
     n -= offset
-    if <int32_t>_get32(p + 4) != _MESSAGE_MAGIC_CODE:
-        return None
-    total = <int32_t>_get32(p)
-    sysflag = <int32_t>_get32(p + 36)
-    born_len = 16 if sysflag & _BORN_V6 else 4
-    store_len = 16 if sysflag & _STORE_V6 else 4
-    ts_pos = 48 + born_len + 4
-    body_len_pos = ts_pos + 8 + store_len + 4 + 4 + 8
-    if body_len_pos + 4 > n:
-        return None
-    body_len = <int32_t>_get32(p + body_len_pos)
-    if body_len < 0:
-        return None
-    topic_pos = body_len_pos + 4 + body_len
-    if topic_pos + 1 > n:
+    topic_pos = _topic_at(p, n)
+    if topic_pos < 0:
         return None
     topic_end = topic_pos + 1 + p[topic_pos]
-    if topic_end + 2 > n:
-        return None
     properties_len = <int16_t>((p[topic_end] << 8) | p[topic_end + 1])
-    if properties_len < 0 or topic_end + 2 + properties_len > n:
-        return None
     try:
         topic = (<const char *>p)[topic_pos + 1:topic_end].decode("utf-8")
     except UnicodeDecodeError:
         return None
+    sysflag = <int32_t>_get32(p + 36)
     return (
-        total,
+        <int32_t>_get32(p),
         <int32_t>_get32(p + 12),
         <int64_t>_get64(p + 20),
         sysflag,
-        <int64_t>_get64(p + ts_pos),
+        <int64_t>_get64(p + 48 + (16 if sysflag & _BORN_V6 else 4) + 4),
         topic,
         (<const char *>p)[topic_end + 2:topic_end + 2 + properties_len],
     )
@@ -639,84 +651,103 @@ def read_dispatch_fields(buf, offset=0):
     return fields
 
 
-cdef tuple _placeable(body, body_pos):
-    """The dispatch fields of `body` if place_record's fast path takes it, else None
-    (the twin raises, or takes the odd case, as it always has)."""
-    cdef const uint8_t[::1] view
-    cdef tuple fields
-    cdef int32_t total, sysflag
-    cdef int born_len, store_len
-    if not (type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 62)):
-        return None
-    view = body
-    if not view.shape[0]:
-        return None
-    fields = _dispatch_fields(&view[0], view.shape[0], 0)
-    if fields is None:
-        return None
-    total = fields[0]
-    sysflag = fields[3]
-    born_len = 16 if sysflag & _BORN_V6 else 4
-    store_len = 16 if sysflag & _STORE_V6 else 4
-    # what patch_offsets checks before it writes (_locate)
-    if (total < _MIN_RECORD_SIZE or total > view.shape[0]
-            or total < 48 + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2):
-        return None
-    return fields
+cdef inline bint _placeable(const uint8_t *p, Py_ssize_t n) noexcept:
+    """Whether place_record's fast path takes the record at `p` (n bytes, which
+    _topic_at read): what patch_offsets checks before it writes (_locate)."""
+    cdef int32_t total = <int32_t>_get32(p)
+    cdef int32_t sysflag = <int32_t>_get32(p + 36)
+    cdef int born_len = 16 if sysflag & _BORN_V6 else 4
+    cdef int store_len = 16 if sysflag & _STORE_V6 else 4
+    return (_MIN_RECORD_SIZE <= total <= n
+            and total >= 48 + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2)
+
+
+cdef inline bint _transactional(const uint8_t *p) noexcept:
+    """A half or rolled-back transactional message: no queue offset."""
+    cdef int transaction = (<int32_t>_get32(p + 36)) & _TRANSACTION_MASK
+    return transaction == _TRANSACTION_PREPARED or transaction == _TRANSACTION_ROLLBACK
+
+
+cdef bytearray _placed(bytes body, int64_t queue_offset, int64_t body_pos):
+    """The record with its queue and physical offsets written in."""
+    record = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+    cdef uint8_t *o = <uint8_t *>PyByteArray_AS_STRING(record)
+    _put64(o + 20, <uint64_t>queue_offset)
+    _put64(o + 28, <uint64_t>body_pos)
+    return record
 
 
 def place_record(body, body_pos, dict next_offsets):
-    cdef tuple fields = _placeable(body, body_pos)
-    if fields is None:
+    cdef const uint8_t *p
+    cdef tuple fields = None
+    if type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 62):
+        p = <const uint8_t *>PyBytes_AS_STRING(body)
+        fields = _dispatch_fields(p, PyBytes_GET_SIZE(body), 0)
+        if fields is not None and not _placeable(p, PyBytes_GET_SIZE(body)):
+            fields = None
+    if fields is None:  # the twin raises, or takes the odd case, as it always has
         return TWINS["place_record"](body, body_pos, next_offsets)
-    queue_offset = next_offsets.get((fields[5], fields[1]), 0)
-    if not (_int64(queue_offset) and queue_offset < (1 << 62)):
-        return TWINS["place_record"](body, body_pos, next_offsets)
-    return _place(body, body_pos, fields, next_offsets)
-
-
-cdef tuple _place(bytes body, int64_t body_pos, tuple fields, dict next_offsets):
-    """place_record for a record `_placeable` took, whose queue's next offset is in range."""
-    cdef int transaction = (<int32_t>fields[3]) & _TRANSACTION_MASK
-    cdef char *o
-    if transaction == _TRANSACTION_PREPARED or transaction == _TRANSACTION_ROLLBACK:
+    if _transactional(p):
         queue_offset = 0
     else:
         key = (fields[5], fields[1])
         queue_offset = next_offsets.get(key, 0)
+        if not (_int64(queue_offset) and queue_offset < (1 << 62)):
+            return TWINS["place_record"](body, body_pos, next_offsets)
         next_offsets[key] = queue_offset + 1
-    record = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
-    o = PyByteArray_AS_STRING(record)
-    _put64(<uint8_t *>o + 20, <uint64_t><int64_t>queue_offset)
-    _put64(<uint8_t *>o + 28, <uint64_t>body_pos)
-    return record, queue_offset
+    return _placed(body, queue_offset, body_pos), queue_offset
 
 
 def place_records(bodies, body_positions, dict next_offsets):
-    cdef Py_ssize_t n, k
-    cdef list checked
-    cdef tuple fields
+    cdef Py_ssize_t n, k, size, topic_pos, topic_len, cached_len = -1
+    cdef const uint8_t *p
+    cdef const uint8_t *cached = NULL
+    cdef list keys
     if (type(bodies) is not list or type(body_positions) is not list
             or len(<list>bodies) != len(<list>body_positions)):
         return TWINS["place_records"](bodies, body_positions, next_offsets)
     n = len(<list>bodies)
-    checked = []
-    # every record checked before any queue offset is taken: the twin then takes them
-    # all, from the same table, when one is odd
+    keys = []
+    topic = None
+    # Every record is checked before any queue offset is taken: the twin then takes them
+    # all, from the same table, when one is odd. A batch's records mostly share a topic:
+    # its name is decoded once.
     for k in range(n):
-        fields = _placeable((<list>bodies)[k], (<list>body_positions)[k])
-        if fields is None:
+        body = (<list>bodies)[k]
+        body_pos = (<list>body_positions)[k]
+        if not (type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 62)):
             return TWINS["place_records"](bodies, body_positions, next_offsets)
-        queue_offset = next_offsets.get((fields[5], fields[1]), 0)
+        p = <const uint8_t *>PyBytes_AS_STRING(body)
+        size = PyBytes_GET_SIZE(body)
+        topic_pos = _topic_at(p, size)
+        if topic_pos < 0 or not _placeable(p, size):
+            return TWINS["place_records"](bodies, body_positions, next_offsets)
+        topic_len = p[topic_pos]
+        if topic_len != cached_len or memcmp(cached, p + topic_pos + 1, topic_len) != 0:
+            try:
+                topic = (<const char *>p)[topic_pos + 1:topic_pos + 1 + topic_len].decode("utf-8")
+            except UnicodeDecodeError:
+                return TWINS["place_records"](bodies, body_positions, next_offsets)
+            cached = p + topic_pos + 1  # in `body`, which `bodies` keeps alive
+            cached_len = topic_len
+        if _transactional(p):
+            keys.append(None)
+            continue
+        key = (topic, <int32_t>_get32(p + 12))
+        queue_offset = next_offsets.get(key, 0)
         if not (_int64(queue_offset) and queue_offset < (1 << 62)):
             return TWINS["place_records"](bodies, body_positions, next_offsets)
-        checked.append(fields)
+        keys.append(key)
     records = []
     queue_offsets = []
     for k in range(n):
-        record, queue_offset = _place((<list>bodies)[k], (<list>body_positions)[k], checked[k],
-                                      next_offsets)
-        records.append(record)
+        key = keys[k]
+        if key is None:
+            queue_offset = 0
+        else:
+            queue_offset = next_offsets.get(key, 0)
+            next_offsets[key] = queue_offset + 1
+        records.append(_placed((<list>bodies)[k], queue_offset, (<list>body_positions)[k]))
         queue_offsets.append(queue_offset)
     return records, queue_offsets
 
