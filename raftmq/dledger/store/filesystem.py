@@ -30,9 +30,10 @@ from raftmq.dledger.store.meta import atomic_write, fsync_dir
 _CHUNK_BYTES = 1 << 20  # unit of scanning for leftovers
 _ZERO_CHUNK = bytes(_CHUNK_BYTES)
 
-# Page-cache hints for the maps. The segment being appended to is RANDOM: a write
-# fault with readahead would pull the zero pages after the end into the page cache,
-# where SEEK_DATA then reports them as data and recovery has to read them. Full
+# Page-cache hints for the maps. The segment being appended to is RANDOM: a read
+# fault near its end with readahead would pull the zero pages after the end into the
+# page cache, where SEEK_DATA then reports them as data and recovery has to read them
+# (writes do not fault: they are pwrites). Full
 # segments are NORMAL so that a lagging follower's reads get readahead, and
 # recovery's scan is SEQUENTIAL. None where the platform has no such advice.
 RANDOM = getattr(mmap, "MADV_RANDOM", None)
