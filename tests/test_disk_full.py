@@ -43,7 +43,7 @@ def test_no_room_for_a_new_segment_leaves_the_log_as_it_was():
     store.sync_plan().run()
     before = (store.end_index, store.end_pos, store.end_chain, store.generation)
     hooked = []
-    store.append_hook = lambda pos, body: hooked.append(pos) or body
+    store.append_hook = lambda positions, bodies: hooked.extend(positions) or bodies
     fs.full = True
     with pytest.raises(DiskFull):
         store.append_leader(1, [(EntryType.NORMAL, BODY)] * 4)  # rolls to a second segment

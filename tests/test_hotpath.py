@@ -34,9 +34,12 @@ TWINS = {
     "send_record": send_encoding.send_record,
     "send_responses": send_encoding.send_responses,
     "encode_entry": dentry.encode,
+    "encode_entries": dentry.encode_entries,
+    "index_entries": dentry.index_entries,
     "validate_continuation": dstore.validate_continuation,
     "read_dispatch_fields": message.read_dispatch_fields,
     "place_record": commitlog.place_record,
+    "place_records": commitlog.place_records,
     "send_fields": send_encoding.send_fields,
     "plain_json_fields": remoting_codec.plain_json_fields,
     "properties_index_keys": message.properties_index_keys,
@@ -215,6 +218,57 @@ def test_encode_entry(entry_type, index, term, pos, body, prev_chain):
     same("encode_entry", entry_type, index, term, pos, body, prev_chain)
 
 
+@given(
+    st.sampled_from([1, 2, EntryType.NORMAL, -1, 1 << 33]),
+    st.lists(st.binary(max_size=80).map(bytes) | st.binary(max_size=20).map(bytearray), max_size=5)
+    | st.just(["x"])
+    | st.just((b"a", b"b")),
+    int64,
+    int64,
+    int64 | st.just((1 << 63) - 60),
+    st.integers(0, 0xFFFFFFFF) | st.just(-1),
+)
+def test_encode_entries(entry_type, bodies, index, term, pos, prev_chain):
+    same("encode_entries", entry_type, bodies, index, term, pos, prev_chain)
+
+
+def test_encode_entries_is_encode_entry_back_to_back():
+    bodies = [b"one", bytearray(b"two"), b""]
+    blob, index_bytes, chain = dentry.ENCODE_ENTRIES(1, bodies, 5, 2, 100, 9)
+    parts, pos, prev = [], 100, 9
+    for k, body in enumerate(bodies):
+        part, prev = dentry.ENCODE(1, 5 + k, 2, pos, body, prev)
+        assert index_bytes[32 * k : 32 * k + 32] == dentry.INDEX_ENTRY.pack(
+            1, pos, len(part), 5 + k, 2
+        )
+        parts.append(part)
+        pos += len(part)
+    assert (blob, chain) == (b"".join(parts), prev)
+
+
+@given(
+    st.lists(st.binary(max_size=60), max_size=6),
+    st.integers(0, 400),  # a byte to damage (past the end: none)
+    st.integers(0, 255),
+    st.integers(0, 30),  # bytes cut from the end
+    st.booleans(),
+)
+def test_index_entries(bodies, at, xor, cut, as_view):
+    blob = bytearray(log_of(bodies)) if bodies else bytearray()
+    if at < len(blob):
+        blob[at] ^= xor
+    data = bytes(blob[: len(blob) - cut])
+    same("index_entries", memoryview(data) if as_view else data)
+
+
+def test_index_entries_are_the_stores():
+    blob = log_of([b"a", b"bb", b""])
+    assert dentry.INDEX_ENTRIES(blob) == b"".join(
+        dentry.INDEX_ENTRY.pack(t, pos, size, index, term)
+        for _o, t, size, index, term, pos, _c in dentry.iter_entries(blob)
+    )
+
+
 def log_of(bodies, term=3, segment_size=256):
     """Encoded entries 1.. as a leader lays them out: (blob, positions)."""
     parts, chain, pos = [], 0, 0
@@ -290,6 +344,41 @@ def test_place_record(record, at, xor, body_pos):
     results = [outcome(f, data, body_pos, t) for f, t in zip(placers, tables, strict=True)]
     assert results[0] == results[1]
     assert tables[0] == tables[1]
+
+
+@given(
+    st.lists(st.tuples(records, st.integers(0, 300), st.integers(0, 255)), max_size=4),
+    st.lists(st.integers(0, 1 << 40) | st.just(1 << 62) | st.just(-1), max_size=5),
+    st.sampled_from([7, 1 << 63, (1 << 62) - 1, "x"]),
+)
+def test_place_records(damaged, body_positions, next_t1):
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    bodies = []
+    for record, at, xor in damaged:
+        data = bytearray(record)
+        if at < len(data):
+            data[at] ^= xor
+        bodies.append(bytes(data))
+    if len(body_positions) > len(bodies):  # mostly a position for each record
+        body_positions = body_positions[: len(bodies)]
+    tables = [{("T", 1): next_t1, ("é", 0): 1 << 63}, {("T", 1): next_t1, ("é", 0): 1 << 63}]
+    placers = (compiled.place_records, commitlog.place_records)
+    results = [
+        outcome(f, list(bodies), list(body_positions), t)
+        for f, t in zip(placers, tables, strict=True)
+    ]
+    assert results[0] == results[1]
+    assert tables[0] == tables[1]
+
+
+def test_place_records_tells_topics_of_one_length_apart():
+    bodies = [record_of(topic, 1) for topic in ("A", "B", "A", "B", "A")]
+    table = {("B", 1): 10}
+    records, queue_offsets = commitlog.PLACE_RECORDS(bodies, [100, 200, 300, 400, 500], table)
+    assert queue_offsets == [0, 10, 1, 11, 2]
+    assert table == {("A", 1): 3, ("B", 1): 12}
+    assert [message.read_dispatch_fields(r)[2] for r in records] == queue_offsets
 
 
 # --------------------------------------------------------------------- send headers

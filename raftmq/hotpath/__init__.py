@@ -14,7 +14,8 @@ the same results and errors by property tests (tests/test_hotpath.py):
                                send_values            a raw send's header
                                send_record            a sent message's CommitLog record
                                send_responses         a batch's answers, as one write
-    broker.store.commitlog     place_record           the leader's queue and physical offsets
+    broker.store.commitlog     place_record           a record's queue and physical offsets
+                               place_records          a leader append's, as a batch
                                dispatch_rows          a batch of entries for the ConsumeQueues
                                                       and the key index
                                pull_body              a pull's records, as one body
@@ -22,7 +23,10 @@ the same results and errors by property tests (tests/test_hotpath.py):
     protocol.message           read_dispatch_fields   a record's dispatch fields
                                properties_index_keys  a record's UNIQ_KEY and KEYS
                                java_string_hash       a key index key's hash
-    dledger.store.entry        encode_entry           an entry with its CRCs (the leader)
+    dledger.store.entry        encode_entry           an entry with its CRCs (memory store)
+                               encode_entries         a leader append's entries and index
+                                                      entries, as one span each
+                               index_entries          a received batch's index entries
     dledger.store.base         validate_continuation  a received batch checked (a follower)
 
 The owning layer asks `compiled_or(name, twin)` which one to run: the compiled one,

@@ -8,6 +8,9 @@ so the two agree on errors as well as on results. This module imports nothing of
 raftmq's: the layers that own the twins import it.
 """
 
+from cpython.bytearray cimport (
+    PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE,
+)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
@@ -395,6 +398,114 @@ def encode_entry(entry_type, index, term, pos, body, prev_chain):
     return blob, chain
 
 
+def encode_entries(entry_type, bodies, index, term, pos, prev_chain):
+    cdef Py_ssize_t n, k, body_len, total = 0
+    cdef int64_t e_index, e_term, e_pos
+    cdef uint32_t body_crc, chain
+    cdef int32_t etype
+    cdef uint8_t *o
+    cdef uint8_t *x
+    cdef const char *src
+    if not (type(bodies) is list and isinstance(entry_type, int)
+            and _INT32_MIN <= entry_type <= _INT32_MAX
+            and _int64(index) and _int64(term) and _int64(pos)
+            and type(prev_chain) is int and 0 <= prev_chain <= 0xFFFFFFFF):
+        return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+    n = len(<list>bodies)
+    for k in range(n):
+        body = (<list>bodies)[k]
+        if type(body) is bytes:
+            body_len = PyBytes_GET_SIZE(body)
+        elif type(body) is bytearray:
+            body_len = PyByteArray_GET_SIZE(body)
+        else:
+            return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+        if body_len + _ENTRY_HEADER > _INT32_MAX:
+            return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+        total += _ENTRY_HEADER + body_len
+    if index > (1 << 62) or pos > (1 << 62) or total > (1 << 40):  # no int64 overflow
+        return TWINS["encode_entries"](entry_type, bodies, index, term, pos, prev_chain)
+    etype = <int32_t><int>entry_type
+    e_index = index
+    e_term = term
+    e_pos = pos
+    chain = <uint32_t>prev_chain
+    blob = PyBytes_FromStringAndSize(NULL, total)
+    index_bytes = PyBytes_FromStringAndSize(NULL, n * 32)
+    o = <uint8_t *>PyBytes_AS_STRING(blob)
+    x = <uint8_t *>PyBytes_AS_STRING(index_bytes)
+    for k in range(n):
+        body = (<list>bodies)[k]
+        if type(body) is bytes:
+            src = PyBytes_AS_STRING(body)
+            body_len = PyBytes_GET_SIZE(body)
+        else:
+            src = PyByteArray_AS_STRING(body)
+            body_len = PyByteArray_GET_SIZE(body)
+        _put32(o, <uint32_t>etype)
+        _put32(o + 4, <uint32_t>(_ENTRY_HEADER + body_len))
+        _put64(o + 8, <uint64_t>e_index)
+        _put64(o + 16, <uint64_t>e_term)
+        _put64(o + 24, <uint64_t>e_pos)
+        _put32(o + 32, 0)  # channel
+        if body_len:
+            memcpy(o + _ENTRY_HEADER, src, body_len)
+        body_crc = raftmq_crc32c(0, o + _ENTRY_HEADER, body_len)
+        chain = _chain(chain, o, body_crc)
+        _put32(o + 36, chain)
+        _put32(o + 40, body_crc)
+        _put32(o + 44, <uint32_t>body_len)
+        # the index entry: magic 4, pos 8, size 4, index 8, term 8
+        _put32(x, <uint32_t>etype)
+        _put64(x + 4, <uint64_t>e_pos)
+        _put32(x + 12, <uint32_t>(_ENTRY_HEADER + body_len))
+        _put64(x + 16, <uint64_t>e_index)
+        _put64(x + 24, <uint64_t>e_term)
+        o += _ENTRY_HEADER + body_len
+        x += 32
+        e_index += 1
+        e_pos += _ENTRY_HEADER + body_len
+    return blob, index_bytes, chain
+
+
+def index_entries(blob):
+    cdef const uint8_t[::1] view
+    cdef const uint8_t *p
+    cdef uint8_t *x
+    cdef Py_ssize_t total, offset = 0, count = 0
+    cdef int32_t size
+    try:
+        view = blob
+    except (TypeError, ValueError, BufferError):
+        return TWINS["index_entries"](blob)
+    total = view.shape[0]
+    if total == 0:
+        return b""
+    p = &view[0]
+    while offset < total:  # count them, and leave anything odd to the twin
+        if total - offset < _ENTRY_HEADER:
+            view = None
+            return TWINS["index_entries"](blob)
+        size = <int32_t>_get32(p + offset + 4)
+        if size < _ENTRY_HEADER:
+            view = None
+            return TWINS["index_entries"](blob)
+        offset += size
+        count += 1
+    out = PyBytes_FromStringAndSize(NULL, count * 32)
+    x = <uint8_t *>PyBytes_AS_STRING(out)
+    offset = 0
+    while offset < total:
+        # the index entry: magic 4, pos 8, size 4, index 8, term 8
+        memcpy(x, p + offset, 4)
+        memcpy(x + 4, p + offset + 24, 8)
+        memcpy(x + 12, p + offset + 4, 4)
+        memcpy(x + 16, p + offset + 8, 16)
+        offset += <int32_t>_get32(p + offset + 4)
+        x += 32
+    return out
+
+
 def validate_continuation(blob, next_index, end_pos, end_term, prev_chain, segment_size):
     cdef const uint8_t[::1] view
     cdef const uint8_t *p
@@ -456,7 +567,6 @@ def validate_continuation(blob, next_index, end_pos, end_term, prev_chain, segme
 
 # ---------------------------------------------------------------------- records in place
 
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 
 cdef int _MIN_RECORD_SIZE = 91
 cdef int _TRANSACTION_MASK = 0x3 << 2
@@ -499,6 +609,15 @@ cdef bint _layout(const uint8_t *p, Py_ssize_t n, _Layout *at) noexcept:
         return False
     at.properties_len = properties_len
     return True
+
+
+cdef Py_ssize_t _topic_at(const uint8_t *p, Py_ssize_t n) noexcept:
+    """Where the topic (its length byte) of the record at `p`, `n` bytes on, lies, or -1
+    for anything read_dispatch_fields's twin would refuse or find odd (see _layout)."""
+    cdef _Layout at
+    if not _layout(p, n, &at):
+        return -1
+    return at.topic_pos
 
 
 cdef tuple _dispatch_fields(const uint8_t *p, Py_ssize_t n, Py_ssize_t offset):
@@ -557,41 +676,105 @@ def read_dispatch_fields(buf, offset=0):
     return fields
 
 
+cdef inline bint _placeable(const uint8_t *p, Py_ssize_t n) noexcept:
+    """Whether place_record's fast path takes the record at `p` (n bytes, which
+    _topic_at read): what patch_offsets checks before it writes (_locate)."""
+    cdef int32_t total = <int32_t>_get32(p)
+    cdef int32_t sysflag = <int32_t>_get32(p + 36)
+    cdef int born_len = 16 if sysflag & _BORN_V6 else 4
+    cdef int store_len = 16 if sysflag & _STORE_V6 else 4
+    return (_MIN_RECORD_SIZE <= total <= n
+            and total >= 48 + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2)
+
+
+cdef inline bint _transactional(const uint8_t *p) noexcept:
+    """A half or rolled-back transactional message: no queue offset."""
+    cdef int transaction = (<int32_t>_get32(p + 36)) & _TRANSACTION_MASK
+    return transaction == _TRANSACTION_PREPARED or transaction == _TRANSACTION_ROLLBACK
+
+
+cdef bytearray _placed(bytes body, int64_t queue_offset, int64_t body_pos):
+    """The record with its queue and physical offsets written in."""
+    record = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body))
+    cdef uint8_t *o = <uint8_t *>PyByteArray_AS_STRING(record)
+    _put64(o + 20, <uint64_t>queue_offset)
+    _put64(o + 28, <uint64_t>body_pos)
+    return record
+
+
 def place_record(body, body_pos, dict next_offsets):
-    cdef const uint8_t[::1] view
+    cdef const uint8_t *p
     cdef tuple fields = None
-    cdef int32_t total, sysflag
-    cdef int born_len, store_len, transaction
-    cdef char *o
-    if type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 63):
-        view = body
-        if view.shape[0]:
-            fields = _dispatch_fields(&view[0], view.shape[0], 0)
-    if fields is not None:
-        total = fields[0]
-        sysflag = fields[3]
-        born_len = 16 if sysflag & _BORN_V6 else 4
-        store_len = 16 if sysflag & _STORE_V6 else 4
-        # what patch_offsets checks before it writes (_locate)
-        if (total < _MIN_RECORD_SIZE or total > view.shape[0]
-                or total < 48 + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2):
+    if type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 62):
+        p = <const uint8_t *>PyBytes_AS_STRING(body)
+        fields = _dispatch_fields(p, PyBytes_GET_SIZE(body), 0)
+        if fields is not None and not _placeable(p, PyBytes_GET_SIZE(body)):
             fields = None
     if fields is None:  # the twin raises, or takes the odd case, as it always has
         return TWINS["place_record"](body, body_pos, next_offsets)
-    transaction = sysflag & _TRANSACTION_MASK
-    if transaction == _TRANSACTION_PREPARED or transaction == _TRANSACTION_ROLLBACK:
+    if _transactional(p):
         queue_offset = 0
     else:
         key = (fields[5], fields[1])
         queue_offset = next_offsets.get(key, 0)
-        if not _int64(queue_offset):
+        if not (_int64(queue_offset) and queue_offset < (1 << 62)):
             return TWINS["place_record"](body, body_pos, next_offsets)
         next_offsets[key] = queue_offset + 1
-    record = PyByteArray_FromStringAndSize(<const char *>&view[0], view.shape[0])
-    o = PyByteArray_AS_STRING(record)
-    _put64(<uint8_t *>o + 20, <uint64_t><int64_t>queue_offset)
-    _put64(<uint8_t *>o + 28, <uint64_t><int64_t>body_pos)
-    return record, queue_offset
+    return _placed(body, queue_offset, body_pos), queue_offset
+
+
+def place_records(bodies, body_positions, dict next_offsets):
+    cdef Py_ssize_t n, k, size, topic_pos, topic_len, cached_len = -1
+    cdef const uint8_t *p
+    cdef const uint8_t *cached = NULL
+    cdef list keys
+    if (type(bodies) is not list or type(body_positions) is not list
+            or len(<list>bodies) != len(<list>body_positions)):
+        return TWINS["place_records"](bodies, body_positions, next_offsets)
+    n = len(<list>bodies)
+    keys = []
+    topic = None
+    # Every record is checked before any queue offset is taken: the twin then takes them
+    # all, from the same table, when one is odd. A batch's records mostly share a topic:
+    # its name is decoded once.
+    for k in range(n):
+        body = (<list>bodies)[k]
+        body_pos = (<list>body_positions)[k]
+        if not (type(body) is bytes and type(body_pos) is int and 0 <= body_pos < (1 << 62)):
+            return TWINS["place_records"](bodies, body_positions, next_offsets)
+        p = <const uint8_t *>PyBytes_AS_STRING(body)
+        size = PyBytes_GET_SIZE(body)
+        topic_pos = _topic_at(p, size)
+        if topic_pos < 0 or not _placeable(p, size):
+            return TWINS["place_records"](bodies, body_positions, next_offsets)
+        topic_len = p[topic_pos]
+        if topic_len != cached_len or memcmp(cached, p + topic_pos + 1, topic_len) != 0:
+            try:
+                topic = (<const char *>p)[topic_pos + 1:topic_pos + 1 + topic_len].decode("utf-8")
+            except UnicodeDecodeError:
+                return TWINS["place_records"](bodies, body_positions, next_offsets)
+            cached = p + topic_pos + 1  # in `body`, which `bodies` keeps alive
+            cached_len = topic_len
+        if _transactional(p):
+            keys.append(None)
+            continue
+        key = (topic, <int32_t>_get32(p + 12))
+        queue_offset = next_offsets.get(key, 0)
+        if not (_int64(queue_offset) and queue_offset < (1 << 62)):
+            return TWINS["place_records"](bodies, body_positions, next_offsets)
+        keys.append(key)
+    records = []
+    queue_offsets = []
+    for k in range(n):
+        key = keys[k]
+        if key is None:
+            queue_offset = 0
+        else:
+            queue_offset = next_offsets.get(key, 0)
+            next_offsets[key] = queue_offset + 1
+        records.append(_placed((<list>bodies)[k], queue_offset, (<list>body_positions)[k]))
+        queue_offsets.append(queue_offset)
+    return records, queue_offsets
 
 
 # ---------------------------------------------------------------------- send headers

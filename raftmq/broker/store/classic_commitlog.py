@@ -32,7 +32,6 @@ import trio
 
 from raftmq.broker.store.commitlog import (
     PLACE_RECORD,
-    DispatchRequest,
     RecordReads,
     dispatch_fields,
 )
@@ -239,8 +238,8 @@ class ClassicCommitLog(RecordReads):
         self._acks.release(offset)
 
     # ------------------------------------------------------------------ reads
-    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
-        """(index, dispatch request) for the messages first..last; None for a record the
+    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
+        """(index, DispatchRequest fields) for the messages first..last; None for a record the
         dispatcher cannot read (a RocketMQ 5 master's V2 record, for a topic longer
         than 127 bytes, copied by a slave), which is logged and left out."""
         log_ = self.log
@@ -248,11 +247,11 @@ class ClassicCommitLog(RecordReads):
             pos = log_.pos_at(index)
             buffer, offset = log_.locate(pos)
             try:
-                request = DispatchRequest(*dispatch_fields(buffer, offset, pos))
+                fields = dispatch_fields(buffer, offset, pos)
             except codec.MessageFormatError as exc:
                 log.error("not dispatched: %s", exc)
-                request = None
-            yield index, request
+                fields = None
+            yield index, fields
 
     # ------------------------------------------------------------------ running
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -10,7 +10,7 @@ leader's bytes at the leader's positions, every replica holds the same offsets a
 the same msgIds.
 
 Reads here are raw: `read` by physical offset (what ConsumeQueue entries and
-msgIds point at) and `DLedgerCommitLog.scan` of committed entries for the
+msgIds point at) and `DLedgerCommitLog.scan_fields` of committed entries for the
 dispatcher, which skips the NOOP entries a new DLedger leader appends (RocketMQ's
 scanner does not know them). The record layout is read by the message codec
 (`protocol.message.read_dispatch_fields`), not here.
@@ -135,6 +135,22 @@ def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytear
 PLACE_RECORD = compiled_or("place_record", place_record)
 
 
+def place_records(
+    bodies: list[bytes], body_positions: list[int], next_offsets: dict
+) -> tuple[list[bytearray], list[int]]:
+    """`place_record` for each of a batch of records, in order: (the records as stored,
+    their queue offsets). Compiled where the build allows (PLACE_RECORDS)."""
+    records, queue_offsets = [], []
+    for body, body_pos in zip(bodies, body_positions, strict=True):
+        record, queue_offset = place_record(body, body_pos, next_offsets)
+        records.append(record)
+        queue_offsets.append(queue_offset)
+    return records, queue_offsets
+
+
+PLACE_RECORDS = compiled_or("place_records", place_records)
+
+
 def pull_body(
     entries, codes, max_count, max_bytes, maps, segment_size, low, high, read, matches=None
 ) -> tuple[bytes, int, int, int]:
@@ -204,6 +220,11 @@ class RecordReads:
         (size,) = _INT.unpack_from(self.holder(physical_offset).read_at(physical_offset, 4))
         return self.read(physical_offset, size)
 
+    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
+        """`scan_fields`, each message's fields as a DispatchRequest."""
+        for index, fields in self.scan_fields(first, last):
+            yield index, None if fields is None else DispatchRequest(*fields)
+
     def read_pulled(
         self,
         entries: bytes | bytearray,
@@ -235,10 +256,10 @@ class DLedgerCommitLog(RecordReads):
         self._assigned: dict[int, int] = {}  # physical offset -> queue offset, until taken
         self.store.append_hook = self._place
 
-    def _place(self, body_pos: int, body: bytes) -> bytes:
-        record, queue_offset = PLACE_RECORD(body, body_pos, self.next_offsets)
-        self._assigned[body_pos] = queue_offset
-        return record
+    def _place(self, body_positions: list[int], bodies: list[bytes]) -> list[bytearray]:
+        records, queue_offsets = PLACE_RECORDS(bodies, body_positions, self.next_offsets)
+        self._assigned.update(zip(body_positions, queue_offsets, strict=True))
+        return records
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
         """Install the offset table of a new term (and forget unclaimed assignments)."""
@@ -286,15 +307,14 @@ class DLedgerCommitLog(RecordReads):
             claimed.append((physical_offset, queue_offset))
         return claimed
 
-    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
-        """(index, dispatch request) for entries first..last; None for a NOOP entry."""
+    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
+        """(index, DispatchRequest fields) for entries first..last; None for a NOOP entry."""
         store = self.store
         index = first
         while index <= last:
             blob, count = store.read_encoded(index, 1 << 20)
             rows, error = DISPATCH_ROWS(blob, last)
-            for e_index, fields in rows:
-                yield e_index, None if fields is None else DispatchRequest(*fields)
+            yield from rows
             if error is not None:
                 raise error
             if rows and rows[-1][0] >= last:

@@ -134,15 +134,16 @@ class ConsumeQueue:
 
     # --------------------------------------------------------------------- writes
     def append(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
-        if queue_offset != self.max_offset:
+        max_offset = self.min_offset + len(self._entries) // ENTRY_SIZE  # once per message
+        if queue_offset != max_offset:
             if self._entries:
                 raise ValueError(
                     f"{self.topic}/{self.queue_id}: offset {queue_offset} does not follow "
-                    f"{self.max_offset - 1}"
+                    f"{max_offset - 1}"
                 )
             self._drop_files()  # the first message the log still holds
-            self.min_offset = queue_offset
-        if not self._files or self.max_offset - self._files[-1] >= self.file_entries:
+            self.min_offset = max_offset = queue_offset
+        if not self._files or max_offset - self._files[-1] >= self.file_entries:
             self._roll()
         self._entries += ENTRY.pack(physical_offset, size, tags_code)
         self.dispatched_bytes += size

@@ -34,7 +34,6 @@ import trio
 
 from raftmq.broker.store.commitlog import (
     TRANSACTIONS_WITHOUT_QUEUE_OFFSET,
-    DispatchRequest,
     DLedgerCommitLog,
 )
 from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue, ConsumeQueueTable
@@ -60,6 +59,7 @@ MAX_PULL_MESSAGES = 32  # RocketMQ's maxTransferCountOnMessageInMemory
 MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 # TOTALSIZE, MAGICCODE, then PHYSICALOFFSET at 28: enough to tell a record's start
 _RECORD_HEAD = struct.Struct(">ii20xq")
+_TRANSACTION_MASK = codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE  # both transaction bits
 
 
 def checkpoint_interval_s(took_s: float) -> float:
@@ -378,10 +378,10 @@ class MessageStore:
         touched = set()
         known = len(self.queues.queues)
         try:
-            for index, request in self.commitlog.scan(first, last):
-                if request is not None:  # an OSError (a full disk) leaves it to the next call
-                    self._dispatch(request)
-                    touched.add((request.topic, request.queue_id))
+            for index, fields in self.commitlog.scan_fields(first, last):
+                if fields is not None:  # an OSError (a full disk) leaves it to the next call
+                    self._dispatch(*fields)
+                    touched.add(fields[:2])  # (topic, queue id)
                 self.dispatched_index = index
                 if len(self.queues.queues) - known >= NEW_QUEUES_PER_STEP:
                     break  # the next step goes on from here once others have run
@@ -399,34 +399,46 @@ class MessageStore:
             if event is not None:
                 event.set()
 
-    def _dispatch(self, request: DispatchRequest) -> None:
-        transaction = codec.MessageSysFlag.get_transaction_value(request.sysflag)
+    def _dispatch(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        size: int,
+        sysflag: int,
+        tags_code: int,
+        store_timestamp: int,
+        uniq_key: str,
+        keys: str,
+    ) -> None:
+        """One committed message (a DispatchRequest's fields, passed as arguments: no
+        object per message) into its ConsumeQueue and the key index."""
+        transaction = sysflag & _TRANSACTION_MASK
         index = self.index
         if (
             index is not None
-            and (request.uniq_key or request.keys)
+            and (uniq_key or keys)
             and transaction != codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
         ):
-            keys = [request.uniq_key, *request.keys.split(" ")]  # buildIndex's order
-            index.dispatch(request.topic, request.physical_offset, request.store_timestamp, keys)
+            index.dispatch(topic, physical_offset, store_timestamp, [uniq_key, *keys.split(" ")])
         if transaction in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
             return
-        queue = self.queues.find_or_create(request.topic, request.queue_id)
-        if request.queue_offset < queue.max_offset and len(queue):
+        queue = self.queues.queues.get((topic, queue_id))
+        if queue is None:
+            queue = self.queues.find_or_create(topic, queue_id)
+        if queue_offset < queue.max_offset and len(queue):
             return  # dispatched before a restart
-        tags = request.tags_code
-        if request.topic == SCHEDULE_TOPIC:
-            level = min(request.queue_id, len(self.delay_levels_ms) - 1)
-            tags = request.store_timestamp + self.delay_levels_ms[level]
+        if topic == SCHEDULE_TOPIC:
+            level = min(queue_id, len(self.delay_levels_ms) - 1)
+            tags_code = store_timestamp + self.delay_levels_ms[level]
         try:
-            queue.append(request.queue_offset, request.physical_offset, request.size, tags)
+            queue.append(queue_offset, physical_offset, size, tags_code)
         except ValueError as exc:
             log.error("dispatch: %s", exc)
             return
-        if request.topic == META_TOPIC:
-            self._apply_meta(
-                self.commitlog.read(request.physical_offset, request.size), request.queue_offset
-            )
+        if topic == META_TOPIC:
+            self._apply_meta(self.commitlog.read(physical_offset, size), queue_offset)
             self._meta_applied.set()
             self._meta_applied = trio.Event()
 

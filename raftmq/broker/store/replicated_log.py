@@ -29,10 +29,10 @@ class LogEntries(Protocol):
     """The log's entries as this replica holds them (a `dledger.store.base.LogStore`)."""
 
     begin_index: int  # the first entry held (retention, or a reset, moves it up)
-    # Called as hook(body_pos, body) -> body of the same length for every entry a
-    # leader places, before its bytes are written: the CommitLog writes the message's
-    # physical and queue offsets into the record there.
-    append_hook: Callable[[int, bytes], bytes] | None
+    # Called as hook(body_positions, bodies) -> bodies of the same lengths for the
+    # entries of each leader append, before their bytes are written: the CommitLog
+    # writes the messages' physical and queue offsets into the records there.
+    append_hook: Callable[[list[int], list[bytes]], list[bytes]] | None
 
     @property
     def end_index(self) -> int:
@@ -100,3 +100,7 @@ class CommitLog(Protocol):
 
     def scan(self, first: int, last: int) -> Iterator[tuple[int, object]]:
         """(index, DispatchRequest or None) for the log's entries first..last."""
+
+    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
+        """`scan` with each DispatchRequest's fields as a tuple (what the dispatcher reads:
+        no object built per message)."""

@@ -83,6 +83,9 @@ class _SimFile:
             cut = rng.randint(low, high)
         return now[:cut] + self.durable[cut:]
 
+    def write(self, offset: int, data) -> None:
+        self.map[offset : offset + len(data)] = data
+
     def nonzero_end(self, start: int, end: int) -> int:
         stripped = len(self.map[start:end].rstrip(b"\0"))
         return start + stripped

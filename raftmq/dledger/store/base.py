@@ -20,6 +20,8 @@ from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.entry import Entry
 from raftmq.hotpath import compiled_or
 
+NORMAL = EntryType.NORMAL
+
 
 class InconsistentAppend(ValueError):
     """A follower was asked to append entries that do not continue its log."""
@@ -141,11 +143,12 @@ class LogStore(abc.ABC):
     end_pos: int
     end_chain: int
     generation: int
-    # Called as hook(body_pos, body) -> body of the same length for every NORMAL entry a
-    # leader appends, once its position is known and before its bytes are written:
-    # DLedger's AppendHook, through which RocketMQ writes a message's physical offset
-    # (entry pos + 48) into the message itself. Followers store the leader's bytes.
-    append_hook: Callable[[int, bytes], bytes] | None = None
+    # Called as hook(body_positions, bodies) -> bodies, each of the same length, for the
+    # NORMAL entries of each leader append, once their positions are known and before
+    # their bytes are written: DLedger's AppendHook (one call per append instead of per
+    # entry), through which RocketMQ writes a message's physical offset (entry pos + 48)
+    # into the message itself. Followers store the leader's bytes.
+    append_hook: Callable[[list[int], list[bytes]], list[bytes]] | None = None
     # Set by `close()`. The log's owner closes it on the way out, also after a disk
     # failure, while other tasks may still be unwinding: they check this rather than
     # read from a store whose files are gone.
@@ -184,6 +187,30 @@ class LogStore(abc.ABC):
         Returns at least one entry, then more while the total stays within
         `max_bytes` (and, for a file store, within one segment).
         """
+
+    def _hooked_bodies(
+        self, items: list[tuple[EntryType, bytes]], positions: list[int]
+    ) -> list[bytes]:
+        """The bodies of `items` (entries at `positions`) as a leader writes them: the
+        NORMAL ones through `append_hook`, in one call."""
+        bodies = [body for _type, body in items]
+        hook = self.append_hook
+        if hook is None:
+            return bodies
+        normal = [k for k, (entry_type, _body) in enumerate(items) if entry_type == NORMAL]
+        if len(normal) == len(items):  # the common case: a batch of messages
+            hooked = hook([pos + codec.HEADER_SIZE for pos in positions], bodies)
+        else:
+            hooked = hook(
+                [positions[k] + codec.HEADER_SIZE for k in normal], [bodies[k] for k in normal]
+            )
+            for k, body in zip(normal, hooked, strict=True):
+                bodies[k] = body
+            hooked = bodies
+        assert len(hooked) == len(bodies) and list(map(len, hooked)) == list(map(len, bodies)), (
+            "the append hook changed the number or lengths of the bodies"
+        )
+        return hooked
 
     @abc.abstractmethod
     def append_leader(

@@ -17,6 +17,7 @@ sits at index-file offset 32*i.
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import attrs
@@ -72,8 +73,27 @@ def encode(
     return prefix + tail + body, chain
 
 
-# `encode`, compiled where the build allows (raftmq.hotpath): what the leader's append runs.
+# `encode`, compiled where the build allows (raftmq.hotpath): the memory store's append.
 ENCODE = compiled_or("encode_entry", encode)
+
+
+def encode_entries(
+    entry_type: int, bodies: list, index: int, term: int, pos: int, prev_chain: int
+) -> tuple[bytes, bytes, int]:
+    """Entries of one type from `index` on, back to back from `pos` (the caller keeps
+    them in one segment): (their bytes, their index entries, the last chainCrc).
+    Compiled where the build allows (ENCODE_ENTRIES): the file store's leader append."""
+    parts, index_parts = [], []
+    for body in bodies:
+        blob, prev_chain = encode(entry_type, index, term, pos, body, prev_chain)
+        parts.append(blob)
+        index_parts.append(INDEX_ENTRY.pack(entry_type, pos, len(blob), index, term))
+        index += 1
+        pos += len(blob)
+    return b"".join(parts), b"".join(index_parts), prev_chain
+
+
+ENCODE_ENTRIES = compiled_or("encode_entries", encode_entries)
 
 
 def check(buf, offset: int, prev_chain: int | None) -> tuple[int, int, int, int, int]:
@@ -130,6 +150,35 @@ def iter_entries(blob):
             raise CorruptEntry(f"size {size} below the header size at offset {offset}")
         yield offset, magic, size, index, term, pos, chain
         offset += size
+
+
+def places(end_pos: int, sizes: list[int], segment_size: int) -> list[int]:
+    """Where entries of `sizes` bytes go, one after another, when the log ends at
+    `end_pos` (`place` for each): back to back, without placing each one, when they
+    all fit in the rest of the current segment (the common case)."""
+    positions = list(itertools.accumulate(sizes, initial=end_pos))
+    if positions[-1] - end_pos + MIN_BLANK_SIZE <= segment_size - end_pos % segment_size:
+        del positions[-1]
+        return positions
+    positions = []
+    for size in sizes:
+        pos = place(end_pos, size, segment_size)
+        positions.append(pos)
+        end_pos = pos + size
+    return positions
+
+
+def index_entries(blob) -> bytes:
+    """The index entries of the entries in `blob`, as `iter_entries` walks them (and
+    with its errors): what a follower writes to the index file for a validated push.
+    Compiled where the build allows (INDEX_ENTRIES)."""
+    return b"".join(
+        INDEX_ENTRY.pack(magic, pos, size, index, term)
+        for _o, magic, size, index, term, pos, _c in iter_entries(blob)
+    )
+
+
+INDEX_ENTRIES = compiled_or("index_entries", index_entries)
 
 
 def place(end_pos: int, size: int, segment_size: int) -> int:

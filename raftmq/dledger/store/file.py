@@ -77,7 +77,6 @@ FOREIGN_STRIKES = 3  # refusals of a foreign entry 0 in a row before ForeignLog
 _BLANK_HEADER = codec.BLANK_HEADER
 _HEADER_SIZE = codec.HEADER_SIZE
 _CHAIN = struct.Struct(">I")
-_INDEX_BATCH = 256  # index entries unpacked per slice when walking the index
 _DEFAULT_INDEX_SEGMENT_BYTES = INDEX_SIZE * 5 * 1024 * 1024
 
 
@@ -175,18 +174,6 @@ class FileLogStore(LogStore):
         seg = self._index[byte - byte % self.index_segment_size]
         return INDEX.unpack_from(seg.map, byte - seg.start)
 
-    def _index_entries(self, first: int, last: int):
-        """Index entries first..last, unpacked a slice at a time."""
-        isz = self.index_segment_size
-        i = first
-        while i <= last:
-            byte = INDEX_SIZE * i
-            seg = self._index[byte - byte % isz]
-            off = byte - seg.start
-            n = min(last - i + 1, _INDEX_BATCH, (isz - off) // INDEX_SIZE)
-            yield from INDEX.iter_unpack(seg.map[off : off + n * INDEX_SIZE])
-            i += n
-
     def term_at(self, index: int) -> int:
         if index == self.begin_index - 1:
             return self._before_term
@@ -229,19 +216,20 @@ class FileLogStore(LogStore):
 
     def read_encoded(self, index: int, max_bytes: int) -> tuple[bytes, int]:
         self._check_range(index)
-        _m, pos, size, _i, _t = self._index_entry(index)
-        total, count, next_pos = size, 1, pos + size
-        if index < self.end_index:
-            for _m, e_pos, e_size, _i, _t in self._index_entries(index + 1, self.end_index):
-                # a different pos means the next entry rolled to the next segment
-                if e_pos != next_pos or total + e_size > max_bytes:
-                    break
-                total += e_size
-                next_pos += e_size
-                count += 1
+        _m, pos, _size, _i, _t = self._index_entry(index)
         seg = self._data[pos - pos % self.segment_size]
+        # Entries lie back to back within a segment, so the span is the entries up to
+        # the last that ends by `limit`: a binary search over the index, not a walk.
+        limit = min(pos + max_bytes, seg.start + self.segment_size)
+
+        def past(i: int) -> bool:
+            _m, e_pos, e_size, _i, _t = self._index_entry(i)
+            return e_pos + e_size > limit
+
+        last = index + bisect.bisect_left(range(index + 1, self.end_index + 1), True, key=past)
+        _m, last_pos, last_size, _i, _t = self._index_entry(last)
         off = pos - seg.start
-        return seg.map[off : off + total], count
+        return seg.map[off : off + last_pos + last_size - pos], last - index + 1
 
     # ---------------------------------------------------------------------------- writes
     def _data_segment(self, start: int) -> Segment:
@@ -262,19 +250,6 @@ class FileLogStore(LogStore):
             self._index[start] = seg
             self._commit.dirs_dirty = True
         return seg
-
-    def _last_pos(self, items: list[tuple[EntryType, bytes]]) -> int:
-        """Where the last of `items` goes when appended now; without placing each one
-        when they all fit in the rest of the current segment (the common case)."""
-        sizes = [_HEADER_SIZE + len(body) for _type, body in items]
-        room = self.segment_size - self.end_pos % self.segment_size
-        if sum(sizes) + codec.MIN_BLANK_SIZE <= room:
-            return self.end_pos + sum(sizes) - sizes[-1]
-        pos = end_pos = self.end_pos
-        for size in sizes:
-            pos = codec.place(end_pos, size, self.segment_size)
-            end_pos = pos + size
-        return pos
 
     def _reserve(self, first_index: int, count: int, last_pos: int) -> None:
         """Open every data and index segment an append of `count` entries from
@@ -297,7 +272,7 @@ class FileLogStore(LogStore):
         seg = self._data_segment(pos - pos % self.segment_size)
         off = pos - seg.start
         end = off + len(data)
-        seg.map[off:end] = data
+        seg.file.write(off, data)
         if end > seg.written_bytes:
             seg.written_bytes = end
         self._commit.dirty_data.add(seg.start)
@@ -316,7 +291,7 @@ class FileLogStore(LogStore):
             seg = self._index_segment(byte - byte % isz)
             off = byte - seg.start
             n = min(len(view), isz - off)
-            seg.map[off : off + n] = view[:n]
+            seg.file.write(off, view[:n])
             self._commit.dirty_index.add(seg.start)
             view = view[n:]
             byte += n
@@ -335,40 +310,50 @@ class FileLogStore(LogStore):
             return []
         if term < self.end_term:
             raise InconsistentAppend(f"term {term} below the log's end term {self.end_term}")
-        seg_size = self.segment_size
-        hook = self.append_hook
-        first = index = self.end_index + 1
-        end_pos, chain = self.end_pos, self.end_chain
-        self._reserve(first, len(items), self._last_pos(items))
-        placed = []
-        groups = []  # (pos, parts): one contiguous write per segment touched
-        group_pos, parts = end_pos, []
+        first = self.end_index + 1
+        sizes = [_HEADER_SIZE + len(body) for _type, body in items]
+        positions = codec.places(self.end_pos, sizes, self.segment_size)
+        self._reserve(first, len(items), positions[-1])
+        bodies = self._hooked_bodies(items, positions)
+        chain, write_pos = self.end_chain, self.end_pos
         index_parts = []
-        for entry_type, body in items:
-            size = _HEADER_SIZE + len(body)
-            pos = codec.place(end_pos, size, seg_size)
-            if pos != end_pos:
-                remaining = seg_size - end_pos % seg_size
-                if remaining >= codec.MIN_BLANK_SIZE:
-                    parts.append(_BLANK_HEADER.pack(BLANK, remaining))
-                groups.append((group_pos, parts))
-                group_pos, parts = pos, []
-            if hook is not None and entry_type == EntryType.NORMAL:
-                body = hook(pos + _HEADER_SIZE, body)
-            blob, chain = codec.ENCODE(entry_type, index, term, pos, body, chain)
-            parts.append(blob)
-            index_parts.append(INDEX.pack(entry_type, pos, size, index, term))
-            placed.append((index, pos))
-            index += 1
-            end_pos = pos + size
-        groups.append((group_pos, parts))
-        for pos, group in groups:
-            if group:
-                self._write_data(pos, b"".join(group))
+        for lo, hi in self._runs(items, positions):
+            pos = positions[lo]
+            if pos != write_pos:
+                self._write_blank(write_pos)
+            blob, index_bytes, chain = codec.ENCODE_ENTRIES(
+                items[lo][0], bodies[lo:hi], first + lo, term, pos, chain
+            )
+            assert len(blob) == sum(sizes[lo:hi]), "an entry's size changed in the hook"
+            self._write_data(pos, blob)
+            index_parts.append(index_bytes)
+            write_pos = pos + len(blob)
         self._write_index(first, b"".join(index_parts))
         self._add_runs(first, (term,))
-        self._extend(first, index - 1, term, end_pos, chain)
-        return placed
+        self._extend(first, first + len(items) - 1, term, write_pos, chain)
+        return list(zip(range(first, first + len(items)), positions, strict=True))
+
+    def _runs(self, items: list[tuple[EntryType, bytes]], positions: list[int]):
+        """[lo, hi) ranges of `items` that are encoded and written as one: entries of one
+        type, back to back in one segment. Ordinarily the whole batch is one run."""
+        seg_size = self.segment_size
+        types = [entry_type for entry_type, _body in items]
+        first_pos, last_pos = positions[0], positions[-1]
+        if (
+            types.count(types[0]) == len(types)
+            and first_pos - first_pos % seg_size == last_pos - last_pos % seg_size
+        ):
+            return [(0, len(items))]
+        runs = []
+        lo = 0
+        for k in range(1, len(items)):
+            if types[k] != types[lo] or positions[k] - positions[k] % seg_size != (
+                positions[lo] - positions[lo] % seg_size
+            ):
+                runs.append((lo, k))
+                lo = k
+        runs.append((lo, len(items)))
+        return runs
 
     def append_encoded(self, blob: bytes) -> int:
         self._check_open()
@@ -383,27 +368,37 @@ class FileLogStore(LogStore):
             raise
         if not staged:
             return 0
-        self._reserve(staged[0][3], len(staged), staged[-1][5])
+        first_offset, _t, _s, first_index, first_term, first_pos, _c = staged[0]
+        last_offset, _t, last_size, last_index, last_term, last_pos, last_chain = staged[-1]
+        self._reserve(first_index, len(staged), last_pos)
         view = memoryview(blob)
-        group_start = staged[0][0]
-        group_pos = staged[0][5]
         prev_end = self.end_pos
-        if group_pos != prev_end:
+        if first_pos != prev_end:
             self._write_blank(prev_end)
-        index_parts = []
-        for offset, e_type, size, e_index, e_term, e_pos, _c in staged:
-            if e_pos != prev_end and offset != group_start:
+        if last_pos - first_pos == last_offset - first_offset:  # one segment: one write
+            self._write_data(first_pos, view[first_offset : last_offset + last_size])
+        else:
+            self._write_spans(view, staged)
+        self._write_index(first_index, codec.INDEX_ENTRIES(blob))
+        self._add_runs(
+            first_index, (first_term,) if first_term == last_term else (s[4] for s in staged)
+        )
+        self._extend(first_index, last_index, last_term, last_pos + last_size, last_chain)
+        return len(staged)
+
+    def _write_spans(self, view: memoryview, staged: list[tuple]) -> None:
+        """Write validated entries that roll over to a new segment: one write per segment,
+        and a BLANK marker after the entries of each segment but the last."""
+        group_start, group_pos = staged[0][0], staged[0][5]
+        prev_end = group_pos
+        for offset, _t, size, _i, _term, e_pos, _c in staged:
+            if e_pos != prev_end:
                 self._write_data(group_pos, view[group_start:offset])
                 self._write_blank(prev_end)
                 group_start, group_pos = offset, e_pos
-            index_parts.append(INDEX.pack(e_type, e_pos, size, e_index, e_term))
             prev_end = e_pos + size
-        last_offset, _t, last_size, last_index, last_term, last_pos, last_chain = staged[-1]
+        last_offset, _t, last_size, _i, _term, _p, _c = staged[-1]
         self._write_data(group_pos, view[group_start : last_offset + last_size])
-        self._write_index(staged[0][3], b"".join(index_parts))
-        self._add_runs(staged[0][3], (s[4] for s in staged))
-        self._extend(staged[0][3], last_index, last_term, last_pos + last_size, last_chain)
-        return len(staged)
 
     def _note_foreign_beginning(self, blob, chain: int | None) -> None:
         """Raise ForeignLog once the leader's entry 0 has been refused for a foreign

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import bisect
 
-from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import VALIDATE_CONTINUATION, LogStore, SyncPlan
 
@@ -86,19 +85,19 @@ class MemoryLogStore(LogStore):
 
     # -- writes --------------------------------------------------------------------------
     def append_leader(self, term, items):
-        placed = []
-        index, end_pos, chain = self.end_index + 1, self.end_pos, self.end_chain
-        for entry_type, body in items:
-            pos = codec.place(end_pos, codec.HEADER_SIZE + len(body), self.segment_size)
-            if self.append_hook is not None and entry_type == EntryType.NORMAL:
-                body = self.append_hook(pos + codec.HEADER_SIZE, body)
+        if not items:
+            return []
+        first = index = self.end_index + 1
+        chain = self.end_chain
+        sizes = [codec.HEADER_SIZE + len(body) for _type, body in items]
+        positions = codec.places(self.end_pos, sizes, self.segment_size)
+        bodies = self._hooked_bodies(items, positions)
+        for (entry_type, _body), body, pos in zip(items, bodies, positions, strict=True):
             blob, chain = codec.ENCODE(entry_type, index, term, pos, body, chain)
             self._encoded.append(blob)
             self._meta.append((term, pos, chain))
-            placed.append((index, pos))
             index += 1
-            end_pos = pos + len(blob)
-        return placed
+        return list(zip(range(first, index), positions, strict=True))
 
     def append_encoded(self, blob: bytes) -> int:
         chain = self.end_chain if self._meta or self._before_chain is not None else None
