@@ -189,7 +189,11 @@ class BrokerModel:
         replica = node.replica
         if broker.master_term is not None and not broker.is_master:
             broker.master_term = None
-        elif broker.master_term is None and replica.role is Role.LEADER and store.caught_up():
+        elif (
+            broker.master_term is None
+            and replica.holds_lease(self.cluster.now)
+            and store.caught_up()
+        ):
             store.take_over_offsets()
             broker.master_term = replica.term
             self.masters += 1

@@ -139,6 +139,26 @@ def test_beats_answered_by_strangers_do_not_hold_a_leaders_lease():
     assert r.role is not Role.LEADER
 
 
+@pytest.mark.parametrize("late", [False, True])
+def test_answers_read_after_a_pause_renew_no_lease(late):
+    """A leader stopped for longer than its lease reads, on waking, its followers'
+    answers to the beats it sent before: they prove nothing about now (a newer leader
+    may have been elected meanwhile), so they do not renew the lease. Read in time,
+    the same answers do."""
+    r = elected_leader()
+    now = 1001.0
+    while not (beats := [m for m in r.take_output().messages if isinstance(m, HeartBeatRequest)]):
+        now = r.next_deadline_ms()
+        r.tick(now)
+    woke = now + (10 * r.lease_ms if late else 1.0)
+    for beat in beats:
+        answer = HeartBeatResponse(GROUP, beat.remote_id, "n0", "n0", r.term, Code.SUCCESS)
+        r.receive(attrs.evolve(answer, seq=beat.seq), woke)
+    assert r.holds_lease(woke) is not late
+    r.tick(woke)
+    assert (r.role is Role.LEADER) is not late
+
+
 def elected_leader() -> Replica:
     """n0, just elected leader of the 3-peer group with n1's vote, holding 0..2 of term 1."""
     r = make_replica("n0", term=1, log_terms=(1, 1, 1))

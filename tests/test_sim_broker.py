@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, note, settings
 
 from jepsen.sim_broker import run_broker
-from raftmq.dledger.sim.cluster import Variant
+from raftmq.dledger.sim.cluster import NetworkConditions, Variant
 from raftmq.dledger.sim.schedule import Fault, Schedule
 from tests.helpers import SIM_SEEDS, majority_power_cut, schedules
 
@@ -36,6 +36,18 @@ def test_three_brokers_keep_messages_and_offsets(schedule, seed):
 @given(schedules(5), SIM_SEEDS)
 def test_five_brokers_keep_messages_and_offsets(schedule, seed):
     note(summary(run_broker(schedule, seed)))
+
+
+def test_a_leader_resumed_after_a_newer_one_committed_does_not_become_master():
+    """n1 leads term 0, appends its NOOP and stops before reading the acknowledgments;
+    n3 leads term 1 and commits sends. Resumed at the end, n1 read those old answers
+    (its NOOP commits, its log is caught up) and, counting them as heard now, held a
+    lease and became a master missing every acknowledged message. Found by hypothesis."""
+    faults = (Fault(0.0, "heal", (0,)), Fault(70.0, "pause", (1,)), Fault(0.0, "heal", (0,)))
+    conditions = NetworkConditions(drop=0.0, duplicate=0.0, min_delay_ms=0.1, max_delay_ms=20.0)
+    schedule = Schedule(5, faults, conditions, hard_state_fsync_ms=(1.0, 10.0))
+    model = run_broker(schedule, 4729)
+    assert model.acked, summary(model)
 
 
 def test_a_quiet_run_checks_real_traffic():

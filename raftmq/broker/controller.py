@@ -409,7 +409,7 @@ class BrokerController:
         while True:
             if replica.role is not Role.LEADER or replica.term != term:
                 return  # lost it meanwhile; the next event decides
-            if store.caught_up():
+            if store.caught_up() and replica.holds_lease(self.dledger.now_ms()):
                 break
             await store.wait_dispatch(0.05)
         store.take_over_offsets()

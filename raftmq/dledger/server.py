@@ -211,7 +211,9 @@ class DLedgerServer:
         self.client_appends = client_appends
         self.store, self.term_vote, self.checkpoint = open_store(config)
         term, vote = self.term_vote.load()
-        self.replica = Replica(config, self.store, rng or random.Random(), term, vote, self._now())
+        self.replica = Replica(
+            config, self.store, rng or random.Random(), term, vote, self.now_ms()
+        )
         self._handoff = Handoff(self.replica, _Effects(self))
         self.transport = PeerTransport(
             config.self_id,
@@ -246,7 +248,8 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ running
     @staticmethod
-    def _now() -> float:
+    def now_ms() -> float:
+        """The replica's clock (trio's, in ms): what its deadlines and lease are in."""
         return trio.current_time() * 1000.0
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -299,7 +302,7 @@ class DLedgerServer:
     def retention_floor(self) -> int:
         """The lowest index retention may not delete past (see Replica.retention_floor)."""
         keep_ms = self.config.file_reserved_hours * 3600_000.0
-        floor = self.replica.retention_floor(self._now(), keep_ms)
+        floor = self.replica.retention_floor(self.now_ms(), keep_ms)
         return min([floor, *(limit() for limit in self._retention_limits)])
 
     @property
@@ -365,7 +368,7 @@ class DLedgerServer:
     async def transfer_leadership(self, transferee: str) -> None:
         waiter = _Waiter()
         handle = self._new_handle(waiter)
-        code = self.replica.transfer_leadership(handle, transferee, self._now())
+        code = self.replica.transfer_leadership(handle, transferee, self.now_ms())
         self._process()
         if code is not Code.SUCCESS:
             self._callbacks.pop(handle, None)
@@ -392,11 +395,11 @@ class DLedgerServer:
             return
         if stages.ON:
             stages.mark(f"receive {type(msg).__name__}")
-        self.replica.receive(msg, self._now())
+        self.replica.receive(msg, self.now_ms())
         self._process()
 
     def _on_send_failed(self, msg) -> None:
-        self.replica.send_failed(msg, self._now())
+        self.replica.send_failed(msg, self.now_ms())
         self._process()
 
     async def _append_loop(self) -> None:
@@ -409,7 +412,7 @@ class DLedgerServer:
     def _append_now(self, queue: list[tuple[int, list[bytes]]]) -> None:
         if stages.ON:
             stages.mark("append started")
-        codes = self.replica.append_batch(queue, self._now())
+        codes = self.replica.append_batch(queue, self.now_ms())
         for (handle, _bodies), code in zip(queue, codes, strict=True):
             if code is not Code.SUCCESS:
                 self._complete(handle, code, None)
@@ -423,7 +426,7 @@ class DLedgerServer:
                 await self._deadline_moved.wait()
                 self._deadline_moved = trio.Event()
                 continue
-            self.replica.tick(self._now())
+            self.replica.tick(self.now_ms())
             self._process()
 
     # ------------------------------------------------------------------ effects out of the core
@@ -517,7 +520,7 @@ class DLedgerServer:
                 if exc.errno not in NO_ROOM:
                     raise
                 await until_room(lambda: self._record_synced, what="while recording synced lengths")
-            self.replica.persisted(plan.end_index, plan.generation, self._now())
+            self.replica.persisted(plan.end_index, plan.generation, self.now_ms())
             self._process()
             if self._sync_wanted:
                 self._want_sync()
@@ -595,7 +598,7 @@ class DLedgerServer:
                 else:
                     log.warning("disk space OK: %.1f%% in use; taking appends", ratio * 100)
             if full != self.replica.disk_full:
-                self.replica.set_disk_full(full, self._now())
+                self.replica.set_disk_full(full, self.now_ms())
                 self._process()
             if ratio > config.disk_space_ratio_to_check_expired:
                 self._retention_due.set()

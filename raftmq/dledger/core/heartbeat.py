@@ -4,7 +4,9 @@ DLedger's heartbeat checks run in its order (UNKNOWN_MEMBER, UNEXPECTED_MEMBER,
 EXPIRED_TERM, SUCCESS / follow, INCONSISTENT_LEADER, TERM_NOT_READY) and pushes go
 through the same checks. The lease is `maxHeartBeatLeak` beats (`Replica.lease_ms`):
 a follower that hears no leader for that long campaigns, and a leader that has not
-heard a quorum for that long steps down.
+heard a quorum for that long steps down. A leader counts a peer as heard from the time
+the beat it answers was sent (DLedger counts the time the answer arrives), so answers
+read late, after the leader was stopped for longer than a lease, renew nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ class Heartbeats:
         self.last_send_heartbeat_ms = now
         seq = self._next_seq()
         self._hb_round = HeartbeatRound(seq, now + max(1, self.config.heartbeat_interval_ms - 10))
+        # An answer can extend the lease only from when its beat left: beats older than a
+        # lease could not extend it past now, so they are forgotten.
+        sent = self._beats_sent_ms
+        for old_seq in [s for s, at in sent.items() if at < now - self.lease_ms]:
+            del sent[old_seq]
+        sent[seq] = now
         for peer in self.peers:
             self._send(
                 HeartBeatRequest(
@@ -72,6 +80,17 @@ class Heartbeats:
         heard = sorted(self.last_ack_ms.values(), reverse=True)
         return math.nextafter(heard[needed - 1] + self.lease_ms, math.inf)
 
+    def holds_lease(self, now: float) -> bool:
+        """Whether this replica leads with its lease at `now`: DLedger's step-down rule
+        read before a tick may have applied it. A leader stopped for longer than the
+        lease (SIGSTOP, a VM pause) and then resumed is still LEADER until its timers
+        run, while a newer leader may have committed meanwhile: it must not act as
+        one (a broker must not become master) until a quorum has answered again."""
+        if self.role is not Role.LEADER:
+            return False
+        expiry = self._lease_expiry_ms()
+        return expiry is None or now < expiry
+
     def _lose_lease(self, now: float) -> None:
         self._change_to_candidate(self.term, now)
 
@@ -82,7 +101,13 @@ class Heartbeats:
             self._change_to_candidate(resp.term, now)
             return
         if resp.term == self.term and resp.code == Code.SUCCESS:
-            self.last_ack_ms[resp.local_id] = now
+            # The answer proves the peer followed us when the beat left, not when the
+            # answer is read: a leader stopped (SIGSTOP, a VM pause) reads answers queued
+            # meanwhile, and they must not renew a lease a newer leader may have taken.
+            sent_ms = self._beats_sent_ms.get(resp.seq)
+            if sent_ms is not None:
+                heard = self.last_ack_ms.get(resp.local_id, float("-inf"))
+                self.last_ack_ms[resp.local_id] = max(heard, sent_ms)
             prog = self.progress.get(resp.local_id)
             if prog is not None and prog.resume():
                 self._replicate(resp.local_id, prog, now)

@@ -96,7 +96,9 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self.last_leader_heartbeat_ms = now_ms
         # leader
         self.progress: dict[str, Progress] = {}
-        self.last_ack_ms: dict[str, float] = {}  # any current-term answer from a peer
+        # when each peer last answered a beat of this leader's term: the beat's send time
+        self.last_ack_ms: dict[str, float] = {}
+        self._beats_sent_ms: dict[int, float] = {}  # seq -> send time, for a lease's span
         self._hb_round: HeartbeatRound | None = None
         self.last_send_heartbeat_ms = float("-inf")
         self._pending = PendingAppends()

@@ -129,8 +129,6 @@ class LeaderReplication:
             return
         if resp.term != self.term:
             return
-        if resp.code == Code.SUCCESS:
-            self.last_ack_ms[resp.local_id] = now
         if resp.type == PushType.APPEND:
             if not prog.inflight.free(resp.seq):
                 return
