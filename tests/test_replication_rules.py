@@ -377,13 +377,13 @@ def test_async_flush_follower_acknowledges_an_append_at_once():
 # ---------------------------------------------------------------- TRUNCATE (§3.3)
 
 
-def truncate_push(pre, pre_term, term_runs, leader_end, commit=-1):
+def truncate_push(pre, pre_term, term_runs, leader_end, commit=-1, term=1):
     return PushRequest(
         GROUP,
         "n0",
         "n1",
         "n0",
-        1,
+        term,
         PushType.TRUNCATE,
         pre,
         pre_term,
@@ -440,15 +440,31 @@ def test_truncate_of_a_follower_that_is_a_prefix_of_the_leader_removes_nothing()
     assert store.end_index == 2 and store.generation == generation  # nothing cut
 
 
-def test_truncate_removes_entries_past_the_leaders_end():
+def test_truncate_removes_entries_of_an_older_term_past_the_leaders_end():
+    store = filled_store([1, 1, 1, 1])
+    r = make_replica("n1", term=2, store=store)
+    r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 2, seq=1), 0.0)
+    r.take_output()
+    r.receive(truncate_push(0, 1, [(1, 1)], 1, term=2), 1.0)
+    [resp] = push_responses(r.take_output())
+    assert resp.code == Code.SUCCESS and resp.index == 1
+    assert store.end_index == 1
+
+
+def test_a_late_truncate_keeps_what_its_leader_appended_since():
+    """A TRUNCATE delayed behind the APPEND that followed it: the entries past the end
+    it names are of its leader's term, so that leader wrote them after it sent the
+    TRUNCATE. Cutting them (once acknowledged, the leader never sends them again) left
+    a follower waiting for a gap forever in a 5-broker simulation with reordering."""
     store = filled_store([1, 1, 1, 1])
     r = make_replica("n1", term=1, store=store)
     r.receive(HeartBeatRequest(GROUP, "n0", "n1", "n0", 1, seq=1), 0.0)
     r.take_output()
+    generation = store.generation
     r.receive(truncate_push(0, 1, [(1, 1)], 1), 1.0)
     [resp] = push_responses(r.take_output())
-    assert resp.code == Code.SUCCESS and resp.index == 1
-    assert store.end_index == 1
+    assert resp.code == Code.SUCCESS and resp.index == 3
+    assert store.end_index == 3 and store.generation == generation
 
 
 def test_truncate_with_a_disagreeing_pre_entry_is_inconsistent_state():

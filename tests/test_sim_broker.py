@@ -50,6 +50,15 @@ def test_a_leader_resumed_after_a_newer_one_committed_does_not_become_master():
     assert model.acked, summary(model)
 
 
+def test_a_late_truncate_leaves_no_follower_behind():
+    """Drops, duplicates and delays to 20 ms: a TRUNCATE reached n3 behind the APPEND
+    after it and cut an entry n3 had acknowledged; the leader never sent it again, and
+    n3 waited for it until the run ended. Found by hypothesis."""
+    conditions = NetworkConditions(drop=0.1, duplicate=0.1, min_delay_ms=0.1, max_delay_ms=20.0)
+    schedule = Schedule(5, (), conditions, hard_state_fsync_ms=(1.0, 10.0))
+    assert run_broker(schedule, 1957).acked
+
+
 def test_a_quiet_run_checks_real_traffic():
     """Not vacuous: without faults nearly every send is acknowledged, pulled and
     committed as an offset, and every check sees it."""

@@ -115,7 +115,7 @@ class FollowerReplication:
             store.reset(pre + 1, req.reset_pos, req.pre_log_term)
             self._after_truncation(pre)
             self._after_local_append()  # the answer waits for the new beginning to be durable
-        cut = self._first_disagreement(pre, req.term_runs, req.leader_end_index)
+        cut = self._first_disagreement(pre, req.term_runs, req.leader_end_index, req.term)
         if cut <= self.committed_index:
             self._refuse_cut(req, cut)
             return
@@ -152,9 +152,17 @@ class FollowerReplication:
         self._deferred_acks = deque(a for a in self._deferred_acks if a[0] <= new_end)
         self._out.completions.extend(self._pending.drop_lost(self._entry_term))
 
-    def _first_disagreement(self, pre: int, term_runs: list, leader_end: int) -> int:
-        """The first index after `pre` where our log leaves the leader's (whose runs are given)."""
+    def _first_disagreement(self, pre: int, term_runs: list, leader_end: int, term: int) -> int:
+        """The first index after `pre` where our log leaves the leader's (whose runs are given).
+
+        Past `leader_end` the push says nothing, and entries there of the leader's own
+        `term` came from that leader after the push left (a push can arrive late,
+        behind later APPENDs): only one leader writes a term and it never drops an
+        entry, so they are in its log — some may be acknowledged already — and stay.
+        Entries there of an older term are another leader's and go."""
         store = self.store
+        if store.end_index > leader_end and store.term_at(leader_end + 1) == term:
+            leader_end = store.end_index
         end = min(store.end_index, leader_end)
         for n, (first, term) in enumerate(term_runs):
             last = term_runs[n + 1][0] - 1 if n + 1 < len(term_runs) else leader_end
