@@ -51,6 +51,7 @@ BROKER_COLUMNS = [
     ("p99_ms", "p99 ms"),
     ("single_p50_ms", "single p50 ms"),
     ("consumed_per_s", "consumed/s"),
+    ("acked_consuming_per_s", "acked/s consuming"),
     ("e2e_p99_ms", "e2e p99 ms"),
     ("failover_ms", "failover ms"),
     ("peak_rss_mib", "RSS MiB/node"),

@@ -4,8 +4,10 @@ For each message size, against real `mqnamesrv` and `mqbroker` processes:
 - produce -> ack: SEND_MESSAGE_V2 requests, `window` in flight over a few connections,
   one message each (the pipelined individual sends of the issue's target), with
   p50/p99 ack latency;
-- produce -> consume: while that load runs, one long-polling puller per queue reads
-  from the master; the rate it consumes and the p50/p99 of (consumed - born) time;
+- produce -> consume: the same load again while one long-polling puller per queue
+  reads from the master; the rate it consumes, the p50/p99 of (consumed - born) time
+  and the rate acknowledged meanwhile (the first phase has no consumer, as NATS's run
+  has none, so the two rows measure the same work);
 - kill -9 of the master -> first acknowledged send at the new master (the probe sends
   to every live member every 5 ms, as a client that refreshes its route at once
   would), median of trials.
@@ -272,8 +274,9 @@ def generators(choice: str) -> tuple[list[str], str | None]:
 async def measure(
     size: int, duration_s: float, window: int, failover_trials: int, generator: str = GO
 ) -> dict:
-    """One row: the load phase with `generator` (GO or PYTHON) while the pullers consume,
-    a single-send phase with the same generator, RSS, then `failover_trials` kills."""
+    """One row: a load phase with `generator` (GO or PYTHON), the same load again while
+    the pullers consume, a single-send phase with the same generator, RSS, then
+    `failover_trials` kills."""
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         async with LocalCluster(tmp) as cluster:
             await cluster.create_topic(TOPIC, QUEUES)
@@ -281,29 +284,30 @@ async def measure(
             address = cluster.broker_addrs[master]
             roles = _roles(cluster, master)
             await _sends(generator, address, size, 16, 1.0)  # warm up, before the pullers
+            # Sends alone, as the NATS row measures its publisher: acked/s, latency, CPU.
+            load, cpu_figures = await _load(generator, roles, address, size, window, duration_s)
             stop = trio.Event()
             consumed: dict = {}
-            async with trio.open_nursery() as nursery:
+            async with trio.open_nursery() as nursery:  # the same load, consumed meanwhile
                 nursery.start_soon(_consume, address, stop, consumed)
-                if generator == GO:
-                    load, cpu_figures = await trio.to_thread.run_sync(
-                        _go_load, address, size, window, duration_s, roles
-                    )
-                else:
-                    load, cpu_figures = await _python_load(roles, address, size, window, duration_s)
+                consuming, consuming_cpu = await _load(
+                    generator, roles, address, size, window, duration_s
+                )
                 stop.set()
+            consumed["acked_consuming_per_s"] = consuming["acked_per_s"]
             single = await _sends(generator, address, size, 1, min(duration_s, 3.0))
             rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
             failovers = await _failover_trials(cluster, failover_trials)
     if generator == GO:
         notes = (
             f"load from the Go generator (bench/remoting_pub, {CONNECTIONS} connections); "
-            "the puller CPU is this process's, which reads from the master meanwhile"
+            "consumed/s, e2e and the puller CPU from a second load phase while this "
+            "process pulls from the master"
         )
     else:
         notes = (
             f"load from the Python generator in this process ({CONNECTIONS} connections); "
-            "its CPU includes the pullers that read from the master meanwhile"
+            "consumed/s and e2e from a second load phase while this process also pulls"
         )
     notes += f"; single-send rate {single['acked_per_s']:.0f}/s"
     if load.get("first_error"):
@@ -323,9 +327,16 @@ async def measure(
         "failover_trials_ms": [round(f) for f in failovers],
         "peak_rss_mib": max((r for r in rss if r is not None), default=None),
         **cpu.columns(cpu_figures),
-        "cpu_puller_us": cpu_figures.get("puller"),
+        "cpu_puller_us": consuming_cpu.get("puller"),
         "notes": notes,
     }
+
+
+async def _load(generator: str, roles: dict[str, int], *run) -> tuple[dict, dict[str, float]]:
+    """A measured load phase from `generator`: its figures, and CPU per message per role."""
+    if generator == GO:
+        return await trio.to_thread.run_sync(_go_load, *run, roles)
+    return await _python_load(roles, *run)
 
 
 async def _python_load(roles: dict[str, int], *run) -> tuple[dict, dict[str, float]]:

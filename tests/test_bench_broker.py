@@ -22,6 +22,7 @@ def test_the_broker_benchmark_measures_every_phase(tmp_path):
     for row in rows:
         assert row["errors"] == 0
         assert row["acked_per_s"] > 0 and row["consumed_per_s"] > 0
+        assert row["acked_consuming_per_s"] > 0  # a second phase, pulled meanwhile
         assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert row["single_p50_ms"] > 0 and row["failover_ms"] > 0
         assert row["peak_rss_mib"] > 0
