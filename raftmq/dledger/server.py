@@ -85,20 +85,22 @@ class _SyncThread:
             plan.run, lambda outcome: self._deliver(plan, outcome, started)
         )
 
-    def run_here(self, plan) -> None:
-        """Run `plan` on the loop's own thread, blocking it, and report it as `submit`
-        would (see DLedgerServer._fsync_inline for when)."""
+    @staticmethod
+    def run_here(plan) -> tuple[BaseException | None, float]:
+        """Run `plan` on the loop's own thread, blocking it (see
+        DLedgerServer._fsync_inline for when): the error it raised, and its seconds."""
         started = time.perf_counter()
         error = _error_of(plan.run)
-        self._finished(plan, error, time.perf_counter() - started)
+        return error, time.perf_counter() - started
 
     def _deliver(self, plan, result, started: float) -> None:  # on the plan's thread
         took_s = time.perf_counter() - started
         error = _error_of(result.unwrap)
         with contextlib.suppress(trio.RunFinishedError):  # the server stopped meanwhile
-            self._token.run_sync_soon(self._finished, plan, error, took_s)
+            self._token.run_sync_soon(self.report, plan, error, took_s)
 
-    def _finished(self, plan, error, took_s: float) -> None:
+    def report(self, plan, error, took_s: float) -> None:
+        """Hand a plan's outcome to the group-commit task."""
         assert self.result is None, "one plan at a time"
         self.result = (plan, error, took_s)
         self.done.set()
@@ -474,10 +476,19 @@ class DLedgerServer:
             self._plan_in_flight = True
             if stages.ON:
                 stages.mark("fsync started")
-            if self._fsync_inline(plan):
-                self._sync_thread.run_here(plan)
-            else:
+            if not self._fsync_inline(plan):
                 self._sync_thread.submit(plan)
+                return
+            error, took_s = self._sync_thread.run_here(plan)
+            if error is None and not self.config.record_synced_lengths:
+                # Reported here, not by a hop to the group-commit task: an answer that
+                # waits for this fsync (a follower's ack, the leader's commit) leaves
+                # with the effects of this step. (The hand-off holds what this makes
+                # until the output being carried out is done, so effects keep order.)
+                self._plan_in_flight = False
+                self._synced(plan, took_s)
+            else:  # an error stops the replica from its task; synced lengths may wait
+                self._sync_thread.report(plan, error, took_s)
 
     def _fsync_inline(self, plan) -> bool:
         """Whether `plan` runs on the loop's own thread, blocking it, instead of a worker.
@@ -509,21 +520,25 @@ class DLedgerServer:
                 ) from error
             if error is not None:
                 raise error
-            if stages.ON:
-                stages.mark("fsync done")
-            if plan.syncs:
-                self._fsync_seconds.observe(took_s)
-                self._last_fsync_s = took_s
             try:
                 self._record_synced()
             except OSError as exc:  # nothing is acknowledged on this fsync until it is
                 if exc.errno not in NO_ROOM:
                     raise
                 await until_room(lambda: self._record_synced, what="while recording synced lengths")
-            self.replica.persisted(plan.end_index, plan.generation, self.now_ms())
-            self._process()
-            if self._sync_wanted:
-                self._want_sync()
+            self._synced(plan, took_s)
+
+    def _synced(self, plan, took_s: float) -> None:
+        """A group commit's fsyncs completed: the entries it covers are persisted."""
+        if stages.ON:
+            stages.mark("fsync done")
+        if plan.syncs:
+            self._fsync_seconds.observe(took_s)
+            self._last_fsync_s = took_s
+        self.replica.persisted(plan.end_index, plan.generation, self.now_ms())
+        self._process()
+        if self._sync_wanted:
+            self._want_sync()
 
     async def _flush_loop(self) -> None:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""
