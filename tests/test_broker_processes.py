@@ -23,7 +23,8 @@ pytestmark = pytest.mark.processes
 
 
 async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
-    tally = await run_drill(tmp_path, messages=600, senders=8, queues=4)
+    senders = 8
+    tally = await run_drill(tmp_path, messages=600, senders=senders, queues=4)
     assert tally.new_master and tally.new_master != tally.old_master
     assert len(tally.acked) >= 550, "sends should keep succeeding across the failover"
     assert not tally.lost, f"acknowledged but never consumed: {sorted(tally.lost)[:20]}"
@@ -32,7 +33,11 @@ async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
     assert set(tally.consumed) <= set(range(600))  # nothing the producers did not send
     # consumer offsets were committed through the log and survive the failover
     assert tally.committed_offsets == tally.max_offsets
-    assert len(tally.acked) <= sum(tally.max_offsets.values()) <= tally.sent
+    # A send in flight when the master died may have reached the followers (and so the
+    # new master's log) without its answer reaching the producer, which then resends it
+    # (at least once, as RocketMQ's client does; the resend keeps its UNIQ_KEY): at most
+    # one such message per sender.
+    assert len(tally.acked) <= sum(tally.max_offsets.values()) <= tally.sent + senders
 
 
 async def test_a_second_broker_on_the_same_store_refuses_to_start(tmp_path):

@@ -275,6 +275,7 @@ class LocalCluster:
         the last (a registration carries every topic)."""
         master = await self.wait_master()
         limiter = trio.CapacityLimiter(32)
+        refused: list[str] = []
 
         async def create(client: RemotingClient, topic: str) -> None:
             ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
@@ -282,13 +283,15 @@ class LocalCluster:
                 request = RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext)
                 response = await client.invoke(request, 10.0)
             if response.code != ResponseCode.SUCCESS:
-                raise RuntimeError(f"create topic {topic}: {response.code} {response.remark}")
+                refused.append(f"create topic {topic}: {response.code} {response.remark}")
 
         address = self.broker_addrs[master]
         client = RemotingClient(address, credentials=self.credentials)
         async with client, trio.open_nursery() as nursery:
             for topic in topics:
                 nursery.start_soon(create, client, topic)
+        if refused:  # one error naming the first refusal, as a single create raises it
+            raise RuntimeError(f"{refused[0]} ({len(refused)} of {len(topics)} refused)")
         with trio.fail_after(10):
             while (
                 await self.namesrv_call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topics[-1]})
