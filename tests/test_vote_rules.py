@@ -1,6 +1,6 @@
 """DLedger's VoteRequestTest, ported: one `Replica` fed VoteRequests directly.
 
-Each test names the rule of the reference digest (/work/shared/reference/dledger.md)
+Each test names the rule of our digest of DLedger's election rules (section numbers)
 it pins down: §1.4 is the voter's `handleVote` (checks in DLedger's order, the log
 before the term), §1.3 the candidate's parse table (`VoteRound.parse`), plus our two
 documented departures: the hard state leaves with the vote, and a follower that
