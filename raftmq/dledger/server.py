@@ -476,7 +476,9 @@ class DLedgerServer:
             self._plan_in_flight = True
             if stages.ON:
                 stages.mark("fsync started")
-            if not self._fsync_inline(plan):
+            new_entries = plan.end_index - self._last_plan_end
+            self._last_plan_end = plan.end_index
+            if not self._fsync_inline(new_entries):
                 self._sync_thread.submit(plan)
                 return
             error, took_s = self._sync_thread.run_here(plan)
@@ -490,8 +492,9 @@ class DLedgerServer:
             else:  # an error stops the replica from its task; synced lengths may wait
                 self._sync_thread.report(plan, error, took_s)
 
-    def _fsync_inline(self, plan) -> bool:
-        """Whether `plan` runs on the loop's own thread, blocking it, instead of a worker.
+    def _fsync_inline(self, new_entries: int) -> bool:
+        """Whether a plan covering `new_entries` entries since the last runs on the loop's
+        own thread, blocking it, instead of a worker.
 
         On a log that is nearly idle (the plan covers few new entries: a single send),
         nothing else waits for the loop meanwhile, and the two thread hand-offs (a
@@ -500,8 +503,6 @@ class DLedgerServer:
         entries, and the loop keeps reading, appending and pushing while a worker
         fsyncs. A slow disk (the last fsync over INLINE_FSYNC_MAX_S) keeps fsyncs on
         the worker, so heartbeats and votes are answered while one is stuck."""
-        new_entries = plan.end_index - self._last_plan_end
-        self._last_plan_end = plan.end_index
         return new_entries <= INLINE_FSYNC_MAX_ENTRIES and self._last_fsync_s < INLINE_FSYNC_MAX_S
 
     async def _sync_loop(self) -> None:

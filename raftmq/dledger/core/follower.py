@@ -152,16 +152,18 @@ class FollowerReplication:
         self._deferred_acks = deque(a for a in self._deferred_acks if a[0] <= new_end)
         self._out.completions.extend(self._pending.drop_lost(self._entry_term))
 
-    def _first_disagreement(self, pre: int, term_runs: list, leader_end: int, term: int) -> int:
+    def _first_disagreement(
+        self, pre: int, term_runs: list, leader_end: int, push_term: int
+    ) -> int:
         """The first index after `pre` where our log leaves the leader's (whose runs are given).
 
         Past `leader_end` the push says nothing, and entries there of the leader's own
-        `term` came from that leader after the push left (a push can arrive late,
+        term (`push_term`) came from that leader after the push left (a push can arrive late,
         behind later APPENDs): only one leader writes a term and it never drops an
         entry, so they are in its log — some may be acknowledged already — and stay.
         Entries there of an older term are another leader's and go."""
         store = self.store
-        if store.end_index > leader_end and store.term_at(leader_end + 1) == term:
+        if store.end_index > leader_end and store.term_at(leader_end + 1) == push_term:
             leader_end = store.end_index
         end = min(store.end_index, leader_end)
         for n, (first, term) in enumerate(term_runs):
