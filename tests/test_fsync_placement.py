@@ -15,9 +15,16 @@ import time
 import trio
 
 from raftmq.client.producer import encode_batch
-from raftmq.dledger.server import INLINE_FSYNC_MAX_ENTRIES, INLINE_FSYNC_MAX_S
+from raftmq.dledger import cli as dledger_cli
+from raftmq.dledger.client import DLedgerClient
+from raftmq.dledger.codes import Code, Role
+from raftmq.dledger.net.codec import RpcCode
+from raftmq.dledger.net.rpc_client import RpcClient
+from raftmq.dledger.server import INLINE_FSYNC_MAX_ENTRIES, INLINE_FSYNC_MAX_S, DLedgerServer
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.streams.address import parse_peers
+from raftmq.tools.dledger_local import LOCAL_SEGMENT_ARGS, free_ports
 from tests.helpers import create_topic, group, wait_for
 
 
@@ -93,4 +100,54 @@ async def test_fsyncs_run_on_the_loop_for_single_sends_on_a_quick_disk(tmp_path,
         calls.clear()
         await sends(5)
         assert (slowed, True) in set(calls)
+        nursery.cancel_scope.cancel()
+
+
+async def test_appends_in_flight_together_share_fsyncs_on_a_worker(tmp_path, monkeypatch):
+    """Many single-entry appends in flight on one connection: after the first, which
+    finds the log idle, they are group-committed on the worker. An fsync run on the
+    loop per append, with the next appends waiting in the socket behind it, once made
+    a group commit of every entry (1 fsync per append: 3.8k appends/s against 51k)."""
+    base = str(tmp_path)
+    loop_thread = threading.get_ident()
+    calls: list[tuple[str, bool]] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        member = _member_of(fd, base)
+        if member is not None:
+            calls.append((member, threading.get_ident() == loop_thread))
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    peers = ";".join(f"n{i}-127.0.0.1:{port}" for i, port in enumerate(free_ports(3)))
+    servers = []
+    async with trio.open_nursery() as nursery:
+        for i in range(3):
+            args = ["server", "-p", peers, "-i", f"n{i}", "-s", f"{base}/n{i}"]
+            config = dledger_cli._server_config(
+                dledger_cli._parser().parse_args([*args, *LOCAL_SEGMENT_ARGS])
+            )
+            servers.append(DLedgerServer(config))
+            await nursery.start(servers[-1].serve)
+        async with DLedgerClient("default", parse_peers(peers)) as client:
+            with trio.fail_after(10):
+                await client.append([b"elected"])
+        (leader,) = [s for s in servers if s.replica.role is Role.LEADER]
+        in_flight = 16 * INLINE_FSYNC_MAX_ENTRIES
+        calls.clear()
+        codes = []
+        async with RpcClient(parse_peers(peers)[leader.config.self_id]) as conn:
+            request = {"code": RpcCode.APPEND, "group": "default", "bodies": [b"x" * 100]}
+
+            async def append() -> None:
+                codes.append((await conn.call(request, timeout_s=10))["code"])
+
+            async with trio.open_nursery() as appends:
+                for _ in range(in_flight):
+                    appends.start_soon(append)
+        assert codes == [Code.SUCCESS] * in_flight
+        mine = [on_loop for member, on_loop in calls if member == leader.config.self_id]
+        assert len(mine) < in_flight / 2, f"{len(mine)} fsyncs for {in_flight} appends"
+        assert sum(mine) <= 2, f"{sum(mine)} of the leader's {len(mine)} fsyncs on its loop"
         nursery.cancel_scope.cancel()
