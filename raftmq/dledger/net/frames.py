@@ -29,6 +29,7 @@ from raftmq.streams.idle import FrameStart
 from raftmq.streams.writer import BatchWriter
 
 __all__ = [
+    "HEADER",
     "HEADER_SIZE",
     "MAX_FRAME_BYTES",
     "PEER",
@@ -45,13 +46,13 @@ RPC = 1
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 RECEIVE_CHUNK = 256 * 1024
 
-_HEADER = struct.Struct(">IB")
-HEADER_SIZE = _HEADER.size
+HEADER = struct.Struct(">IB")  # length, channel
+HEADER_SIZE = HEADER.size
 
 
 def pack_frame(channel: int, payload) -> bytes:
     """One whole frame as bytes (tests and one-off writers; FrameWriter avoids this copy)."""
-    return _HEADER.pack(len(payload), channel) + bytes(payload)
+    return HEADER.pack(len(payload), channel) + bytes(payload)
 
 
 class FrameReader:
@@ -107,7 +108,7 @@ class FrameReader:
             src = data
         end_of_data = len(src)
         max_frame = self._max
-        unpack_from = _HEADER.unpack_from
+        unpack_from = HEADER.unpack_from
         append = self._ready.append
         pos = 0
         with memoryview(src) as view:
@@ -159,7 +160,7 @@ class FrameWriter:
         length = len(payload)
         if length > self._max:
             raise FrameError(f"frame of {length} bytes exceeds the {self._max}-byte limit")
-        self._out.write(_HEADER.pack(length, channel), payload)
+        self._out.write(HEADER.pack(length, channel), payload)
 
     async def close(self) -> None:
         """Stop accepting frames, let a running `run()` flush the queue, close the stream."""
