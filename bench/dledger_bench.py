@@ -2,7 +2,7 @@
 
 For each payload size it measures, against real `dledger server` processes:
 - committed appends/s with many appends in flight (one entry per request, pipelined
-  on a few connections), and the same with 32-entry batch requests;
+  on one connection), and the same with 32-entry batch requests;
 - p50/p99 commit latency at that load and, open-loop, at half of it;
 - single-appender latency (one request in flight);
 - kill -9 of the leader -> first committed append at the new leader, median of trials.
@@ -13,12 +13,14 @@ machine's cores, as the peers' generators did when they were measured.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import socket
 import statistics
 import tempfile
+import threading
 import time
 
 import trio
@@ -28,12 +30,11 @@ from bench.rss import peak_rss_mib
 from raftmq.dledger.codes import Code
 from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_rpc
 from raftmq.dledger.net.frames import HEADER, HEADER_SIZE, RPC, pack_frame
-from raftmq.dledger.net.rpc_client import RpcClient
 from raftmq.streams.address import parse_address
 from raftmq.tools.dledger_local import LocalGroup
 
 SYSTEM = "raftmq dledger (fsync)"
-CONNECTIONS = 4  # the open-loop load's
+OPEN_LOOP_TICK_S = 0.001
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -43,106 +44,119 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class _Appender:
+    """A plain blocking connection to the leader issuing APPEND requests, built as the
+    peer's generator is (`peer_pysyncobj._windowed_load`): pipelined requests, one
+    `sendall` per batch of them, answers parsed per chunk received.
+
+    Not the trio client: its wake-up and task switch per answer were ~0.1 ms of a
+    single append's latency and 21 µs of CPU per append against 9 here — the
+    generator's cost, not the log's. Blocking, so each load runs in a thread.
+    """
+
+    def __init__(self, address: str, group: str, body: bytes, batch: int) -> None:
+        host, port = parse_address(address)
+        self.address = address
+        self.sock = socket.create_connection((host, port), timeout=10.0)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.group = group
+        self.bodies = [body] * batch
+        self.sent: dict[int, float] = {}  # opaque -> perf_counter when sent
+        self._opaque = 0
+        self._buf = bytearray()
+
+    def submit(self, count: int) -> None:
+        frames = []
+        for _ in range(count):
+            self._opaque += 1
+            request = {"code": RpcCode.APPEND, "group": self.group, "bodies": self.bodies}
+            frames.append(pack_frame(RPC, encode_rpc({**request, "opaque": self._opaque})))
+        started = time.perf_counter()
+        for opaque in range(self._opaque - count + 1, self._opaque + 1):
+            self.sent[opaque] = started
+        self.sock.sendall(b"".join(frames))
+
+    def answers(self) -> tuple[float, list[tuple[float, int]]]:
+        """Block for the next chunk: (when it arrived, [(seconds since sent, code)])."""
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError(f"{self.address} closed the connection")
+        now = time.perf_counter()
+        buf = self._buf
+        buf += chunk
+        pos, answered = 0, []
+        while len(buf) - pos >= HEADER_SIZE:
+            length, _channel = HEADER.unpack_from(buf, pos)
+            if len(buf) - pos - HEADER_SIZE < length:
+                break
+            response = decode_rpc(bytes(buf[pos + HEADER_SIZE : pos + HEADER_SIZE + length]))
+            pos += HEADER_SIZE + length
+            started = self.sent.pop(response["opaque"], None)
+            if started is not None:
+                answered.append((now - started, response["code"]))
+        del buf[:pos]
+        return now, answered
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def _closed_loop(
     address: str, group: str, body: bytes, window: int, batch: int, duration_s: float
 ) -> tuple[float, list[float]]:
-    """`window` requests of `batch` entries always in flight on one connection; returns
-    (entries/s, latencies ms of the requests answered within `duration_s`).
-
-    The generator is built as the peer's is (`peer_pysyncobj._windowed_load`): a plain
-    blocking socket, the window refilled with one `sendall` after each chunk received.
-    An event loop's wake-up and task switch would be a third of a single append's
-    latency (measured: the trio client's p50 is ~0.1 ms above this one's) and would
-    be the generator's cost, not the log's. Blocking: run it in a thread.
-    """
-    host, port = parse_address(address)
+    """`window` requests of `batch` entries always in flight on one connection, the
+    window refilled after each chunk received; returns (entries/s, latencies ms of
+    the requests answered within `duration_s`)."""
+    appender = _Appender(address, group, body, batch)
     latencies: list[float] = []
-    sent: dict[int, float] = {}
-    opaque = 0
-    bodies = [body] * batch
-
-    def submit(count: int) -> None:
-        nonlocal opaque
-        frames = []
-        for _ in range(count):
-            opaque += 1
-            payload = encode_rpc(
-                {"code": RpcCode.APPEND, "group": group, "bodies": bodies, "opaque": opaque}
-            )
-            frames.append(pack_frame(RPC, payload))
-        started = time.perf_counter()
-        for n in range(opaque - count + 1, opaque + 1):
-            sent[n] = started
-        sock.sendall(b"".join(frames))
-
-    with socket.create_connection((host, port), timeout=10.0) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        buf = bytearray()
-        began = time.perf_counter()
-        stop_at = began + duration_s
-        submit(window)
-        while sent:
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError(f"{address} closed the connection")
-            now = time.perf_counter()
-            buf += chunk
-            pos, answered = 0, 0
-            while len(buf) - pos >= HEADER_SIZE:
-                length, _channel = HEADER.unpack_from(buf, pos)
-                if len(buf) - pos - HEADER_SIZE < length:
-                    break
-                response = decode_rpc(bytes(buf[pos + HEADER_SIZE : pos + HEADER_SIZE + length]))
-                pos += HEADER_SIZE + length
-                started = sent.pop(response["opaque"], None)
-                if started is None:
-                    continue
-                answered += 1
-                if response["code"] == Code.SUCCESS and now <= stop_at:
-                    latencies.append((now - started) * 1000.0)
-            del buf[:pos]
-            if answered and now < stop_at:
-                submit(answered)
+    try:
+        stop_at = time.perf_counter() + duration_s
+        appender.submit(window)
+        while appender.sent:
+            now, answered = appender.answers()
+            if now <= stop_at:
+                latencies += [took * 1000.0 for took, code in answered if code == Code.SUCCESS]
+                if answered:
+                    appender.submit(len(answered))
+    finally:
+        appender.close()
     return len(latencies) * batch / duration_s, latencies
 
 
-async def _open_loop(address: str, group: str, body: bytes, rate_per_s: float, duration_s: float):
-    """Requests issued on a fixed schedule regardless of answers; returns latencies ms."""
+def _open_loop(
+    address: str, group: str, body: bytes, rate_per_s: float, duration_s: float
+) -> list[float]:
+    """Requests issued on a fixed schedule whatever the answers (so a stall shows in
+    the latencies instead of slowing the load); returns latencies ms. The answers are
+    read on a second thread."""
+    appender = _Appender(address, group, body, 1)
     latencies: list[float] = []
-    request = {"code": RpcCode.APPEND, "group": group, "bodies": [body]}
-    tick_s = 0.002
-    per_tick = rate_per_s * tick_s
 
-    async def one(conn: RpcClient) -> None:
-        t0 = trio.current_time()
-        resp = await conn.call(request, timeout_s=10)
-        if resp["code"] == Code.SUCCESS:
-            latencies.append((trio.current_time() - t0) * 1000.0)
+    def read_answers() -> None:
+        with contextlib.suppress(OSError):  # the socket shut down once all are answered
+            while True:
+                _, answered = appender.answers()
+                latencies.extend(took * 1000.0 for took, code in answered if code == Code.SUCCESS)
 
-    async with trio.open_nursery() as nursery:
-        conns = [await _open(nursery, address) for _ in range(CONNECTIONS)]
-        async with trio.open_nursery() as calls:
-            start = trio.current_time()
-            issued = 0
-            n = 0
-            while trio.current_time() < start + duration_s:
-                due = (trio.current_time() - start) / tick_s * per_tick
-                while issued < due:
-                    calls.start_soon(one, conns[n % CONNECTIONS])
-                    issued += 1
-                    n += 1
-                await trio.sleep(tick_s)
-        nursery.cancel_scope.cancel()
+    reader = threading.Thread(target=read_answers, daemon=True)
+    try:
+        reader.start()
+        began = time.perf_counter()
+        issued = 0
+        while (elapsed_s := time.perf_counter() - began) < duration_s:
+            due = int(elapsed_s * rate_per_s)
+            if due > issued:
+                appender.submit(due - issued)
+                issued = due
+            time.sleep(OPEN_LOOP_TICK_S)
+        drained_by = time.perf_counter() + 30.0
+        while appender.sent and time.perf_counter() < drained_by:
+            time.sleep(OPEN_LOOP_TICK_S)
+        appender.sock.shutdown(socket.SHUT_RDWR)
+        reader.join()
+    finally:
+        appender.close()
     return latencies
-
-
-async def _open(nursery: trio.Nursery, address: str) -> RpcClient:
-    async def hold(task_status=trio.TASK_STATUS_IGNORED):
-        async with RpcClient(address) as conn:
-            task_status.started(conn)
-            await trio.sleep_forever()
-
-    return await nursery.start(hold)
 
 
 async def _failover_trials(group: LocalGroup, trials: int) -> list[float]:
@@ -181,7 +195,9 @@ async def measure(payload: int, duration_s: float, window: int, failover_trials:
             rate, full = await closed_loop(body, window, 1, duration_s)
             cpu_figures = meter.per_message_us(len(full))
             batch_rate, _ = await closed_loop(body, window // 8 or 1, 32, duration_s)
-            half = await _open_loop(address, "bench", body, rate / 2, duration_s)
+            half = await trio.to_thread.run_sync(
+                _open_loop, address, "bench", body, rate / 2, duration_s
+            )
             _, single = await closed_loop(body, 1, 1, min(duration_s, 5.0))
             async with group.client() as client:
                 term_after = (await group.wait_for_leader(client))["term"]
