@@ -166,8 +166,11 @@ async def test_consume_queues_are_rebuilt_from_the_log_after_a_restart(nursery, 
     b = g.master()
     for i in range(5):
         await g.send(b, "T", b"r%d" % i)
+    await wait_for(lambda: b.store.max_offset("T", 0) == 5)
+    b.store.write_queues()  # as the next periodic write would
     g.crash("n0")
     queue_file = next((tmp_path / "n0" / "consumequeue" / "T" / "0").iterdir())
+    assert queue_file.stat().st_size == 5 * ENTRY_SIZE
     queue_file.write_bytes(queue_file.read_bytes()[: 2 * ENTRY_SIZE + 7])  # lost and torn
     await g.start_member("n0")
     b = await g.wait_master()
@@ -191,6 +194,7 @@ async def test_a_queue_that_lost_its_tail_alone_is_refilled(nursery, tmp_path):
         for queue_id in (0, 1):
             await g.send(b, "T", b"q%d-%d" % (queue_id, i), queue_id=queue_id)
     await wait_for(lambda: b.store.dispatch_behind() == 0)
+    b.store.write_queues()  # as the next periodic write would
     g.crash("n0")
     queue_file = next((tmp_path / "n0" / "consumequeue" / "T" / "0").iterdir())
     queue_file.write_bytes(queue_file.read_bytes()[: 5 * ENTRY_SIZE])  # 3 after the checkpoint

@@ -301,8 +301,8 @@ class ConsumeQueueTable:
 
     def flush(self, keys: Iterable[tuple[str, int]] | None = None) -> None:
         """Write the appended entries of the queues `keys` names (every queue without):
-        a dispatch step writes the few queues it touched, so its cost does not grow with
-        the queues that are idle."""
+        the store's periodic write names the queues touched since the last, so its cost
+        does not grow with the queues that are idle."""
         queues = self.queues.values() if keys is None else map(self.queues.get, keys)
         for queue in queues:
             if queue is not None:  # a key of a message that takes no queue offset

@@ -52,6 +52,12 @@ DISPATCH_CHUNK = 2048  # entries per dispatch step before yielding to other task
 # otherwise held the loop for seconds (a follower's then missed heartbeats: an election).
 NEW_QUEUES_PER_STEP = 32
 CHECKPOINT_INTERVAL_S = 5.0
+# How often the entries dispatched since are written to the queue files: RocketMQ's
+# flushIntervalConsumeQueue. Reads are served from memory and a restart cuts the files
+# back to the dispatch checkpoint (which writes and fsyncs them first) anyway, so
+# nothing waits for these writes; one per touched queue per step was a syscall per
+# message once a load spread over thousands of queues.
+QUEUE_WRITE_INTERVAL_S = 1.0
 CHECKPOINT_MAX_INTERVAL_S = 60.0  # RocketMQ's flushConsumeQueueThoroughInterval
 CHECKPOINT_DISK_SHARE = 0.1  # of the time, at most, that checkpoints spend in fsync
 DISPATCH_CHECKPOINT = "dispatch_checkpoint"  # the log position queues are durable to
@@ -177,6 +183,7 @@ class MessageStore:
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._meta_applied = trio.Event()
         self._dispatch_moved = trio.Event()
+        self._unwritten_queues: set[tuple[str, int]] = set()  # touched since the last write
         self._recover()
         server.add_commit_handler(lambda _index: self._commit_moved.set())
         server.add_retention_limit(lambda: self.checkpointed_index)
@@ -223,7 +230,8 @@ class MessageStore:
         store = self.server.store
         first = self.dispatched_index + 1
         position = store.pos_at(first) if first <= store.end_index else store.end_pos
-        sync_queues = self.queues.sync_plan()
+        sync_queues = self.queues.sync_plan()  # writes every queue's entries first
+        self._unwritten_queues = set()
         sync_index = self.index.sync_plan() if self.index is not None else None
         snapshot = self.metadata.snapshot_bytes()
         record = json.dumps({"position": position}).encode()
@@ -321,15 +329,19 @@ class MessageStore:
         """Dispatch forever; take a dispatch checkpoint now and then."""
         task_status.started()
         next_checkpoint = trio.current_time() + CHECKPOINT_INTERVAL_S
+        next_write = trio.current_time() + QUEUE_WRITE_INTERVAL_S
         try:
             while True:
                 if self.dispatched_index >= self.dispatch_target:
-                    with trio.move_on_at(next_checkpoint):
+                    with trio.move_on_at(min(next_checkpoint, next_write)):
                         await self._commit_moved.wait()
                     self._commit_moved = trio.Event()
                 self.trim_queues()
                 try:
                     self.dispatch_some(DISPATCH_CHUNK)
+                    if trio.current_time() >= next_write:
+                        next_write = trio.current_time() + QUEUE_WRITE_INTERVAL_S
+                        self.write_queues()
                 except OSError as exc:  # a ConsumeQueue or index file had no room
                     if exc.errno not in NO_ROOM:
                         raise
@@ -385,10 +397,21 @@ class MessageStore:
                 self.dispatched_index = index
                 if len(self.queues.queues) - known >= NEW_QUEUES_PER_STEP:
                     break  # the next step goes on from here once others have run
-            self.queues.flush(touched)
         finally:
+            self._unwritten_queues |= touched
             self._wake(touched)
         return self.dispatched_index - first + 1
+
+    def write_queues(self) -> None:
+        """Write the entries dispatched since the last call to the files of the queues
+        they went to (every QUEUE_WRITE_INTERVAL_S; the checkpoint writes every queue).
+        OSError (no room) keeps the queues to write at the next call."""
+        keys, self._unwritten_queues = self._unwritten_queues, set()
+        try:
+            self.queues.flush(keys)
+        except OSError:
+            self._unwritten_queues |= keys
+            raise
 
     def _wake(self, touched: set[tuple[str, int]]) -> None:
         """Wake what waits for dispatch to move, and for messages on `touched` queues."""
