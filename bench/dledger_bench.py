@@ -29,7 +29,7 @@ from bench import cpu
 from bench.rss import peak_rss_mib
 from raftmq.dledger.codes import Code
 from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_rpc
-from raftmq.dledger.net.frames import HEADER, HEADER_SIZE, RPC, pack_frame
+from raftmq.dledger.net.frames import RPC, FrameSplitter, pack_frame
 from raftmq.streams.address import parse_address
 from raftmq.tools.dledger_local import LocalGroup
 
@@ -63,7 +63,7 @@ class _Appender:
         self.bodies = [body] * batch
         self.sent: dict[int, float] = {}  # opaque -> perf_counter when sent
         self._opaque = 0
-        self._buf = bytearray()
+        self._frames = FrameSplitter()
 
     def submit(self, count: int) -> None:
         frames = []
@@ -82,19 +82,14 @@ class _Appender:
         if not chunk:
             raise ConnectionError(f"{self.address} closed the connection")
         now = time.perf_counter()
-        buf = self._buf
-        buf += chunk
-        pos, answered = 0, []
-        while len(buf) - pos >= HEADER_SIZE:
-            length, _channel = HEADER.unpack_from(buf, pos)
-            if len(buf) - pos - HEADER_SIZE < length:
-                break
-            response = decode_rpc(bytes(buf[pos + HEADER_SIZE : pos + HEADER_SIZE + length]))
-            pos += HEADER_SIZE + length
+        self._frames.feed(chunk)
+        answered = []
+        while self._frames.ready:
+            _channel, payload = self._frames.ready.popleft()
+            response = decode_rpc(payload)
             started = self.sent.pop(response["opaque"], None)
             if started is not None:
                 answered.append((now - started, response["code"]))
-        del buf[:pos]
         return now, answered
 
     def close(self) -> None:

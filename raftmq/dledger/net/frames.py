@@ -29,7 +29,6 @@ from raftmq.streams.idle import FrameStart
 from raftmq.streams.writer import BatchWriter
 
 __all__ = [
-    "HEADER",
     "HEADER_SIZE",
     "MAX_FRAME_BYTES",
     "PEER",
@@ -37,6 +36,7 @@ __all__ = [
     "RPC",
     "FrameError",
     "FrameReader",
+    "FrameSplitter",
     "FrameWriter",
     "pack_frame",
 ]
@@ -46,60 +46,33 @@ RPC = 1
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 RECEIVE_CHUNK = 256 * 1024
 
-HEADER = struct.Struct(">IB")  # length, channel
-HEADER_SIZE = HEADER.size
+_HEADER = struct.Struct(">IB")  # length, channel
+HEADER_SIZE = _HEADER.size
 
 
 def pack_frame(channel: int, payload) -> bytes:
     """One whole frame as bytes (tests and one-off writers; FrameWriter avoids this copy)."""
-    return HEADER.pack(len(payload), channel) + bytes(payload)
+    return _HEADER.pack(len(payload), channel) + bytes(payload)
 
 
-class FrameReader:
-    """Async iterator of `(channel, payload: bytes)` frames read from `stream`.
+class FrameSplitter:
+    """Frames out of bytes, without I/O: `feed` each chunk as it arrives and take the
+    complete `(channel, payload: bytes)` frames from `ready` (FrameReader reads a trio
+    stream with it; a blocking client, such as the benchmark's, uses it alone).
 
-    Stops at a clean end of stream; raises FrameError for a frame longer than
-    `max_frame_bytes` (checked from the header, before buffering it) or for a stream
-    that ends mid-frame. Stream errors (trio.BrokenResourceError, ...) pass through.
-
-    Parsing is linear in the bytes received: a chunk that arrives while nothing is
-    buffered is parsed in place, and only its incomplete tail is kept in a
-    bytearray; bytes are appended to that buffer and removed from its front once per
-    chunk, never per frame.
+    Raises FrameError for a frame longer than `max_frame_bytes`, checked from the
+    header before buffering it. Parsing is linear in the bytes received: a chunk that
+    arrives while nothing is buffered is parsed in place, and only its incomplete tail
+    is kept in a bytearray; bytes are appended to that buffer and removed from its
+    front once per chunk, never per frame.
     """
 
-    def __init__(
-        self,
-        stream: trio.abc.ReceiveStream,
-        max_frame_bytes: int = MAX_FRAME_BYTES,
-        *,
-        receive_size: int = RECEIVE_CHUNK,
-    ) -> None:
-        self._stream = stream
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self._max = max_frame_bytes
-        self._receive_size = receive_size
         self._buf = bytearray()
-        self._ready: deque[tuple[int, bytes]] = deque()
-        self.frame_start = FrameStart()  # for a deadline on completing a frame
+        self.ready: deque[tuple[int, bytes]] = deque()
 
-    def __aiter__(self) -> FrameReader:
-        return self
-
-    async def __anext__(self) -> tuple[int, bytes]:
-        ready = self._ready
-        while not ready:
-            data = await self._stream.receive_some(self._receive_size)
-            if stages.ON:
-                stages.mark("peer read")
-            if not data:
-                if self._buf:
-                    raise FrameError(f"stream ended inside a frame ({len(self._buf)} bytes)")
-                raise StopAsyncIteration
-            self._feed(data)
-            self.frame_start.note(bool(self._buf), bool(ready))
-        return ready.popleft()
-
-    def _feed(self, data) -> None:
+    def feed(self, data) -> None:
         buf = self._buf
         if buf:
             buf += data
@@ -108,8 +81,8 @@ class FrameReader:
             src = data
         end_of_data = len(src)
         max_frame = self._max
-        unpack_from = HEADER.unpack_from
-        append = self._ready.append
+        unpack_from = _HEADER.unpack_from
+        append = self.ready.append
         pos = 0
         with memoryview(src) as view:
             while end_of_data - pos >= HEADER_SIZE:
@@ -126,6 +99,44 @@ class FrameReader:
                 self._buf = bytearray(view[pos:])
         if src is buf and pos:
             del buf[:pos]
+
+
+class FrameReader(FrameSplitter):
+    """Async iterator of `(channel, payload: bytes)` frames read from `stream`.
+
+    Stops at a clean end of stream; raises FrameError for a frame longer than
+    `max_frame_bytes` or for a stream that ends mid-frame. Stream errors
+    (trio.BrokenResourceError, ...) pass through.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.ReceiveStream,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        *,
+        receive_size: int = RECEIVE_CHUNK,
+    ) -> None:
+        super().__init__(max_frame_bytes)
+        self._stream = stream
+        self._receive_size = receive_size
+        self.frame_start = FrameStart()  # for a deadline on completing a frame
+
+    def __aiter__(self) -> FrameReader:
+        return self
+
+    async def __anext__(self) -> tuple[int, bytes]:
+        ready = self.ready
+        while not ready:
+            data = await self._stream.receive_some(self._receive_size)
+            if stages.ON:
+                stages.mark("peer read")
+            if not data:
+                if self._buf:
+                    raise FrameError(f"stream ended inside a frame ({len(self._buf)} bytes)")
+                raise StopAsyncIteration
+            self.feed(data)
+            self.frame_start.note(bool(self._buf), bool(ready))
+        return ready.popleft()
 
 
 class FrameWriter:
@@ -160,7 +171,7 @@ class FrameWriter:
         length = len(payload)
         if length > self._max:
             raise FrameError(f"frame of {length} bytes exceeds the {self._max}-byte limit")
-        self._out.write(HEADER.pack(length, channel), payload)
+        self._out.write(_HEADER.pack(length, channel), payload)
 
     async def close(self) -> None:
         """Stop accepting frames, let a running `run()` flush the queue, close the stream."""
