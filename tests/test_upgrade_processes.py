@@ -132,12 +132,8 @@ async def test_a_node_over_other_old_files_is_refused(tmp_path):
         size = int.from_bytes(f.read(4), "big")
         f.seek(last % LOCAL_SEGMENT_BYTES + size - 1)
         f.write(b"?")
-    cluster._write_confs()
     try:
-        cluster._spawn(
-            "namesrv", ["-m", "raftmq.namesrv.cli", "-c", str(tmp_path / "namesrv.conf")]
-        )
-        await cluster._booted("namesrv", b"boot success")
+        await cluster.start_namesrv()
         for node in ("n0", "n1"):
             cluster.start_broker(node)
         leader = await cluster.wait_master(timeout_s=30)

@@ -187,17 +187,27 @@ class LocalCluster:
                     raise RuntimeError(f"{node} exited at start:\n{log.read_text()[-2000:]}")
                 await trio.sleep(0.02)
 
-    async def __aenter__(self) -> LocalCluster:
+    async def start_namesrv(self) -> None:
+        """Write every config file and start the name server (unless it is someone
+        else's): the first step of `async with`, for a caller that then starts the
+        brokers itself, in an order of its own, with `boot`."""
         self._write_confs()
+        if self.own_namesrv:
+            namesrv_conf = str(self.base_dir / "namesrv.conf")
+            self._spawn("namesrv", ["-m", "raftmq.namesrv.cli", "-c", namesrv_conf])
+            await self._booted("namesrv", b"boot success")
+
+    async def boot(self, *nodes: str) -> None:
+        """Start `nodes` at once; return when each accepts connections."""
+        for node in nodes:
+            self.start_broker(node)
+        for node in nodes:
+            await self._booted(node, b"boot success")
+
+    async def __aenter__(self) -> LocalCluster:
         try:
-            if self.own_namesrv:
-                namesrv_conf = str(self.base_dir / "namesrv.conf")
-                self._spawn("namesrv", ["-m", "raftmq.namesrv.cli", "-c", namesrv_conf])
-                await self._booted("namesrv", b"boot success")
-            for node in self.ids:
-                self.start_broker(node)
-            for node in self.ids:
-                await self._booted(node, b"boot success")
+            await self.start_namesrv()
+            await self.boot(*self.ids)
             await self.wait_master()
         except BaseException:
             self.stop()
