@@ -1,6 +1,7 @@
 """Real processes, classic mode (enableDLegerCommitLog=false): a name server and a
 master with its slave replicating over RocketMQ's HA protocol; SYNC_MASTER's answers
-with the slave gone; a master killed after an acknowledgement."""
+with the slave gone; a master killed after an acknowledgement; a SYNC_MASTER group
+started in any order, or its master restarted on another HA port, taking sends at once."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
+import rocketmq.client
 import trio
+from rocketmq.exceptions import RocketMQException
 
 from raftmq.client import Producer
 from raftmq.client.consumer import PullConsumer, Subscription, pull_request, pull_result
@@ -20,7 +24,8 @@ from raftmq.client.producer import SendStatus, send_request
 from raftmq.client.route import MessageQueue
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.streams.address import parse_address
-from raftmq.tools.broker_local import LocalClassicGroup, _lenient_json
+from raftmq.tools.broker_local import LOOPBACK, LocalClassicGroup, _lenient_json
+from raftmq.tools.dledger_local import free_ports
 from tests.helpers import stopped
 
 pytestmark = pytest.mark.processes
@@ -356,3 +361,111 @@ async def test_a_classic_master_over_its_disk_ratio_refuses_sends(tmp_path):
         assert "the broker's disk is full" in response.remark
         with pytest.raises(RuntimeError, match="the broker's disk is full"):
             await group.create_topic("U", queues=1)
+
+
+# RocketMQ's registration period (the harness's brokers register every 3 s, which would
+# hide a slave that waits for its next registration to hear of its master)
+REGISTER_EVERY_30_S = {"registerNameServerPeriod": "30000"}
+# each step's brokers are started at once, the next step once they accept connections
+START_ORDERS = {
+    "slave first": (("n1",), ("n0",)),
+    "master first": (("n0",), ("n1",)),
+    "both at once": (("n0", "n1"),),
+}
+FIRST_SEND_OK_S = 1.0  # after both brokers accept connections
+GIVE_UP_S = 5.0  # a send loop's end when SEND_OK never comes
+
+
+async def first_send_ok_s(producer: Producer, topic: str, since: float) -> tuple[float, list]:
+    """Send with our client until SEND_OK: the seconds from `since` to it, and the
+    statuses answered before it."""
+    before = []
+    while trio.current_time() - since < GIVE_UP_S:
+        status = (await producer.send(topic, b"ours")).status
+        if status is SendStatus.SEND_OK:
+            return trio.current_time() - since, before
+        before.append(status.name)
+        await trio.sleep(0.01)
+    return float("inf"), before
+
+
+def cpp_first_send_ok_s(cpp: rocketmq.client.Producer, topic: str, since: float):
+    """`first_send_ok_s` with RocketMQ's C++ client (blocking; `since` is time.monotonic's).
+    Its errors (a route not found yet, say) count as answers before SEND_OK."""
+    before = []
+    message = rocketmq.client.Message(topic)
+    message.set_body(b"cpp")
+    while time.monotonic() - since < GIVE_UP_S:
+        try:
+            status = cpp.send_sync(message).status
+        except RocketMQException as exc:
+            status = f"{type(exc).__name__}: {exc}"
+        if status == rocketmq.client.SendStatus.OK:
+            return time.monotonic() - since, before
+        before.append(str(status))
+        time.sleep(0.01)
+    return float("inf"), before
+
+
+@pytest.mark.parametrize("order", START_ORDERS)
+async def test_a_fresh_sync_master_group_takes_sends_within_a_second_in_any_start_order(
+    tmp_path, order
+):
+    """A name server, then a SYNC_MASTER and its SLAVE in `order`, registering every 30 s
+    as RocketMQ's do: a slave that registered before its master asks the name server
+    again until it has a master, so both RocketMQ's C++ client and ours have a SEND_OK
+    within a second of both brokers accepting connections (not SLAVE_NOT_AVAILABLE,
+    11, until the slave's next registration 30 s later). The topic is created in that
+    second too."""
+    group = LocalClassicGroup(
+        tmp_path, slaves=1, master_role="SYNC_MASTER", extra_conf=REGISTER_EVERY_30_S
+    )
+    cpp = rocketmq.client.Producer("CPP", timeout=3000)
+    cpp.set_namesrv_addr(group.namesrv_addr)
+    try:
+        await group.start_namesrv()
+        cpp.start()
+        async with Producer(group.namesrv_addr) as producer:
+            for nodes in START_ORDERS[order]:
+                await group.boot(*nodes)
+            both_up, both_up_monotonic = trio.current_time(), time.monotonic()
+            await group.create_topic("T", queues=1)
+            cpp_waited = []
+
+            async def cpp_sends() -> None:
+                cpp_waited[:] = await trio.to_thread.run_sync(
+                    cpp_first_send_ok_s, cpp, "T", both_up_monotonic
+                )
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cpp_sends)
+                ours_s, ours_before = await first_send_ok_s(producer, "T", both_up)
+            cpp_s, cpp_before = cpp_waited
+    finally:
+        cpp.shutdown()
+        group.stop()
+    assert ours_s < FIRST_SEND_OK_S, (ours_s, ours_before)
+    assert cpp_s < FIRST_SEND_OK_S, (cpp_s, cpp_before)
+
+
+async def test_a_slave_finds_its_master_restarted_on_another_ha_port(tmp_path):
+    """The master restarted with another haListenPort: the slave's connection breaks,
+    it asks the name server again at once and then every half second (its
+    registrations are 30 s apart otherwise), connects to the new port as soon as the
+    master has registered it, and the SYNC_MASTER's sends are acknowledged again
+    within a second of the master accepting connections."""
+    group = LocalClassicGroup(
+        tmp_path, slaves=1, master_role="SYNC_MASTER", extra_conf=REGISTER_EVERY_30_S
+    )
+    async with group, Producer(group.namesrv_addr) as producer:
+        await group.create_topic("T", queues=1)
+        assert (await producer.send("T", b"before")).status is SendStatus.SEND_OK
+        [port] = free_ports(1)
+        with group.conf_path("n0").open("a") as conf:
+            conf.write(f"haListenPort={port}\n")
+        await group.restart("n0")
+        restarted = trio.current_time()
+        waited_s, before = await first_send_ok_s(producer, "T", restarted)
+        assert waited_s < FIRST_SEND_OK_S, (waited_s, before)
+        state = await group.member_state("n1")
+        assert state["masterAddr"] == state["haMasterAddress"] == f"{LOOPBACK}:{port}"

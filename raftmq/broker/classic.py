@@ -7,6 +7,14 @@ acknowledgement; a SLAVE connects to `haMasterAddress`, or else to the HA addres
 the name servers gave in the last REGISTER_BROKER answer, and appends what it is
 sent. The role never changes at run time (RocketMQ 4.x has no automatic failover
 in this mode; that is what DLedger mode is for).
+
+A slave without a connection to its master re-registers every half second
+(`master_wanted`; broker.registration), not every registerNameServerPeriod: a slave
+whose first registration reached the name servers before its master's learns the
+master's address within half a second of the master's registration, not 30 s later
+(RocketMQ 4.9 waits for its next registration, 10 s after start and every 30 s
+after that), and a master restarted on another HA port is found the same way once
+the old connection breaks.
 """
 
 from __future__ import annotations
@@ -61,6 +69,11 @@ class ClassicReplica:
         self.ha_port = config.ha_port
 
     @property
+    def master_wanted(self) -> bool:
+        """A slave not connected to its master: worth asking the name servers again."""
+        return self.config.is_slave and self.client.connected_to is None
+
+    @property
     def ha_server_addr(self) -> str:
         """What REGISTER_BROKER advertises: brokerIP2 (else brokerIP1) and the HA port."""
         return f"{self.config.broker_ip2 or self.config.broker_ip1}:{self.ha_port}"
@@ -68,7 +81,8 @@ class ClassicReplica:
     def learn_master(self, answer: dict[str, str]) -> None:
         """From a REGISTER_BROKER answer: the master's address for SlaveSynchronize
         (masterAddr, taken even when absent, as RocketMQ does) and its HA address
-        (haServerAddr, kept when absent; never over a set haMasterAddress)."""
+        (haServerAddr, kept when absent; never over a set haMasterAddress). A slave
+        without a connection tries the master at once."""
         self.master_addr = answer.get("masterAddr")
         ha_server_addr = answer.get("haServerAddr")
         if self.config.ha_master_address or not ha_server_addr:
@@ -76,6 +90,8 @@ class ClassicReplica:
         if ha_server_addr != self.master_ha_address:
             log.warning("HA: master's address from the name server: %s", ha_server_addr)
             self.master_ha_address = ha_server_addr
+        if self.client.connected_to is None:
+            self.client.master_given()
 
     def info(self) -> dict[str, str]:
         """Runtime-info entries: the HA state as mqadmin brokerStatus shows it."""

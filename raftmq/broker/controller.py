@@ -171,7 +171,10 @@ class BrokerController:
             metadata,
             ha_server_addr=None if classic is None else lambda: classic.ha_server_addr,
             on_answer=None if classic is None else classic.learn_master,
+            master_wanted=lambda: classic is not None and classic.master_wanted,
         )
+        if classic is not None:  # a lost master is looked for at once
+            classic.client.on_lost = self.registration.register_soon
         self.topics = TopicConfigManager(
             metadata, self.meta, self.registration, config.auto_create_topic_enable
         )

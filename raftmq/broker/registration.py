@@ -14,6 +14,13 @@ at once. A lane closes a failed connection before it opens the next, so retries
 against a hung name server never pile up connections. The connection stays open
 between registrations: a name server drops a broker whose connection closes, so a
 stopped broker leaves the routes at once.
+
+A classic slave learns its master's addresses from the answers. While it has no
+connection to its master (`master_wanted`) every lane registers again after
+MASTER_ASK_S instead of registerNameServerPeriod, so a slave that registered before
+its master (or whose master went away and came back, perhaps on another HA port)
+hears of it within half a second; RocketMQ's slave waits for its next periodic
+registration, up to 30 s.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 0.2  # the first retry; doubled per failure in a row, up to MAX_RETRY_S
 MAX_RETRY_S = 3.0
+# between registrations of a slave without its master: half of the second within which
+# a group whose slave registered first takes its first acknowledged send
+MASTER_ASK_S = 0.5
 
 
 class _Lane:
@@ -68,14 +78,16 @@ class Registration:
         metadata: Metadata,
         ha_server_addr: Callable[[], str] | None = None,
         on_answer: Callable[[dict[str, str]], None] | None = None,
+        master_wanted: Callable[[], bool] = lambda: False,
     ) -> None:
         """A classic broker gives its HA address to advertise (`ha_server_addr`) and
         learns its master's addresses from every answer (`on_answer`, given the
         answer's header: haServerAddr and masterAddr, absent while its group has no
-        live master)."""
+        live master); a slave asks again every MASTER_ASK_S while `master_wanted()`."""
         self.config = config
         self.ha_server_addr = ha_server_addr
         self.on_answer = on_answer
+        self.master_wanted = master_wanted
         self.role = role
         self.address = address
         self.metadata = metadata
@@ -159,7 +171,7 @@ class Registration:
             if lane.failures:
                 log.warning("registered with name server %s again", lane.address)
                 lane.failures = 0
-            with trio.move_on_after(period):
+            with trio.move_on_after(MASTER_ASK_S if self.master_wanted() else period):
                 await _first_of(lane.wanted.wait, client.connection.wait_closed)
 
 

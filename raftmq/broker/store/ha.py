@@ -27,6 +27,9 @@ Differences from RocketMQ 4.9 (each a failure it lets pass silently):
 - The slave drops a master it has read nothing from for `haHousekeepingInterval`
   (RocketMQ 4.9 compares its own last write, so a silent master goes unnoticed) and
   reconnects; the master drops a slave silent that long, as RocketMQ's does.
+- A slave that cannot connect tries again after RECONNECT_S, or at once when it is
+  given a master's address (RocketMQ waits 5 s); a lost connection is reported
+  (`on_lost`), so that the broker asks the name servers where the master is now.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ REPORT = struct.Struct(">q")  # the slave's max physical offset
 READ_BYTES = 1 << 20
 IDLE_POLL_S = 0.1  # WriteSocketService waits up to 100 ms for new data
 CONNECT_TIMEOUT_S = 3.0
+RECONNECT_S = 1.0  # between attempts to connect to a master (RocketMQ: 5 s)
 
 
 class RateMeter:
@@ -293,11 +297,19 @@ class HAClient:
     """The slave's side: connect to the master's HA address, report, append what comes."""
 
     def __init__(
-        self, log_: ClassicLog, config: HAConfig, master_address: Callable[[], str | None]
+        self,
+        log_: ClassicLog,
+        config: HAConfig,
+        master_address: Callable[[], str | None],
+        on_lost: Callable[[], None] = lambda: None,
     ) -> None:
+        """`master_address()` is read before each attempt to connect; `on_lost()` is
+        called when a connection to the master ends."""
         self.log = log_
         self.config = config
         self.master_address = master_address
+        self.on_lost = on_lost
+        self._master_given = trio.Event()
         self.connected_to: str | None = None
         self.rate = RateMeter()
         self.last_read_ms = 0  # wall clock, as HARuntimeInfo reports it
@@ -326,13 +338,22 @@ class HAClient:
             },
         }
 
+    def master_given(self) -> None:
+        """A master's address was (re)confirmed: a slave without a connection tries it
+        now instead of at its next RECONNECT_S attempt."""
+        self._master_given.set()
+
+    async def _until_retry(self) -> None:
+        with trio.move_on_after(RECONNECT_S):
+            await self._master_given.wait()
+
     async def run(self) -> None:
-        retry_s = min(5.0, self.config.heartbeat_interval_s)
         failures = 0
         while True:
+            self._master_given = trio.Event()  # an address given from now on is news
             address = self.master_address()
             if address is None:
-                await trio.sleep(retry_s)
+                await self._until_retry()
                 continue
             try:
                 host, port = parse_address(address)
@@ -342,7 +363,7 @@ class HAClient:
                 level = logging.WARNING if failures == 0 else logging.DEBUG
                 log.log(level, "HA: cannot connect to master %s: %s", address, exc)
                 failures += 1
-                await trio.sleep(retry_s)
+                await self._until_retry()
                 continue
             failures = 0
             self.connected_to = address
@@ -353,6 +374,7 @@ class HAClient:
             finally:
                 self.connected_to = None
                 await trio.aclose_forcefully(stream)
+            self.on_lost()
             await trio.sleep(0.1)  # RocketMQ reconnects at once; this only avoids a busy loop
 
     async def _report(self, stream: trio.SocketStream, force: bool = False) -> None:
