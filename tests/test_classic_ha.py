@@ -13,7 +13,7 @@ import trio
 
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import ClassicLog
-from raftmq.broker.store.ha import HAClient, HAConfig, HAService
+from raftmq.broker.store.ha import RECONNECT_S, HAClient, HAConfig, HAService
 from raftmq.dledger.codes import Code
 from raftmq.protocol import message as codec
 from tests.helpers import wait_for
@@ -150,6 +150,31 @@ async def test_our_slave_copies_our_master_and_follows_it(tmp_path):
             p for p in (master.pos_at(i) for i in range(master.end_index + 1)) if p >= start
         ]
         await wait_for(lambda: service.acked_offset == master.write_pos)
+        nursery.cancel_scope.cancel()
+
+
+async def test_our_slave_tries_a_given_master_at_once_and_reports_losing_it(tmp_path):
+    """An address given while the slave waits to retry is tried at once, not RECONNECT_S
+    later (a slave started before its master hears of it from the name server); the end
+    of the connection is reported (the broker then asks the name servers again)."""
+    slave = open_log(tmp_path / "s")
+    address = None
+    lost = trio.Event()
+    client = HAClient(slave, FAST, lambda: address, on_lost=lost.set)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        async with trio.open_nursery() as masters:
+            _master, service, port = await serve_master(masters, tmp_path / "m", 5)
+            await trio.sleep(RECONNECT_S / 10)  # the slave waits for an address
+            address = f"127.0.0.1:{port}"
+            given = trio.current_time()
+            client.master_given()
+            await wait_for(lambda: len(service.connections) == 1, timeout_s=RECONNECT_S * 2)
+            assert trio.current_time() - given < RECONNECT_S / 2
+            assert client.connected_to == address and not lost.is_set()
+            masters.cancel_scope.cancel()  # the master goes away
+        with trio.fail_after(FAST.housekeeping_interval_s / 2):  # its close, not a timeout
+            await lost.wait()
         nursery.cancel_scope.cancel()
 
 

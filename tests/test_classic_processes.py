@@ -18,6 +18,7 @@ import rocketmq.client
 import trio
 from rocketmq.exceptions import RocketMQException
 
+from raftmq.broker.registration import MASTER_ASK_S
 from raftmq.client import Producer
 from raftmq.client.consumer import PullConsumer, Subscription, pull_request, pull_result
 from raftmq.client.producer import SendStatus, send_request
@@ -460,6 +461,8 @@ async def test_a_slave_finds_its_master_restarted_on_another_ha_port(tmp_path):
     async with group, Producer(group.namesrv_addr) as producer:
         await group.create_topic("T", queues=1)
         assert (await producer.send("T", b"before")).status is SendStatus.SEND_OK
+        # past the slave's last fast registration: the next is 30 s away
+        await trio.sleep(2 * MASTER_ASK_S)
         [port] = free_ports(1)
         with group.conf_path("n0").open("a") as conf:
             conf.write(f"haListenPort={port}\n")
