@@ -28,8 +28,11 @@ Differences from RocketMQ 4.9 (each a failure it lets pass silently):
   (RocketMQ 4.9 compares its own last write, so a silent master goes unnoticed) and
   reconnects; the master drops a slave silent that long, as RocketMQ's does.
 - A slave that cannot connect tries again after RECONNECT_S, or at once when it is
-  given a master's address (RocketMQ waits 5 s); a lost connection is reported
-  (`on_lost`), so that the broker asks the name servers where the master is now.
+  given a master's address (RocketMQ waits 5 s); the loss of a connection that
+  carried the master's frames is reported (`on_lost`), so that the broker asks the
+  name servers where the master is now. One that never did (a master refusing this
+  slave, or sending nothing it can take) is not: reconnecting at once to such a
+  master must not make the broker re-register ten times a second.
 """
 
 from __future__ import annotations
@@ -304,7 +307,7 @@ class HAClient:
         on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         """`master_address()` is read before each attempt to connect; `on_lost()` is
-        called when a connection to the master ends."""
+        called when a connection to the master ends after carrying a frame."""
         self.log = log_
         self.config = config
         self.master_address = master_address
@@ -317,6 +320,7 @@ class HAClient:
         # the end of the master's log as of its last frame (a heartbeat's offset is its
         # max offset when it has nothing more to send): all a slave knows of the master
         self.master_offset = 0
+        self._streamed = False  # a frame of the master's taken on this connection
         self._send_lock = trio.Lock()
         self._reported = -1
 
@@ -374,7 +378,8 @@ class HAClient:
             finally:
                 self.connected_to = None
                 await trio.aclose_forcefully(stream)
-            self.on_lost()
+            if self._streamed:
+                self.on_lost()
             await trio.sleep(0.1)  # RocketMQ reconnects at once; this only avoids a busy loop
 
     async def _report(self, stream: trio.SocketStream, force: bool = False) -> None:
@@ -392,6 +397,7 @@ class HAClient:
 
     async def _session(self, stream: trio.SocketStream) -> None:
         self._reported = -1
+        self._streamed = False
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._heartbeats, stream)  # the first report, at once
             await self._receive(stream)
@@ -426,4 +432,5 @@ class HAClient:
                 del pending[: HEADER.size + size]
                 log_.append_data(offset, body)
                 self.master_offset = offset + size
+                self._streamed = True
             await self._report(stream)
