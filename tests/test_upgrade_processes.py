@@ -137,7 +137,7 @@ async def test_a_node_over_other_old_files_is_refused(tmp_path):
         cluster._spawn(
             "namesrv", ["-m", "raftmq.namesrv.cli", "-c", str(tmp_path / "namesrv.conf")]
         )
-        await cluster._booted("namesrv", b"boot success")
+        await cluster._booted("namesrv")
         for node in ("n0", "n1"):
             cluster.start_broker(node)
         leader = await cluster.wait_master(timeout_s=30)
