@@ -53,6 +53,7 @@ from raftmq.broker.send import SendProcessor
 from raftmq.broker.send_encoding import SEND_VALUE_NAMES
 from raftmq.broker.slave_sync import SlaveSynchronize
 from raftmq.broker.stats import BrokerStats
+from raftmq.broker.store.classic_log import ABORT_FILE
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
@@ -125,7 +126,8 @@ class BrokerController:
         if config.enable_dleger_commit_log:
             dconfig = config.dledger_config()
             old = open_old_log(
-                self.root,
+                Path(config.store_path_commit_log),
+                self.root / ABORT_FILE,
                 config.mapped_file_size_commit_log,
                 store_dir(dconfig),
                 lambda log, commitlog: self._message_store(log, commitlog).drain(),
