@@ -106,6 +106,8 @@ class AdminQueries:
     ha_runtime_info: Callable[[], dict] | None = attrs.field(kw_only=True, default=None)
     # BrokerCollector.runtime_keys: the rate and disk keys
     runtime_keys: Callable[[], dict[str, str]] = attrs.field(kw_only=True, default=dict)
+    # BrokerCollector.group_get_tps: (topic, group) -> messages pulled per second
+    group_get_tps: Callable[[str, str], float] = attrs.field(kw_only=True)
 
     async def ha_status(self, request: RemotingCommand, connection: Connection):
         """GET_BROKER_HA_STATUS (907, RocketMQ 5): HARuntimeInfo; a DLedger broker has
@@ -125,8 +127,7 @@ class AdminQueries:
             "brokerRole": self.role.master_role if self.role.is_master else "SLAVE",
             "commitLogMaxOffset": str(self.store.physical_max),
             "dispatchBehindEntries": str(self.store.dispatch_behind()),
-            "msgPutTotalTodayNow": str(self.stats.put_messages),
-            "msgGetTotalTodayNow": str(self.stats.got_messages),
+            **self.stats.runtime_info(),
             **self.runtime_keys(),
         }
         if self.dledger_metadata is None:
@@ -239,8 +240,11 @@ class AdminQueries:
                 queue_id,
                 {
                     "minOffset": store.min_offset(topic, queue_id),
-                    "maxOffset": store.max_offset(topic, queue_id),
-                    "lastUpdateTimestamp": 0,
+                    "maxOffset": (max_offset := store.max_offset(topic, queue_id)),
+                    # the store time of the queue's last message, as RocketMQ reports it
+                    "lastUpdateTimestamp": max(
+                        0, store.store_time_at(topic, queue_id, max_offset - 1)
+                    ),
                 },
             )
             for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))
@@ -251,16 +255,24 @@ class AdminQueries:
         group = text(request, "consumerGroup")
         only = request.ext_fields.get("topic")
         entries = []
+        topics = set()
         for (topic, queue_id), offset in sorted(self.offsets.offsets_of_group(group).items()):
             if only and topic != only:
                 continue
+            topics.add(topic)
+            consumer_offset = self.offsets.query(group, topic, queue_id) or offset
             progress = {
                 "brokerOffset": self.store.max_offset(topic, queue_id),
-                "consumerOffset": self.offsets.query(group, topic, queue_id) or offset,
-                "lastTimestamp": 0,
+                "consumerOffset": consumer_offset,
+                # the store time of the last message consumed (0: none, or gone)
+                "lastTimestamp": max(
+                    0, self.store.store_time_at(topic, queue_id, consumer_offset - 1)
+                ),
             }
             entries.append((topic, self.broker_name, queue_id, progress))
-        body = queue_map_body(entries, consumeTps=0.0)
+        # what the group pulled here per second over the last minute, its topics summed
+        consume_tps = sum(self.group_get_tps(topic, group) for topic in sorted(topics))
+        body = queue_map_body(entries, consumeTps=consume_tps)
         return request.make_response(ResponseCode.SUCCESS, body=body)
 
     async def consumer_connections(self, request: RemotingCommand, connection: Connection):

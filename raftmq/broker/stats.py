@@ -1,9 +1,12 @@
 """The broker's message counters, and their rates over trailing windows.
 
-`BrokerStats` holds what GET_BROKER_RUNTIME_INFO reports (msgPutTotalTodayNow,
-msgGetTotalTodayNow; since start, not since midnight) and what pulls returned per
+`BrokerStats` holds what GET_BROKER_RUNTIME_INFO reports and what pulls returned per
 topic and consumer group (RocketMQ's GROUP_GET_NUMS and GROUP_GET_SIZE), counted
-once per pull, not per message.
+once per pull, not per message. As in RocketMQ's BrokerStats, msgPutTotalTodayNow and
+msgGetTotalTodayNow are the totals since the broker started, and `record_midnight`
+snapshots them at every local midnight (msgPutTotalTodayMorning, and the day before's
+as ...YesterdayMorning): today's puts are TodayNow - TodayMorning, yesterday's
+TodayMorning - YesterdayMorning, which is what `mqadmin clusterList -m` prints.
 
 `Rates` turns growing counts into per-second rates over the last 10 s, minute or
 10 minutes, as RocketMQ's StatsItem does: a sample of every count every 10 s, and a
@@ -12,11 +15,16 @@ rate from the sample at the start of the window to the value now.
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections import deque
+from collections.abc import Callable
 
 import attrs
+import trio
 
 SAMPLE_INTERVAL_S = 10.0  # StatsItem's samplingInSeconds
+MIDNIGHT_CHECK_S = 60.0  # the wall clock is read again at least this often before midnight
 LONGEST_WINDOW_S = 600.0  # the 10-minute rates (putTps's third figure)
 
 
@@ -26,6 +34,31 @@ class BrokerStats:
     got_messages: int = 0  # messages returned by pulls
     # (topic, group) -> [messages, bytes] returned by pulls
     pulled: dict[tuple[str, str], list[int]] = attrs.Factory(dict)
+
+    # the totals at the last local midnight and the one before (0 before the first)
+    put_messages_today_morning: int = 0
+    put_messages_yesterday_morning: int = 0
+    got_messages_today_morning: int = 0
+    got_messages_yesterday_morning: int = 0
+
+    def record_midnight(self) -> None:
+        """RocketMQ's BrokerStats.record, run at local midnight: today's morning
+        totals become yesterday's, the totals now become today's."""
+        self.put_messages_yesterday_morning = self.put_messages_today_morning
+        self.got_messages_yesterday_morning = self.got_messages_today_morning
+        self.put_messages_today_morning = self.put_messages
+        self.got_messages_today_morning = self.got_messages
+
+    def runtime_info(self) -> dict[str, str]:
+        """The counts as GET_BROKER_RUNTIME_INFO names them."""
+        return {
+            "msgPutTotalTodayNow": str(self.put_messages),
+            "msgGetTotalTodayNow": str(self.got_messages),
+            "msgPutTotalTodayMorning": str(self.put_messages_today_morning),
+            "msgGetTotalTodayMorning": str(self.got_messages_today_morning),
+            "msgPutTotalYesterdayMorning": str(self.put_messages_yesterday_morning),
+            "msgGetTotalYesterdayMorning": str(self.got_messages_yesterday_morning),
+        }
 
     def count_pull(self, topic: str, group: str, messages: int, size_bytes: int) -> None:
         """A pull returned `messages` of `topic` to `group`, `size_bytes` in all."""
@@ -73,3 +106,25 @@ class Rates:
             return 0.0
         when, counts = base
         return max(0, value - counts.get(key, 0)) / (now_s - when)
+
+
+def next_local_midnight_s(now_s: float) -> float:
+    """The wall-clock time (s since the epoch) of the next local midnight after `now_s`
+    (RocketMQ's UtilAll.computeNextMorningTimeMillis)."""
+    tomorrow = datetime.date.fromtimestamp(now_s) + datetime.timedelta(days=1)
+    return datetime.datetime.combine(tomorrow, datetime.time()).timestamp()
+
+
+async def record_at_midnight(
+    stats: BrokerStats, wall_clock_s: Callable[[], float] = time.time
+) -> None:
+    """`stats.record_midnight()` at every local midnight, for as long as the broker runs.
+
+    The wait is measured on the wall clock, read at least once a minute, so a clock
+    stepped by NTP or a change of time zone rules (daylight saving) moves the
+    snapshot with it rather than leaving it a fixed 24 h after the last one."""
+    while True:
+        midnight_s = next_local_midnight_s(wall_clock_s())
+        while (now_s := wall_clock_s()) < midnight_s:
+            await trio.sleep(min(MIDNIGHT_CHECK_S, midnight_s - now_s))
+        stats.record_midnight()
