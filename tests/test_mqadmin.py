@@ -328,6 +328,43 @@ async def test_consume_stats_measure_the_pull_rate_and_the_store_times(cluster):
 
 
 @pytest.mark.processes
+async def test_broker_stats_avgpt_is_messages_per_put_and_per_pull(cluster):
+    """VIEW_BROKER_STATS_DATA's avgpt was always 0; RocketMQ's StatsItem divides the
+    count by the calls: messages per put (a batch is one) and per pull."""
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    topic, group = "Batched", "BatchedG"
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic(topic, 1, 1, broker_addr=master)
+        await wait_route(admin, topic)
+        async with Producer(cluster.namesrv_addr, "batcher") as producer:
+            await producer.send_batch(topic, [b"b0", b"b1", b"b2", b"b3"])
+            for n in range(2):
+                await producer.send(topic, b"s%d" % n)
+        mq = MessageQueue(topic, cluster.broker_name, 0)
+        subscription = Subscription(topic, "*", 0)
+        async with RemotingClient(master) as client:
+
+            async def commit(offset: int) -> None:
+                ext = {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": offset}
+                response = await client.invoke(
+                    RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=ext), 5
+                )
+                assert response.code == ResponseCode.SUCCESS, response
+
+            await commit(0)  # where the group starts: counted from here
+            for offset, max_nums, pulled in ((0, 4, 4), (4, 32, 2)):  # two pulls
+                request = pull_request(group, mq, offset, max_nums, subscription)
+                result = pull_result(await client.invoke(request, 5), 0, subscription, "b")
+                assert len(result.messages) == pulled
+            await commit(6)
+        put = await admin.broker_stats(master, "TOPIC_PUT_NUMS", topic)
+        got = await admin.broker_stats(master, "GROUP_GET_NUMS", f"{topic}@{group}")
+    for window in ("statsMinute", "statsHour", "statsDay"):
+        assert (put[window]["sum"], put[window]["avgpt"]) == (6, 2.0)  # 6 messages, 3 puts
+        assert (got[window]["sum"], got[window]["avgpt"]) == (6, 3.0)  # 6 messages, 2 pulls
+
+
+@pytest.mark.processes
 async def test_stats_bodies_are_maps_keyed_by_message_queue(cluster):
     """GET_TOPIC_STATS_INFO and GET_CONSUME_STATS as fastjson writes them for Java's
     admin: `offsetTable` maps MessageQueue objects to the offsets."""

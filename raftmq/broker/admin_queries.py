@@ -322,6 +322,7 @@ class AdminQueries:
         """BrokerStatsData: sum and per-second rate over the last minute, hour and day."""
         name, key = text(request, "statsName"), text(request, "statsKey")
         now_ms = self.store.now_ms()
+        stats = self.stats
         if name == "TOPIC_PUT_NUMS":
             config = self.topics.get(key)
             queues = range(config.write_queue_nums) if config is not None else range(0)
@@ -332,11 +333,20 @@ class AdminQueries:
                     self.store.max_offset(key, q) - self.store.search_offset(key, q, since_ms)
                     for q in queues
                 )
+
+            def per_call(total: int, window_ms: int) -> float:
+                puts = total - stats.batched_per_minute.since(key, window_ms, now_ms)
+                return total / puts if puts > 0 else 0.0
         elif name == "GROUP_GET_NUMS" and "@" in key:
             topic, _, group = key.partition("@")
 
             def count(window_ms: int) -> int:
-                return self.offsets.consumed.since(topic, group, window_ms, now_ms)
+                return self.offsets.consumed.since((topic, group), window_ms, now_ms)
+
+            def per_call(_total: int, window_ms: int) -> float:
+                pulls = stats.pulls_per_minute.since((topic, group), window_ms, now_ms)
+                pulled = stats.pulled_per_minute.since((topic, group), window_ms, now_ms)
+                return pulled / pulls if pulls else 0.0
         else:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"no stats {name} for {key} on this broker"
@@ -344,5 +354,10 @@ class AdminQueries:
         body = {}
         for field, window_ms in STATS_WINDOWS_MS.items():
             total = count(window_ms)
-            body[field] = {"sum": total, "tps": total * 1000 / window_ms, "avgpt": 0.0}
+            body[field] = {
+                "sum": total,
+                "tps": total * 1000 / window_ms,
+                # RocketMQ's StatsItem: the count per call (messages per put, per pull)
+                "avgpt": per_call(total, window_ms),
+            }
         return request.make_response(ResponseCode.SUCCESS, body=json_body(body))

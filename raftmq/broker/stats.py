@@ -8,6 +8,10 @@ snapshots them at every local midnight (msgPutTotalTodayMorning, and the day bef
 as ...YesterdayMorning): today's puts are TodayNow - TodayMorning, yesterday's
 TodayMorning - YesterdayMorning, which is what `mqadmin clusterList -m` prints.
 
+`MinuteCounts` keeps counts per minute for a day, for VIEW_BROKER_STATS_DATA's minute,
+hour and day windows: what groups consumed (their offset commits), and the calls its
+avgpt divides by (pulls, and the extra messages of batch puts).
+
 `Rates` turns growing counts into per-second rates over the last 10 s, minute or
 10 minutes, as RocketMQ's StatsItem does: a sample of every count every 10 s, and a
 rate from the sample at the start of the window to the value now.
@@ -24,8 +28,34 @@ import attrs
 import trio
 
 SAMPLE_INTERVAL_S = 10.0  # StatsItem's samplingInSeconds
+MINUTE_MS = 60_000
+DAY_MINUTES = 24 * 60
 MIDNIGHT_CHECK_S = 60.0  # the wall clock is read again at least this often before midnight
 LONGEST_WINDOW_S = 600.0  # the 10-minute rates (putTps's third figure)
+
+
+class MinuteCounts:
+    """Counts per key per minute for the last day: how many in the minutes that overlap
+    the last minute, hour or day (VIEW_BROKER_STATS_DATA's windows). Kept in memory
+    from the broker's start, as RocketMQ keeps its StatsItems."""
+
+    def __init__(self) -> None:
+        self._minutes: dict[object, dict[int, int]] = {}
+
+    def add(self, key, count: int, now_ms: int) -> None:
+        assert count > 0, count
+        minutes = self._minutes.setdefault(key, {})
+        minute = now_ms // MINUTE_MS
+        if minute not in minutes:  # a new minute: the one a day old goes
+            for old in [m for m in minutes if m <= minute - DAY_MINUTES]:
+                del minutes[old]
+            minutes[minute] = 0
+        minutes[minute] += count
+
+    def since(self, key, window_ms: int, now_ms: int) -> int:
+        """What was counted for `key` in the minutes that overlap the last `window_ms`."""
+        first = (now_ms - window_ms) // MINUTE_MS
+        return sum(n for m, n in self._minutes.get(key, {}).items() if m >= first)
 
 
 @attrs.define
@@ -34,6 +64,13 @@ class BrokerStats:
     got_messages: int = 0  # messages returned by pulls
     # (topic, group) -> [messages, bytes] returned by pulls
     pulled: dict[tuple[str, str], list[int]] = attrs.Factory(dict)
+    # per minute, for GROUP_GET_NUMS's avgpt (messages per pull): keyed (topic, group),
+    # the pulls that returned messages and the messages they returned
+    pulls_per_minute: MinuteCounts = attrs.Factory(MinuteCounts)
+    pulled_per_minute: MinuteCounts = attrs.Factory(MinuteCounts)
+    # per minute, for TOPIC_PUT_NUMS's avgpt (messages per put): keyed by topic, the
+    # messages of each SEND_BATCH_MESSAGE beyond its first (every other put stores one)
+    batched_per_minute: MinuteCounts = attrs.Factory(MinuteCounts)
 
     # the totals at the last local midnight and the one before (0 before the first)
     put_messages_today_morning: int = 0
@@ -63,6 +100,9 @@ class BrokerStats:
     def count_pull(self, topic: str, group: str, messages: int, size_bytes: int) -> None:
         """A pull returned `messages` of `topic` to `group`, `size_bytes` in all."""
         self.got_messages += messages
+        now_ms = int(time.time() * 1000)
+        self.pulls_per_minute.add((topic, group), 1, now_ms)
+        self.pulled_per_minute.add((topic, group), messages, now_ms)
         counts = self.pulled.get((topic, group))
         if counts is None:
             counts = self.pulled[(topic, group)] = [0, 0]
