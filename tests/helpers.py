@@ -125,6 +125,43 @@ def stopped(pid: int):
         os.kill(pid, signal.SIGCONT)
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started that are still its children (Linux's /proc)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += map(int, (task / "children").read_text().split())
+    return children
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+async def stop_signal_stops_every_child(
+    process: trio.Process, sig: int, children: int, timeout_s: float = 30.0
+) -> int:
+    """Send `sig` to a tool that started `children` processes, and wait until it exits.
+
+    Its exit status; asserts that every child it had is gone by then (a child left
+    running, still holding its ports and store lock, is SIGKILLed for the next test).
+    """
+    pids = child_pids(process.pid)
+    assert len(pids) == children, pids
+    process.send_signal(sig)
+    with trio.fail_after(timeout_s):
+        status = await process.wait()
+    left = [pid for pid in pids if running(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{signal.Signals(sig).name}: children left running: {left}"
+    return status
+
+
 async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`mqadmin ARGS` as a process; its exit status and output, whatever they are."""
     return await trio.run_process(

@@ -40,10 +40,14 @@ def test_rocketmq_sample_dledger_confs_load(n: int) -> None:
     assert config.listen_port == 30911 + 10 * n
     assert config.namesrv_addr == ("127.0.0.1:9876",)
     assert config.slave_broker_id == n + 1
-    assert warnings == [  # the CommitLog is the DLedger log under storePathRootDir
-        f"{path}: storePathCommitLog: accepted, not used by raftmq",
+    assert warnings == [
         f"{path}: sendMessageThreadPoolNums: accepted, not used by raftmq",
+        # the CommitLog is the DLedger log under storePathRootDir
+        f"{path}: storePathCommitLog: in DLedger mode the CommitLog is the DLedger log under "
+        "storePathRootDir (or storePathDLedgerCommitLog); only classic files from before an "
+        "upgrade are read here",
     ]
+    assert config.store_path_commit_log == f"/tmp/rmqstore/node0{n}/commitlog"
 
     dledger = config.dledger_config()
     assert dledger.group == "RaftNode00"
@@ -258,6 +262,10 @@ def test_old_maped_spelling_is_an_alias(tmp_path: Path) -> None:
 def test_store_paths_expand_home(tmp_path: Path) -> None:
     config, _ = load_text(tmp_path, "storePathRootDir=~/rmq")
     assert config.store_path_root_dir == str(Path("~/rmq").expanduser())
+    assert config.store_path_commit_log == str(Path("~/rmq/commitlog").expanduser())  # RocketMQ's
+    config, warnings = load_text(tmp_path, "storePathCommitLog=~/disk2/commitlog")
+    assert config.store_path_commit_log == str(Path("~/disk2/commitlog").expanduser())
+    assert warnings == []  # a classic broker's CommitLog goes there
 
 
 def test_command_line_overrides_the_file(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from raftmq.remoting import RemotingClient, RemotingConnectError
 from raftmq.streams.address import parse_address
 from raftmq.tools.broker_drill import run_drill
 from raftmq.tools.broker_local import LocalCluster
+from tests.helpers import read_until, stop_signal_stops_every_child
 
 pytestmark = pytest.mark.processes
 
@@ -94,8 +95,12 @@ async def test_a_broker_listens_on_its_bind_address_and_advertises_brokerip1(tmp
             await trio.open_tcp_stream("127.0.0.1", dledger_port)
 
 
-async def test_ctrl_c_in_the_demo_stops_its_servers_and_says_so(tmp_path):
-    """It printed a traceback; now one line, status 130, and no server left running."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+async def test_a_stop_signal_to_the_demo_stops_its_servers_and_says_so(tmp_path, sig):
+    """Ctrl-C printed a traceback; now one line, status 130, and no server left running.
+    SIGTERM (kill, systemd, a container runtime) and SIGHUP killed the demo alone and
+    left its name server and three brokers running on their ports; now they stop them
+    as Ctrl-C does, with status 143 and 129."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     async with trio.open_nursery() as nursery:
         demo = await nursery.start(
@@ -108,25 +113,34 @@ async def test_ctrl_c_in_the_demo_stops_its_servers_and_says_so(tmp_path):
                 env=env,
             )
         )
-        seen = b""
-        with trio.fail_after(60):
-            while b"master is" not in seen:
-                seen += await demo.stdout.receive_some()
-        demo.send_signal(signal.SIGINT)
+        seen = await read_until(demo.stdout, b"master is")
         err = b""
-        with trio.fail_after(30):
+
+        async def read_stderr() -> None:
+            nonlocal err
             async for chunk in demo.stderr:
                 err += chunk
-            await demo.wait()
-    assert demo.returncode == 130
+
+        nursery.start_soon(read_stderr)
+        status = await stop_signal_stops_every_child(demo, sig, children=4)
+    assert status == 128 + sig
     assert err.decode().strip() == "demo interrupted: its name server and brokers are stopped"
     brokers = re.search(rb"brokers (.*)\n", seen).group(1).decode()
     for address in re.findall(r"n\d=(\S+?),?(?:\s|$)", brokers):
-        with trio.fail_after(10):
-            while True:
-                try:
-                    async with RemotingClient(address, connect_timeout_s=0.5):
-                        await trio.sleep(0.1)
-                except RemotingConnectError:
-                    break
+        with pytest.raises(RemotingConnectError):
+            async with RemotingClient(address, connect_timeout_s=0.5):
+                pass
     assert list(tmp_path.iterdir()) == []  # its store directory is removed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+async def test_a_stop_signal_to_the_local_cluster_stops_every_process_it_started(tmp_path, sig):
+    """`python -m raftmq.tools.broker_local` stopped by kill (or a hangup) exited alone,
+    leaving its name server and three brokers running, holding their ports and store
+    locks; now it stops them as on Ctrl-C, and a new cluster starts on the same stores."""
+    command = [sys.executable, "-m", "raftmq.tools.broker_local", "--dir", str(tmp_path)]
+    for expected in (sig, signal.SIGINT):
+        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE)
+        await read_until(process.stdout, b"Ctrl-C stops every process")
+        status = await stop_signal_stops_every_child(process, expected, children=4)
+        assert status == 128 + expected

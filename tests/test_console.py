@@ -9,7 +9,10 @@ processes, is tests/test_console_browser.py.
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -23,7 +26,7 @@ from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalClassicGroup
 from raftmq.tools.dledger_local import free_ports
-from tests.helpers import group, stopped, wait_for
+from tests.helpers import group, read_until, stopped, wait_for
 
 CLUSTER = "TestCluster"  # tests.inprocess_broker's
 BROKER = "broker-t"
@@ -253,6 +256,25 @@ def test_command_line_errors_are_one_line_and_an_exit_status(monkeypatch, capsys
         "mqconsole: --timeout-ms must be positive",
         f"mqconsole: cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use",
     ]
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+async def test_a_stop_signal_stops_the_console_cleanly(sig):
+    """SIGTERM stopped it cleanly; SIGHUP (a closed terminal) killed it mid-request with
+    status -1. Both now stop it as RocketMQ's JVM stops on them: status 0, port free."""
+    namesrv_port, port = free_ports(2)
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "raftmq.console", "-n", f"127.0.0.1:{namesrv_port}",
+         "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    await read_until(process.stdout, b"mqconsole: http://")
+    process.send_signal(sig)
+    with trio.fail_after(10):
+        assert await process.wait() == 0
+    with pytest.raises(OSError):
+        await trio.open_tcp_stream("127.0.0.1", port)
 
 
 # a stopped slave is dropped by its master after haHousekeepingInterval: long enough here

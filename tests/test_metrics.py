@@ -7,6 +7,7 @@ Expositions are parsed with prometheus_client's own parser, as a scraper reads t
 
 from __future__ import annotations
 
+import datetime
 import signal
 import subprocess
 import sys
@@ -19,8 +20,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from raftmq.broker.config import load_broker_config
-from raftmq.broker.stats import Rates
+from raftmq.broker.stats import BrokerStats, Rates, record_at_midnight
 from raftmq.client import Producer
+from raftmq.client.mqadmin.brokers import day_totals
 from raftmq.namesrv.config import load_config
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.streams.exposition import MetricsPortError, serve_metrics
@@ -71,6 +73,33 @@ def test_rates_use_the_oldest_sample_inside_the_window():
     assert Rates.per_second(rates.base(now, 60), now, "new", 110) == pytest.approx(2.0)
     rates.sample(710.0, {"k": 5})
     assert Rates.per_second(rates.base(715.0, 10), 715.0, "k", 3) == 0.0
+
+
+async def test_todays_totals_start_at_local_midnight(nursery, autojump_clock):
+    """msgPutTotalTodayNow counted from the start with nothing to subtract, so "today"
+    was since the broker started; RocketMQ snapshots the totals at every local midnight
+    (msgPutTotalTodayMorning, msgPutTotalYesterdayMorning) and today is the difference."""
+    stats = BrokerStats()
+    evening_s = datetime.datetime(2026, 11, 27, 23, 59, 30).timestamp()  # local time
+    started_s = trio.current_time()
+    nursery.start_soon(
+        record_at_midnight, stats, lambda: evening_s + trio.current_time() - started_s
+    )
+
+    def today_and_yesterday() -> tuple[int, ...]:
+        table = {key: int(value) for key, value in stats.runtime_info().items()}
+        return day_totals(table)  # as `mqadmin clusterList -m` computes them
+
+    stats.put_messages, stats.got_messages = 5, 2  # on the 27th
+    await trio.sleep(29)
+    assert today_and_yesterday() == (0, 0, 5, 2)  # 23:59:59
+    await trio.sleep(2)
+    stats.put_messages, stats.got_messages = 8, 3  # on the 28th
+    assert today_and_yesterday() == (5, 2, 3, 1)
+    await trio.sleep(24 * 3600)
+    stats.put_messages += 1  # on the 29th
+    assert today_and_yesterday() == (3, 1, 1, 0)
+    assert stats.runtime_info()["msgPutTotalTodayNow"] == "9"  # the total, as RocketMQ's
 
 
 def test_rates_of_a_young_process_start_at_its_first_sample():

@@ -17,11 +17,12 @@ import trio
 
 from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
 from raftmq.client.admin import UNREACHABLE, Admin, group_members, parse_cluster_info
+from raftmq.client.consumer import Subscription, pull_request, pull_result
 from raftmq.client.errors import MQBrokerError
 from raftmq.client.message_query import query_by_key, query_by_unique_key
 from raftmq.client.mqadmin import main
-from raftmq.client.mqadmin.commands import parse_timestamp_ms
-from raftmq.client.route import BrokerData
+from raftmq.client.mqadmin.commands import human_ms, parse_timestamp_ms
+from raftmq.client.route import BrokerData, MessageQueue
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import properties_to_string
 from raftmq.protocol.msgid import create_message_id
@@ -207,6 +208,18 @@ async def test_cluster_list(cluster):
     for row in rows:
         assert re.fullmatch(r"\d+\.\d\d\(-,-ms\)", row[5]) and row[6].endswith("(-,-ms)")
         assert 0.0 <= float(row[9]) <= 1.0 and row[10] == "-"
+    # -m: in and out yesterday and today; no midnight since the brokers started, so
+    # today's are the totals and yesterday's 0
+    completed = await mqadmin("clusterList", "-m", env=env)
+    assert completed.returncode == 0, completed.stderr
+    header, *rows = table(completed)
+    assert header[-4:] == ["#InTotalYest", "#OutTotalYest", "#InTotalToday", "#OutTotalToday"]
+    async with Admin(cluster.namesrv_addr) as admin:
+        totals = [await admin.broker_status(a) for a in sorted(cluster.broker_addrs.values())]
+    assert sorted(tuple(map(int, row[2:])) for row in rows) == sorted(
+        (0, 0, int(t["msgPutTotalTodayNow"]), int(t["msgGetTotalTodayNow"])) for t in totals
+    )
+    assert {(row[0], row[1]) for row in rows} == {(CLUSTER, cluster.broker_name)}
 
 
 @pytest.mark.processes
@@ -273,6 +286,85 @@ async def test_topic_status_and_consumer_progress(cluster):
 
 
 @pytest.mark.processes
+async def test_consume_stats_measure_the_pull_rate_and_the_store_times(cluster):
+    """consumeTps, lastTimestamp and lastUpdateTimestamp were constants (0); RocketMQ's
+    are measurements: what the group pulled per second over the last minute, the store
+    time of the last message consumed, that of the queue's last message."""
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    group, topic, pulled = "ProgressG", "Progress", 20
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic(topic, 1, 1, broker_addr=master)
+        await wait_route(admin, topic)
+        for n in range(pulled):
+            await send(master, topic, f"p{n}".encode(), 0)
+        pull_started_s = time.monotonic()
+        mq = MessageQueue(topic, cluster.broker_name, 0)
+        subscription = Subscription(topic, "*", 0)
+        async with RemotingClient(master) as client:
+            response = await client.invoke(pull_request(group, mq, 0, 32, subscription), 5)
+            messages = pull_result(response, 0, subscription, cluster.broker_name).messages
+            assert len(messages) == pulled
+            commit = {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 5}
+            response = await client.invoke(
+                RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=commit), 5
+            )
+            assert response.code == ResponseCode.SUCCESS, response
+        stats = await admin.consumer_progress(group)
+        elapsed_s = time.monotonic() - pull_started_s
+        # all `pulled` fell in the last minute, whose start (the oldest sample in it, or
+        # the broker's first) came before the pull
+        assert pulled / 60.5 <= stats.consume_tps <= pulled / elapsed_s, stats.consume_tps
+        (queue,) = stats.queues
+        assert queue.last_timestamp_ms == messages[4].store_timestamp  # offset 5 - 1
+        (status,) = await admin.topic_status(topic)
+        assert status.last_update_ms == messages[-1].store_timestamp
+    completed = await mqadmin("consumerProgress", "-n", cluster.namesrv_addr, "-g", group)
+    elapsed_s = time.monotonic() - pull_started_s
+    assert completed.returncode == 0, completed.stderr
+    printed = completed.stdout.decode()
+    assert human_ms(messages[4].store_timestamp) in printed
+    tps = float(re.search(r"Consume TPS: (\S+)", printed).group(1))
+    assert pulled / 60.5 <= tps <= pulled / elapsed_s, printed
+
+
+@pytest.mark.processes
+async def test_broker_stats_avgpt_is_messages_per_put_and_per_pull(cluster):
+    """VIEW_BROKER_STATS_DATA's avgpt was always 0; RocketMQ's StatsItem divides the
+    count by the calls: messages per put (a batch is one) and per pull."""
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    topic, group = "Batched", "BatchedG"
+    async with Admin(cluster.namesrv_addr) as admin:
+        await admin.create_topic(topic, 1, 1, broker_addr=master)
+        await wait_route(admin, topic)
+        async with Producer(cluster.namesrv_addr, "batcher") as producer:
+            await producer.send_batch(topic, [b"b0", b"b1", b"b2", b"b3"])
+            for n in range(2):
+                await producer.send(topic, b"s%d" % n)
+        mq = MessageQueue(topic, cluster.broker_name, 0)
+        subscription = Subscription(topic, "*", 0)
+        async with RemotingClient(master) as client:
+
+            async def commit(offset: int) -> None:
+                ext = {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": offset}
+                response = await client.invoke(
+                    RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=ext), 5
+                )
+                assert response.code == ResponseCode.SUCCESS, response
+
+            await commit(0)  # where the group starts: counted from here
+            for offset, max_nums, pulled in ((0, 4, 4), (4, 32, 2)):  # two pulls
+                request = pull_request(group, mq, offset, max_nums, subscription)
+                result = pull_result(await client.invoke(request, 5), 0, subscription, "b")
+                assert len(result.messages) == pulled
+            await commit(6)
+        put = await admin.broker_stats(master, "TOPIC_PUT_NUMS", topic)
+        got = await admin.broker_stats(master, "GROUP_GET_NUMS", f"{topic}@{group}")
+    for window in ("statsMinute", "statsHour", "statsDay"):
+        assert (put[window]["sum"], put[window]["avgpt"]) == (6, 2.0)  # 6 messages, 3 puts
+        assert (got[window]["sum"], got[window]["avgpt"]) == (6, 3.0)  # 6 messages, 2 pulls
+
+
+@pytest.mark.processes
 async def test_stats_bodies_are_maps_keyed_by_message_queue(cluster):
     """GET_TOPIC_STATS_INFO and GET_CONSUME_STATS as fastjson writes them for Java's
     admin: `offsetTable` maps MessageQueue objects to the offsets."""
@@ -280,7 +372,9 @@ async def test_stats_bodies_are_maps_keyed_by_message_queue(cluster):
     async with Admin(cluster.namesrv_addr) as admin:
         await admin.create_topic("Shaped", 1, 1, broker_addr=master)
         await wait_route(admin, "Shaped")
+    before_ms = int(time.time() * 1000)
     await send(master, "Shaped", b"one", 0)
+    after_ms = int(time.time() * 1000)
     async with RemotingClient(master) as client:  # the raw bodies
         stats = await client.invoke(
             RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": "Shaped"}), 5
@@ -295,12 +389,15 @@ async def test_stats_bodies_are_maps_keyed_by_message_queue(cluster):
         )
     mq = json.dumps({"brokerName": cluster.broker_name, "queueId": 0, "topic": "Shaped"})
     mq = mq.replace(" ", "")
+    stored_ms = int(re.search(rb'"lastUpdateTimestamp":(\d+)', stats.body).group(1))
+    assert before_ms <= stored_ms <= after_ms  # the store time of the queue's last message
     assert stats.body.decode() == (
-        '{"offsetTable":{' + mq + ':{"lastUpdateTimestamp":0,"maxOffset":1,"minOffset":0}}}'
+        f'{{"offsetTable":{{{mq}:{{"lastUpdateTimestamp":{stored_ms},"maxOffset":1,'
+        '"minOffset":0}}}'
     )
-    assert consume.body.decode() == (
-        '{"offsetTable":{' + mq + ':{"brokerOffset":1,"consumerOffset":1,"lastTimestamp":0}},'
-        '"consumeTps":0.0}'
+    assert consume.body.decode() == (  # nothing pulled: no rate
+        f'{{"offsetTable":{{{mq}:{{"brokerOffset":1,"consumerOffset":1,'
+        f'"lastTimestamp":{stored_ms}}}}},"consumeTps":0.0}}'
     )
 
 

@@ -1,6 +1,8 @@
 """Real `dledger server` processes on 127.0.0.1, driven over TCP by the client and the CLI."""
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import trio
 
 from raftmq.tools.dledger_drill import run_drill
 from raftmq.tools.dledger_local import LocalGroup, free_ports
+from tests.helpers import read_until, stop_signal_stops_every_child
 
 pytestmark = pytest.mark.processes
 
@@ -235,3 +238,22 @@ def test_server_on_a_store_it_cannot_create_says_so_in_one_line(tmp_path):
     )
     assert proc.stderr.startswith(f"dledger: refusing to run: --store-base-dir {store}: ")
     assert "Not a directory" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+async def test_a_stop_signal_to_the_dledger_demo_stops_its_servers(tmp_path, sig):
+    """The demo stopped by Ctrl-C printed a traceback; by kill (SIGTERM) or a hangup it
+    exited alone and left its three dledger servers running. Now each stops them, says so
+    in one line and exits with 128 + the signal."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "raftmq.tools.dledger_demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    await read_until(process.stdout, b"peers:")
+    status = await stop_signal_stops_every_child(process, sig, children=3)
+    assert status == 128 + sig
+    err = (await process.stderr.receive_some()).decode()
+    assert err.strip() == "demo interrupted: its dledger servers are stopped"
+    assert list(tmp_path.iterdir()) == []  # its store directory is removed

@@ -57,6 +57,19 @@ async def send(namesrv: str, first: int, count: int) -> list:
     return sent
 
 
+def by_queue(sent: list) -> dict[int, list]:
+    """{queue id: [(queue offset, body), ...]} of the messages sent."""
+    queues = {q: [] for q in range(QUEUES)}
+    for sent_body, result in sent:
+        queues[result.message_queue.queue_id].append((result.queue_offset, sent_body))
+    return queues
+
+
+async def pulled(cluster: LocalCluster, node: str) -> dict[int, list]:
+    """{queue id: [(queue offset, body), ...]} of every message pulled from `node`."""
+    return {q: await pull_all(cluster.broker_addrs[node], q) for q in range(QUEUES)}
+
+
 async def verify(cluster: LocalCluster, node: str, sent: list) -> None:
     """Every sent message by its offset msgId and by pull from `node`, at the queue
     offset it was sent to; the consumer offset and subscription group are there."""
@@ -64,11 +77,7 @@ async def verify(cluster: LocalCluster, node: str, sent: list) -> None:
         for sent_body, result in sent:
             msg = await admin.query_msg_by_id(result.offset_msg_id)
             assert (msg.queue_offset, msg.body) == (result.queue_offset, sent_body)
-    by_queue = {q: await pull_all(cluster.broker_addrs[node], q) for q in range(QUEUES)}
-    expected = {q: [] for q in range(QUEUES)}
-    for sent_body, result in sent:
-        expected[result.message_queue.queue_id].append((result.queue_offset, sent_body))
-    assert by_queue == expected
+    assert await pulled(cluster, node) == by_queue(sent)
     query = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "1"}
     response = await cluster.broker_call(node, RequestCode.QUERY_CONSUMER_OFFSET, query)
     assert (response.code, response.ext_fields["offset"]) == (ResponseCode.SUCCESS, "7")
@@ -116,6 +125,30 @@ async def test_a_classic_group_upgraded_in_place_keeps_every_message(tmp_path):
         await verify(cluster, new_leader, sent)
         sent += await send(cluster.namesrv_addr, 100, 10)
         await verify(cluster, new_leader, sent)
+
+
+async def test_the_classic_commitlog_is_where_storepathcommitlog_says(tmp_path):
+    """RocketMQ keeps the classic CommitLog in `storePathCommitLog`; the key was accepted
+    and ignored, the files going to storePathRootDir/commitlog. A classic broker now
+    writes them there and reads them back after a restart, and once the store is
+    upgraded to DLedger its old messages are read from there too."""
+    elsewhere = tmp_path / "disk2" / "commitlog"
+    conf = {"storePathCommitLog": str(elsewhere)}
+    async with LocalClassicGroup(tmp_path / "group", slaves=0, extra_conf=conf) as classic:
+        await classic.create_topic(TOPIC, queues=QUEUES)
+        sent = await send(classic.namesrv_addr, 0, 30)
+        assert [p.name for p in elsewhere.iterdir()] == [f"{0:020d}"]
+        assert not (classic.store_dir("n0") / "commitlog").exists()
+        await classic.restart("n0")
+        assert await pulled(classic, "n0") == by_queue(sent)
+        sent += await send(classic.namesrv_addr, 30, 10)  # after the old ones, same file
+        assert [p.name for p in elsewhere.iterdir()] == [f"{0:020d}"]
+    async with classic.upgraded(nodes=1) as cluster:
+        await cluster.wait_master()
+        assert await pulled(cluster, "n0") == by_queue(sent)
+        sent += await send(cluster.namesrv_addr, 40, 10)
+        assert await pulled(cluster, "n0") == by_queue(sent)
+    assert b"storePathCommitLog: in DLedger mode" in (cluster.base_dir / "n0.log").read_bytes()
 
 
 async def test_a_node_over_other_old_files_is_refused(tmp_path):

@@ -64,7 +64,8 @@ async def write_classic(root: Path, dispatched: int, more: int) -> list[tuple[in
 
 def upgrade(root: Path) -> ClassicLog | None:
     return open_old_log(
-        root,
+        root / "commitlog",
+        root / "abort",
         FILE_BYTES,
         root / "dledger-n0",
         lambda log, commitlog: message_store(log, root, commitlog).drain(),

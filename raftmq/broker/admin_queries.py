@@ -106,6 +106,8 @@ class AdminQueries:
     ha_runtime_info: Callable[[], dict] | None = attrs.field(kw_only=True, default=None)
     # BrokerCollector.runtime_keys: the rate and disk keys
     runtime_keys: Callable[[], dict[str, str]] = attrs.field(kw_only=True, default=dict)
+    # BrokerCollector.group_get_tps: (topic, group) -> messages pulled per second
+    group_get_tps: Callable[[str, str], float] = attrs.field(kw_only=True)
 
     async def ha_status(self, request: RemotingCommand, connection: Connection):
         """GET_BROKER_HA_STATUS (907, RocketMQ 5): HARuntimeInfo; a DLedger broker has
@@ -125,8 +127,7 @@ class AdminQueries:
             "brokerRole": self.role.master_role if self.role.is_master else "SLAVE",
             "commitLogMaxOffset": str(self.store.physical_max),
             "dispatchBehindEntries": str(self.store.dispatch_behind()),
-            "msgPutTotalTodayNow": str(self.stats.put_messages),
-            "msgGetTotalTodayNow": str(self.stats.got_messages),
+            **self.stats.runtime_info(),
             **self.runtime_keys(),
         }
         if self.dledger_metadata is None:
@@ -239,8 +240,11 @@ class AdminQueries:
                 queue_id,
                 {
                     "minOffset": store.min_offset(topic, queue_id),
-                    "maxOffset": store.max_offset(topic, queue_id),
-                    "lastUpdateTimestamp": 0,
+                    "maxOffset": (max_offset := store.max_offset(topic, queue_id)),
+                    # the store time of the queue's last message, as RocketMQ reports it
+                    "lastUpdateTimestamp": max(
+                        0, store.store_time_at(topic, queue_id, max_offset - 1)
+                    ),
                 },
             )
             for queue_id in range(max(config.read_queue_nums, config.write_queue_nums))
@@ -251,16 +255,24 @@ class AdminQueries:
         group = text(request, "consumerGroup")
         only = request.ext_fields.get("topic")
         entries = []
+        topics = set()
         for (topic, queue_id), offset in sorted(self.offsets.offsets_of_group(group).items()):
             if only and topic != only:
                 continue
+            topics.add(topic)
+            consumer_offset = self.offsets.query(group, topic, queue_id) or offset
             progress = {
                 "brokerOffset": self.store.max_offset(topic, queue_id),
-                "consumerOffset": self.offsets.query(group, topic, queue_id) or offset,
-                "lastTimestamp": 0,
+                "consumerOffset": consumer_offset,
+                # the store time of the last message consumed (0: none, or gone)
+                "lastTimestamp": max(
+                    0, self.store.store_time_at(topic, queue_id, consumer_offset - 1)
+                ),
             }
             entries.append((topic, self.broker_name, queue_id, progress))
-        body = queue_map_body(entries, consumeTps=0.0)
+        # what the group pulled here per second over the last minute, its topics summed
+        consume_tps = sum(self.group_get_tps(topic, group) for topic in sorted(topics))
+        body = queue_map_body(entries, consumeTps=consume_tps)
         return request.make_response(ResponseCode.SUCCESS, body=body)
 
     async def consumer_connections(self, request: RemotingCommand, connection: Connection):
@@ -310,6 +322,7 @@ class AdminQueries:
         """BrokerStatsData: sum and per-second rate over the last minute, hour and day."""
         name, key = text(request, "statsName"), text(request, "statsKey")
         now_ms = self.store.now_ms()
+        stats = self.stats
         if name == "TOPIC_PUT_NUMS":
             config = self.topics.get(key)
             queues = range(config.write_queue_nums) if config is not None else range(0)
@@ -320,11 +333,20 @@ class AdminQueries:
                     self.store.max_offset(key, q) - self.store.search_offset(key, q, since_ms)
                     for q in queues
                 )
+
+            def per_call(total: int, window_ms: int) -> float:
+                puts = total - stats.batched_per_minute.since(key, window_ms, now_ms)
+                return total / puts if puts > 0 else 0.0
         elif name == "GROUP_GET_NUMS" and "@" in key:
             topic, _, group = key.partition("@")
 
             def count(window_ms: int) -> int:
-                return self.offsets.consumed.since(topic, group, window_ms, now_ms)
+                return self.offsets.consumed.since((topic, group), window_ms, now_ms)
+
+            def per_call(_total: int, window_ms: int) -> float:
+                pulls = stats.pulls_per_minute.since((topic, group), window_ms, now_ms)
+                pulled = stats.pulled_per_minute.since((topic, group), window_ms, now_ms)
+                return pulled / pulls if pulls else 0.0
         else:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"no stats {name} for {key} on this broker"
@@ -332,5 +354,10 @@ class AdminQueries:
         body = {}
         for field, window_ms in STATS_WINDOWS_MS.items():
             total = count(window_ms)
-            body[field] = {"sum": total, "tps": total * 1000 / window_ms, "avgpt": 0.0}
+            body[field] = {
+                "sum": total,
+                "tps": total * 1000 / window_ms,
+                # RocketMQ's StatsItem: the count per call (messages per put, per pull)
+                "avgpt": per_call(total, window_ms),
+            }
         return request.make_response(ResponseCode.SUCCESS, body=json_body(body))

@@ -41,9 +41,10 @@ DISK_CHECK_INTERVAL_S = 0.1  # as DLedger mode's
 class ClassicReplica:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        root = Path(config.store_path_root_dir)
         self.log = ClassicLog(
-            root / "commitlog", config.mapped_file_size_commit_log, root / ABORT_FILE
+            Path(config.store_path_commit_log),
+            config.mapped_file_size_commit_log,
+            Path(config.store_path_root_dir) / ABORT_FILE,
         )
         ha_config = HAConfig(
             heartbeat_interval_s=config.ha_send_heartbeat_interval / 1000,

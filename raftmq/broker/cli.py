@@ -71,13 +71,13 @@ async def _run(config: BrokerConfig) -> None:
         where = f"storePathRootDir={config.store_path_root_dir}"
         raise StoreUnusable(f"{where}: cannot open the store: {exc}") from exc
     async with trio.open_nursery() as nursery:
+        await nursery.start(cancel_on_stop_signal, nursery.cancel_scope)
         await nursery.start(broker.serve)
         print(
             f"The broker[{config.broker_name}, {broker.address}] boot success. "
             f"serializeType=JSON and name server is {';'.join(config.namesrv_addr)}",
             flush=True,
         )
-        await cancel_on_stop_signal(nursery.cancel_scope)
 
 
 def _failed(group: BaseExceptionGroup, status: int, what: str = "") -> int:

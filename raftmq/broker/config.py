@@ -124,8 +124,7 @@ UNUSED_KEYS = frozenset(
         "clientSocketSndBufSize", "clientSocketRcvBufSize",
         "clientPooledByteBufAllocatorEnable", "clientCloseSocketIfTimeout", "useTLS",
         # the classic store's files, flushing and page-cache tricks
-        "storePathCommitLog", "storePathConsumeQueue", "storePathIndex",
-        "storeCheckpoint",
+        "storePathConsumeQueue", "storePathIndex", "storeCheckpoint",
         "abortFile", "enableConsumeQueueExt", "mappedFileSizeConsumeQueueExt",
         "commitIntervalCommitLog", "flushCommitLogTimed",
         "flushIntervalConsumeQueue",
@@ -196,6 +195,11 @@ class BrokerConfig:
     broker_ip1: str = "127.0.0.1"
     namesrv_addr: tuple[str, ...] = ()
     store_path_root_dir: str = attrs.Factory(_home_store)
+    # The classic CommitLog files: a classic broker's log, or an upgraded store's files
+    # from before the upgrade. RocketMQ's default: storePathRootDir/commitlog.
+    store_path_commit_log: str = attrs.Factory(
+        lambda self: os.path.join(self.store_path_root_dir, "commitlog"), takes_self=True
+    )
     broker_role: str = "ASYNC_MASTER"
     flush_disk_type: str = FSYNC
     enable_dleger_commit_log: bool = False
@@ -364,6 +368,7 @@ KEYS = KeyTable(
         Key("brokerIP1", "broker_ip1", ip_address),  # packed into every msgId: no host names
         Key("namesrvAddr", "namesrv_addr", parse_address_list),
         Key("storePathRootDir", "store_path_root_dir", file_path),
+        Key("storePathCommitLog", "store_path_commit_log", file_path),
         Key("brokerRole", "broker_role", choice(BROKER_ROLES)),
         Key("flushDiskType", "flush_disk_type", choice((FSYNC, PAGE_CACHE))),
         Key("enableDLegerCommitLog", "enable_dleger_commit_log", boolean),
@@ -479,6 +484,13 @@ def load_broker_config(
         _check_dledger(config, where)
         for key in sorted(({"brokerId", "brokerRole"} | _CLASSIC_ONLY) & given.keys()):
             warnings.append(f"{where(key)}: {key}: ignored in DLedger mode")
+        if "storePathCommitLog" in given:
+            warnings.append(
+                f"{where('storePathCommitLog')}: storePathCommitLog: in DLedger mode the "
+                "CommitLog is the DLedger log under storePathRootDir (or "
+                "storePathDLedgerCommitLog); only classic files from before an upgrade "
+                "are read here"
+            )
         return config, warnings
     for key in sorted(_DLEDGER_ONLY & given.keys()):
         warnings.append(f"{where(key)}: {key}: ignored, enableDLegerCommitLog is false")

@@ -7,7 +7,7 @@ thousands. A query sees a commit at once, before it is replicated; every replica
 applies the records to `Metadata.offsets`, so a new master starts from them.
 
 How far each commit moves a group on a topic is counted per minute for a day
-(`ConsumedCounts`): the group's consumption rate, which `mqadmin statsAll` shows.
+(`stats.MinuteCounts`): the group's consumption rate, which `mqadmin statsAll` shows.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from raftmq.broker.stats import MinuteCounts
+
 if TYPE_CHECKING:
     from raftmq.broker.metawriter import MetaWriter
     from raftmq.broker.role import BrokerRole
@@ -26,33 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRY_DELAY_S = 0.2  # after a record that did not commit
-MINUTE_MS = 60_000
-DAY_MINUTES = 24 * 60
-
-
-class ConsumedCounts:
-    """Messages each group consumed from each topic (the advances of its committed
-    offsets), per minute over the last day. Kept by the master that takes the commits,
-    from its start: RocketMQ's GROUP_GET_NUMS counts pulled messages the same way, in
-    memory. A commit that moves an offset back counts nothing."""
-
-    def __init__(self) -> None:
-        self._minutes: dict[tuple[str, str], dict[int, int]] = {}
-
-    def add(self, topic: str, group: str, count: int, now_ms: int) -> None:
-        assert count > 0, count
-        minutes = self._minutes.setdefault((topic, group), {})
-        minute = now_ms // MINUTE_MS
-        if minute not in minutes:  # a new minute: the one a day old goes
-            for old in [m for m in minutes if m <= minute - DAY_MINUTES]:
-                del minutes[old]
-            minutes[minute] = 0
-        minutes[minute] += count
-
-    def since(self, topic: str, group: str, window_ms: int, now_ms: int) -> int:
-        """Messages counted in the minutes that overlap the last `window_ms`."""
-        first = (now_ms - window_ms) // MINUTE_MS
-        return sum(n for m, n in self._minutes.get((topic, group), {}).items() if m >= first)
 
 
 class ConsumerOffsetManager:
@@ -64,7 +39,8 @@ class ConsumerOffsetManager:
         self._in_flight: dict[tuple[str, str, int], int] = {}
         self._wake = trio.Event()
         self._flushed = trio.Event()
-        self.consumed = ConsumedCounts()
+        # (topic, group) -> messages consumed per minute: how far the commits moved them
+        self.consumed = MinuteCounts()
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = (group, topic, queue_id)
@@ -72,7 +48,7 @@ class ConsumerOffsetManager:
         if offset < 0 or previous == offset:
             return
         if previous is not None and offset > previous:
-            self.consumed.add(topic, group, offset - previous, int(time.time() * 1000))
+            self.consumed.add((topic, group), offset - previous, int(time.time() * 1000))
         self._dirty[key] = offset
         self._wake.set()
 

@@ -52,7 +52,8 @@ from raftmq.broker.schedule import ScheduleService
 from raftmq.broker.send import SendProcessor
 from raftmq.broker.send_encoding import SEND_VALUE_NAMES
 from raftmq.broker.slave_sync import SlaveSynchronize
-from raftmq.broker.stats import BrokerStats
+from raftmq.broker.stats import BrokerStats, record_at_midnight
+from raftmq.broker.store.classic_log import ABORT_FILE
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
@@ -125,7 +126,8 @@ class BrokerController:
         if config.enable_dleger_commit_log:
             dconfig = config.dledger_config()
             old = open_old_log(
-                self.root,
+                Path(config.store_path_commit_log),
+                self.root / ABORT_FILE,
                 config.mapped_file_size_commit_log,
                 store_dir(dconfig),
                 lambda log, commitlog: self._message_store(log, commitlog).drain(),
@@ -312,6 +314,7 @@ class BrokerController:
             classic_info=dict if self.classic is None else self.classic.info,
             ha_runtime_info=None if self.classic is None else self.classic.ha_runtime_info,
             runtime_keys=self.metrics.runtime_keys,
+            group_get_tps=self.metrics.group_get_tps,
         )
         locks = LockRequests(self.role, self.locks)
         table = {
@@ -470,6 +473,7 @@ class BrokerController:
         if self.acl is not None:
             nursery.start_soon(self.acl.run)
         nursery.start_soon(self.metrics.run_sampler)  # for the runtime table's rates too
+        nursery.start_soon(record_at_midnight, self.stats)
         if self.config.metrics_port:
             host = self.config.bind_address or "0.0.0.0"
             await nursery.start(serve_metrics, self.registry, host, self.config.metrics_port)

@@ -171,6 +171,14 @@ class BrokerCollector(Collector):
             "commitLogDiskRatio": str(self.disk_ratio()),
         }
 
+    def group_get_tps(self, topic: str, group: str) -> float:
+        """Messages `group` pulled from `topic` per second over the last minute: RocketMQ's
+        tpsGroupGetNums, ConsumeStats.consumeTps (`mqadmin consumerProgress`)."""
+        now_s = trio.current_time()
+        key = ("get", topic, group)
+        pulled = self.stats.pulled.get((topic, group))
+        return self._rate(now_s, MINUTE_S, {key: pulled[0] if pulled else 0}, key)
+
     def _topics(self, now_s: float, counts: dict):
         """Per topic: what was stored, and how fast (the master's rocketmq_producer_*)."""
         base = self.cluster, self.broker_name

@@ -193,6 +193,8 @@ class SendProcessor:
         if messages[0].topic == HALF_TOPIC:
             await self.topics.ensure_system_topic(HALF_TOPIC)
         code, results = await self._put(messages)
+        if len(results) > 1:  # a batch: one put of many messages (TOPIC_PUT_NUMS's avgpt)
+            self.stats.batched_per_minute.add(topic, len(results) - 1, self.store.now_ms())
         return self._response(request, queue_id, results, code)
 
     def send_inline(self, requests: list, connection: Connection) -> list[RemotingCommand]:

@@ -52,9 +52,9 @@ async def _serve(namesrv: list[str], host: str, port: int, timeout_ms: int) -> N
         Admin(namesrv, timeout_s=timeout_ms / 1000) as admin,
         trio.open_nursery() as nursery,
     ):
+        await nursery.start(cancel_on_stop_signal, nursery.cancel_scope)
         binds = await nursery.start(serve, create_app(admin), config)
         print(f"mqconsole: {binds[0]}/ (name servers {';'.join(namesrv)})", flush=True)
-        await cancel_on_stop_signal(nursery.cancel_scope)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,6 +151,7 @@ async def _run_server(config: DLedgerConfig) -> None:
     address = config.peers[config.self_id]
     try:
         async with trio.open_nursery() as nursery:
+            await nursery.start(cancel_on_stop_signal, nursery.cancel_scope)
             await nursery.start(server.serve)
             print(f"dledger server {config.group}/{config.self_id} on {address}", flush=True)
             if config.metrics_port:
@@ -159,7 +160,6 @@ async def _run_server(config: DLedgerConfig) -> None:
                 host = parse_address(address)[0]
                 port = await nursery.start(serve_metrics, registry, host, config.metrics_port)
                 print(f"metrics at http://{host}:{port}{METRICS_PATH}", flush=True)
-            await cancel_on_stop_signal(nursery.cancel_scope)
     except* DiskFailure as failures:
         raise failures.exceptions[0] from None
     except* MetricsPortError as failures:

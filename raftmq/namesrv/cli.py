@@ -26,9 +26,9 @@ EXIT_OK, EXIT_USAGE, EXIT_BIND = 0, 2, 3
 async def _run(config: NamesrvConfig) -> None:
     server = NamesrvServer(config)
     async with trio.open_nursery() as nursery:
+        await nursery.start(cancel_on_stop_signal, nursery.cancel_scope)
         port = await nursery.start(server.serve)
         print(f"The Name Server boot success. listenPort={port}", flush=True)
-        await cancel_on_stop_signal(nursery.cancel_scope)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 RocketMQ's `fast-try`, plus the drill: produce and consume through a SIGKILL of the
 master, then print the tally. Exit status 0 only if no acknowledged message is lost;
-130 when interrupted (Ctrl-C), after the processes it started are stopped.
+128 + the signal when stopped (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP), after
+the processes it started are stopped.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import tempfile
 
 import trio
 
+from raftmq.streams.signals import InterruptOnStopSignals
 from raftmq.tools.broker_drill import run_drill, summary
-
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
 def main() -> int:
+    stop = InterruptOnStopSignals().install()
     interrupted = False
     try:
         with tempfile.TemporaryDirectory(prefix="raftmq-demo-") as tmp:
@@ -28,7 +29,7 @@ def main() -> int:
         interrupted = True
     if interrupted:
         print("\ndemo interrupted: its name server and brokers are stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return stop.exit_status
     print()
     print(summary(tally))
     print(

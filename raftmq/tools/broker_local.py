@@ -26,6 +26,7 @@ from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, Respon
 from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_address
 from raftmq.streams.properties import parse_properties
+from raftmq.streams.signals import InterruptOnStopSignals
 from raftmq.tools.dledger_local import free_ports, stop_process
 
 LOOPBACK = "127.0.0.1"
@@ -95,6 +96,7 @@ class LocalCluster:
         self.extra_conf = dict(extra_conf or {})
         self.credentials = credentials
         self.procs: dict[str, subprocess.Popen] = {}
+        self._log_starts: dict[str, int] = {}  # name -> where its log's current run starts
 
     # ------------------------------------------------------------------ files
     def conf_path(self, node: str) -> Path:
@@ -153,6 +155,9 @@ class LocalCluster:
     # ------------------------------------------------------------------ processes
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.base_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        # Where this run's lines start: a store reused (--dir, a restart) has the
+        # earlier runs' "boot success" lines above it.
+        self._log_starts[name] = log.tell()
         proc = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs[name] = proc
@@ -161,14 +166,18 @@ class LocalCluster:
     def start_broker(self, node: str) -> None:
         self._spawn(node, ["-m", "raftmq.broker.cli", "-c", str(self.conf_path(node))])
 
-    async def _booted(self, name: str, marker: bytes) -> None:
-        log = self.base_dir / f"{name}.log"
+    async def _booted(self, name: str) -> None:
+        """Wait until process `name`, spawned last, says "boot success" in its log."""
+        path = self.base_dir / f"{name}.log"
         with trio.fail_after(BOOT_TIMEOUT_S):
-            while marker not in log.read_bytes():
-                proc = self.procs.get(name)
-                if proc is None or proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited at start:\n{log.read_text()[-2000:]}")
-                await trio.sleep(0.02)
+            with path.open("rb") as log:
+                log.seek(self._log_starts[name])
+                printed = b""
+                while b"boot success" not in (printed := printed + log.read()):
+                    proc = self.procs.get(name)
+                    if proc is None or proc.poll() is not None:
+                        raise RuntimeError(f"{name} exited at start:\n{path.read_text()[-2000:]}")
+                    await trio.sleep(0.02)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         stop_process(self.procs.pop(name, None), sig)
@@ -178,14 +187,8 @@ class LocalCluster:
 
     async def restart(self, node: str) -> None:
         self.kill(node)
-        marker_count = (self.base_dir / f"{node}.log").read_bytes().count(b"boot success")
         self.start_broker(node)
-        log = self.base_dir / f"{node}.log"
-        with trio.fail_after(BOOT_TIMEOUT_S):
-            while log.read_bytes().count(b"boot success") <= marker_count:
-                if self.procs[node].poll() is not None:
-                    raise RuntimeError(f"{node} exited at start:\n{log.read_text()[-2000:]}")
-                await trio.sleep(0.02)
+        await self._booted(node)
 
     async def start_namesrv(self) -> None:
         """Write every config file and start the name server (unless it is someone
@@ -195,14 +198,14 @@ class LocalCluster:
         if self.own_namesrv:
             namesrv_conf = str(self.base_dir / "namesrv.conf")
             self._spawn("namesrv", ["-m", "raftmq.namesrv.cli", "-c", namesrv_conf])
-            await self._booted("namesrv", b"boot success")
+            await self._booted("namesrv")
 
     async def boot(self, *nodes: str) -> None:
         """Start `nodes` at once; return when each accepts connections."""
         for node in nodes:
             self.start_broker(node)
         for node in nodes:
-            await self._booted(node, b"boot success")
+            await self._booted(node)
 
     async def __aenter__(self) -> LocalCluster:
         try:
@@ -516,7 +519,8 @@ async def _serve_upgraded(classic: LocalClassicGroup, nodes: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C;
+    """`python -m raftmq.tools.broker_local --groups 2`: a local cluster until Ctrl-C,
+    SIGTERM or SIGHUP (exit status 130, 143, 129: every process it started stopped);
     `--classic [--groups 2] [--slaves N] [--role SYNC_MASTER]`: classic master/slave
     groups (`--classic --groups 2`: RocketMQ's 2m-2s);
     `--upgrade --dir DIR`: the classic group stopped in DIR, upgraded in place to a
@@ -567,6 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             trio.run(_serve, base_dir, args.groups, args.nodes, None, args.metrics)
 
+    stop = InterruptOnStopSignals().install()
     try:
         if args.dir:
             serve(args.dir)
@@ -574,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix="raftmq-local-") as tmp:
                 serve(tmp)
     except KeyboardInterrupt:
-        return 130
+        return stop.exit_status
     return 0
 
 

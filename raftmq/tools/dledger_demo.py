@@ -4,6 +4,7 @@
 from many concurrent clients, kill -9 of the leader, a new leader, every
 acknowledged entry read back, the killed replica restarted and caught up, and the
 replicas' data files compared byte for byte up to the committed position.
+Ctrl-C, SIGTERM or SIGHUP stops the three servers and exits with 128 + the signal.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import tempfile
 
 import trio
 
+from raftmq.streams.signals import InterruptOnStopSignals
 from raftmq.tools.dledger_drill import run_drill
 from raftmq.tools.dledger_local import LocalGroup
 
 
-async def main() -> int:
+async def drill() -> int:
     with tempfile.TemporaryDirectory(prefix="dledger-demo-") as tmp:
         print(f"starting 3 dledger servers under {tmp}")
         async with LocalGroup(tmp, 3, group="demo") as group:
@@ -34,5 +36,15 @@ async def main() -> int:
     return 0 if ok else 1
 
 
+def main() -> int:
+    stop = InterruptOnStopSignals().install()
+    status = None
+    try:
+        status = trio.run(drill)
+    except* KeyboardInterrupt:  # bare, or inside a nursery's group
+        print("\ndemo interrupted: its dledger servers are stopped", file=sys.stderr)
+    return stop.exit_status if status is None else status
+
+
 if __name__ == "__main__":
-    sys.exit(trio.run(main))
+    sys.exit(main())

@@ -553,9 +553,15 @@ class MessageStore:
 
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
         queue = self.queue(topic, queue_id)
-        if queue is None or not len(queue):
+        return -1 if queue is None else self.store_time_at(topic, queue_id, queue.min_offset)
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        """The store time of the message at queue offset `offset` (RocketMQ's
+        getMessageStoreTimeStamp); -1 when the queue does not hold it."""
+        queue = self.queue(topic, queue_id)
+        if queue is None or not queue.min_offset <= offset < queue.max_offset:
             return -1
-        return self.store_time(queue.get(queue.min_offset)[0])
+        return self.store_time(queue.get(offset)[0])
 
     def query_message(
         self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int

@@ -1,7 +1,7 @@
 """An upgrade in place from a classic store to DLedger, as RocketMQ's DLedgerCommitLog does it.
 
 A broker started with `enableDLegerCommitLog=true` on a store that holds classic
-CommitLog files (`commitlog/`, `classic_log`) keeps them, read-only, below the
+CommitLog files (`storePathCommitLog`, `classic_log`) keeps them, read-only, below the
 DLedger log:
 
 - at the first such start (no DLedger log yet) the classic files are recovered, what
@@ -39,7 +39,7 @@ import trio
 from crc32c import crc32c
 
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
-from raftmq.broker.store.classic_log import ABORT_FILE, ClassicLog
+from raftmq.broker.store.classic_log import ClassicLog
 from raftmq.broker.store.commitlog import DLedgerCommitLog
 from raftmq.broker.store.replicated_log import LogEntries, ReplicatedLog
 from raftmq.dledger.store.file import ForeignLog
@@ -49,7 +49,6 @@ from raftmq.dledger.store.segments import list_segments
 
 log = logging.getLogger(__name__)
 
-COMMITLOG_DIR = "commitlog"  # the classic CommitLog under storePathRootDir
 EXPIRE_CHECK_S = 10.0  # cleanResourceInterval
 _DIVIDE = struct.Struct(">q")
 # The old log is only read (and dispatched once): its put policy is never used.
@@ -74,19 +73,19 @@ def _dledger_log_exists(dledger_dir: Path) -> bool:
 
 
 def open_old_log(
-    root: Path,
+    directory: Path,
+    abort_path: Path,
     file_size_bytes: int,
     dledger_dir: Path,
     dispatch_rest: Callable[[ClassicLog, ClassicCommitLog], None],
 ) -> ClassicLog | None:
-    """The classic files under `root` that the DLedger log in `dledger_dir` continues,
-    opened; None when there are none. At the first start the upgrade happens here:
-    `dispatch_rest(log, commitlog)` dispatches what the classic broker left, the last
-    file is sealed and the DLedger log set to begin at the divide."""
-    directory = root / COMMITLOG_DIR
+    """The classic CommitLog files in `directory` (`storePathCommitLog`) that the DLedger
+    log in `dledger_dir` continues, opened; None when there are none. At the first start
+    the upgrade happens here: `dispatch_rest(log, commitlog)` dispatches what the classic
+    broker left, the last file is sealed and the DLedger log set to begin at the divide."""
     if not directory.is_dir() or not list_segments(OsFileSystem(), directory, file_size_bytes):
         return None
-    old = ClassicLog(directory, file_size_bytes, root / ABORT_FILE)
+    old = ClassicLog(directory, file_size_bytes, abort_path)
     if not _dledger_log_exists(dledger_dir):
         dispatch_rest(old, ClassicCommitLog(old, _READ_ONLY))
         end = old.write_pos
@@ -101,7 +100,7 @@ def open_old_log(
             divide,
             seed,
         )
-        old = ClassicLog(directory, file_size_bytes, root / ABORT_FILE)
+        old = ClassicLog(directory, file_size_bytes, abort_path)
     return old
 
 

@@ -26,6 +26,7 @@ from raftmq.client.mqadmin.commands import (
 from raftmq.client.producer import Producer
 
 CLUSTER_LIST_FORMAT = "%-16s  %-22s  %-4s  %-22s %-16s %19s %19s %10s %5s %6s  %s"
+MORE_STATS_FORMAT = "%-16s  %-32s %14s %14s %14s %14s"  # clusterList -m
 
 
 def _first_rate(table: dict, key: str) -> float:
@@ -48,22 +49,52 @@ def _dash(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def day_totals(table: dict) -> tuple[int, int, int, int]:
+    """clusterList -m: messages stored and pulled yesterday and today (since local
+    midnight), from the broker's totals now and at the last two midnights."""
+
+    def count(key: str) -> int:
+        return int(table.get(key) or 0)
+
+    def day(kind: str, since: str, until: str) -> int:
+        return count(f"msg{kind}Total{until}") - count(f"msg{kind}Total{since}")
+
+    return (
+        day("Put", "YesterdayMorning", "TodayMorning"),
+        day("Get", "YesterdayMorning", "TodayMorning"),
+        day("Put", "TodayMorning", "TodayNow"),
+        day("Get", "TodayMorning", "TodayNow"),
+    )
+
+
 @verb(
     "clusterList",
     "List all of clusters",
     option("-c", "clusterName", "only this cluster"),
+    option("-m", "moreStats", "messages in and out yesterday and today", action="store_true"),
 )
 async def cluster_list(admin: Admin, args: argparse.Namespace) -> None:
     """RocketMQ's ClusterListSubCommand columns, then raftmq's #FallBehind(B): a classic
     member's HA lag (`fall_behind_bytes`; `-` for a DLedger member: see dledgerStatus).
     #PCWait(ms) and #Hour read keys only a Java broker reports (pageCacheLockTimeMills,
-    earliestMessageTimeStamp): `-` for a raftmq one."""
+    earliestMessageTimeStamp): `-` for a raftmq one. With -m, RocketMQ's other table:
+    each member's messages in and out yesterday and today (`day_totals`)."""
     info = await admin.cluster_info()
+    clusters = sorted(info.clusters) if args.clusterName is None else [args.clusterName]
+    if args.moreStats:
+        print_row(MORE_STATS_FORMAT, "#Cluster Name", "#Broker Name", "#InTotalYest",
+                  "#OutTotalYest", "#InTotalToday", "#OutTotalToday")  # fmt: skip
+        for cluster in clusters:
+            for broker in info.broker_datas(cluster):
+                tables = await admin.runtime_tables(broker.addrs)
+                for broker_id in sorted(broker.addrs):
+                    totals = day_totals(tables.get(broker_id) or {})
+                    print_row(MORE_STATS_FORMAT, cluster, broker.broker_name, *totals)
+        return
     print_row(
         CLUSTER_LIST_FORMAT, "#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version",
         "#InTPS(LOAD)", "#OutTPS(LOAD)", "#PCWait(ms)", "#Hour", "#SPACE", "#FallBehind(B)",
     )  # fmt: skip
-    clusters = sorted(info.clusters) if args.clusterName is None else [args.clusterName]
     now_ms = time.time() * 1000
     for cluster in clusters:
         for broker in info.broker_datas(cluster):
