@@ -386,20 +386,25 @@ class LocalClassicGroup(LocalCluster):
             group.ha_addrs[node] = f"{host}:{conf['haListenPort']}"
         return group
 
-    def upgraded(self, nodes: int = 3) -> LocalCluster:
+    def upgraded(
+        self, nodes: int = 3, cluster_class: type[LocalCluster] = LocalCluster, **kwargs
+    ) -> LocalCluster:
         """The DLedger group this stopped group becomes in place, as RocketMQ's upgrade
         guide has it: the same brokerName and stores, configs switched to DLedger
         (written when the returned cluster starts), each node keeping its addresses
         and serving DLedger on its former HA port. Members beyond this group's get
-        a copy of the master's store (its commitlog and config files) first. The
-        classic processes' logs are kept as `<name>.classic.log`."""
+        a copy of the master's store (its commitlog and config files) first, and
+        addresses of their own. The classic processes' logs are kept as
+        `<name>.classic.log`. The cluster is a `cluster_class` (a harness's own
+        LocalCluster, given `kwargs` too)."""
         assert not self.procs, "stop the group first"
-        cluster = LocalCluster(
+        cluster = cluster_class(
             self.base_dir,
             nodes,
             broker_name=self.broker_name,
             cluster_name=self.cluster_name,
             extra_conf=self.extra_conf,
+            **kwargs,
         )
         cluster.namesrv_port, cluster.namesrv_addr = self.namesrv_port, self.namesrv_addr
         for node in self.ids[:nodes]:
