@@ -781,13 +781,14 @@ def check_consumed_by_each_group(facts: Facts) -> dict:
     polled: dict[str, set[str]] = defaultdict(set)
     for pair, _, value in facts.polled():
         polled[pair.invoke["group"]].add(value)
+    acked_in: dict[int, list[Pair]] = defaultdict(list)
+    for pair in facts.acked.values():
+        acked_in[pair.invoke["key"]].append(pair)
     problems = [
         {**send_example(pair), "group": group}
         for (group, queue), first in sorted(start.items())
-        for value, pair in facts.acked.items()
-        if pair.invoke["key"] == queue
-        and pair.completion["offset"] >= first
-        and value not in polled[group]
+        for pair in acked_in[queue]
+        if pair.completion["offset"] >= first and pair.invoke["value"] not in polled[group]
     ]
     started_at = {f"{group}/{queue}": offset for (group, queue), offset in start.items()}
     return verdict(problems, started_at=started_at)
