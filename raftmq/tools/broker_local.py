@@ -387,7 +387,7 @@ class LocalClassicGroup(LocalCluster):
         return group
 
     def upgraded(
-        self, nodes: int = 3, cluster_class: type[LocalCluster] = LocalCluster, **kwargs
+        self, nodes: int = 3, cluster_class: type[LocalCluster] = LocalCluster
     ) -> LocalCluster:
         """The DLedger group this stopped group becomes in place, as RocketMQ's upgrade
         guide has it: the same brokerName and stores, configs switched to DLedger
@@ -395,8 +395,8 @@ class LocalClassicGroup(LocalCluster):
         and serving DLedger on its former HA port. Members beyond this group's get
         a copy of the master's store (its commitlog and config files) first, and
         addresses of their own. The classic processes' logs are kept as
-        `<name>.classic.log`. The cluster is a `cluster_class` (a harness's own
-        LocalCluster, given `kwargs` too)."""
+        `<name>.classic.log`. The cluster is a `cluster_class`: a harness may
+        give its own LocalCluster, which must take LocalCluster's arguments."""
         assert not self.procs, "stop the group first"
         cluster = cluster_class(
             self.base_dir,
@@ -404,7 +404,6 @@ class LocalClassicGroup(LocalCluster):
             broker_name=self.broker_name,
             cluster_name=self.cluster_name,
             extra_conf=self.extra_conf,
-            **kwargs,
         )
         cluster.namesrv_port, cluster.namesrv_addr = self.namesrv_port, self.namesrv_addr
         for node in self.ids[:nodes]:
