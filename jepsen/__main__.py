@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         "--topology",
         default="dledger",
         choices=tuple(TOPOLOGIES),
-        help="a DLedger group (--nodes), or a classic SYNC_MASTER/ASYNC_MASTER and its slave",
+        help="a DLedger group (--nodes), a classic SYNC_MASTER/ASYNC_MASTER and its slave, "
+        "or (upgraded) such a SYNC_MASTER group given old messages, then upgraded in place "
+        "to a DLedger group of --nodes",
     )
     r.add_argument(
         "--faults",

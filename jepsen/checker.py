@@ -752,10 +752,53 @@ def check_async_loss(facts: Facts) -> dict:
     }
 
 
+def check_old_messages(facts: Facts) -> dict:
+    """An upgraded group: every message the classic group acknowledged before the upgrade
+    (sends marked `era`) still at its queue offset, in the final log and on every member
+    read at the end. They sit below the divide, in the old files each member started
+    from, so no member may lack one; `old_messages` counts them."""
+    old = [pair for pair in facts.acked.values() if "era" in pair.invoke]
+    problems = []
+    for source, log in facts.logs():
+        at = {queue: dict(entries) for queue, entries in log.items()}
+        for pair in old:
+            queue, offset = pair.invoke["key"], pair.completion["offset"]
+            holder = at.get(queue, {}).get(offset)
+            if holder != pair.invoke["value"]:
+                problems.append({**send_example(pair), "source": source, "holds": holder})
+    return verdict(problems, old_messages=len(old))
+
+
+def check_consumed_by_each_group(facts: Facts) -> dict:
+    """Every consumer group polled every acknowledged message at or above the offset its
+    first fetch returned on that queue: 0 for a group with no committed offset, the
+    classic-era commit for one resuming after an upgrade. The drain makes each group read
+    to the end of every queue, so a message a group never got was skipped or lost to it."""
+    start: dict[tuple[str, int], int] = {}
+    for op in facts.history:
+        if op["f"] == "fetch_offset" and op["type"] == "ok":
+            start.setdefault((op["group"], op["key"]), max(op["offset"], 0))
+    polled: dict[str, set[str]] = defaultdict(set)
+    for pair, _, value in facts.polled():
+        polled[pair.invoke["group"]].add(value)
+    acked_in: dict[int, list[Pair]] = defaultdict(list)
+    for pair in facts.acked.values():
+        acked_in[pair.invoke["key"]].append(pair)
+    problems = [
+        {**send_example(pair), "group": group}
+        for (group, queue), first in sorted(start.items())
+        for pair in acked_in[queue]
+        if pair.completion["offset"] >= first and pair.invoke["value"] not in polled[group]
+    ]
+    started_at = {f"{group}/{queue}": offset for (group, queue), offset in start.items()}
+    return verdict(problems, started_at=started_at)
+
+
 # --topology's own rules, over the workload's checks.
 TOPOLOGY_CHECKS: dict[str, dict[str, Callable[[Facts], dict]]] = {
     "ms-sync": {"acked_without_slave": check_acked_without_slave},
     "ms-async": {"lost": check_async_loss},
+    "upgraded": {"old_messages": check_old_messages, "consumed": check_consumed_by_each_group},
 }
 
 CHECKS: dict[str, Callable[[Facts], dict]] = {

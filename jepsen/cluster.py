@@ -58,7 +58,7 @@ class RefusedToStart(Exception):
         self.disk = status == EXIT_DISK
 
 
-def _addressing(nodes: int) -> dict[str, list[str]]:
+def addressing(nodes: int) -> dict[str, list[str]]:
     """Each node's own loopback address, and the one its client proxy listens on."""
     return {
         "hosts": [f"127.0.0.{10 + i}" for i in range(nodes)],
@@ -73,12 +73,15 @@ class JepsenCluster(LocalCluster):
         nodes: int,
         extra_conf: dict[str, str],
         store_bytes: int | None = None,
+        **names: str,
     ) -> None:
+        """`names`: LocalCluster's broker_name and cluster_name, if not its own."""
         super().__init__(
             base_dir,
             nodes=nodes,
             extra_conf={"recordSyncedLengths": "true", **extra_conf},
-            **_addressing(nodes),
+            **addressing(nodes),
+            **names,
         )
         self._init_faults(store_bytes)
 
@@ -288,7 +291,7 @@ class JepsenClassicCluster(JepsenCluster, LocalClassicGroup):
 
     def __init__(self, base_dir: Path, master_role: str, extra_conf: dict[str, str]) -> None:
         LocalClassicGroup.__init__(
-            self, base_dir, 1, master_role, extra_conf=extra_conf, **_addressing(2)
+            self, base_dir, 1, master_role, extra_conf=extra_conf, **addressing(2)
         )
         self._init_faults()
 

@@ -63,11 +63,14 @@ TOPOLOGY_KINDS: dict[str, tuple[str, ...]] = {
     "dledger": tuple(KINDS),
     "ms-sync": ("kill", "pause", "restart", "client", *LOSE_MASTER),
     "ms-async": ("kill", "pause", "restart", "client", *LOSE_MASTER),
+    # a DLedger group over a classic store: its stores are not tmpfs, which disk-full needs
+    "upgraded": tuple(kind for kind in KINDS if kind != "disk-full"),
 }
 DEFAULT_FAULTS = {
     "dledger": ("kill", "pause", "partition", "disk"),
     "ms-sync": ("kill", "pause", "restart"),
     "ms-async": ("kill", "pause", "restart"),
+    "upgraded": ("kill", "pause", "partition"),
 }
 # Damage to synced data (or fsync failing) is survivable on a minority only.
 MINORITY_ONLY = {"truncate", "bitflip", "fsync-eio"}

@@ -38,6 +38,7 @@ from jepsen.nemesis import Nemesis, Step, plan
 from jepsen.proxy import ProxyNet
 from jepsen.report import format_summary, write_report
 from jepsen.transactions import BROKER_CONF, TRANSACTION_CHECKS, TransactionWorkload
+from jepsen.upgrade import CONSUMER_GROUPS, upgraded_cluster
 from jepsen.workload import QUEUES, TOPIC, Workload, read_queue
 from raftmq.client.route import MessageQueue
 
@@ -53,8 +54,15 @@ WORKLOADS = {
     "queue": (Workload, {}, CHECKS),
     "transactions": (TransactionWorkload, BROKER_CONF, TRANSACTION_CHECKS),
 }
-# --topology: a DLedger group, or a classic master and slave (the master's brokerRole).
-TOPOLOGIES = {"dledger": None, "ms-sync": "SYNC_MASTER", "ms-async": "ASYNC_MASTER"}
+# --topology: a DLedger group, a classic master and slave (the master's brokerRole), or
+# a classic SYNC_MASTER group upgraded in place to a DLedger group (jepsen.upgrade).
+UPGRADED = "upgraded"
+TOPOLOGIES = {
+    "dledger": None,
+    "ms-sync": "SYNC_MASTER",
+    "ms-async": "ASYNC_MASTER",
+    UPGRADED: None,
+}
 
 
 def checks_for(workload: str, topology: str) -> dict:
@@ -142,15 +150,20 @@ async def run(config: RunConfig) -> dict:
         extra.update(SMALL_STORE_CONF)
     shutil.rmtree(run_dir / "cluster", ignore_errors=True)  # a reused run directory
     master_role = TOPOLOGIES[config.topology]
-    if master_role is None:
-        cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
-    else:
-        cluster = JepsenClassicCluster(run_dir / "cluster", master_role, extra)
     outcome: dict = {}
+    options: dict = {"rate": config.rate}
     with Recorder(run_dir / "history.jsonl") as history:
+        if config.topology == UPGRADED:
+            assert config.store_bytes() is None, "an upgraded group's stores are not tmpfs"
+            cluster = await upgraded_cluster(run_dir / "cluster", config.nodes, extra, history)
+            options["groups"] = CONSUMER_GROUPS
+        elif master_role is None:
+            cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
+        else:
+            cluster = JepsenClassicCluster(run_dir / "cluster", master_role, extra)
         async with behind_proxies(cluster, rng):
             nemesis = Nemesis(cluster, history)
-            workload = new_workload(cluster, history, rng, workload_class, rate=config.rate)
+            workload = new_workload(cluster, history, rng, workload_class, **options)
             progress = None
             if config.progress:
                 progress = functools.partial(_progress, history, nemesis, config.time_limit_s)

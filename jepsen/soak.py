@@ -39,7 +39,7 @@ from jepsen.report import write_report
 from jepsen.resources import FIELDS, Sample, disk_bytes, log_begin_bytes, read_process
 from jepsen.runner import behind_proxies, new_workload, play, read_logs, run_meta, save_logs
 from jepsen.soak_report import write_soak_report
-from jepsen.workload import QUEUES, Workload
+from jepsen.workload import GROUP, QUEUES, Workload
 from raftmq.dledger.server import RETENTION_CHECK_S
 
 NODES = 3
@@ -224,7 +224,7 @@ async def _progress(samples: list[Sample], nemesis: Nemesis, workload: Workload,
             for s in samples
             if s.time_s == latest
         )
-        consumed = sum(workload.positions.get(q, 0) for q in range(QUEUES))
+        consumed = sum(workload.positions[GROUP].get(q, 0) for q in range(QUEUES))
         print(
             f"[soak] {latest:6.0f}/{config.duration_s:g}s consumed={consumed} {sizes} "
             f"fault={nemesis.active or '-'}",

@@ -8,8 +8,9 @@ master, the connection could not be opened, or the broker refused it before
 appending); everything else — a timeout, a lost connection, SYSTEM_ERROR, the
 "stored but late" statuses — is `info`.
 
-Consumers pull their queues through our PullConsumer (master first, then replicas),
-commit their offsets every few hundred milliseconds, and after any failed pull go
+Consumers, one per queue in each consumer group (one group unless told more), pull
+their queues through our PullConsumer (master first, then replicas), commit their
+offsets every few hundred milliseconds, and after any failed pull go
 back to the group's committed offset, as a restarted consumer would: that is what
 re-delivers messages, and what shows whether committed offsets survive failover.
 """
@@ -90,6 +91,7 @@ class Workload:
         consumers: int = 2,
         rate: float = 1000.0,
         body_bytes: int = 0,
+        groups: tuple[str, ...] = (GROUP,),
     ) -> None:
         self.namesrv_addr = namesrv_addr
         self.broker_name = broker_name
@@ -100,10 +102,12 @@ class Workload:
         self.consumers = consumers
         self.rate = rate
         self.body_bytes = body_bytes  # bodies padded to this size (see message_body)
+        self.groups = groups  # the consumer groups, each reading every queue
         self.processes = Processes()
         self.producing = True
         self.drain_to: dict[int, int] | None = None  # queue -> offset the consumers must reach
-        self.positions: dict[int, int] = {}  # queue -> the consumer's next offset
+        # group -> queue -> the group's consumer's next offset
+        self.positions: dict[str, dict[int, int]] = {group: {} for group in groups}
         self.drained = trio.Event()
         self.sends_done = trio.Event()  # the producers stopped sending
 
@@ -196,17 +200,23 @@ class Workload:
 
     # ------------------------------------------------------------------ consumers
     async def consume(self) -> None:
-        consumer = PullConsumer(self.namesrv_addr, GROUP, rpc_timeout_s=2.0)
+        async with trio.open_nursery() as nursery:
+            for group in self.groups:
+                nursery.start_soon(self._consume_group, group)
+        self.drained.set()
+
+    async def _consume_group(self, group: str) -> None:
+        consumer = PullConsumer(self.namesrv_addr, group, rpc_timeout_s=2.0)
         async with consumer, trio.open_nursery() as nursery:
             for queue_id in range(QUEUES):
                 nursery.start_soon(self._consumer, consumer, queue_id)
-        self.drained.set()
 
     def _caught_up(self, queue_id: int, offset: int) -> bool:
         return self.drain_to is not None and offset >= self.drain_to.get(queue_id, 0)
 
     async def _consumer(self, consumer: PullConsumer, queue_id: int) -> None:
         mq = self.queue(queue_id)
+        group = consumer.group
         process = self.processes.new()
         offset = None
         committed_at = trio.current_time()
@@ -214,11 +224,11 @@ class Workload:
             if offset is None:
                 process, offset = await self._fetch_offset(consumer, process, queue_id)
                 continue
-            self.positions[queue_id] = offset
+            self.positions[group][queue_id] = offset
             if self._caught_up(queue_id, offset):
                 process, _ = await self._commit(consumer, process, queue_id, offset)
                 return
-            self.history.invoke(process, "poll", key=queue_id, offset=offset, group=GROUP)
+            self.history.invoke(process, "poll", key=queue_id, offset=offset, group=group)
             try:
                 result = await consumer.pull(
                     mq, offset, PULL_BATCH, long_poll_s=0.5, timeout_s=SEND_TIMEOUT_S
@@ -226,7 +236,7 @@ class Workload:
             except REQUEST_ERRORS as exc:
                 # A read changes nothing, so a failed one is `fail`, never `info`.
                 self.history.complete(
-                    "fail", process, "poll", key=queue_id, group=GROUP, error=str(exc)
+                    "fail", process, "poll", key=queue_id, group=group, error=str(exc)
                 )
                 offset = None  # start again from the committed offset, as a new consumer would
                 await trio.sleep(0.1)
@@ -240,7 +250,7 @@ class Workload:
                 process,
                 "poll",
                 key=queue_id,
-                group=GROUP,
+                group=group,
                 offset=offset,
                 value=values,
                 next_offset=next_offset,
@@ -251,31 +261,33 @@ class Workload:
                 process, _ = await self._commit(consumer, process, queue_id, offset)
 
     async def _fetch_offset(self, consumer: PullConsumer, process: int, queue_id: int):
-        self.history.invoke(process, "fetch_offset", group=GROUP, key=queue_id)
+        group = consumer.group
+        self.history.invoke(process, "fetch_offset", group=group, key=queue_id)
         try:
             committed = await consumer.query_offset(self.queue(queue_id))
         except REQUEST_ERRORS as exc:
             self.history.complete(
-                "fail", process, "fetch_offset", group=GROUP, key=queue_id, error=str(exc)
+                "fail", process, "fetch_offset", group=group, key=queue_id, error=str(exc)
             )
             await trio.sleep(0.1)
             return process, None
         offset = -1 if committed is None else committed
         self.history.complete(
-            "ok", process, "fetch_offset", group=GROUP, key=queue_id, offset=offset
+            "ok", process, "fetch_offset", group=group, key=queue_id, offset=offset
         )
         return process, max(offset, 0)
 
     async def _commit(self, consumer: PullConsumer, process: int, queue_id: int, offset: int):
-        self.history.invoke(process, "commit", group=GROUP, key=queue_id, offset=offset)
+        group = consumer.group
+        self.history.invoke(process, "commit", group=group, key=queue_id, offset=offset)
         try:
             await consumer.update_offset(self.queue(queue_id), offset)
         except REQUEST_ERRORS as exc:
             self.history.complete(
-                "info", process, "commit", group=GROUP, key=queue_id, error=str(exc)
+                "info", process, "commit", group=group, key=queue_id, error=str(exc)
             )
             return self.processes.new(), False
-        self.history.complete("ok", process, "commit", group=GROUP, key=queue_id, offset=offset)
+        self.history.complete("ok", process, "commit", group=group, key=queue_id, offset=offset)
         return process, True
 
 

@@ -658,3 +658,55 @@ def test_sync_master_sends_without_the_slave_copy_are_counted_apart():
     assert unconfirmed["count"] == 2 and unconfirmed["lost"] == 1
     assert unconfirmed["by_code"] == {"FLUSH_SLAVE_TIMEOUT": 1, "SLAVE_NOT_AVAILABLE": 1}
     assert results["valid"], "losing a send answered 11/12 is allowed"
+
+
+def upgraded_run():
+    """An old message acknowledged before an upgrade (offset 0), two new ones, every member
+    holding all three; group "g" read from 0, group "r" resumed at its old commit, 1."""
+    run = Run()
+    run.rec.invoke(0, "send", value="classic-0-0", key=0, era="classic")
+    run.ack(0, 0, node="n0")
+    run.send(1, "1-0", 1)
+    run.send(1, "1-1", 2)
+    run.fetch(10, -1)
+    run.poll(10, 0, [(0, "classic-0-0"), (1, "1-0"), (2, "1-1")])
+    run.fetch(11, 1, group="r")
+    run.poll(11, 1, [(1, "1-0"), (2, "1-1")], group="r")
+    run.log("classic-0-0", "1-0", "1-1")
+    run.replicas = {"n1": {0: run.final[0]}, "n2": {0: run.final[0]}}
+    return run
+
+
+def check_upgraded(run):
+    return check(run.rec.ops, run.final, run.replicas, checks=TOPOLOGY_CHECKS["upgraded"])
+
+
+def test_an_old_message_gone_from_one_member_fails_the_upgraded_check():
+    run = upgraded_run()
+    results = check_upgraded(run)
+    assert results["valid"] is True
+    assert results["old_messages"]["old_messages"] == 1
+    assert results["consumed"]["started_at"] == {"g/0": 0, "r/0": 1}
+    run.replicas["n2"] = {0: run.final[0][1:]}  # n2 serves the queue from offset 1
+    results = check_upgraded(run)
+    assert results["valid"] is False
+    [missing] = results["old_messages"]["examples"]
+    assert (missing["value"], missing["source"], missing["holds"]) == (
+        "classic-0-0",
+        "replica n2",
+        None,
+    )
+
+
+def test_a_group_missing_a_message_above_where_it_started_fails_consumed():
+    run = upgraded_run()
+    run.send(2, "2-0", 3)
+    run.final[0].append((3, "2-0"))
+    run.poll(10, 3, [(3, "2-0")])
+    # "r" started at 1, so the old message at 0 is not owed to it, but 2-0 is
+    results = check_upgraded(run)
+    assert results["valid"] is False
+    [missed] = results["consumed"]["examples"]
+    assert (missed["group"], missed["value"]) == ("r", "2-0")
+    run.poll(11, 3, [(3, "2-0")], group="r")
+    assert check_upgraded(run)["valid"] is True

@@ -9,6 +9,10 @@ group behind peer-link proxies, producers and consumers recording a history.
 - faults on the client links (producers and consumers to brokers) must lose nothing,
   and must be seen to bite: sends cut or stalled end `info`, a blackhole is a window
   of unavailability, latency slows every acknowledged send;
+- a classic SYNC_MASTER group given old messages and consumer offsets, upgraded in
+  place to three DLedger members, then killed, paused and partitioned, must keep
+  every old message at its queue offset and the offsets committed before the
+  upgrade (and the check must see one old message dropped);
 - hypothesis draws schedules (a couple in CI, more with
   RAFTMQ_HYPOTHESIS_PROFILE=long); a failure names the run directory, whose
   schedule.json replays it: `python -m jepsen run --schedule <dir>/schedule.json`.
@@ -21,10 +25,13 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, note, settings
 
+from jepsen.checker import check
 from jepsen.history import faults, load, pairs
 from jepsen.nemesis import Step
-from jepsen.runner import RunConfig, run, summary
+from jepsen.runner import RunConfig, checks_for, run, summary
 from jepsen.strategies import schedules
+from jepsen.upgrade import OLD_PER_QUEUE, RESUMING_GROUP
+from jepsen.workload import GROUP, QUEUES
 
 LONG = os.environ.get("RAFTMQ_HYPOTHESIS_PROFILE") == "long"
 
@@ -240,3 +247,44 @@ async def test_async_master_loses_only_what_its_slave_had_not_received(tmp_path)
     assert lost["count"] > 100 and lost["violations"] == [], lost
     assert "(a suffix of the log)" in lost["statement"]
     assert f"lost: {lost['statement']}" in summary(results, config)
+
+
+@pytest.mark.processes
+async def test_an_upgraded_group_keeps_old_messages_and_offsets_through_faults(tmp_path):
+    """Seed 23 on an upgraded group: the leader paused, a minority killed, a bridge
+    partition. Nothing acknowledged is lost, old or new; every old message is at its
+    queue offset on every member; the group without offsets reads every queue from 0
+    and the one that committed in the classic era resumes there. The same logs with
+    one old message dropped must fail the check: the negative control."""
+    config = RunConfig(
+        run_dir=tmp_path / "upgraded",
+        seed=23,
+        faults=("kill", "pause", "partition"),
+        time_limit_s=20,
+        rate=400,
+        progress=False,
+        topology="upgraded",
+    )
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    assert results["lost"]["count"] == 0
+    assert results["counts"]["faults"] == {"pause": 1, "kill": 1, "partition": 1}
+    assert results["counts"]["acknowledged"] > 1000 + QUEUES * OLD_PER_QUEUE
+    assert results["run"]["recovered"] and results["run"]["drained"]
+    assert results["old_messages"]["old_messages"] == QUEUES * OLD_PER_QUEUE
+    started_at = results["consumed"]["started_at"]
+    for queue_id in range(QUEUES):
+        assert started_at[f"{GROUP}/{queue_id}"] == 0
+        assert started_at[f"{RESUMING_GROUP}/{queue_id}"] == OLD_PER_QUEUE // 2
+
+    history = load(config.run_dir / "history.jsonl")
+    final = json.loads((config.run_dir / "final.json").read_text())
+    replicas = json.loads((config.run_dir / "replicas.json").read_text())
+    dropped = final["1"][7]  # an old message: queue 1, offset 7
+    assert dropped[1] == "classic-1-7"
+    for log in [final, *replicas.values()]:
+        log["1"].remove(dropped)
+    control = check(history, final, replicas, results["run"], checks_for("queue", "upgraded"))
+    assert not control["valid"]
+    assert control["lost"]["count"] == 1
+    assert control["old_messages"]["count"] == 1 + len(replicas)

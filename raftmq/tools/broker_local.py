@@ -399,15 +399,19 @@ class LocalClassicGroup(LocalCluster):
             group.ha_addrs[node] = f"{host}:{conf['haListenPort']}"
         return group
 
-    def upgraded(self, nodes: int = 3) -> LocalCluster:
+    def upgraded(
+        self, nodes: int = 3, cluster_class: type[LocalCluster] = LocalCluster
+    ) -> LocalCluster:
         """The DLedger group this stopped group becomes in place, as RocketMQ's upgrade
         guide has it: the same brokerName and stores, configs switched to DLedger
         (written when the returned cluster starts), each node keeping its addresses
         and serving DLedger on its former HA port. Members beyond this group's get
-        a copy of the master's store (its commitlog and config files) first. The
-        classic processes' logs are kept as `<name>.classic.log`."""
+        a copy of the master's store (its commitlog and config files) first, and
+        addresses of their own. The classic processes' logs are kept as
+        `<name>.classic.log`. The cluster is a `cluster_class`: a harness may
+        give its own LocalCluster, which must take LocalCluster's arguments."""
         assert not self.procs, "stop the group first"
-        cluster = LocalCluster(
+        cluster = cluster_class(
             self.base_dir,
             nodes,
             broker_name=self.broker_name,
