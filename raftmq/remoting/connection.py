@@ -358,6 +358,8 @@ class Connection:
     def _try_inline(
         self, inline: Callable[[list, Connection], list[RemotingCommand]], requests: list
     ) -> list[RemotingCommand]:
+        """The requests `inline` leaves to the task path: all of them if it raised, which
+        it does only before it has taken any (`Dispatcher.inline`)."""
         try:
             return inline(requests, self)
         except Exception:  # the task path will answer them, with the error if it recurs

@@ -76,7 +76,10 @@ class Dispatcher(Protocol):
         """Take what it can of `requests` (the requests of one read, in order, raw
         requests among them if `raw_fields` says so) synchronously, from the
         connection's read loop, and answer them through `connection` later; returns
-        the rest, as commands, left to `__call__` in a task each."""
+        the rest, as commands, left to `__call__` in a task each. It raises only before
+        it has taken any of them (then `__call__` gets them all): a request it took,
+        answered or handed to the store, is its own to answer whatever fails after, so
+        that none is answered twice or stored twice."""
 
     async def __call__(
         self, request: RemotingCommand, connection: Connection
