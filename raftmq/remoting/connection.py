@@ -382,7 +382,7 @@ class Connection:
     async def _answer(self, request: RemotingCommand) -> None:
         try:
             response = await self._dispatcher(request, self)
-        except Exception as exc:  # one bad request must not take the connection down
+        except Exception as exc:  # noqa: BLE001 - one bad request must not take the connection down
             response = system_error(request, exc, self.remote_address)
         self.respond(request, response)
 
