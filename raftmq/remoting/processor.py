@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from raftmq.remoting.codec import raw_command
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import RemotingCommand
 
@@ -41,6 +42,7 @@ __all__ = [
     "as_dispatcher",
     "not_supported",
     "system_error",
+    "take_inline",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,18 @@ def system_error(request: RemotingCommand, exc: Exception, peer: str = "?") -> R
     `processRequestCommand` does), and the connection carries on."""
     log.error("processor failed on request code %s from %s", request.code, peer, exc_info=exc)
     return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def take_inline(
+    inline: InlineProcessor, requests: list, connection: Connection
+) -> list[RemotingCommand]:
+    """What `inline` leaves of `requests` to the task path, as commands: all of them if
+    it raised, which it does only before it has taken any (`Dispatcher.inline`)."""
+    try:
+        return inline(requests, connection)
+    except Exception:  # the task path will answer them, with the error if it recurs
+        log.exception("inline processor failed on %d requests", len(requests))
+        return [raw_command(r) if type(r) is tuple else r for r in requests]
 
 
 @runtime_checkable
@@ -165,8 +179,8 @@ class ProcessorTable:
                 left.append(request)
             else:
                 batches.setdefault(handler, []).append(request)
-        for handler, batch in batches.items():
-            left += handler(batch, connection)
+        for handler, batch in batches.items():  # one handler failing leaves the others' taken
+            left += take_inline(handler, batch, connection)
         return left
 
     def __contains__(self, code: int) -> bool:
