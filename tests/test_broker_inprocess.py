@@ -508,17 +508,29 @@ async def test_inline_sends_whose_append_path_fails_after_the_append_are_stored_
     g = await group(nursery, tmp_path)
     await create_topic(g, "T", 1)
     master = g.master()
-    transport = master.dledger.transport
-    real_send = transport.send
+    server, commitlog = master.dledger, master.store.commitlog
+    real_send, real_put_nowait = server.transport.send, commitlog.put_nowait
+    appending = []
     injected = []
 
+    def put_nowait(records, done) -> None:
+        appending.append(records)
+        try:
+            real_put_nowait(records, done)
+        finally:
+            appending.pop()
+
     def send_failing_once(msg) -> None:
-        if not injected and getattr(msg, "entries", b""):  # the push of the batch's entries
+        # the push of the batch's entries, from inside its append (an idle log pushes at once)
+        if appending and not injected and getattr(msg, "entries", b""):
             injected.append(msg)
             raise RuntimeError("injected: the peer send failed")
         real_send(msg)
 
-    monkeypatch.setattr(transport, "send", send_failing_once)
+    monkeypatch.setattr(commitlog, "put_nowait", put_nowait)
+    monkeypatch.setattr(server.transport, "send", send_failing_once)
+    # idle: the batch is appended and pushed at once, inside put_nowait
+    await wait_for(lambda: not (server._append_queue or server._plan_in_flight))
     born_ms = int(time.time() * 1000)
     bodies = [b"once %d" % n for n in range(5)]
     requests = [
