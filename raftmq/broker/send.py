@@ -316,7 +316,7 @@ class SendProcessor:
             answer = _InlineAnswer(self, taken, connection)
             try:
                 self.store.commitlog.put_nowait(records, answer)
-            except Exception as exc:  # noqa: BLE001 - the records may be stored: answered, never re-run
+            except Exception as exc:  # noqa: BLE001 - maybe stored: answered, never re-run
                 answer.failed(exc)
         return left
 

@@ -377,7 +377,7 @@ class Connection:
     async def _answer(self, request: RemotingCommand) -> None:
         try:
             response = await self._dispatcher(request, self)
-        except Exception as exc:  # noqa: BLE001 - one bad request must not take the connection down
+        except Exception as exc:  # noqa: BLE001 - one bad request must not end the connection
             response = system_error(request, exc, self.remote_address)
         self.respond(request, response)
 
