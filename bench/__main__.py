@@ -110,7 +110,7 @@ def _measured(system: str, size_key: str, size: int, measure, *args) -> dict:
     one peer's failure never loses the figures of the others (the exit status is then 1)."""
     try:
         return measure(*args)
-    except Exception as exc:  # a benchmark row, not a crash: the table still prints
+    except Exception as exc:  # noqa: BLE001 - a row naming it, not a crash
         print(f"{system}, {size} B failed: {exc!r}", file=sys.stderr, flush=True)
         return {"system": system, size_key: size, "error": repr(exc), "notes": f"failed: {exc!r}"}
 

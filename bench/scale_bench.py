@@ -227,7 +227,7 @@ class Sitting:
         print(f"scale: {table.name}, {what} ...", file=sys.stderr, flush=True)
         try:
             row = {"what": what, **await measure(*args)}
-        except Exception as exc:  # a benchmark row, not a crash: the other phases still run
+        except Exception as exc:  # noqa: BLE001 - a row naming it; other phases run
             print(f"scale: {table.name}, {what} failed: {exc!r}", file=sys.stderr, flush=True)
             row = {"what": what, "error": repr(exc)}
         row.setdefault(table.columns[0][0], what)

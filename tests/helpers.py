@@ -5,6 +5,8 @@
 - the broker tests' in-process group (`tests.inprocess_broker`) and its calls;
 - the simulation tests' fault lists and schedules;
 - a classic slave process stopped for a while (`stopped`);
+- a one-node broker's config file, for tests of how `mqbroker` stops;
+- what a client call raises when it gets no usable answer (`NO_ANSWER`);
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
 
 The fakes the client tests run against are in `tests.client_fakes`.
@@ -28,6 +30,7 @@ import trio
 from hypothesis import strategies as st
 
 from raftmq.broker.store.replicated_log import ReplicatedLog
+from raftmq.client.errors import MQClientError
 from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.replica import Replica
@@ -36,6 +39,8 @@ from raftmq.dledger.sim.schedule import Fault, Schedule
 from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from raftmq.tools.dledger_local import free_ports
 from tests.inprocess_broker import InProcessGroup
 
 # ---------------------------------------------------------------- one replica
@@ -112,6 +117,37 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> Non
     with trio.fail_after(timeout_s):
         while not predicate():
             await trio.sleep(0.005)
+
+
+# What a client call raises when no usable answer came (a refusal, no route, a
+# broken or silent connection): a test that polls until the cluster answers retries it.
+NO_ANSWER = (MQClientError, RemotingError, RemotingConnectError, RemotingTimeoutError)
+
+
+def one_node_broker_conf(tmp_path: Path) -> tuple[Path, Path]:
+    """broker.conf of a one-node DLedger broker that no name server hears of, and its
+    store root: for tests of how the `mqbroker` process stops."""
+    dledger_port, listen_port, namesrv_port = free_ports(3)
+    root = tmp_path / "store"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "\n".join(
+            (
+                "brokerClusterName=TestCluster",
+                "brokerName=broker-t",
+                f"listenPort={listen_port}",
+                f"namesrvAddr=127.0.0.1:{namesrv_port}",  # nothing listens: never registered
+                f"storePathRootDir={root}",
+                "enableDLegerCommitLog=true",
+                f"dLegerPeers=n0-127.0.0.1:{dledger_port}",
+                "dLegerSelfId=n0",
+                f"mappedFileSizeCommitLog={1 << 20}",
+                f"mappedFileSizeForEntryIndex={1 << 16}",
+            )
+        )
+        + "\n"
+    )
+    return conf, root
 
 
 @contextlib.contextmanager

@@ -13,31 +13,7 @@ import trio
 from raftmq.broker import cli
 from raftmq.broker.store.messagestore import DISPATCH_CHECKPOINT
 from raftmq.dledger.server import DLedgerServer
-from raftmq.tools.dledger_local import free_ports
-
-
-def write_conf(tmp_path) -> tuple:
-    dledger_port, listen_port, namesrv_port = free_ports(3)
-    root = tmp_path / "store"
-    conf = tmp_path / "broker.conf"
-    conf.write_text(
-        "\n".join(
-            (
-                "brokerClusterName=TestCluster",
-                "brokerName=broker-t",
-                f"listenPort={listen_port}",
-                f"namesrvAddr=127.0.0.1:{namesrv_port}",  # nothing listens: never registered
-                f"storePathRootDir={root}",
-                "enableDLegerCommitLog=true",
-                f"dLegerPeers=n0-127.0.0.1:{dledger_port}",
-                "dLegerSelfId=n0",
-                f"mappedFileSizeCommitLog={1 << 20}",
-                f"mappedFileSizeForEntryIndex={1 << 16}",
-            )
-        )
-        + "\n"
-    )
-    return conf, root
+from tests.helpers import one_node_broker_conf
 
 
 async def run_until_master(conf) -> None:
@@ -56,7 +32,7 @@ def test_an_fsync_failure_after_a_restart_exits_with_the_disk_status(tmp_path, m
     that no dispatch checkpoint covered. Its first fsync (the vote of its election)
     failed, the DLedger server closed the store, and the message store's shutdown
     checkpoint then asked the closed store where entry 0 is."""
-    conf, root = write_conf(tmp_path)
+    conf, root = one_node_broker_conf(tmp_path)
     trio.run(run_until_master, conf)
     (root / DISPATCH_CHECKPOINT).unlink()  # killed before its first dispatch checkpoint
 
@@ -92,7 +68,7 @@ def test_an_fsync_failure_while_opening_the_store_exits_with_the_disk_status(
     """Recovery makes its repairs durable before anything is served; its fsync failing
     is the disk's fault (status 4, "fsync failed"), not a port's (it was "cannot listen",
     status 3)."""
-    conf, _root = write_conf(tmp_path)
+    conf, _root = one_node_broker_conf(tmp_path)
 
     def failing_sync(fd: int) -> None:
         raise OSError(errno.EIO, "injected EIO")
@@ -108,7 +84,7 @@ def test_an_fsync_failure_while_opening_the_store_exits_with_the_disk_status(
 
 def test_a_store_root_that_cannot_be_created_is_named_with_the_disk_status(tmp_path, capsys):
     """It was "cannot listen: ..." with the port's status, naming no key."""
-    conf, _root = write_conf(tmp_path)
+    conf, _root = one_node_broker_conf(tmp_path)
     (tmp_path / "file").write_text("")
     blocked = tmp_path / "file" / "store"  # under a regular file: no one can create it
     assert cli.main(["-c", str(conf), "-D", f"storePathRootDir={blocked}"]) == cli.EXIT_DISK

@@ -497,3 +497,73 @@ async def test_the_sends_of_one_read_are_one_append_answered_in_one_write(nurser
         assert (stored.body, stored.queue_offset) == (body, int(ext["queueOffset"]))
         assert "WAIT" not in stored.properties
         assert stored.properties[MessageConst.PROPERTY_CLUSTER] == "TestCluster"
+
+
+async def test_inline_sends_whose_append_path_fails_after_the_append_are_stored_once(
+    nursery, tmp_path, monkeypatch
+):
+    """A peer send that raises inside the hand-off, after the batch of one read was
+    appended: each send is stored once and answered once (SYSTEM_ERROR, the outcome
+    unknown), instead of being handed to the task path and appended a second time."""
+    g = await group(nursery, tmp_path)
+    await create_topic(g, "T", 1)
+    master = g.master()
+    server, commitlog = master.dledger, master.store.commitlog
+    real_send, real_put_nowait = server.transport.send, commitlog.put_nowait
+    appending = []
+    injected = []
+
+    def put_nowait(records, done) -> None:
+        appending.append(records)
+        try:
+            real_put_nowait(records, done)
+        finally:
+            appending.pop()
+
+    def send_failing_once(msg) -> None:
+        # the push of the batch's entries, from inside its append (an idle log pushes at once)
+        if appending and not injected and getattr(msg, "entries", b""):
+            injected.append(msg)
+            raise RuntimeError("injected: the peer send failed")
+        real_send(msg)
+
+    monkeypatch.setattr(commitlog, "put_nowait", put_nowait)
+    monkeypatch.setattr(server.transport, "send", send_failing_once)
+    # idle: the batch is appended and pushed at once, inside put_nowait
+    await wait_for(lambda: not (server._append_queue or server._plan_in_flight))
+    born_ms = int(time.time() * 1000)
+    bodies = [b"once %d" % n for n in range(5)]
+    requests = [
+        RemotingCommand(
+            code=RequestCode.SEND_MESSAGE_V2,
+            opaque=opaque,
+            ext_fields=send_header_v2("PG", "T", 0, born_timestamp_ms=born_ms),
+            body=body,
+        )
+        for opaque, body in enumerate(bodies, 1)
+    ]
+    stream = await trio.open_tcp_stream(*parse_address(master.address))
+    await stream.send_all(b"".join(encode(r) for r in requests))
+    reader = FrameReader(stream)
+    answers: dict[int, list] = {}
+    with trio.fail_after(10):
+        while len(answers) < len(requests):
+            response = await reader.__anext__()
+            answers.setdefault(response.opaque, []).append(response)
+    assert injected, "the fault was not injected: the batch's push never left"
+    after = await g.send(master, "T", b"after")  # the log moves on past the failure
+    assert after.code == ResponseCode.SUCCESS, after.remark
+    end = master.dledger.replica.committed_index
+    await wait_for(lambda: master.store.dispatched_index >= end)
+    pulled = codec.decode_all((await g.pull(master, "T", 0, 0)).body)
+    assert sorted(m.body for m in pulled) == sorted([*bodies, b"after"])
+    with trio.move_on_after(0.5):  # the commit of the batch must not answer them again
+        response = await reader.__anext__()
+        answers.setdefault(response.opaque, []).append(response)
+    await stream.aclose()
+    assert {opaque: len(answer) for opaque, answer in answers.items()} == dict.fromkeys(
+        range(1, 6), 1
+    )
+    for [answer] in answers.values():
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert "may or may not be stored" in answer.remark

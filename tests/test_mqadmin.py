@@ -29,7 +29,7 @@ from raftmq.protocol.msgid import create_message_id
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 from raftmq.tools.dledger_local import free_ports
-from tests.helpers import mqadmin
+from tests.helpers import NO_ANSWER, mqadmin
 
 CLUSTER = "RaftCluster"
 
@@ -54,7 +54,7 @@ async def wait_route(admin: Admin, topic: str):
         while True:
             try:
                 return await admin.topic_route(topic)
-            except Exception:
+            except NO_ANSWER:
                 await trio.sleep(0.05)
 
 

@@ -438,3 +438,37 @@ async def test_requests_past_the_cap_in_flight_are_answered_busy(nursery):
         assert sorted(codes) == [ResponseCode.SYSTEM_BUSY] * 3 + [ResponseCode.PULL_NOT_FOUND] * 5
         later = await client.invoke(RemotingCommand(code=SLOW, ext_fields=dict(slow)), 5.0)
         assert later.code == ResponseCode.PULL_NOT_FOUND  # the five are done: room again
+
+
+async def test_an_inline_handler_that_fails_leaves_what_another_took_answered_once(broker):
+    """Two inline handlers get the requests of one read: the first answers its request
+    inline, the second raises before taking its own. Only the second's request goes to
+    the task path; the first's is not run a second time (it was answered twice)."""
+    taken = []
+
+    def answer_inline(requests, connection):
+        for request in requests:
+            taken.append(request.opaque)
+            connection.respond(request, request.make_response(ResponseCode.SUCCESS, "inline"))
+        return []
+
+    def fail_inline(requests, connection):
+        raise RuntimeError("injected: the second inline handler failed")
+
+    broker.table.register_inline(ECHO, answer_inline)
+    broker.table.register_inline(BOOM, fail_inline)
+    stream = await trio.open_tcp_stream("127.0.0.1", broker.server.port)
+    requests = [
+        RemotingCommand(code=ECHO, opaque=1),
+        RemotingCommand(code=BOOM, opaque=2),
+        RemotingCommand(code=ECHO, opaque=3),
+    ]
+    await stream.send_all(b"".join(encode(r) for r in requests))
+    reader = FrameReader(stream)
+    answers: dict[int, list[str]] = {}
+    with trio.move_on_after(1.0):  # long enough for an answer given twice to arrive
+        async for response in reader:
+            answers.setdefault(response.opaque, []).append(response.remark)
+    await stream.aclose()
+    assert taken == [1, 3]
+    assert answers == {1: ["inline"], 2: ["RuntimeError: boom"], 3: ["inline"]}

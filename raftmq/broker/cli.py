@@ -11,7 +11,9 @@ bound or another process holds the store's lock, 4 when the store cannot be used
 `storePathRootDir` not writable, damaged data (naming the file and offset), or a
 failed fsync or disk write, at start or later, 5 when this node's store was upgraded
 in place from a classic one but its old commitlog files differ from the DLedger
-leader's (the message says how; copy the leader's store and start again).
+leader's (the message says how; copy the leader's store and start again), 6 when an
+invariant is broken (an AssertionError: a bug; its traceback goes to stderr before the
+line) rather than run on with state it cannot trust.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import fcntl
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import trio
@@ -34,7 +37,7 @@ from raftmq.dledger.tuning import tune_for_serving
 from raftmq.streams.groups import first_leaf
 from raftmq.streams.signals import cancel_on_stop_signal
 
-EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK, EXIT_FOREIGN_LOG = 0, 2, 3, 4, 5
+EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK, EXIT_FOREIGN_LOG, EXIT_INVARIANT = 0, 2, 3, 4, 5, 6
 
 
 class StoreInUse(OSError):
@@ -130,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         status = _failed(group, EXIT_BIND)
     except* OSError as group:
         status = _failed(group, EXIT_BIND, "cannot listen: ")
+    except* AssertionError as group:
+        traceback.print_exception(first_leaf(group), file=sys.stderr)
+        status = _failed(group, EXIT_INVARIANT, "broken invariant: ")
     except* KeyboardInterrupt:
         pass
     return status

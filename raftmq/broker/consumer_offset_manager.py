@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from raftmq.broker.stats import MinuteCounts
+from raftmq.dledger.server import DLedgerError
 
 if TYPE_CHECKING:
     from raftmq.broker.metawriter import MetaWriter
@@ -90,7 +91,7 @@ class ConsumerOffsetManager:
             entries = [[g, t, q, o] for (g, t, q), o in self._in_flight.items()]
             try:
                 await self.meta.write("offsets", entries=entries)
-            except Exception as exc:  # any failure: keep them for a retry
+            except DLedgerError as exc:  # not committed: kept for a retry (a bug stops the broker)
                 log.warning("consumer offsets not committed (%s); will retry", exc)
                 for key, offset in self._in_flight.items():
                     self._dirty.setdefault(key, offset)

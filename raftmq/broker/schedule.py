@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from raftmq.broker.headers import BadRequest
 from raftmq.broker.store.metadata import SCHEDULE_TOPIC
 from raftmq.dledger.server import DLedgerError
 from raftmq.protocol import message as codec
@@ -32,6 +33,11 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.1
 BATCH = 64
+# What delivery retries at the next tick: the store refused the put (not the master any
+# more, a full disk, too many pending appends, a quorum timeout: SendProcessor.put's
+# BadRequest), or retention removed a record between two batches (IndexError; the queue
+# is trimmed past it at the next tick).
+RETRIED = (BadRequest, IndexError)
 
 
 @attrs.define
@@ -59,7 +65,7 @@ class ScheduleService:
             for level in range(1, len(self.store.delay_levels_ms) + 1):
                 try:
                     new = await self._deliver_due(level)
-                except Exception as exc:  # retried at the next tick
+                except RETRIED as exc:  # a broken invariant (AssertionError) stops the broker
                     log.warning("delayed delivery for level %d paused: %s", level, exc)
                     break
                 if new is not None:

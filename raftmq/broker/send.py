@@ -17,6 +17,7 @@ outcome is unknown, a full pending queue → SYSTEM_BUSY.
 
 from __future__ import annotations
 
+import logging
 import random
 import struct
 from collections.abc import Callable
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     from raftmq.broker.store.messagestore import MessageStore
     from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
     from raftmq.broker.topic_config_manager import TopicConfigManager
+
+log = logging.getLogger(__name__)
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker's own topics. A client's
 # message in the schedule topic would be delivered to whatever topic and queue its
@@ -160,6 +163,74 @@ def _answerable(request: RemotingCommand | int, opaque: int, flag: int) -> Remot
     return request
 
 
+class _InlineAnswer:
+    """The completion of a batch of inline sends: every response in one write, once.
+
+    `taken` holds (command, or a raw request's code; queue id, opaque, serialize type,
+    flag). Called by the CommitLog when the append commits or fails; `failed` when
+    the append path raised after the records were handed to it, which answers
+    SYSTEM_ERROR (the messages may or may not be stored) unless the completion
+    already ran. Whichever comes first answers; the other finds `answered` set.
+    """
+
+    __slots__ = ("answered", "connection", "sender", "taken")
+
+    def __init__(self, sender: SendProcessor, taken: list[tuple], connection: Connection) -> None:
+        self.sender = sender
+        self.taken = taken
+        self.connection = connection
+        self.answered = False
+
+    def failed(self, exc: Exception) -> None:
+        """The append path raised once the records were handed to it (they may be in the
+        log, and may still commit): answer them, unless the completion already has."""
+        if self.answered:
+            return
+        log.error("the append of %d inline sends failed", len(self.taken), exc_info=exc)
+        self._refuse(
+            ResponseCode.SYSTEM_ERROR,
+            f"the append failed after the message reached the store ({type(exc).__name__}: "
+            f"{exc}): it may or may not be stored",
+        )
+
+    def _refuse(self, code: int, remark: str) -> None:
+        self.answered = True
+        connection = self.connection
+        for request, _queue_id, opaque, _type, flag in self.taken:
+            request = _answerable(request, opaque, flag)
+            connection.respond(request, request.make_response(code, remark))
+
+    def __call__(self, code: Code | PutStatus, results) -> None:
+        if self.answered:  # `failed` answered them: the append path raised after them
+            return
+        sender, taken, connection = self.sender, self.taken, self.connection
+        if results is None:
+            self._refuse(*_append_failure(code, sender.disk_util))
+            return
+        self.answered = True
+        assert len(results) == len(taken), (len(results), len(taken))
+        if isinstance(code, PutStatus):  # stored, but not flushed or replicated in time
+            for (request, queue_id, opaque, _type, flag), placed in zip(
+                taken, results, strict=True
+            ):
+                request = _answerable(request, opaque, flag)
+                response = sender._response(request, queue_id, [placed], int(code))
+                if not request.flag & FLAG_ONEWAY:
+                    connection.respond(request, response)
+            return
+        sender.stats.put_messages += len(results)
+        answers = [
+            (opaque, serialize_type, queue_id, queue_offset, physical_offset)
+            for (_, queue_id, opaque, serialize_type, flag), (
+                physical_offset,
+                queue_offset,
+            ) in zip(taken, results, strict=True)
+            if not flag & FLAG_ONEWAY
+        ]
+        if answers:
+            connection.send_encoded(SEND_RESPONSES(answers, sender.address.store_host_bytes))
+
+
 @attrs.define
 class SendProcessor:
     role: BrokerRole
@@ -202,7 +273,9 @@ class SendProcessor:
         master — without a task: their records go to DLedger as one append, and one
         completion answers them all in one write. Returns the rest (anything unusual or
         wrong), which take `send`, the path that explains errors. Everything is built
-        before the append is queued, so a failure here leaves every request to `send`.
+        before the append is queued, so a failure before it leaves every request to
+        `send`; once queued, a request has reached the store and is never run again:
+        whatever fails after, it is answered once (`_InlineAnswer`).
 
         A request may come raw (`remoting.codec.plain_request`, with the values of
         SEND_VALUE_NAMES): its record is built from those, and it is decoded only if
@@ -242,7 +315,11 @@ class SendProcessor:
                 )
                 records.append(record)
         if records:
-            self.store.commitlog.put_nowait(records, self._answer_inline(taken, connection))
+            answer = _InlineAnswer(self, taken, connection)
+            try:
+                self.store.commitlog.put_nowait(records, answer)
+            except Exception as exc:  # noqa: BLE001 - maybe stored: answered, never re-run
+                answer.failed(exc)
         return left
 
     def _inline_record(
@@ -293,44 +370,6 @@ class SendProcessor:
         except (BadRequest, codec.MessageFormatError):
             return None
         return queue_id, record
-
-    def _answer_inline(
-        self, taken: list[tuple], connection: Connection
-    ) -> Callable[[Code, list | None], None]:
-        """The completion of a batch of inline sends: every response in one write.
-        `taken` holds (command, or a raw request's code; queue id, opaque, serialize
-        type, flag)."""
-
-        def done(code: Code | PutStatus, results) -> None:
-            if results is None:
-                failure = _append_failure(code, self.disk_util)
-                for request, _queue_id, opaque, _type, flag in taken:
-                    request = _answerable(request, opaque, flag)
-                    connection.respond(request, request.make_response(*failure))
-                return
-            assert len(results) == len(taken), (len(results), len(taken))
-            if isinstance(code, PutStatus):  # stored, but not flushed or replicated in time
-                for (request, queue_id, opaque, _type, flag), placed in zip(
-                    taken, results, strict=True
-                ):
-                    request = _answerable(request, opaque, flag)
-                    response = self._response(request, queue_id, [placed], int(code))
-                    if not request.flag & FLAG_ONEWAY:
-                        connection.respond(request, response)
-                return
-            self.stats.put_messages += len(results)
-            answers = [
-                (opaque, serialize_type, queue_id, queue_offset, physical_offset)
-                for (_, queue_id, opaque, serialize_type, flag), (
-                    physical_offset,
-                    queue_offset,
-                ) in zip(taken, results, strict=True)
-                if not flag & FLAG_ONEWAY
-            ]
-            if answers:
-                connection.send_encoded(SEND_RESPONSES(answers, self.address.store_host_bytes))
-
-        return done
 
     def disk_util(self) -> str:
         root = self.store.root

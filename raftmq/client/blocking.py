@@ -54,7 +54,7 @@ class _Blocking:
     def _run(self) -> None:
         try:
             trio.run(self._main)
-        except BaseException as exc:  # handed to the thread that called __enter__/__exit__
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             self._error = exc
         finally:
             self._ready.set()

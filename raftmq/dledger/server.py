@@ -189,7 +189,7 @@ def _error_of(run) -> BaseException | None:
     """The error `run()` raised, or None: handed to the loop, which stops the replica."""
     try:
         run()
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - returned; the loop raises it
         return exc
     return None
 

@@ -43,12 +43,18 @@ from collections.abc import Callable
 
 import trio
 
-from raftmq.remoting.codec import MAX_FRAME_BYTES, raw_command
+from raftmq.remoting.codec import MAX_FRAME_BYTES
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from raftmq.remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
-from raftmq.remoting.processor import Dispatcher, Processor, as_dispatcher, system_error
+from raftmq.remoting.processor import (
+    Dispatcher,
+    Processor,
+    as_dispatcher,
+    system_error,
+    take_inline,
+)
 from raftmq.streams.deadlines import DeadlineReaper
 from raftmq.streams.idle import close_when_stalled
 
@@ -329,7 +335,7 @@ class Connection:
                         requests.append(command)
                 if not requests:
                     continue
-                for request in self._try_inline(inline, requests):
+                for request in take_inline(inline, requests, self):
                     if self._running >= self._max_running:
                         self._refuse_busy(request)
                     else:
@@ -355,15 +361,6 @@ class Connection:
         call.event.set()
 
     # ------------------------------------------------------------------ serving
-    def _try_inline(
-        self, inline: Callable[[list, Connection], list[RemotingCommand]], requests: list
-    ) -> list[RemotingCommand]:
-        try:
-            return inline(requests, self)
-        except Exception:  # the task path will answer them, with the error if it recurs
-            log.exception("inline processor failed on %d requests", len(requests))
-            return [raw_command(r) if type(r) is tuple else r for r in requests]
-
     def _refuse_busy(self, request: RemotingCommand) -> None:
         remark = (
             f"[OVERLOAD]system busy: {self._running} requests in flight on this connection, "
@@ -380,7 +377,7 @@ class Connection:
     async def _answer(self, request: RemotingCommand) -> None:
         try:
             response = await self._dispatcher(request, self)
-        except Exception as exc:  # one bad request must not take the connection down
+        except Exception as exc:  # noqa: BLE001 - one bad request must not end the connection
             response = system_error(request, exc, self.remote_address)
         self.respond(request, response)
 

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from raftmq.remoting.codec import raw_command
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import RemotingCommand
 
@@ -41,6 +42,7 @@ __all__ = [
     "as_dispatcher",
     "not_supported",
     "system_error",
+    "take_inline",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,18 @@ def system_error(request: RemotingCommand, exc: Exception, peer: str = "?") -> R
     return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
+def take_inline(
+    inline: InlineProcessor, requests: list, connection: Connection
+) -> list[RemotingCommand]:
+    """What `inline` leaves of `requests` to the task path, as commands: all of them if
+    it raised, which it does only before it has taken any (`Dispatcher.inline`)."""
+    try:
+        return inline(requests, connection)
+    except Exception:  # the task path will answer them, with the error if it recurs
+        log.exception("inline processor failed on %d requests", len(requests))
+        return [raw_command(r) if type(r) is tuple else r for r in requests]
+
+
 @runtime_checkable
 class Dispatcher(Protocol):
     """What a connection hands each request to."""
@@ -76,7 +90,10 @@ class Dispatcher(Protocol):
         """Take what it can of `requests` (the requests of one read, in order, raw
         requests among them if `raw_fields` says so) synchronously, from the
         connection's read loop, and answer them through `connection` later; returns
-        the rest, as commands, left to `__call__` in a task each."""
+        the rest, as commands, left to `__call__` in a task each. It raises only before
+        it has taken any of them (then `__call__` gets them all): a request it took,
+        answered or handed to the store, is its own to answer whatever fails after, so
+        that none is answered twice or stored twice."""
 
     async def __call__(
         self, request: RemotingCommand, connection: Connection
@@ -162,8 +179,8 @@ class ProcessorTable:
                 left.append(request)
             else:
                 batches.setdefault(handler, []).append(request)
-        for handler, batch in batches.items():
-            left += handler(batch, connection)
+        for handler, batch in batches.items():  # one handler failing leaves the others' taken
+            left += take_inline(handler, batch, connection)
         return left
 
     def __contains__(self, code: int) -> bool:

@@ -312,6 +312,7 @@ class _Guarded:
     ) -> list[RemotingCommand]:
         admitted, inline_codes = [], self.table.inline_codes
         left = []
+        refusals = []
         for request in requests:
             if request.code not in inline_codes:
                 left.append(request)  # checked by __call__
@@ -320,9 +321,14 @@ class _Guarded:
             if refused is None:
                 admitted.append(request)
             else:
-                connection.respond(request, refused)
+                refusals.append((request, refused))
         # what the table leaves of those goes through __call__, and is checked again
-        return left + self.table.inline(admitted, connection) if admitted else left
+        if admitted:
+            left += self.table.inline(admitted, connection)
+        # answered only now: should anything above raise, no request has been taken
+        for request, refused in refusals:
+            connection.respond(request, refused)
+        return left
 
     async def __call__(
         self, request: RemotingCommand, connection: Connection

@@ -108,7 +108,7 @@ def dispatch_rows(blob, last_index: int) -> tuple[list[tuple[int, tuple | None]]
             else:
                 body_pos = pos + BODY_OFFSET
                 rows.append((e_index, dispatch_fields(view, offset + BODY_OFFSET, body_pos)))
-    except Exception as exc:  # raised by scan once the rows before it are dispatched
+    except Exception as exc:  # noqa: BLE001 - returned; scan raises it after the rows
         return rows, exc
     return rows, None
 

@@ -211,7 +211,7 @@ def decode_message(data):
     """Rebuild a message from `encode_message` output; any defect raises FrameError."""
     try:
         obj = _unpackb(data, raw=False, use_list=False)
-    except Exception as exc:  # msgpack raises several types; the caller wants one
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many types; a peer's bytes
         raise FrameError(f"undecodable peer message: {exc}") from None
     if type(obj) is not tuple or not obj or type(obj[0]) is not int:
         raise FrameError("peer message must be an array starting with an int KIND")
@@ -247,7 +247,7 @@ def decode_rpc(data) -> dict:
     """A client RPC map; it must carry int `code` and `opaque`, else FrameError."""
     try:
         obj = _unpackb(data, raw=False)
-    except Exception as exc:  # msgpack raises several types; the caller wants one
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many types; a peer's bytes
         raise FrameError(f"undecodable RPC: {exc}") from None
     if type(obj) is not dict:
         raise FrameError(f"RPC must be a map, got {type(obj).__name__}")
