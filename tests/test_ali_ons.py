@@ -13,12 +13,9 @@ tests are skipped when either is missing (`requires`, tests/conftest.py).
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -29,6 +26,7 @@ import yaml
 from raftmq.remoting import ResponseCode
 from raftmq.remoting.signing import SessionCredentials
 from raftmq.tools.broker_local import LocalCluster
+from tests.helpers import PeerProcess, run_peer
 
 ALI_ONS_DIR = Path(__file__).parent / "ali_ons"
 pytestmark = [pytest.mark.processes, pytest.mark.requires("node", "ali-ons")]
@@ -45,83 +43,20 @@ def now_ms() -> float:
     return time.time() * 1000
 
 
-class AliOns:
-    """One `node scenario.js ROLE` process and the JSON events it has printed so far."""
-
-    def __init__(self, role: str, log_path: Path) -> None:
-        self.role = role
-        self.log_path = log_path
-        self.events: list[dict] = []
-        self._changed = trio.Event()
-        self.process: trio.Process | None = None
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["event"] == kind]
-
-    async def read_events(self, stream: trio.abc.ReceiveStream) -> None:
-        buffer = b""
-        async for chunk in stream:
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                self.events.append(json.loads(line))
-            self._wake()
-        self._wake()  # end of output: the process is gone
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
-    async def wait_for(self, condition: Callable[[], object], timeout_s: float, what: str):
-        """Wait until `condition()` holds, failing with the client's stderr after `timeout_s`."""
-        with trio.move_on_after(timeout_s):
-            while not condition():
-                if self.process.poll() is not None:
-                    break
-                await self._changed.wait()
-            else:
-                return
-        pytest.fail(f"ali-ons {self.role}: {what} not within {timeout_s} s; {self.tail()}")
-
-    async def finish(self, timeout_s: float = 15.0) -> None:
-        """Close stdin (the script's cue to close the client) and wait for it to exit."""
-        await self.process.stdin.aclose()
-        with trio.move_on_after(timeout_s):
-            await self.process.wait()
-        assert self.process.returncode == 0, f"ali-ons {self.role} exit: {self.tail()}"
-
-    def tail(self) -> str:
-        stderr = self.log_path.read_text(errors="replace")[-2000:]
-        return f"last events {self.events[-5:]}, stderr:\n{stderr}"
-
-
 @asynccontextmanager
 async def ali_ons(role: str, cluster: LocalCluster, **settings):
     """Run scenario.js as `role` against the cluster's name server; killed on the way out."""
     env = {**os.environ, "NAMESRV": cluster.namesrv_addr}
     env.update({k: str(v) for k, v in settings.items()})
-    client = AliOns(role, cluster.base_dir / f"ali-ons-{role}-{next(_serial)}.stderr")
-    with client.log_path.open("wb") as stderr:
-        client.process = await trio.lowlevel.open_process(
-            ["node", str(ALI_ONS_DIR / "scenario.js"), role],
-            cwd=ALI_ONS_DIR,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(client.read_events, client.process.stdout)
-        try:
-            await client.wait_for(lambda: client.of("ready"), 20, "start")
-            yield client
-        finally:
-            if client.process.poll() is None:
-                client.process.kill()
-            await client.process.wait()
+    log_path = cluster.base_dir / f"ali-ons-{role}-{next(_serial)}.stderr"
+    command = ["node", str(ALI_ONS_DIR / "scenario.js"), role]
+    async with run_peer(
+        f"ali-ons {role}", command, log_path, ready="ready", cwd=ALI_ONS_DIR, env=env
+    ) as client:
+        yield client
 
 
-def deliveries(consumer: AliOns) -> dict[str, list[dict]]:
+def deliveries(consumer: PeerProcess) -> dict[str, list[dict]]:
     """Every delivery the consumer's handler saw, by message body, in arrival order."""
     by_body = defaultdict(list)
     for event in consumer.of("received"):

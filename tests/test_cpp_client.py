@@ -1,0 +1,111 @@
+"""RocketMQ's C++ client (PyPI `rocketmq`, librocketmq.so) against a real broker group.
+
+The C++ client has its own reading of the protocol and its own failover habits
+(rocketmq-client-cpp 2.x, read in its source and seen in its log):
+
+- a producer learns routes only from its route poll (3 s after it starts, then every
+  30 s) and when the route it holds has no writable queue; a send that fails (the
+  dead master refuses the connection) makes it try the same address again, never ask
+  the name server, so after a master kill every send fails with "No route info of
+  this topic" until the next poll;
+- a request in flight on a connection that closes is failed only when its own timeout
+  expires (3 s for a send, 30 s for a pull), so a PushConsumer resumes about 30 s
+  after its master is killed.
+
+`tests/cpp_client/peer.py` runs its Producer or PushConsumer in a process of its own
+and prints what happened as JSON lines; the test starts a name server and three
+DLedger brokers, drives the clients, and compares what was acknowledged with what
+was delivered.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from raftmq.client import Producer
+from raftmq.tools.broker_local import LocalCluster
+from tests.helpers import PeerProcess, run_peer
+
+pytestmark = [pytest.mark.processes, pytest.mark.requires("rocketmq-cpp")]
+
+PEER = Path(__file__).parent / "cpp_client" / "peer.py"
+ROUTE_POLL_S = 30.0  # the C++ client's updateTopicRouteInfo period
+PROBE = -1  # the body of wait_consuming's messages
+
+
+@asynccontextmanager
+async def cpp_peer(cluster: LocalCluster, role: str, *args: object):
+    """The C++ client as `role` against the cluster's name server, with a HOME of its
+    own (its log goes to $HOME/logs/rocketmq-cpp)."""
+    home = cluster.base_dir / f"cpp-{role}"
+    home.mkdir()
+    command = [sys.executable, str(PEER), role, cluster.namesrv_addr, *map(str, args)]
+    env = {**os.environ, "HOME": str(home)}
+    ready = "started" if role == "consume" else None
+    async with run_peer(f"C++ {role}", command, home / "stderr", ready=ready, env=env) as peer:
+        yield peer
+
+
+async def wait_consuming(cluster: LocalCluster, consumer: PeerProcess, topic: str, queues: int):
+    """Send probes until the consumer has delivered one from every queue: it has taken
+    its queues and chosen where to start (the C++ client starts a new group at the
+    queues' ends, so a message sent before that is never delivered to it)."""
+    async with Producer(cluster.namesrv_addr) as producer:
+        with trio.fail_after(30):
+            while {e["queue_id"] for e in consumer.of("consumed")} != set(range(queues)):
+                await producer.send(topic, b"%d" % PROBE)
+                await trio.sleep(0.05)
+
+
+async def test_cpp_producer_and_consumer_lose_nothing_across_a_master_kill(tmp_path):
+    """A C++ producer sends every 10 ms and a C++ PushConsumer consumes while the master
+    is killed with SIGKILL (after the producer's first route poll, as in a client that
+    has run for a while): every acknowledged message is delivered, nothing else is,
+    and sends are acknowledged again by the producer's next route poll at the latest."""
+    topic, group, queues = "CppFailover", "cpp_fcg", 4
+    async with LocalCluster(tmp_path) as cluster:
+        old_master = await cluster.wait_master()
+        await cluster.create_topic(topic, queues)
+        async with cpp_peer(cluster, "consume", topic, group) as consumer:
+            await wait_consuming(cluster, consumer, topic, queues)
+            async with cpp_peer(cluster, "produce", topic, 0.01) as producer:
+                started_at = time.monotonic()
+                await producer.wait_for(lambda: producer.of("sent"), 10, "a first send")
+                await trio.sleep(max(0.0, started_at + 5.0 - time.monotonic()))
+                killed_at = time.monotonic()
+                cluster.kill(old_master, signal.SIGKILL)
+                await producer.wait_for(
+                    lambda: sum(e["start"] > killed_at for e in producer.of("sent")) >= 50,
+                    ROUTE_POLL_S + 10, "50 sends acknowledged after the kill",
+                )  # fmt: skip
+                await producer.finish()
+            acked = {e["n"]: e for e in producer.of("sent")}
+            # the consumer's pull held on the killed master fails when its 30 s
+            # timeout expires; then it pulls from the new master
+            await consumer.wait_for(
+                lambda: set(acked) <= {e["n"] for e in consumer.of("consumed")}, 60,
+                "every acknowledged message delivered",
+            )  # fmt: skip
+            await consumer.finish()
+
+    consumed = {e["n"] for e in consumer.of("consumed")} - {PROBE}
+    assert not set(acked) - consumed, f"acknowledged, never consumed: {set(acked) - consumed}"
+    assert consumed <= {e["n"] for e in producer.events}, "delivered something never sent"
+    after_kill = [e for e in acked.values() if e["start"] > killed_at]
+    first_ack_s = min(e["end"] for e in after_kill) - killed_at
+    numbers_after_kill = {e["n"] for e in after_kill}
+    deliveries = consumer.of("consumed")
+    resumed_s = min(e["t"] for e in deliveries if e["n"] in numbers_after_kill) - killed_at
+    print(
+        f"C++ producer: first send acknowledged {first_ack_s:.2f} s after the kill;"
+        f" C++ PushConsumer: first message sent after the kill delivered {resumed_s:.1f} s after it"
+    )
+    assert first_ack_s < ROUTE_POLL_S + 5, "sends resume at the client's next route poll"
