@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
-import os
-
 from raftmq.broker.store.consumequeue import ENTRY_SIZE, ConsumeQueueTable
 
 
-def test_a_checkpoint_fsyncs_only_the_queues_written_since_the_last_one(tmp_path):
-    """A broker with thousands of quiet queues must not fsync each of them every 5 s."""
+def test_a_sync_writes_and_fsyncs_only_the_queues_not_yet_durable(tmp_path):
+    """A broker with thousands of quiet queues must not fsync each of them at every
+    dispatch checkpoint; and a queue appended to while its sync ran stays for the next."""
     table = ConsumeQueueTable(tmp_path)
     busy, quiet = table.find_or_create("T", 0), table.find_or_create("T", 1)
     busy.append(0, 100, 50, 0)
     quiet.append(0, 150, 50, 0)
     first = [queue.sync_work() for queue in (busy, quiet)]
-    assert all(len(fds) == 1 and dirs for fds, dirs in first)  # new files: their dirs too
+    assert all(len(sync.files) == 1 and sync.dirs for sync in first)  # new files: dirs too
+    table.unsynced = {("T", 0), ("T", 1), ("Half", 0)}  # a key of no queue costs nothing
+    table.sync_plan(table.unsynced)()()
+    assert busy.durable and quiet.durable and table.unsynced == set()
     busy.append(1, 200, 50, 0)
-    (busy_fds, busy_dirs), (quiet_fds, quiet_dirs) = (q.sync_work() for q in (busy, quiet))
-    assert len(busy_fds) == 1 and quiet_fds == []
-    assert busy_dirs == quiet_dirs == []
-    table.sync_plan()()  # nothing written since: nothing to do, and no error
-    for fds, _dirs in (*first, (busy_fds, busy_dirs)):
-        for fd in fds:
-            os.close(fd)
+    assert quiet.sync_work() is None
+    sync = busy.sync_work()
+    assert (len(sync.files), sync.dirs, [w[1] for w in sync.writes]) == (1, [], [ENTRY_SIZE])
+    table.unsynced = {("T", 0), ("T", 1)}
+    done = table.sync_plan(table.unsynced)()
+    busy.append(2, 250, 50, 0)  # while the sync ran: not in it
+    done()
+    assert table.unsynced == {("T", 0)} and not busy.durable
+    (path,) = (tmp_path / "T" / "0").iterdir()
+    assert path.stat().st_size == 2 * ENTRY_SIZE
     table.close()
 
 
@@ -53,7 +58,6 @@ def test_a_trimmed_head_drops_whole_files_and_keeps_the_offsets_after_a_reload(t
     queue = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
     for k in range(10):
         queue.append(k, 100 * k, 100, k)
-    queue.flush()
     assert _files(tmp_path / "T" / "0") == [0, 4, 8]
     queue.trim_head(450)
     assert (queue.min_offset, queue.max_offset, len(queue)) == (5, 10, 5)
