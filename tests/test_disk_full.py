@@ -216,7 +216,6 @@ def test_consumequeue_entries_a_full_disk_cut_short_are_written_once_there_is_ro
         assert queue.durable
         (path,) = (disk / "consumequeue" / "T" / "0").iterdir()
         assert path.read_bytes() == b"".join(ENTRY.pack(*entry) for entry in entries)
-        queues.close()
     finally:
         ballast.unmount(disk)
 

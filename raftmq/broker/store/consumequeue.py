@@ -253,7 +253,7 @@ class ConsumeQueue:
 
     def write(self) -> None:
         """Write the entries not in the files yet, here and now (no fsync: the log can
-        rebuild them), for what must find them there: a trimmed head, a cut, a close.
+        rebuild them), for what must find them there: a trimmed head, a cut.
         OSError (ENOSPC) leaves them to be written again, whole, by the next call."""
         for path, position, data in self._unwritten():
             fd = os.open(path, os.O_WRONLY)
@@ -333,9 +333,6 @@ class ConsumeQueue:
             fsync_dir(self.directory)
         self._files.clear()
 
-    def close(self) -> None:
-        self.write()
-
 
 class ConsumeQueueTable:
     """Every ConsumeQueue of the store, created on first use."""
@@ -411,6 +408,9 @@ class ConsumeQueueTable:
 
         return run
 
-    def close(self) -> None:
+    def write(self) -> None:
+        """Write every queue's entries not in the files yet (no fsync): what the page
+        cache may hold at a crash, for simulations and tests of one; a broker leaves
+        the files to its checkpoints."""
         for queue in self.queues.values():
-            queue.close()
+            queue.write()

@@ -377,7 +377,6 @@ class MessageStore:
                     self.checkpoint_work()()
                 except (OSError, DiskFailure) as exc:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
-            self.queues.close()
             if self.index is not None:
                 self.index.close()
 
@@ -407,12 +406,11 @@ class MessageStore:
 
     def drain(self) -> None:
         """Dispatch everything committed, take the dispatch checkpoint and close the
-        queues: for a store opened once over a log it then leaves (an upgrade in place
+        index: for a store opened once over a log it then leaves (an upgrade in place
         dispatches what the classic broker had not before its files become read-only)."""
         while self.dispatch_some(DISPATCH_CHUNK):
             pass
         self.checkpoint_work()()
-        self.queues.close()
         if self.index is not None:
             self.index.close()
 
