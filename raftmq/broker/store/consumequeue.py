@@ -222,7 +222,8 @@ class ConsumeQueue:
         )
         if not dead:
             return
-        self.write()  # dropped entries may not be in the file yet: positions must hold
+        if self._written_end < self.min_offset + dead:  # not the checkpoint's (a reset)
+            self.write()  # dropped entries must reach the file: positions must hold
         del self._entries[: dead * ENTRY_SIZE]
         self.min_offset += dead
         while len(self._files) > 1 and self._files[1] <= self.min_offset:
