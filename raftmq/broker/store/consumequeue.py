@@ -107,7 +107,7 @@ class QueueSync:
                 try:
                     os.fsync(fd)
                 except OSError as exc:
-                    raise DiskFailure(f"fsync of {path} failed ({exc}); stopping") from exc
+                    raise DiskFailure(f"fsync failed ({exc}) on {path}; stopping") from exc
             finally:
                 os.close(fd)
 
@@ -395,7 +395,7 @@ class ConsumeQueueTable:
                 for directory in sorted(dirs) + ([self.root] if dirs else []):
                     fsync_dir(directory)
             except OSError as exc:
-                raise DiskFailure(f"fsync of a queue directory failed ({exc}); stopping") from exc
+                raise DiskFailure(f"fsync failed ({exc}) on a queue directory; stopping") from exc
 
             def done() -> None:
                 for sync in work:
