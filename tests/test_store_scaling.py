@@ -161,3 +161,26 @@ async def test_a_checkpoint_over_ten_thousand_busy_queues_completes_while_dispat
         (path,) = (tmp_path / "b" / "consumequeue" / topic / str(queue_id)).iterdir()
         vouched = consumequeue.entries_ending_by(queue.entry_bytes(0, len(queue)), position)
         assert path.stat().st_size >= vouched * consumequeue.ENTRY_SIZE, (topic, queue_id)
+
+
+async def test_checkpoints_taken_at_once_follow_one_another(tmp_path):
+    """A checkpoint asked for while the periodic one runs (a test, an admin) waits for
+    it: two at once wrote the same temporary file, and the second rename found it gone
+    (a DiskFailure), or recorded an older position after a newer one."""
+    store = _store(tmp_path)
+    recorded = []
+
+    async def checkpoint() -> None:
+        await store.checkpoint()
+        recorded.append(store.checkpointed_index)
+
+    for round_ in range(10):
+        for k in range(300):
+            _put(store, f"T{k}")
+        while store.dispatch_some(10_000):
+            pass
+        recorded.clear()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(checkpoint)
+            nursery.start_soon(checkpoint)
+        assert recorded == [store.dispatched_index + 1] * 2, round_

@@ -186,6 +186,9 @@ class MessageStore:
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
         self._meta_applied = trio.Event()
         self._dispatch_moved = trio.Event()
+        # One checkpoint at a time: two would write the same temporary files, and the
+        # later one to finish could record the older position.
+        self._checkpointing = trio.Lock()
         self._recover()
         server.add_commit_handler(lambda _index: self._commit_moved.set())
         server.add_retention_limit(lambda: self.checkpointed_index)
@@ -230,7 +233,7 @@ class MessageStore:
         began.
 
         Why that position is safe to resume from: every entry before it went to a queue
-        that was then in `queues.unsynced` (taken here) or was durable, and the hops
+        that was then in `queues.unsynced` (listed here) or was durable, and the hops
         write and fsync each of those queues up to at least where it stood when its hop
         began, which is past that position; the position is recorded only after the
         last hop. A queue leaves `unsynced` only once durable, so a checkpoint that
@@ -240,6 +243,10 @@ class MessageStore:
         snapshot is captured with the position, so it never runs ahead of the queues;
         retention may delete up to the position (`checkpointed_index`), as a restart
         must find the log from there."""
+        async with self._checkpointing:
+            await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
         record = self._checkpoint_record()
         keys = list(self.queues.unsynced)
         batches = iter(range(0, len(keys), CHECKPOINT_QUEUES_PER_STEP))
@@ -262,7 +269,9 @@ class MessageStore:
 
     def checkpoint_work(self) -> Callable[[], None]:
         """The whole dispatch checkpoint (`checkpoint`) as one blocking function, for
-        when dispatch stands still: at shutdown, and for `drain`."""
+        when dispatch stands still and no other checkpoint runs: at shutdown, and for
+        `drain`."""
+        assert not self._checkpointing.locked(), "a checkpoint runs already"
         record = self._checkpoint_record()
         sync_queues = self.queues.sync_plan(self.queues.unsynced)
 
