@@ -73,14 +73,15 @@ def _write_at(fd: int, position: int, data: bytes) -> None:
 class QueueSync:
     """What makes one queue's entries so far durable, captured on the event loop
     (`ConsumeQueue.sync_work`): the entries not yet in its files, with where each run
-    of them goes, and the files and directories to fsync. `run` carries it out in a
-    worker thread, opening one file at a time; `done`, back on the loop, records it."""
+    of them goes, and the files (by first offset) and directories to fsync. `run`
+    carries it out in a worker thread, opening one file at a time; `done`, back on
+    the loop, records it."""
 
     def __init__(
         self,
         queue: ConsumeQueue,
-        files: list[Path],
-        writes: list[tuple[Path, int, bytes]],
+        files: dict[int, str],
+        writes: list[tuple[int, int, bytes]],
         dirs: list[Path],
     ) -> None:
         self.queue = queue
@@ -95,14 +96,14 @@ class QueueSync:
         entries point below the log's beginning): nothing of it is needed. OSError
         from a write (no room) leaves the queue as it was, to be tried again; a failed
         fsync is a DiskFailure."""
-        for path in self.files:
+        for first, path in self.files.items():
             try:
                 fd = os.open(path, os.O_WRONLY)
             except FileNotFoundError:
                 continue
             try:
                 for target, position, data in self.writes:
-                    if target == path:
+                    if target == first:
                         _write_at(fd, position, data)
                 try:
                     os.fsync(fd)
@@ -126,6 +127,7 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory
+        self._dir = os.fspath(directory)
         self.file_entries = file_entries
         self.min_offset = 0
         self.dispatched_bytes = 0  # of the messages appended since start (broker.metrics)
@@ -227,7 +229,7 @@ class ConsumeQueue:
         del self._entries[: dead * ENTRY_SIZE]
         self.min_offset += dead
         while len(self._files) > 1 and self._files[1] <= self.min_offset:
-            (self.directory / _file_name(self._files.pop(0))).unlink()
+            os.unlink(self._path(self._files.pop(0)))
 
     def truncate_physical(self, physical_end: int) -> None:
         """Drop entries for messages that end beyond `physical_end`, durably."""
@@ -239,9 +241,9 @@ class ConsumeQueue:
         end = self.max_offset
         dropped = False
         while len(self._files) > 1 and self._files[-1] >= end:
-            (self.directory / _file_name(self._files.pop())).unlink()
+            os.unlink(self._path(self._files.pop()))
             dropped = True
-        fd = os.open(self.directory / _file_name(self._files[-1]), os.O_WRONLY)
+        fd = os.open(self._path(self._files[-1]), os.O_WRONLY)
         try:
             os.ftruncate(fd, (end - self._files[-1]) * ENTRY_SIZE)
             os.fsync(fd)
@@ -256,13 +258,18 @@ class ConsumeQueue:
         """Write the entries not in the files yet, here and now (no fsync: the log can
         rebuild them), for what must find them there: a trimmed head, a cut.
         OSError (ENOSPC) leaves them to be written again, whole, by the next call."""
-        for path, position, data in self._unwritten():
-            fd = os.open(path, os.O_WRONLY)
+        for first, position, data in self._unwritten():
+            fd = os.open(self._path(first), os.O_WRONLY)
             try:
                 _write_at(fd, position, data)
             finally:
                 os.close(fd)
         self._written_end = self.max_offset
+
+    def _path(self, first: int) -> str:
+        """The file that begins at queue offset `first`, as a string: a checkpoint
+        names thousands, and building a Path took most of its time on the loop."""
+        return os.path.join(self._dir, _file_name(first))
 
     def _runs(self, start: int, end: int) -> Iterator[tuple[int, int, int]]:
         """(first offset of the file, lo, hi) for each file holding queue offsets in
@@ -275,13 +282,14 @@ class ConsumeQueue:
                 break
             yield self._files[i], lo, hi
 
-    def _unwritten(self) -> list[tuple[Path, int, bytes]]:
-        """(file, byte position in it, bytes) of each run of entries not in the files."""
+    def _unwritten(self) -> list[tuple[int, int, bytes]]:
+        """(first offset of the file, byte position in it, bytes) of each run of entries
+        not in the files."""
         start, base = self._written_end, self.min_offset
         assert base <= start <= self.max_offset, (self.topic, self.queue_id, base, start)
         return [
             (
-                self.directory / _file_name(first),
+                first,
                 (lo - first) * ENTRY_SIZE,
                 bytes(self._entries[(lo - base) * ENTRY_SIZE : (hi - base) * ENTRY_SIZE]),
             )
@@ -301,10 +309,10 @@ class ConsumeQueue:
         if self.durable:
             return None
         new_files = self.files_made > self._files_synced
-        files = [
-            self.directory / _file_name(first)
+        files = {
+            first: self._path(first)
             for first, _lo, _hi in self._runs(self._synced_end, self.max_offset)
-        ]
+        }
         dirs = [self.directory, self.directory.parent] if new_files else []
         return QueueSync(self, files, self._unwritten(), dirs)
 
@@ -320,7 +328,7 @@ class ConsumeQueue:
         loop, so that a sync never creates a file (one it wrote into after a trim
         deleted it would come back)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / _file_name(self.max_offset)
+        path = self._path(self.max_offset)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         self._files.append(self.max_offset)
         self.files_made += 1
@@ -329,7 +337,7 @@ class ConsumeQueue:
         """Delete every file, durably, last first: a crash leaves a run that still
         continues from the first file, never a newer file beside older ones."""
         for first in reversed(self._files):
-            (self.directory / _file_name(first)).unlink()
+            os.unlink(self._path(first))
         if self._files:
             fsync_dir(self.directory)
         self._files.clear()
