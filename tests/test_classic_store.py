@@ -327,7 +327,6 @@ async def test_queues_follow_the_logs_new_beginning(tmp_path):
     assert result.next_begin_offset == log.begin_index  # one message per queue offset here
     kept = store.get_message("T", 0, result.next_begin_offset, 1)
     assert codec.decode(kept.records[0])[0].physical_offset == first
-    store.queues.close()
 
 
 async def test_a_full_disk_refuses_puts_until_there_is_room(tmp_path):

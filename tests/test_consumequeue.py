@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
-import os
-
 from raftmq.broker.store.consumequeue import ENTRY_SIZE, ConsumeQueueTable
 
 
-def test_a_checkpoint_fsyncs_only_the_queues_written_since_the_last_one(tmp_path):
-    """A broker with thousands of quiet queues must not fsync each of them every 5 s."""
+def test_a_sync_writes_and_fsyncs_only_the_queues_not_yet_durable(tmp_path):
+    """A broker with thousands of quiet queues must not fsync each of them at every
+    dispatch checkpoint; and a queue appended to while its sync ran stays for the next."""
     table = ConsumeQueueTable(tmp_path)
     busy, quiet = table.find_or_create("T", 0), table.find_or_create("T", 1)
     busy.append(0, 100, 50, 0)
     quiet.append(0, 150, 50, 0)
     first = [queue.sync_work() for queue in (busy, quiet)]
-    assert all(len(fds) == 1 and dirs for fds, dirs in first)  # new files: their dirs too
+    assert all(len(sync.files) == 1 and sync.dirs for sync in first)  # new files: dirs too
+    table.unsynced = {("T", 0), ("T", 1), ("Half", 0)}  # a key of no queue costs nothing
+    table.sync_plan(table.unsynced)()()
+    assert busy.durable and quiet.durable and table.unsynced == set()
     busy.append(1, 200, 50, 0)
-    (busy_fds, busy_dirs), (quiet_fds, quiet_dirs) = (q.sync_work() for q in (busy, quiet))
-    assert len(busy_fds) == 1 and quiet_fds == []
-    assert busy_dirs == quiet_dirs == []
-    table.sync_plan()()  # nothing written since: nothing to do, and no error
-    for fds, _dirs in (*first, (busy_fds, busy_dirs)):
-        for fd in fds:
-            os.close(fd)
-    table.close()
+    assert quiet.sync_work() is None
+    sync = busy.sync_work()
+    assert (len(sync.files), sync.dirs, [w[1] for w in sync.writes]) == (1, [], [ENTRY_SIZE])
+    table.unsynced = {("T", 0), ("T", 1)}
+    done = table.sync_plan(table.unsynced)()
+    busy.append(2, 250, 50, 0)  # while the sync ran: not in it
+    done()
+    assert table.unsynced == {("T", 0)} and not busy.durable
+    (path,) = (tmp_path / "T" / "0").iterdir()
+    assert path.stat().st_size == 2 * ENTRY_SIZE
 
 
 def test_recovery_cuts_a_queue_back_to_a_position_and_the_cut_is_on_disk(tmp_path):
@@ -31,13 +35,12 @@ def test_recovery_cuts_a_queue_back_to_a_position_and_the_cut_is_on_disk(tmp_pat
     queue = table.find_or_create("T", 0)
     for k in range(5):
         queue.append(k, 100 * k, 100, 0)  # messages at [100k, 100k + 100)
-    table.close()
+    table.write()
     reopened = ConsumeQueueTable(tmp_path).find_or_create("T", 0)
     reopened.truncate_physical(300)  # keeps the messages ending at or before 300
     assert reopened.max_offset == 3
     files = list((tmp_path / "T" / "0").iterdir())
     assert [f.stat().st_size for f in files] == [3 * ENTRY_SIZE]
-    reopened.close()
 
 
 def _files(directory) -> list[int]:
@@ -53,19 +56,17 @@ def test_a_trimmed_head_drops_whole_files_and_keeps_the_offsets_after_a_reload(t
     queue = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
     for k in range(10):
         queue.append(k, 100 * k, 100, k)
-    queue.flush()
     assert _files(tmp_path / "T" / "0") == [0, 4, 8]
     queue.trim_head(450)
     assert (queue.min_offset, queue.max_offset, len(queue)) == (5, 10, 5)
     assert queue.get(5) == (500, 100, 5)
     assert _files(tmp_path / "T" / "0") == [4, 8]
     queue.append(10, 1000, 100, 10)
-    queue.close()
+    queue.write()
     reloaded = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
     reloaded.trim_head(450)
     assert (reloaded.min_offset, reloaded.max_offset) == (5, 11)
     assert [e[0] for e in reloaded.entries(5, 100)] == [100 * k for k in range(5, 11)]
-    reloaded.close()
 
 
 def test_a_queue_trimmed_to_nothing_keeps_its_next_offset(tmp_path):
@@ -77,13 +78,12 @@ def test_a_queue_trimmed_to_nothing_keeps_its_next_offset(tmp_path):
     queue.trim_head(10_000)
     assert (queue.min_offset, queue.max_offset, len(queue)) == (6, 6, 0)
     assert _files(tmp_path / "T" / "0") == [4]
-    queue.close()
+    queue.write()
     reloaded = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
     reloaded.trim_head(10_000)
     assert (reloaded.min_offset, reloaded.max_offset) == (6, 6)
     reloaded.append(6, 10_000, 100, 0)
     assert reloaded.get(6) == (10_000, 100, 0)
-    reloaded.close()
 
 
 def test_a_file_a_power_cut_shortened_ends_the_queue_at_load(tmp_path):
@@ -92,14 +92,14 @@ def test_a_file_a_power_cut_shortened_ends_the_queue_at_load(tmp_path):
     queue = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
     for k in range(10):
         queue.append(k, 100 * k, 100, 0)
-    queue.close()
+    queue.write()
     middle = tmp_path / "T" / "0" / f"{4 * ENTRY_SIZE:020d}"
     middle.write_bytes(middle.read_bytes()[: 2 * ENTRY_SIZE + 3])
     reloaded = ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0)
     assert reloaded.max_offset == 6
     assert _files(tmp_path / "T" / "0") == [0, 4]
     reloaded.append(6, 600, 100, 0)
-    reloaded.close()
+    reloaded.write()
     assert middle.stat().st_size == 3 * ENTRY_SIZE  # the torn entry gone, not written behind
 
 
@@ -115,5 +115,5 @@ def test_recovery_cuts_across_files(tmp_path):
         (f"{4 * ENTRY_SIZE:020d}", ENTRY_SIZE),
     ]
     queue.append(5, 500, 100, 0)
-    queue.close()
+    queue.write()
     assert ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0).max_offset == 6

@@ -196,9 +196,9 @@ async def test_a_broker_on_a_full_disk_refuses_sends_serves_pulls_and_resumes(nu
 
 @pytest.mark.requires("tmpfs")
 def test_consumequeue_entries_a_full_disk_cut_short_are_written_once_there_is_room(tmp_path):
-    """A write short of room writes part of what it was given: the rest must stay
-    queued for the next flush, not be dropped (the file would then miss entries and
-    every later one would sit at the wrong offset)."""
+    """A write short of room writes part of what it was given: the checkpoint's next
+    try must write the rest, not drop it (the file would then miss entries and every
+    later one would sit at the wrong offset), and nothing twice."""
     disk = tmp_path / "disk"
     ballast.mount_tmpfs(disk, 1 << 20)
     try:
@@ -209,13 +209,13 @@ def test_consumequeue_entries_a_full_disk_cut_short_are_written_once_there_is_ro
         for offset, (physical, size, tags) in enumerate(entries):
             queue.append(offset, physical, size, tags)
         with pytest.raises(OSError) as no_room:
-            queues.flush()
+            queues.sync_plan([("T", 0)])()
         assert no_room.value.errno == errno.ENOSPC
         ballast.free(disk)
-        queues.flush()
+        queues.sync_plan([("T", 0)])()()
+        assert queue.durable
         (path,) = (disk / "consumequeue" / "T" / "0").iterdir()
         assert path.read_bytes() == b"".join(ENTRY.pack(*entry) for entry in entries)
-        queues.close()
     finally:
         ballast.unmount(disk)
 

@@ -154,7 +154,7 @@ async def test_index_files_roll_by_count_are_named_by_time_and_follow_retention(
         assert names == [f.path.name for f in broker.store.index.files]  # creation order
         assert all(f.index_count == 40 for f in broker.store.index.files[:-1])  # full
         names_before[node] = names
-        await trio.to_thread.run_sync(broker.store.checkpoint_work())
+        await broker.store.checkpoint()
         store = broker.dledger.store
         assert store.delete_expired(broker.dledger.retention_floor(), 0) >= 2
     await g.send(master, "Orders", b"wake the dispatchers")

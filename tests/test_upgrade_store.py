@@ -55,7 +55,6 @@ async def write_classic(root: Path, dispatched: int, more: int) -> list[tuple[in
         if n == dispatched - 1:
             store.dispatch_some(10_000)
             store.checkpoint_work()()
-    store.queues.close()
     store.index.close()
     stored = [(phys, cl.read_message(phys)) for phys in written]
     log.close()

@@ -11,10 +11,12 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 NO_ROOM_RETRY_S = 0.5  # how often a write the disk had no room for is tried again
@@ -36,19 +38,19 @@ async def durably(write_and_sync, *args) -> None:
         raise DiskFailure(f"fsync failed ({exc}); stopping before anything depends on it") from exc
 
 
-async def until_room(capture: Callable[[], Callable[[], object]], what: str) -> None:
+async def until_room(capture: Callable[[], Callable[[], T]], what: str) -> T:
     """Write whole small files (each written to a new file, fsynced and renamed into
     place: the term and vote, a checkpoint) in a worker thread, and again every
     NO_ROOM_RETRY_S while the disk has no room for them. `capture()`, on the event
     loop, gives each attempt's blocking write, so a retry writes what is current.
     Whatever waits for the write waits too: a vote is not sent, an entry not
     acknowledged, until it is written. A failed attempt leaves only its temporary
-    file, never a torn one in place. Other OSErrors are a DiskFailure, as in `durably`."""
+    file, never a torn one in place. Other OSErrors are a DiskFailure, as in `durably`.
+    Returns what the write that succeeded returned."""
     warned = False
     while True:
         try:
-            await trio.to_thread.run_sync(capture())
-            return
+            return await trio.to_thread.run_sync(capture())
         except OSError as exc:
             if exc.errno not in NO_ROOM:
                 raise DiskFailure(f"fsync failed ({exc}) {what}; stopping") from exc

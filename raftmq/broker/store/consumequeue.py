@@ -16,15 +16,20 @@ the queue offset of every entry in it, so offsets never renumber. The queue's
 pointing at or after the log's beginning, worked out again after every load
 (`trim_head`), so a head trimmed before a crash is trimmed the same way after it.
 
-Files are written at every dispatch and fsynced only by `ConsumeQueueTable.sync_plan`,
-which the message store runs for its dispatch checkpoint: everything dispatched
-before the checkpoint's log position is durable in every queue. A power cut may take
-any part of a queue after that, the tail of any of its files, and one queue's tail
-but not another's, so loading keeps the files that continue each other from the
-first one, and recovery cuts every queue back to the checkpoint position and
-dispatches again from there (`truncate_physical` cuts the files and fsyncs at once,
-keeping that promise). The live entries are mirrored in memory (20 bytes each),
-which keeps pulls free of file reads; trimming the head frees them.
+Entries are written to the files and fsynced only by the dispatch checkpoint
+(`ConsumeQueueTable.sync_plan`, a bounded batch of the queues dispatched to since the
+last checkpoint at a time, in a worker thread): everything dispatched before the
+checkpoint's log position is then durable in every queue. Reads never need the files
+(the live entries are mirrored in memory, 20 bytes each, which keeps pulls free of
+file reads; trimming the head frees them), and recovery cuts every queue back to the
+checkpoint position and dispatches again from there anyway, so writing sooner would
+buy nothing. A power cut may take any part of a queue after that, the tail of any of
+its files, and one queue's tail but not another's, so loading keeps the files that
+continue each other from the first one (`truncate_physical` cuts the files and fsyncs
+at once, keeping that promise). Writes are positional (an entry's place in its file
+follows from its queue offset), so writing the same entries twice, as a retry after
+a full disk does, writes the same bytes; and no file descriptor stays open between
+them, so 10,000 queues need no 10,000 descriptors.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from raftmq.dledger.durable import DiskFailure
 from raftmq.dledger.store.meta import fsync_dir
 
 ENTRY = struct.Struct(">qiq")
@@ -55,6 +61,61 @@ def _file_name(first_offset: int) -> str:
     return f"{first_offset * ENTRY_SIZE:020d}"
 
 
+def _write_at(fd: int, position: int, data: bytes) -> None:
+    """All of `data` at `position` (a write short of room writes part: the rest follows
+    or raises ENOSPC)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view, position = view[written:], position + written
+
+
+class QueueSync:
+    """What makes one queue's entries so far durable, captured on the event loop
+    (`ConsumeQueue.sync_work`): the entries not yet in its files, with where each run
+    of them goes, and the files (by first offset) and directories to fsync. `run`
+    carries it out in a worker thread, opening one file at a time; `done`, back on
+    the loop, records it."""
+
+    def __init__(
+        self,
+        queue: ConsumeQueue,
+        files: dict[int, str],
+        writes: list[tuple[int, int, bytes]],
+        dirs: list[Path],
+    ) -> None:
+        self.queue = queue
+        self.end = queue.max_offset
+        self.files_made = queue.files_made
+        self.files = files
+        self.writes = writes
+        self.dirs = dirs
+
+    def run(self) -> None:
+        """Write and fsync each file. A file gone meanwhile was trimmed or dropped (its
+        entries point below the log's beginning): nothing of it is needed. OSError
+        from a write (no room) leaves the queue as it was, to be tried again; a failed
+        fsync is a DiskFailure."""
+        for first, path in self.files.items():
+            try:
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                for target, position, data in self.writes:
+                    if target == first:
+                        _write_at(fd, position, data)
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise DiskFailure(f"fsync failed ({exc}) on {path}; stopping") from exc
+            finally:
+                os.close(fd)
+
+    def done(self) -> None:
+        self.queue.mark_synced(self.end, self.files_made)
+
+
 class ConsumeQueue:
     def __init__(
         self,
@@ -66,17 +127,18 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory
+        self._dir = os.fspath(directory)
         self.file_entries = file_entries
         self.min_offset = 0
         self.dispatched_bytes = 0  # of the messages appended since start (broker.metrics)
+        self.files_made = 0  # files this queue created: each one's directory entry is fsynced
         self._entries = bytearray()  # offsets min_offset .. max_offset - 1
         self._files: list[int] = []  # first queue offset of each file; the last is filled
-        self._fd: int | None = None  # the last file's
-        self._rolled: list[int] = []  # full files written since the last sync, to fsync
-        self._unwritten = 0  # bytes at the end of _entries not yet written to the file
-        self._new_file = False  # created since the last sync: its directory entry too
-        self._written = False  # written since the last sync: the last file needs an fsync
         self._load()
+        # Entries below _written_end are in the files, below _synced_end durable, and
+        # the directory entries of the first _files_synced files made are durable.
+        self._written_end = self._synced_end = self.max_offset
+        self._files_synced = 0
 
     def _load(self) -> None:
         """Read the files that continue each other from the first one; the rest (after
@@ -143,11 +205,11 @@ class ConsumeQueue:
                 )
             self._drop_files()  # the first message the log still holds
             self.min_offset = max_offset = queue_offset
+            self._written_end = self._synced_end = queue_offset
         if not self._files or max_offset - self._files[-1] >= self.file_entries:
             self._roll()
         self._entries += ENTRY.pack(physical_offset, size, tags_code)
         self.dispatched_bytes += size
-        self._unwritten += ENTRY_SIZE
 
     def trim_head(self, physical_begin: int) -> None:
         """Drop the entries pointing before `physical_begin` (the log's beginning, after
@@ -162,105 +224,123 @@ class ConsumeQueue:
         )
         if not dead:
             return
-        self.flush()  # dropped entries may not be in the file yet: positions must hold
+        if self._written_end < self.min_offset + dead:  # not the checkpoint's (a reset)
+            self.write()  # dropped entries must reach the file: positions must hold
         del self._entries[: dead * ENTRY_SIZE]
         self.min_offset += dead
         while len(self._files) > 1 and self._files[1] <= self.min_offset:
-            (self.directory / _file_name(self._files.pop(0))).unlink()
+            os.unlink(self._path(self._files.pop(0)))
 
     def truncate_physical(self, physical_end: int) -> None:
         """Drop entries for messages that end beyond `physical_end`, durably."""
         keep = entries_ending_by(self._entries, physical_end)
         if keep == len(self):
             return
-        self.flush()
+        self.write()  # the file is cut at the entries kept: none may be missing below
         del self._entries[keep * ENTRY_SIZE :]
         end = self.max_offset
         dropped = False
         while len(self._files) > 1 and self._files[-1] >= end:
-            self._close_last()
-            (self.directory / _file_name(self._files.pop())).unlink()
+            os.unlink(self._path(self._files.pop()))
             dropped = True
-        self._open_last()
-        os.ftruncate(self._fd, (end - self._files[-1]) * ENTRY_SIZE)
-        os.fsync(self._fd)
+        fd = os.open(self._path(self._files[-1]), os.O_WRONLY)
+        try:
+            os.ftruncate(fd, (end - self._files[-1]) * ENTRY_SIZE)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         if dropped:
             fsync_dir(self.directory)
+        self._written_end = min(self._written_end, end)
+        self._synced_end = min(self._synced_end, end)
 
-    def flush(self) -> None:
-        """Write appended entries to the last file (no fsync: the log can rebuild them).
-        OSError (ENOSPC) leaves what was not written to be written by the next call."""
-        if not self._unwritten:
-            return
-        self._open_last()
-        view = memoryview(self._entries)
-        try:
-            while self._unwritten:  # a write short of room writes part: keep the rest
-                self._unwritten -= os.write(self._fd, view[len(view) - self._unwritten :])
-                self._written = True
-        finally:
-            view.release()
+    def write(self) -> None:
+        """Write the entries not in the files yet, here and now (no fsync: the log can
+        rebuild them), for what must find them there: a trimmed head, a cut.
+        OSError (ENOSPC) leaves them to be written again, whole, by the next call."""
+        for first, position, data in self._unwritten():
+            fd = os.open(self._path(first), os.O_WRONLY)
+            try:
+                _write_at(fd, position, data)
+            finally:
+                os.close(fd)
+        self._written_end = self.max_offset
 
-    def _open_last(self) -> None:
-        if self._fd is None:
-            path = self.directory / _file_name(self._files[-1])
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    def _path(self, first: int) -> str:
+        """The file that begins at queue offset `first`, as a string: a checkpoint
+        names thousands, and building a Path took most of its time on the loop."""
+        return os.path.join(self._dir, _file_name(first))
+
+    def _runs(self, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+        """(first offset of the file, lo, hi) for each file holding queue offsets in
+        [start, end), lo..hi the part of them in that file."""
+        k = max(bisect.bisect_right(self._files, start) - 1, 0)
+        for i in range(k, len(self._files)):
+            lo = max(start, self._files[i])
+            hi = end if i + 1 == len(self._files) else min(end, self._files[i + 1])
+            if lo >= hi:
+                break
+            yield self._files[i], lo, hi
+
+    def _unwritten(self) -> list[tuple[int, int, bytes]]:
+        """(first offset of the file, byte position in it, bytes) of each run of entries
+        not in the files."""
+        start, base = self._written_end, self.min_offset
+        assert base <= start <= self.max_offset, (self.topic, self.queue_id, base, start)
+        return [
+            (
+                first,
+                (lo - first) * ENTRY_SIZE,
+                bytes(self._entries[(lo - base) * ENTRY_SIZE : (hi - base) * ENTRY_SIZE]),
+            )
+            for first, lo, hi in self._runs(start, self.max_offset)
+        ]
+
+    @property
+    def durable(self) -> bool:
+        """Every entry and file of this queue is durable."""
+        return self._synced_end >= self.max_offset and self.files_made == self._files_synced
+
+    def sync_work(self) -> QueueSync | None:
+        """What makes this queue's entries so far durable (None when they are): the
+        entries to write, the files holding any entry not yet fsynced, and the
+        directories of files made since the last sync. Entries appended meanwhile are
+        for the next one."""
+        if self.durable:
+            return None
+        new_files = self.files_made > self._files_synced
+        files = {
+            first: self._path(first)
+            for first, _lo, _hi in self._runs(self._synced_end, self.max_offset)
+        }
+        dirs = [self.directory, self.directory.parent] if new_files else []
+        return QueueSync(self, files, self._unwritten(), dirs)
+
+    def mark_synced(self, end: int, files_made: int) -> None:
+        """A `QueueSync` taken at max offset `end`, with `files_made` files made, ran."""
+        self._written_end = max(self._written_end, end)
+        self._synced_end = max(self._synced_end, end)
+        self._files_synced = max(self._files_synced, files_made)
 
     def _roll(self) -> None:
-        """Start the next file at `max_offset`; the full one is fsynced by the next sync."""
-        self.flush()
-        if self._written:
-            self._rolled.append(self._fd)
-            self._fd = None
-            self._written = False
-        self._close_last()
+        """Start the next file at `max_offset`, empty: the entries are written into it
+        by the next sync, which fsyncs its directory entry too. Made here, on the event
+        loop, so that a sync never creates a file (one it wrote into after a trim
+        deleted it would come back)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / _file_name(self.max_offset)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        path = self._path(self.max_offset)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         self._files.append(self.max_offset)
-        self._new_file = True
+        self.files_made += 1
 
     def _drop_files(self) -> None:
         """Delete every file, durably, last first: a crash leaves a run that still
         continues from the first file, never a newer file beside older ones."""
-        self._close_fds()
         for first in reversed(self._files):
-            (self.directory / _file_name(first)).unlink()
+            os.unlink(self._path(first))
         if self._files:
             fsync_dir(self.directory)
         self._files.clear()
-        self._unwritten = 0
-        self._written = False
-
-    def sync_work(self) -> tuple[list[int], list[Path]]:
-        """What makes this queue's entries so far durable, taken on the event loop and
-        carried out in a worker thread: file descriptors to fsync (files filled since
-        the last sync, and a duplicate of the last file's, as the queue may reopen its
-        own meanwhile; none when nothing was written since the last sync, so a
-        checkpoint costs one fsync per busy queue, not one per queue) and the
-        directories whose entries to fsync. The caller closes the descriptors."""
-        self.flush()
-        dirs = [self.directory, self.directory.parent] if self._new_file else []
-        fds, self._rolled = self._rolled, []
-        if self._written and self._fd is not None:
-            fds.append(os.dup(self._fd))
-        self._new_file = self._written = False
-        return fds, dirs
-
-    def _close_last(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def _close_fds(self) -> None:
-        for fd in self._rolled:
-            os.close(fd)
-        self._rolled.clear()
-        self._close_last()
-
-    def close(self) -> None:
-        self.flush()
-        self._close_fds()
 
 
 class ConsumeQueueTable:
@@ -270,6 +350,9 @@ class ConsumeQueueTable:
         self.root = root
         self.file_entries = file_entries
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # The queues that may hold entries or files not yet durable: the store adds the
+        # ones dispatch touched, a sync takes out the ones it left durable.
+        self.unsynced: set[tuple[str, int]] = set()
         if root.is_dir():
             for topic_dir in root.iterdir():
                 for queue_dir in topic_dir.iterdir():
@@ -299,36 +382,44 @@ class ConsumeQueueTable:
         for queue in self.queues.values():
             queue.trim_head(physical_begin)
 
-    def flush(self, keys: Iterable[tuple[str, int]] | None = None) -> None:
-        """Write the appended entries of the queues `keys` names (every queue without):
-        the store's periodic write names the queues touched since the last, so its cost
-        does not grow with the queues that are idle."""
-        queues = self.queues.values() if keys is None else map(self.queues.get, keys)
-        for queue in queues:
-            if queue is not None:  # a key of a message that takes no queue offset
-                queue.flush()
+    def sync_plan(self, keys: Iterable[tuple[str, int]]) -> Callable[[], Callable[[], None]]:
+        """A blocking function (for a worker thread) that writes and fsyncs the entries
+        the queues `keys` names hold now (a key of none, or of a queue with nothing new,
+        costs nothing), with the directory entries of their new files; it returns what
+        records that in the queues (and takes the ones now durable out of `unsynced`),
+        to be called on the event loop. The dispatch checkpoint runs it over `unsynced`,
+        a bounded batch at a time, so its cost is that of the queues dispatched to since
+        the last one, not of all of them."""
+        keys = list(keys)
+        queues = (self.queues.get(key) for key in keys)
+        work = [sync for queue in queues if queue is not None and (sync := queue.sync_work())]
 
-    def sync_plan(self) -> Callable[[], None]:
-        """A blocking function (for a worker thread) that makes every entry written so
-        far durable, with the directory entries of files created since the last one."""
-        work = [queue.sync_work() for queue in self.queues.values()]
-
-        def run() -> None:
+        def run() -> Callable[[], None]:
             dirs: set[Path] = set()
+            for sync in work:
+                sync.run()
+                dirs.update(sync.dirs)
             try:
-                for fds, queue_dirs in work:
-                    for fd in fds:
-                        os.fsync(fd)
-                    dirs.update(queue_dirs)
-            finally:
-                for fds, _dirs in work:
-                    for fd in fds:
-                        os.close(fd)
-            for directory in sorted(dirs) + ([self.root] if dirs else []):
-                fsync_dir(directory)
+                for directory in sorted(dirs) + ([self.root] if dirs else []):
+                    fsync_dir(directory)
+            except OSError as exc:
+                raise DiskFailure(f"fsync failed ({exc}) on a queue directory; stopping") from exc
+
+            def done() -> None:
+                for sync in work:
+                    sync.done()
+                for key in keys:  # appended to since its capture: for the next sync
+                    queue = self.queues.get(key)
+                    if queue is None or queue.durable:
+                        self.unsynced.discard(key)
+
+            return done
 
         return run
 
-    def close(self) -> None:
+    def write(self) -> None:
+        """Write every queue's entries not in the files yet (no fsync): what the page
+        cache may hold at a crash, for simulations and tests of one; a broker leaves
+        the files to its checkpoints."""
         for queue in self.queues.values():
-            queue.close()
+            queue.write()
