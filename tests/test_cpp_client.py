@@ -38,7 +38,8 @@ pytestmark = [pytest.mark.processes, pytest.mark.requires("rocketmq-cpp")]
 
 PEER = Path(__file__).parent / "cpp_client" / "peer.py"
 ROUTE_POLL_S = 30.0  # the C++ client's updateTopicRouteInfo period
-# generous: an election (about 0.5 s here) and a bind; how fast is for the benchmarks
+# An election and a bind (about 0.4 s here), or the 3 s timeout of a send the client had
+# in flight as the master died; generous, since how fast is for the benchmarks.
 GROUP_ADDRESS_RESUME_S = 5.0
 PROBE = -1  # the body of wait_consuming's messages
 
