@@ -45,7 +45,7 @@ class GroupListener:
         self._wanted = False
         self._changed = trio.Event()
         self._scope: trio.CancelScope | None = None
-        self.listening = False
+        self._listening = False
 
     @property
     def address(self) -> str:
@@ -82,10 +82,10 @@ class GroupListener:
                             log.warning("group address %s: %s; retrying", self.address, exc)
                         await trio.sleep(BIND_RETRY_S)
                         continue
-                    self.listening = True
+                    self._listening = True
                     log.warning("group address %s: listening as master", self.address)
                     await self.server.serve_listeners(listeners)
             self._scope = None
-            if self.listening:
-                self.listening = False
+            if self._listening:
+                self._listening = False
                 log.warning("group address %s released", self.address)
