@@ -87,7 +87,7 @@ class LocalCluster:
         hosts = list(hosts or [LOOPBACK] * nodes)
         advertised = list(advertised or hosts)
         ports = free_ports(
-            (2 if metrics else 1) * (1 + nodes) + nodes + group_address,
+            (2 if metrics else 1) * (1 + nodes) + nodes + (1 if group_address else 0),
             {LOOPBACK, *hosts, *advertised, *([GROUP_HOST] if group_address else [])},
         )
         self.group_addr = f"{GROUP_HOST}:{ports.pop()}" if group_address else None
