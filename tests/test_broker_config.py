@@ -156,6 +156,9 @@ def test_unknown_key_far_from_any_gets_no_hint(tmp_path: Path) -> None:
         ("bindAddress=127.0.0.2:10911", "bindAddress='127.0.0.2:10911': expected an IP address"),
         ("bindAddress=127.0.0.300", "bindAddress='127.0.0.300': expected an IP address"),
         ("brokerIP1=broker-a.local", "brokerIP1='broker-a.local': expected an IP address"),
+        ("groupAddress=127.0.0.2", "groupAddress='127.0.0.2': bad address"),
+        ("groupAddress=vip.local:10911", "groupAddress='vip.local:10911': expected an IP"),
+        ("groupAddress=127.0.0.2:0", "groupAddress='127.0.0.2:0': expected a fixed port"),
     ],
 )
 def test_bad_values_name_file_key_and_value(tmp_path: Path, line: str, problem: str) -> None:
@@ -207,10 +210,12 @@ def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
 
 
 def test_dledger_keys_in_classic_mode_are_warnings(tmp_path: Path) -> None:
-    _, warnings = load_text(tmp_path, f"dLegerPeers={PEERS}\nheartBeatTimeIntervalMs=50")
+    text = f"dLegerPeers={PEERS}\nheartBeatTimeIntervalMs=50\ngroupAddress=127.0.0.2:10911"
+    _, warnings = load_text(tmp_path, text)
     path = tmp_path / "broker.conf"
     assert warnings == [
         f"{path}: dLegerPeers: ignored, enableDLegerCommitLog is false",
+        f"{path}: groupAddress: ignored, enableDLegerCommitLog is false",
         f"{path}: heartBeatTimeIntervalMs: ignored, enableDLegerCommitLog is false",
     ]
 

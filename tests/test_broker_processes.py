@@ -23,9 +23,12 @@ from tests.helpers import read_until, stop_signal_stops_every_child
 pytestmark = pytest.mark.processes
 
 
-async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path):
+@pytest.mark.parametrize("group_address", [False, True], ids=["own-addresses", "group-address"])
+async def test_no_acknowledged_message_is_lost_across_a_master_kill(tmp_path, group_address):
     senders = 8
-    tally = await run_drill(tmp_path, messages=600, senders=senders, queues=4)
+    tally = await run_drill(
+        tmp_path, messages=600, senders=senders, queues=4, group_address=group_address
+    )
     assert tally.new_master and tally.new_master != tally.old_master
     assert len(tally.acked) >= 550, "sends should keep succeeding across the failover"
     assert not tally.lost, f"acknowledged but never consumed: {sorted(tally.lost)[:20]}"

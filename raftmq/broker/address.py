@@ -10,13 +10,22 @@ class BrokerAddress:
     """brokerIP1 and the listen port; the port is known once the remoting server listens
     (a configured port 0 picks a free one)."""
 
-    def __init__(self, ip: str, port: int) -> None:
+    def __init__(self, ip: str, port: int, group_address: str | None = None) -> None:
         self.ip = ip
         self.port = port
+        self.group_address = group_address  # groupAddress (broker.group_address)
 
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"
+
+    def registered(self, is_master: bool) -> str:
+        """The address the name servers are given: the group address while master, if
+        the group has one; else the broker's own. The store host stays the broker's own
+        (a message's offset msgId names the member that wrote it, as in RocketMQ)."""
+        if is_master and self.group_address is not None:
+            return self.group_address
+        return self.address
 
     @property
     def store_host(self) -> tuple[str, int]:

@@ -250,6 +250,9 @@ class BrokerConfig:
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     broker_ip2: str | None = None  # the HA address's host; default brokerIP1
+    # raftmq's own (DLedger mode): IP:port the group's master also serves at, and
+    # registers as brokerId 0's address (broker.group_address)
+    group_address: str | None = None
     tls_server: ServerTls = attrs.Factory(ServerTls)
     tls_client: ClientTls = attrs.Factory(ClientTls)  # the broker's connections to the name servers
     acl_enable: bool = False
@@ -337,6 +340,15 @@ def _address(value: str) -> str:
     return value
 
 
+def _ip_and_port(value: str) -> str:
+    """An address a socket binds: an IP address (no host name) and a port."""
+    host, port = parse_address(value)
+    ip_address(host)
+    if port == 0:
+        raise ValueError("expected a fixed port, not 0")
+    return value
+
+
 def _positive_hours(value: str) -> float:
     """`fileReservedHours` in fractions too (0.05 is three minutes), so that retention can
     be watched cycling files in a test or a soak; fileReservedTime counts whole hours."""
@@ -416,6 +428,7 @@ KEYS = KeyTable(
         Key("haTransferBatchSize", "ha_transfer_batch_size", integer(1)),
         Key("haSlaveFallbehindMax", "ha_slave_fallbehind_max", integer(1)),
         Key("brokerIP2", "broker_ip2", ip_address),
+        Key("groupAddress", "group_address", _ip_and_port),
         Key("metricsPort", "metrics_port", integer(0, 65535)),
         Key("dLegerTlsCertPath", "dleger_tls_cert_path", file_path),
         Key("dLegerTlsKeyPath", "dleger_tls_key_path", file_path),
@@ -440,7 +453,7 @@ _CLASSIC_ONLY = frozenset(
 _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
      "storePathDLedgerCommitLog", "recordSyncedLengths", "dLegerTlsCertPath",
-     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", "fileReservedHours",
+     "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", "fileReservedHours", "groupAddress",
      *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
 

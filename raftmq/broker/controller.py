@@ -41,6 +41,7 @@ from raftmq.broker.clients import ClientManager
 from raftmq.broker.config import BrokerConfig
 from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from raftmq.broker.consumer_requests import ConsumerRequests
+from raftmq.broker.group_address import GroupListener
 from raftmq.broker.headers import BadRequest
 from raftmq.broker.locks import LockRequests, QueueLocks
 from raftmq.broker.metawriter import MetaWriter
@@ -77,6 +78,7 @@ from raftmq.remoting import (
     ResponseCode,
     listen_host,
 )
+from raftmq.streams.address import parse_address
 from raftmq.streams.exposition import serve_metrics
 
 log = logging.getLogger(__name__)
@@ -160,7 +162,9 @@ class BrokerController:
                 master_role=config.broker_role,
                 classic=True,
             )
-        self.broker_addr = BrokerAddress(config.broker_ip1, config.listen_port)
+        # a classic group's master never changes: groupAddress is for DLedger groups only
+        group_address = config.group_address if self.dledger is not None else None
+        self.broker_addr = BrokerAddress(config.broker_ip1, config.listen_port, group_address)
         self.stats = BrokerStats()
         self.clients = ClientManager()
         self.locks = QueueLocks(self.store.now_ms)
@@ -232,13 +236,24 @@ class BrokerController:
         self.metrics = BrokerCollector(
             self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
         )
+        processors = self._processors()
         self.server = RemotingServer(
             listen_host(config.bind_address),
             config.listen_port,
-            self._processors(),
+            processors,
             on_disconnect=self.clients.on_disconnect,
             tls=config.tls_server,
         )
+        self.group_listener = None
+        if group_address is not None:
+            self.group_listener = GroupListener(
+                RemotingServer(
+                    *parse_address(group_address),
+                    processors,
+                    on_disconnect=self.clients.on_disconnect,
+                    tls=config.tls_server,
+                )
+            )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         if self.dledger is not None:  # a classic broker has no DLedger member
@@ -387,6 +402,8 @@ class BrokerController:
             term,
             self.config.slave_broker_id,
         )
+        if self.group_listener is not None:  # before any request is answered "not master"
+            self.group_listener.release()
         self.role.become_slave(term)
         self.offsets.forget_pending()
         self.locks.clear()
@@ -421,6 +438,8 @@ class BrokerController:
         store.take_over_offsets()
         self.schedule.reset()
         self.role.become_master(term)
+        if self.group_listener is not None:
+            self.group_listener.claim()
         await self.registration.register_now()
         log.warning(
             "%s: master of %s in term %d, %.0f ms after the election",
@@ -461,6 +480,8 @@ class BrokerController:
         nursery.start_soon(self._role_loop if self.classic is None else self._classic_role)
         if self.slave_sync is not None:
             nursery.start_soon(self.slave_sync.run)
+        if self.group_listener is not None:
+            nursery.start_soon(self.group_listener.run)
         nursery.start_soon(self.registration.run)
         nursery.start_soon(self.offsets.run)
         nursery.start_soon(self.schedule.run)

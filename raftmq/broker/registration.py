@@ -21,6 +21,10 @@ MASTER_ASK_S instead of registerNameServerPeriod, so a slave that registered bef
 its master (or whose master went away and came back, perhaps on another HA port)
 hears of it within half a second; RocketMQ's slave waits for its next periodic
 registration, up to 30 s.
+
+With a group address (`groupAddress`, broker.group_address) the master registers that
+address as brokerId 0 and unregisters its own address's slave entry; a slave registers
+its own address, as without one.
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ class Registration:
             "topicConfigSerializeWrapper": topic_config_wrapper(self.metadata),
             "filterServerList": [],
         }
-        address = self.address.address
+        address = self.address.registered(self.role.is_master)
         return RemotingCommand(
             code=RequestCode.REGISTER_BROKER,
             ext_fields={
@@ -167,12 +171,33 @@ class Registration:
                 raise RemotingError(f"answered {response.code}: {response.remark}")
             if self.on_answer is not None:
                 self.on_answer(response.ext_fields or {})
+            if self.role.is_master and self.address.group_address is not None:
+                await self._drop_slave_entry(client, timeout)
             self._settle(lane, requested)
             if lane.failures:
                 log.warning("registered with name server %s again", lane.address)
                 lane.failures = 0
             with trio.move_on_after(MASTER_ASK_S if self.master_wanted() else period):
                 await _first_of(lane.wanted.wait, client.connection.wait_closed)
+
+    async def _drop_slave_entry(self, client: RemotingClient, timeout_s: float) -> None:
+        """A master registered under the group address: remove its own address's entry
+        as a slave, which would otherwise stay in the routes until it expires (the name
+        server's rule that a promoted slave loses its slave entry holds for one address)."""
+        response = await client.invoke(
+            RemotingCommand(
+                code=RequestCode.UNREGISTER_BROKER,
+                ext_fields={
+                    "brokerAddr": self.address.address,
+                    "brokerId": str(self.role.slave_broker_id),
+                    "brokerName": self.config.broker_name,
+                    "clusterName": self.config.broker_cluster_name,
+                },
+            ),
+            timeout_s,
+        )
+        if response.code != ResponseCode.SUCCESS:
+            raise RemotingError(f"answered {response.code}: {response.remark}")
 
 
 async def _first_of(*waits) -> None:

@@ -108,6 +108,13 @@ class RemotingServer:
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until cancelled; `task_status.started(port)` once bound."""
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        await self.serve_listeners(listeners, task_status=task_status)
+
+    async def serve_listeners(
+        self, listeners: list[trio.SocketListener], task_status=trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve on `listeners`, bound by the caller (one that must see a failed bind as
+        an OSError of its own, not inside a nursery's exception group), until cancelled."""
         self.port = listeners[0].socket.getsockname()[1]
         log.info(
             "remoting server listening on %s (TLS %s)",

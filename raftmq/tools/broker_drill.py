@@ -57,7 +57,11 @@ async def run_drill(
     senders: int = 16,
     queues: int = 4,
     say=lambda text: None,
+    *,
+    group_address: bool = False,
 ) -> Tally:
+    """The drill on a fresh group under `base_dir` (with a group address if asked:
+    clients then dial the address that follows the master, LocalCluster's `group_addr`)."""
     tally = Tally()
     last_offset: dict[int, int] = {}
     delivered: set[tuple[int, int]] = set()
@@ -77,7 +81,7 @@ async def run_drill(
             last_offset[msg.queue_id] = max(previous, msg.queue_offset)
         return True
 
-    async with LocalCluster(base_dir) as cluster:
+    async with LocalCluster(base_dir, group_address=group_address) as cluster:
         tally.old_master = await cluster.wait_master()
         say(
             f"name server {cluster.namesrv_addr}; brokers "

@@ -22,7 +22,13 @@ from pathlib import Path
 
 import trio
 
-from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+)
 from raftmq.remoting.signing import SessionCredentials
 from raftmq.streams.address import parse_address
 from raftmq.streams.properties import parse_properties
@@ -30,6 +36,7 @@ from raftmq.streams.signals import InterruptOnStopSignals
 from raftmq.tools.dledger_local import free_ports, stop_process
 
 LOOPBACK = "127.0.0.1"
+GROUP_HOST = "127.0.0.2"  # a group address's host (any 127.x.y.z is bindable)
 LOCAL_SEGMENT_BYTES = (
     64 << 20
 )  # DLedger's 1 GiB segments are preallocated; see raftmq.tools.dledger_local
@@ -60,6 +67,7 @@ class LocalCluster:
         namesrv_addr: str | None = None,
         credentials: SessionCredentials | None = None,
         metrics: bool = False,
+        group_address: bool = False,
     ) -> None:
         """`hosts[i]` is the address node i's broker and DLedger replica listen on
         (127.0.0.1 for all by default); `advertised[i]` the one its broker registers with
@@ -70,7 +78,8 @@ class LocalCluster:
         rocketmqHome is its directory (its ACL file: `<node>/conf/plain_acl.yml`);
         `credentials` sign the harness's own calls to brokers with `aclEnable`. `metrics`
         gives every process a `metricsPort` of its own: `metrics_addrs[name]` ("namesrv",
-        "n0", ...)."""
+        "n0", ...). `group_address` gives the group a `groupAddress` on GROUP_HOST, which
+        the master listens on and registers (`group_addr`)."""
         self.base_dir = Path(base_dir)
         self.broker_name = broker_name
         self.cluster_name = cluster_name
@@ -78,8 +87,10 @@ class LocalCluster:
         hosts = list(hosts or [LOOPBACK] * nodes)
         advertised = list(advertised or hosts)
         ports = free_ports(
-            (2 if metrics else 1) * (1 + nodes) + nodes, {LOOPBACK, *hosts, *advertised}
+            (2 if metrics else 1) * (1 + nodes) + nodes + (1 if group_address else 0),
+            {LOOPBACK, *hosts, *advertised, *([GROUP_HOST] if group_address else [])},
         )
+        self.group_addr = f"{GROUP_HOST}:{ports.pop()}" if group_address else None
         self.namesrv_port = ports[0]
         self.own_namesrv = namesrv_addr is None
         self.namesrv_addr = namesrv_addr or f"{LOOPBACK}:{ports[0]}"
@@ -136,6 +147,7 @@ class LocalCluster:
             # the name server here expires a broker after 10 s of silence (not 120 s),
             # so brokers re-register every 3 s (not 30 s)
             "registerNameServerPeriod": "3000",
+            **({"groupAddress": self.group_addr} if self.group_addr else {}),
             **({"metricsPort": str(self._metrics_port(node))} if self.metrics_addrs else {}),
         }
 
@@ -231,22 +243,40 @@ class LocalCluster:
                 RemotingCommand(code=code, ext_fields=ext or {}, body=body), 3.0
             )
 
-    async def master_address(self) -> str | None:
+    async def broker_addresses(self) -> dict[str, str]:
+        """The group's brokerAddrs as the name server routes them: brokerId -> address."""
         response = await self.namesrv_call(RequestCode.GET_BROKER_CLUSTER_INFO)
         if response.code != ResponseCode.SUCCESS:
-            return None
+            return {}
         table = _lenient_json(response.body).get("brokerAddrTable", {})
-        return table.get(self.broker_name, {}).get("brokerAddrs", {}).get("0")
+        return table.get(self.broker_name, {}).get("brokerAddrs", {})
+
+    async def master_address(self) -> str | None:
+        return (await self.broker_addresses()).get("0")
 
     async def wait_master(self, timeout_s: float = 15.0, not_node: str | None = None) -> str:
-        """The member registered as brokerId 0 (optionally other than `not_node`)."""
+        """The member registered as brokerId 0 (optionally other than `not_node`). Under
+        a group address, the one that says it is brokerId 0 (`not_node`, perhaps
+        stopped, is not asked)."""
         by_address = {a: n for n, a in self.client_addrs.items()}
         with trio.fail_after(timeout_s):
             while True:
-                node = by_address.get(await self.master_address())
+                address = await self.master_address()
+                if address is not None and address == self.group_addr:
+                    node = await self._member_with_id_0(not_node)
+                else:
+                    node = by_address.get(address)
                 if node is not None and node != not_node and node in self.procs:
                     return node
                 await trio.sleep(0.02)
+
+    async def _member_with_id_0(self, not_node: str | None) -> str | None:
+        for node in self.ids:
+            if node != not_node and node in self.procs:
+                with contextlib.suppress(OSError, RemotingError):
+                    if (await self.member_state(node))["brokerId"] == "0":
+                        return node
+        return None
 
     async def broker_call(self, node: str, code: int, ext: dict | None = None, body=b""):
         async with RemotingClient(self.broker_addrs[node], credentials=self.credentials) as client:

@@ -1,0 +1,91 @@
+"""The group address (`groupAddress`, raftmq's own key): one IP:port that follows the
+master of a DLedger group.
+
+A client that holds a route keeps dialling the address in it. RocketMQ's C++ client
+asks the name server again only on its poll timer (every 30 s) or when its route has
+no writable queue, so after a master dies its sends fail at the dead address for up
+to 30 s, however fast the group elects. With a group address every member is
+configured with the same IP:port; the master listens there too (besides its own
+brokerIP1:listenPort) and registers it as brokerId 0's address, so the address
+clients hold is served by whoever is master now.
+
+A member listens there only while it is master: it binds once it has become master
+(after committing an entry of its term and dispatching everything before it),
+retrying every BIND_RETRY_S while the address is in use (a deposed master that has
+not yet heard it is deposed still holds it), and closes the listener and every
+connection accepted through it the moment it stops being master, so that those
+clients reconnect and reach the new master. A deposed master that still holds the
+address acknowledges nothing: DLedger refuses its appends.
+
+On one host any 127.x.y.z is bindable, so a local group can use 127.0.0.2:port.
+Across hosts the operator must route the address to the master's host (a virtual IP
+that keepalived or the like moves): raftmq binds when master and releases when
+deposed, nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from raftmq.remoting import RemotingServer
+
+log = logging.getLogger(__name__)
+
+BIND_RETRY_S = 0.03  # while a deposed master still holds the address
+
+
+class GroupListener:
+    """`server` (a RemotingServer on the group address, serving the broker's
+    processors) listening while this member is master."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self.server = server
+        self._wanted = False
+        self._changed = trio.Event()
+        self._scope: trio.CancelScope | None = None
+        self._listening = False
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def claim(self) -> None:
+        """This member is master: listen on the group address as soon as it is free."""
+        self._wanted = True
+        self._changed.set()
+
+    def release(self) -> None:
+        """This member is no longer master: stop listening and close every connection
+        accepted on the group address (the scope's cancellation closes them)."""
+        self._wanted = False
+        self._changed.set()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> None:
+        while True:
+            while not self._wanted:
+                self._changed = trio.Event()
+                await self._changed.wait()
+            said_busy = False
+            with trio.CancelScope() as self._scope:
+                while self._wanted:
+                    try:
+                        listeners = await trio.open_tcp_listeners(
+                            self.server.port, host=self.server.host
+                        )
+                    except OSError as exc:
+                        if not said_busy:
+                            said_busy = True
+                            log.warning("group address %s: %s; retrying", self.address, exc)
+                        await trio.sleep(BIND_RETRY_S)
+                        continue
+                    self._listening = True
+                    log.warning("group address %s: listening as master", self.address)
+                    await self.server.serve_listeners(listeners)
+            self._scope = None
+            if self._listening:
+                self._listening = False
+                log.warning("group address %s released", self.address)
