@@ -89,7 +89,7 @@ async def test_cpp_producer_and_consumer_lose_nothing_across_a_master_kill(tmp_p
                 cluster.kill(old_master, signal.SIGKILL)
                 await producer.wait_for(
                     lambda: sum(e["start"] > killed_at for e in producer.of("sent")) >= 50,
-                    ROUTE_POLL_S + 10, "50 sends acknowledged after the kill",
+                    2 * ROUTE_POLL_S + 10, "50 sends acknowledged after the kill",
                 )  # fmt: skip
                 await producer.finish()
             acked = {e["n"]: e for e in producer.of("sent")}
@@ -120,4 +120,6 @@ async def test_cpp_producer_and_consumer_lose_nothing_across_a_master_kill(tmp_p
     if group_address:
         assert first_ack_s < GROUP_ADDRESS_RESUME_S, "sends resume at the group address"
     else:
-        assert first_ack_s < ROUTE_POLL_S + 5, "sends resume at the client's next route poll"
+        # by its next route poll; on a loaded machine once (a poll that raced the
+        # election, or came late), by the one after
+        assert first_ack_s < 2 * ROUTE_POLL_S + 5, "sends resume at the client's route polls"
