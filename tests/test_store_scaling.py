@@ -24,6 +24,7 @@ from raftmq.broker.store.messagestore import (
     parse_delay_levels,
 )
 from raftmq.broker.store.metadata import builtin_topics
+from raftmq.dledger.durable import DiskFailure
 from raftmq.dledger.store.file import FileLogStore
 from raftmq.protocol import message as codec
 from tests.helpers import OneReplicaLog
@@ -186,3 +187,30 @@ async def test_checkpoints_taken_at_once_follow_one_another(tmp_path):
             nursery.start_soon(checkpoint)
             nursery.start_soon(checkpoint)
         assert recorded == [store.dispatched_index + 1] * 2, round_
+
+
+async def test_no_checkpoint_is_recorded_after_a_queue_fsync_failed(tmp_path, monkeypatch):
+    """After a failed fsync the kernel may have dropped the queue's dirty pages, and an
+    fsync through a new descriptor would then succeed without them: a later checkpoint
+    (the one at shutdown, say) must not record a position that counts on them."""
+    store = _store(tmp_path)
+    _put(store, "T")
+    store.dispatch_some(100)
+    store.checkpoint_work()()
+    recorded = checkpoint_position(tmp_path / "b")
+    _put(store, "T")
+    store.dispatch_some(100)
+    real_fsync, failures = os.fsync, [OSError(5, "Input/output error")]
+
+    def fsync_failing_once(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        real_fsync(fd)
+
+    monkeypatch.setattr(consumequeue.os, "fsync", fsync_failing_once)
+    with pytest.raises(ExceptionGroup) as failed:  # from the checkpoint's worker hops
+        await store.checkpoint()
+    assert failed.group_contains(DiskFailure, match="fsync failed")
+    with pytest.raises(DiskFailure, match="fsync failed earlier"):
+        store.checkpoint_work()()
+    assert checkpoint_position(tmp_path / "b") == recorded

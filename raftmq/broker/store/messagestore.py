@@ -189,6 +189,10 @@ class MessageStore:
         # One checkpoint at a time: two would write the same temporary files, and the
         # later one to finish could record the older position.
         self._checkpointing = trio.Lock()
+        # A queue fsync failed: the kernel may have dropped those pages, and a later fsync
+        # of the same files (through a new descriptor) would succeed without them, so no
+        # checkpoint may be recorded after it (PostgreSQL's "fsyncgate").
+        self.fsync_failed = False
         self._recover()
         server.add_commit_handler(lambda _index: self._commit_moved.set())
         server.add_retention_limit(lambda: self.checkpointed_index)
@@ -255,10 +259,14 @@ class MessageStore:
         async def hops() -> None:
             for start in batches:  # shared: each batch goes to one of them
                 batch = keys[start : start + CHECKPOINT_QUEUES_PER_STEP]
-                done = await until_room(
-                    functools.partial(self.queues.sync_plan, batch),
-                    what="in the dispatch checkpoint",
-                )
+                try:
+                    done = await until_room(
+                        functools.partial(self.queues.sync_plan, batch),
+                        what="in the dispatch checkpoint",
+                    )
+                except DiskFailure:
+                    self.fsync_failed = True
+                    raise
                 done()
 
         async with trio.open_nursery() as nursery:
@@ -272,12 +280,18 @@ class MessageStore:
         when dispatch stands still and no other checkpoint runs: at shutdown, and for
         `drain`."""
         assert not self._checkpointing.locked(), "a checkpoint runs already"
+        if self.fsync_failed:
+            raise DiskFailure("a ConsumeQueue fsync failed earlier; no checkpoint after it")
         record = self._checkpoint_record()
         sync_queues = self.queues.sync_plan(self.queues.unsynced)
 
         def run() -> None:
             started = time.monotonic()
-            sync_queues()()
+            try:
+                sync_queues()()
+            except DiskFailure:
+                self.fsync_failed = True
+                raise
             record()
             self.checkpoint_took_s = time.monotonic() - started
 
