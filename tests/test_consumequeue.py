@@ -117,3 +117,20 @@ def test_recovery_cuts_across_files(tmp_path):
     queue.append(5, 500, 100, 0)
     queue.write()
     assert ConsumeQueueTable(tmp_path, file_entries=4).find_or_create("T", 0).max_offset == 6
+
+
+def test_the_first_sync_after_a_restart_fsyncs_the_directories_of_loaded_files(tmp_path):
+    """A file made just before a kill may have a directory entry that no fsync covered;
+    once entries are dispatched into it again, a checkpoint that vouches for them must
+    make that entry durable too, or a power cut could take the file with them."""
+    table = ConsumeQueueTable(tmp_path)
+    table.find_or_create("T", 0).append(0, 100, 50, 0)  # its file made, never synced
+    reloaded = ConsumeQueueTable(tmp_path).find_or_create("T", 0)
+    assert reloaded.max_offset == 0  # the entry never reached the file
+    reloaded.append(0, 100, 50, 0)
+    sync = reloaded.sync_work()
+    assert sync.dirs == [reloaded.directory, reloaded.directory.parent]
+    sync.run()
+    sync.done()
+    reloaded.append(1, 150, 50, 0)
+    assert reloaded.sync_work().dirs == []  # once durable, not again

@@ -136,8 +136,11 @@ class ConsumeQueue:
         self._files: list[int] = []  # first queue offset of each file; the last is filled
         self._load()
         # Entries below _written_end are in the files, below _synced_end durable, and
-        # the directory entries of the first _files_synced files made are durable.
+        # the directory entries of the first _files_synced files made are durable. A
+        # loaded file counts as made: one made just before a kill may have a directory
+        # entry no fsync covered, and the entries dispatched into it again need it.
         self._written_end = self._synced_end = self.max_offset
+        self.files_made = len(self._files)
         self._files_synced = 0
 
     def _load(self) -> None:
