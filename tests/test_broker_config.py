@@ -326,3 +326,25 @@ def test_disk_ratios_are_percent_keys_that_become_dledgers_ratios(tmp_path: Path
     assert (dledger.disk_space_ratio_to_check_expired, dledger.disk_full_ratio) == (0.60, 0.95)
     with pytest.raises(ValueError, match=r"diskSpaceWarningLevelRatio.*out of range 1\.\.100"):
         load_text(tmp_path, dledger_conf("diskSpaceWarningLevelRatio=120"))
+
+
+@pytest.mark.parametrize(
+    ("lines", "refused"),
+    [
+        (("listenPort=10911", "groupAddress=10.0.0.9:10911"), True),  # the wildcard covers it
+        (("listenPort=10911", "bindAddress=10.0.0.9", "groupAddress=10.0.0.9:10911"), True),
+        (("listenPort=10911", "bindAddress=10.0.0.8", "groupAddress=10.0.0.9:10911"), False),
+        (("listenPort=10911", "groupAddress=10.0.0.9:10921"), False),
+    ],
+)
+def test_a_group_address_the_broker_port_already_covers_is_refused(
+    tmp_path: Path, lines: tuple[str, ...], refused: bool
+) -> None:
+    """A VIP on listenPort's port while the broker listens on every interface could
+    never be bound by the master: refused at start, naming the key, not retried forever."""
+    if refused:
+        with pytest.raises(ValueError, match=r"groupAddress=10\.0\.0\.9:10911: its port is"):
+            load_text(tmp_path, dledger_conf(*lines))
+    else:
+        config, _ = load_text(tmp_path, dledger_conf(*lines))
+        assert config.group_address.startswith("10.0.0.9:")

@@ -529,6 +529,14 @@ def _check_dledger(config: BrokerConfig, where: Callable[[str], str]) -> None:
     ):
         if node_id is not None and node_id not in config.dleger_peers:
             raise ValueError(f"{where(key)}: {key}={node_id!r}: not among dLegerPeers ({peers})")
+    if config.group_address is not None:
+        host, port = parse_address(config.group_address)
+        if port == config.listen_port and config.bind_address in ("0.0.0.0", "::", host):
+            raise ValueError(
+                f"{where('groupAddress')}: groupAddress={config.group_address}: its port is "
+                f"listenPort's on an address bindAddress={config.bind_address} covers, so "
+                "the master could never bind it: use another port"
+            )
     try:
         config.dledger_config()
     except ValueError as exc:  # a DLedger key out of line with another, e.g. the vote gaps
