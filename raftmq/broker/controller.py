@@ -383,6 +383,11 @@ class BrokerController:
 
     # ------------------------------------------------------------------ roles
     def _on_role_change(self, term: int, role: Role) -> None:
+        if role is not Role.LEADER and self.group_listener is not None:
+            # at once: the role loop may still be registering as master (a name server
+            # that hangs holds it up to registerBrokerTimeoutMills), and the new master
+            # cannot bind the address while this member holds it
+            self.group_listener.release()
         self._roles_send.send_nowait((term, role, time.monotonic()))
 
     async def _role_loop(self) -> None:
