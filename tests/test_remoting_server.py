@@ -472,3 +472,30 @@ async def test_an_inline_handler_that_fails_leaves_what_another_took_answered_on
     await stream.aclose()
     assert taken == [1, 3]
     assert answers == {1: ["inline"], 2: ["RuntimeError: boom"], 3: ["inline"]}
+
+
+async def test_an_inline_handler_whose_invariant_breaks_ends_the_connection_and_reruns_nothing(
+    broker,
+):
+    """An AssertionError is a broken invariant, perhaps after the handler took requests
+    (a send it handed to the store): none of them goes to the task path, where it would
+    be run a second time; the connection ends instead."""
+    taken = []
+
+    def answer_then_break(requests, connection):
+        for request in requests:
+            taken.append(request.opaque)
+            connection.respond(request, request.make_response(ResponseCode.SUCCESS, "inline"))
+        raise AssertionError("injected: an invariant broke after the requests were taken")
+
+    broker.table.register_inline(ECHO, answer_then_break)
+    stream = await trio.open_tcp_stream("127.0.0.1", broker.server.port)
+    requests = [RemotingCommand(code=ECHO, opaque=1), RemotingCommand(code=ECHO, opaque=2)]
+    await stream.send_all(b"".join(encode(r) for r in requests))
+    answers: dict[int, list[str]] = {}
+    with trio.fail_after(5):  # the connection ends: the read loop stops
+        async for response in FrameReader(stream):
+            answers.setdefault(response.opaque, []).append(response.remark)
+    await stream.aclose()
+    assert taken == [1, 2]
+    assert answers == {1: ["inline"], 2: ["inline"]}

@@ -184,9 +184,9 @@ class _InlineAnswer:
     def failed(self, exc: Exception) -> None:
         """The append path raised once the records were handed to it (they may be in the
         log, and may still commit): answer them, unless the completion already has."""
+        log.error("the append of %d inline sends failed", len(self.taken), exc_info=exc)
         if self.answered:
             return
-        log.error("the append of %d inline sends failed", len(self.taken), exc_info=exc)
         self._refuse(
             ResponseCode.SYSTEM_ERROR,
             f"the append failed after the message reached the store ({type(exc).__name__}: "
@@ -318,8 +318,10 @@ class SendProcessor:
             answer = _InlineAnswer(self, taken, connection)
             try:
                 self.store.commitlog.put_nowait(records, answer)
-            except Exception as exc:  # noqa: BLE001 - maybe stored: answered, never re-run
+            except Exception as exc:  # maybe stored: answered, never re-run
                 answer.failed(exc)
+                if isinstance(exc, AssertionError):
+                    raise  # a broken invariant is not this batch's failure to swallow
         return left
 
     def _inline_record(

@@ -71,9 +71,13 @@ def take_inline(
     inline: InlineProcessor, requests: list, connection: Connection
 ) -> list[RemotingCommand]:
     """What `inline` leaves of `requests` to the task path, as commands: all of them if
-    it raised, which it does only before it has taken any (`Dispatcher.inline`)."""
+    it raised, which it does only before it has taken any (`Dispatcher.inline`), but
+    for an AssertionError (a broken invariant, perhaps after it took some), which ends
+    the connection."""
     try:
         return inline(requests, connection)
+    except AssertionError:  # a broken invariant: nothing is re-run, the connection ends
+        raise
     except Exception:  # the task path will answer them, with the error if it recurs
         log.exception("inline processor failed on %d requests", len(requests))
         return [raw_command(r) if type(r) is tuple else r for r in requests]
