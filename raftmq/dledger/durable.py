@@ -39,14 +39,16 @@ async def durably(write_and_sync, *args) -> None:
 
 
 async def until_room(capture: Callable[[], Callable[[], T]], what: str) -> T:
-    """Write whole small files (each written to a new file, fsynced and renamed into
-    place: the term and vote, a checkpoint) in a worker thread, and again every
-    NO_ROOM_RETRY_S while the disk has no room for them. `capture()`, on the event
-    loop, gives each attempt's blocking write, so a retry writes what is current.
-    Whatever waits for the write waits too: a vote is not sent, an entry not
-    acknowledged, until it is written. A failed attempt leaves only its temporary
-    file, never a torn one in place. Other OSErrors are a DiskFailure, as in `durably`.
-    Returns what the write that succeeded returned."""
+    """Run a blocking write in a worker thread, and again every NO_ROOM_RETRY_S while
+    the disk has no room for it: whole small files (each written to a new file,
+    fsynced and renamed into place: the term and vote, a checkpoint record), which a
+    failed attempt leaves untouched, or a ConsumeQueue batch's positional writes,
+    which an attempt writes again in full (the same bytes at the same places).
+    `capture()`, on the event loop, gives each attempt's write, so a retry writes what
+    is current. Whatever waits for the write waits too: a vote is not sent, an entry
+    not acknowledged, a checkpoint not recorded, until it is written. Other OSErrors
+    are a DiskFailure, as in `durably`. Returns what the write that succeeded
+    returned."""
     warned = False
     while True:
         try:
