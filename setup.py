@@ -1,13 +1,28 @@
-"""The compiled hot path (`raftmq.hotpath._compiled`); everything else is in pyproject.toml.
+"""What pyproject.toml cannot say: the package-dir mapping and the compiled hot path.
 
-The extension is optional: where it cannot be built, the install still succeeds and
-`raftmq.hotpath` runs its pure-Python twins, saying so once.
+`dledger/`, `broker/` and `namesrv/` live at the top of the repository (the layout the
+project's brief names) but install inside the one import package `raftmq`, as
+`raftmq.dledger`, `raftmq.broker` and `raftmq.namesrv`, so installing raftmq adds no
+generic top-level name to site-packages. The editable install maps them the same way.
+
+The extension (`raftmq.hotpath._compiled`) is optional: where it cannot be built, the
+install still succeeds and `raftmq.hotpath` runs its pure-Python twins, saying so once.
 """
 
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
+
+MAPPED = ("dledger", "broker", "namesrv")  # top-level directories installed under raftmq
+
+packages = find_packages(include=["raftmq", "raftmq.*", "pyspark_rocketmq", "pyspark_rocketmq.*"])
+package_dir = {"raftmq": "raftmq", "pyspark_rocketmq": "pyspark_rocketmq"}
+for top in MAPPED:
+    package_dir[f"raftmq.{top}"] = top
+    packages += [f"raftmq.{name}" for name in find_packages(include=[top, f"{top}.*"])]
 
 setup(
+    packages=packages,
+    package_dir=package_dir,
     ext_modules=cythonize(
         [
             Extension(
@@ -18,5 +33,5 @@ setup(
             )
         ],
         language_level=3,
-    )
+    ),
 )

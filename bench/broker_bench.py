@@ -37,6 +37,7 @@ import trio
 from bench import cpu, gotools
 from bench.dledger_bench import percentile
 from bench.rss import peak_rss_mib
+from raftmq.config.address import parse_address
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import (
     LanguageCode,
@@ -46,7 +47,6 @@ from raftmq.remoting import (
     ResponseCode,
 )
 from raftmq.remoting.codec import encode_header
-from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalCluster
 
 TOPIC = "BenchTopic"

@@ -24,13 +24,13 @@ import threading
 import time
 
 import trio
-
-from bench import cpu
-from bench.rss import peak_rss_mib
 from raftmq.dledger.codes import Code
 from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_rpc
 from raftmq.dledger.net.frames import RPC, FrameSplitter, pack_frame
-from raftmq.streams.address import parse_address
+
+from bench import cpu
+from bench.rss import peak_rss_mib
+from raftmq.config.address import parse_address
 from raftmq.tools.dledger_local import LocalGroup
 
 SYSTEM = "raftmq dledger (fsync)"

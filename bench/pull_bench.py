@@ -20,13 +20,14 @@ import time
 import types
 from pathlib import Path
 
-from raftmq import hotpath
 from raftmq.broker.pull import PullProcessor, subscription_codes
 from raftmq.broker.sql92 import compile_sql92
 from raftmq.broker.store.messagestore import MessageStore, parse_delay_levels
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store.file import FileLogStore
+
+from raftmq import hotpath
 from raftmq.protocol import message as codec
 from raftmq.remoting import RemotingCommand
 

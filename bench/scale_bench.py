@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-
-from bench import broker_bench, cpu
-from bench.broker_bench import GO, QUEUES, SPREAD, TOPIC, Spread
-from bench.rss import rss_split_mib
 from raftmq.broker.store.messagestore import (
     CHECKPOINT_MAX_INTERVAL_S,
     DISPATCH_CHECKPOINT,
 )
+
+from bench import broker_bench, cpu
+from bench.broker_bench import GO, QUEUES, SPREAD, TOPIC, Spread
+from bench.rss import rss_split_mib
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 

@@ -1,7 +1,7 @@
 """`bench broker --stages`: where a single send's latency goes, stage by stage.
 
 One send in flight at a time, against a 3-broker group whose processes record
-`raftmq.streams.stages` marks (RAFTMQ_STAGES set for them). For each send, every
+`raftmq.process.stages` marks (RAFTMQ_STAGES set for them). For each send, every
 mark between the client's write and its read of the response is placed on one time
 line (all processes use CLOCK_MONOTONIC); each row is a (role, stage), first
 occurrence per send, with the median time since the client's write and the median
@@ -18,9 +18,9 @@ import time
 import trio
 
 from bench import broker_bench
+from raftmq.config.address import parse_address
+from raftmq.process import stages
 from raftmq.remoting.codec import encode
-from raftmq.streams import stages
-from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalCluster
 
 CLIENT_WRITE = "client write"

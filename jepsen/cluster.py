@@ -32,10 +32,10 @@ import sys
 from pathlib import Path
 
 import trio
+from raftmq.dledger.net.frames import HEADER_SIZE
 
 from jepsen import disk
 from jepsen.proxy import Link, ProxyNet
-from raftmq.dledger.net.frames import HEADER_SIZE
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
 

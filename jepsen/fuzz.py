@@ -32,18 +32,18 @@ from pathlib import Path
 import msgpack
 import trio
 import trio.testing
-
 from raftmq.dledger.codes import PushType, VoteResult
 from raftmq.dledger.core.messages import HeartBeatRequest, PushRequest, VoteRequest, VoteResponse
 from raftmq.dledger.net.codec import FrameError, RpcCode, decode_rpc, encode_message, encode_rpc
 from raftmq.dledger.net.frames import PEER, RPC, FrameReader, pack_frame
+
+from raftmq.config.address import parse_address
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.codec import encode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE
 from raftmq.remoting.errors import RemotingError
 from raftmq.remoting.frames import FrameDecoder
-from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LocalCluster
 
 ANSWER_WITHIN_S = 5.0

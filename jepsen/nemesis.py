@@ -19,11 +19,11 @@ import signal
 
 import attrs
 import trio
+from raftmq.dledger.client import ClientError, DLedgerClient
 
 from jepsen import disk, partitions
 from jepsen.cluster import CLIENT, EXIT_DISK, JepsenCluster, RefusedToStart
 from jepsen.history import Recorder
-from raftmq.dledger.client import ClientError, DLedgerClient
 
 # kind -> (targets, variants, duration range in seconds)
 KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] = {

@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping
 
 import trio
 
-from raftmq.streams.address import parse_address
+from raftmq.config.address import parse_address
 
 __all__ = ["Link", "LinkProxy", "ProxyNet"]
 

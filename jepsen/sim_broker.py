@@ -43,6 +43,7 @@ from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.sim.checks import Checker, InvariantViolation
 from raftmq.dledger.sim.schedule import Schedule, run
+
 from raftmq.protocol import message as codec
 
 TOPIC = "SimTopic"

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import attrs
 import trio
+from raftmq.dledger.server import RETENTION_CHECK_S
 
 from jepsen import history as history_file
 from jepsen.checker import check
@@ -40,7 +41,6 @@ from jepsen.resources import FIELDS, Sample, disk_bytes, log_begin_bytes, read_p
 from jepsen.runner import behind_proxies, new_workload, play, read_logs, run_meta, save_logs
 from jepsen.soak_report import write_soak_report
 from jepsen.workload import GROUP, QUEUES, Workload
-from raftmq.dledger.server import RETENTION_CHECK_S
 
 NODES = 3
 SOAK_COMMAND = "python -m jepsen soak"

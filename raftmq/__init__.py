@@ -1,12 +1,14 @@
 """raftmq: a RocketMQ-compatible message broker whose CommitLog is a DLedger (Raft) log.
 
 One import package holds the whole distribution so that installing it adds no
-generic top-level name (``broker``, ``client``, ``streams``) to site-packages.
+generic top-level name (``broker``, ``client``, ``config``) to site-packages; the
+repository keeps ``dledger/``, ``broker/`` and ``namesrv/`` at its top and setup.py
+installs them as ``raftmq.dledger``, ``raftmq.broker`` and ``raftmq.namesrv``.
 Dependencies point one way; ``tests/test_import_contract.py`` keeps them so:
 
-    streams                  imported by all, importing none: byte-stream plumbing and the
-                             text of configs (Java properties, host:port, the config keys)
-    remoting                 the RocketMQ wire protocol (imports streams)
+    config, transport,       imported by all, importing none above them: the text of
+    process                  configs, byte streams and TLS, what server processes share
+    remoting                 the RocketMQ wire protocol
     protocol                 what client and broker both speak: message codec, msgId, headers
     dledger                  the replicated log; knows nothing of messages
     namesrv                  the route registry

@@ -16,8 +16,8 @@ import zlib
 from collections.abc import Awaitable, Callable
 
 import trio
-
 from raftmq.namesrv import NamesrvConfig, NamesrvServer
+
 from raftmq.protocol.message import MessageConst, MessageExt, decode, encode, string_to_properties
 from raftmq.remoting import (
     Connection,

@@ -29,9 +29,7 @@ from pathlib import Path
 import pytest
 import trio
 from hypothesis import strategies as st
-
 from raftmq.broker.store.replicated_log import ReplicatedLog
-from raftmq.client.errors import MQClientError
 from raftmq.dledger.codes import Code, EntryType
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.replica import Replica
@@ -39,6 +37,8 @@ from raftmq.dledger.sim.cluster import NetworkConditions
 from raftmq.dledger.sim.schedule import Fault, Schedule
 from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.memory import MemoryLogStore
+
+from raftmq.client.errors import MQClientError
 from raftmq.remoting import RequestCode, ResponseCode
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from raftmq.tools.dledger_local import free_ports

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import trio
-
 from raftmq.broker.config import load_broker_config
 from raftmq.broker.controller import BrokerController
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.server import NamesrvServer
+
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from raftmq.remoting.signing import SessionCredentials

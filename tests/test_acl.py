@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from raftmq.broker.acl.addresses import address_matcher, remote_host
 from raftmq.broker.acl.permissions import (
     ANY,
@@ -29,6 +28,7 @@ from raftmq.broker.acl.plain import (
     without_account,
 )
 from raftmq.broker.cli import main as broker_main
+
 from raftmq.client.mqadmin.commands import EXIT_USAGE
 from raftmq.client.mqadmin.main import _credentials, _find, _leading_signing, main
 from raftmq.protocol.headers import send_header_v2

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import trio
 import yaml
-
 from raftmq.broker.acl import service
 from raftmq.broker.acl.plain import with_account
 from raftmq.broker.config import load_broker_config
 from raftmq.broker.store.metadata import META_TOPIC, Metadata
+
 from raftmq.client import PullConsumer, SendError, SessionCredentials
 from raftmq.client.producer import Producer
 from raftmq.protocol.headers import send_header_v2

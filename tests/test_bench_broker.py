@@ -39,7 +39,7 @@ def test_stage_timeline_orders_each_sends_first_marks_and_ignores_strays(tmp_pat
     it (first occurrence), rows come in time order with the gap from the row before,
     and a mark seen in no more than half the sends (a heartbeat) is left out."""
     from bench.stages import CLIENT_READ, timeline
-    from raftmq.streams import stages
+    from raftmq.process import stages
 
     (tmp_path / "10.stages").write_text("read 1100\nread 1150\nread 2100\nstray 2500\n")
     (tmp_path / "20.stages").write_text("fsync 1300\nfsync 2400\n")

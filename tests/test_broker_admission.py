@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import trio
-
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC
+
 from raftmq.protocol import message as codec
 from raftmq.remoting import RequestCode, ResponseCode
 from tests.helpers import create_topic, group, status, wait_for

@@ -8,14 +8,14 @@ import re
 from pathlib import Path
 
 import pytest
-
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.dledger.config import FSYNC, PAGE_CACHE
 from raftmq.namesrv.config import NamesrvConfig, load_config
-from raftmq.remoting import listen_host
-from raftmq.streams.address import parse_address, parse_peers
 
-SAMPLES = Path(__file__).resolve().parent.parent / "raftmq" / "broker" / "conf" / "dledger"
+from raftmq.config.address import parse_address, parse_peers
+from raftmq.remoting import listen_host
+
+SAMPLES = Path(__file__).resolve().parent.parent / "broker" / "conf" / "dledger"
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 
 
@@ -303,7 +303,7 @@ def test_unreadable_file() -> None:
 def test_the_readme_commands_run_as_written_beside_the_sample_confs() -> None:
     """The README's `mqnamesrv -c` names a file that ships, and its dledger example binds
     no port a sample broker conf uses (it reused 40911-40913 and `dledger server` died)."""
-    root = SAMPLES.parent.parent.parent.parent
+    root = SAMPLES.parent.parent.parent
     readme = (root / "README.md").read_text()
     namesrv_conf = re.search(r"mqnamesrv -c (\S+)", readme).group(1)
     assert load_config(str(root / namesrv_conf)) == (NamesrvConfig(), [])

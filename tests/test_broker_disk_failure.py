@@ -9,10 +9,10 @@ import errno
 import os
 
 import trio
-
 from raftmq.broker import cli
 from raftmq.broker.store.messagestore import DISPATCH_CHECKPOINT
 from raftmq.dledger.server import DLedgerServer
+
 from tests.helpers import one_node_broker_conf
 
 

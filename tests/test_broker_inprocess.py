@@ -8,9 +8,10 @@ import time
 
 import pytest
 import trio
-
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
 from raftmq.namesrv.config import NamesrvConfig
+
+from raftmq.config.address import parse_address
 from raftmq.protocol import message as codec
 from raftmq.protocol.headers import from_send_v2, send_header_v2, to_send_v2
 from raftmq.protocol.message import MessageConst
@@ -25,7 +26,6 @@ from raftmq.remoting import (
     encode,
 )
 from raftmq.remoting.frames import FrameReader
-from raftmq.streams.address import parse_address
 from tests.helpers import create_topic, group, status, wait_for
 from tests.inprocess_broker import InProcessGroup
 

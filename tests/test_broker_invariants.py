@@ -10,8 +10,8 @@ import sys
 
 import pytest
 import trio
-
 from raftmq.broker import cli
+
 from tests.helpers import group, one_node_broker_conf
 
 # mqbroker with the delivery of delayed messages broken by a failing invariant

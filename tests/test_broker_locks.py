@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from raftmq.broker.locks import QueueLocks
+
 from raftmq.remoting import RequestCode, ResponseCode
 from tests.helpers import group
 

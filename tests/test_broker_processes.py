@@ -14,8 +14,8 @@ from functools import partial
 import pytest
 import trio
 
+from raftmq.config.address import parse_address
 from raftmq.remoting import RemotingClient, RemotingConnectError
-from raftmq.streams.address import parse_address
 from raftmq.tools.broker_drill import run_drill
 from raftmq.tools.broker_local import LocalCluster
 from tests.helpers import read_until, stop_signal_stops_every_child

@@ -13,7 +13,6 @@ import random
 
 import pytest
 import trio
-
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_requests import AdminRequests
 from raftmq.broker.clients import ClientManager
@@ -36,10 +35,11 @@ from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
 from raftmq.dledger.store.file import FileLogStore
+
+from raftmq.config.properties import parse_properties
 from raftmq.protocol import message as codec
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RemotingCommand, RequestCode, ResponseCode
-from raftmq.streams.properties import parse_properties
 from tests.helpers import OneReplicaLog
 
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 import trio
-
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.routes import MASTER_ID
 from raftmq.namesrv.server import NamesrvServer
+
 from raftmq.remoting import RequestCode
 from raftmq.tools.dledger_local import free_ports
 from tests.helpers import wait_for

@@ -10,11 +10,11 @@ import time
 
 import pytest
 import trio
-
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import ClassicLog
 from raftmq.broker.store.ha import RECONNECT_S, HAClient, HAConfig, HAService
 from raftmq.dledger.codes import Code
+
 from raftmq.protocol import message as codec
 from tests.helpers import wait_for
 

@@ -16,15 +16,15 @@ import time
 import pytest
 import rocketmq.client
 import trio
+from raftmq.broker.registration import MASTER_ASK_S
 from rocketmq.exceptions import RocketMQException
 
-from raftmq.broker.registration import MASTER_ASK_S
 from raftmq.client import Producer
 from raftmq.client.consumer import PullConsumer, Subscription, pull_request, pull_result
 from raftmq.client.producer import SendStatus, send_request
 from raftmq.client.route import MessageQueue
+from raftmq.config.address import parse_address
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
-from raftmq.streams.address import parse_address
 from raftmq.tools.broker_local import LOOPBACK, LocalClassicGroup, _lenient_json
 from raftmq.tools.dledger_local import free_ports
 from tests.helpers import stopped

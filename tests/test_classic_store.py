@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from raftmq.broker.slave_sync import consumer_offsets, delay_offsets, loads
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy, PutStatus
 from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
@@ -19,6 +18,7 @@ from raftmq.broker.store.messagestore import GetStatus, MessageStore
 from raftmq.broker.store.metadata import Metadata
 from raftmq.dledger.codes import Code
 from raftmq.dledger.store.segments import StoreCorruption
+
 from raftmq.protocol import message as codec
 
 FILE_BYTES = 1024

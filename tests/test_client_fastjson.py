@@ -4,8 +4,8 @@ by bare integers (a Java name server's brokerAddrs)."""
 import json
 
 import pytest
-
 from raftmq.broker.admin_queries import queue_map_body
+
 from raftmq.client.fastjson import loads
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.streams.address import parse_address, parse_address_list, parse_peers
-from raftmq.streams.config_keys import Key, KeyTable, integer
-from raftmq.streams.properties import format_properties, parse_properties
+
+from raftmq.config.address import parse_address, parse_address_list, parse_peers
+from raftmq.config.keys import Key, KeyTable, integer
+from raftmq.config.properties import format_properties, parse_properties
 
 
 def test_properties_separators_comments_and_blanks_follow_java():

@@ -16,14 +16,14 @@ import random
 from pathlib import Path
 
 import pytest
-
-from jepsen import disk as ballast
 from raftmq.broker.store.consumequeue import ENTRY, ConsumeQueueTable
 from raftmq.dledger.codes import Code, EntryType, Role
 from raftmq.dledger.sim.cluster import SimCluster
 from raftmq.dledger.sim.disk import FileStores, SimFileSystem
 from raftmq.dledger.store.base import DiskFull
 from raftmq.dledger.store.file import FileLogStore
+
+from jepsen import disk as ballast
 from raftmq.protocol import message as codec
 from raftmq.remoting import ResponseCode
 from tests.helpers import create_topic, group, wait_for

@@ -19,6 +19,7 @@ from raftmq.dledger.core.messages import (
 )
 from raftmq.dledger.sim.cluster import SimCluster
 from raftmq.dledger.store.memory import MemoryLogStore
+
 from tests.helpers import GROUP, make_replica
 
 HB = 100.0  # DLedgerConfig.heartbeat_interval_ms default

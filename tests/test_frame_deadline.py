@@ -8,12 +8,12 @@ from __future__ import annotations
 import struct
 
 import trio
-
 from raftmq.dledger.core.messages import HeartBeatRequest
 from raftmq.dledger.net.frames import PEER
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.namesrv.processor import NamesrvProcessor
 from raftmq.namesrv.routes import RouteInfoManager
+
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.server import RemotingServer
 from raftmq.tools.dledger_local import free_ports

@@ -13,17 +13,17 @@ import threading
 import time
 
 import trio
-
-from raftmq.client.producer import encode_batch
 from raftmq.dledger import cli as dledger_cli
 from raftmq.dledger.client import DLedgerClient
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.rpc_client import RpcClient
 from raftmq.dledger.server import INLINE_FSYNC_MAX_ENTRIES, INLINE_FSYNC_MAX_S, DLedgerServer
+
+from raftmq.client.producer import encode_batch
+from raftmq.config.address import parse_peers
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RequestCode, ResponseCode
-from raftmq.streams.address import parse_peers
 from raftmq.tools.dledger_local import LOCAL_SEGMENT_ARGS, free_ports
 from tests.helpers import create_topic, group, wait_for
 

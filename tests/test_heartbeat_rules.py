@@ -14,6 +14,7 @@ from raftmq.dledger.core.messages import (
     VoteResponse,
 )
 from raftmq.dledger.core.replica import Replica
+
 from tests.helpers import GROUP, make_replica
 
 

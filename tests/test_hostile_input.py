@@ -31,8 +31,6 @@ import trio
 import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
-
-from jepsen.fuzz import ADMINISTRATIVE, fuzz
 from raftmq.dledger.codes import Code, PushType, VoteResult
 from raftmq.dledger.core.messages import HeartBeatRequest, PushRequest, VoteRequest, VoteResponse
 from raftmq.dledger.net.codec import RpcCode, decode_rpc, encode_message, encode_rpc
@@ -43,6 +41,8 @@ from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.processor import NamesrvProcessor
 from raftmq.namesrv.routes import RouteInfoManager
 from raftmq.namesrv.server import NamesrvServer
+
+from jepsen.fuzz import ADMINISTRATIVE, fuzz
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.codec import MAX_FRAME_BYTES, encode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE

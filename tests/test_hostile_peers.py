@@ -21,7 +21,6 @@ import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
-
 from raftmq.broker.config import load_broker_config
 from raftmq.dledger.codes import Code, PushType, Role, VoteResult
 from raftmq.dledger.core.messages import (
@@ -37,6 +36,7 @@ from raftmq.dledger.net.codec import encode_message
 from raftmq.dledger.net.frames import PEER, pack_frame
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.dledger.store.memory import MemoryLogStore
+
 from raftmq.remoting import ResponseCode
 from raftmq.tools.dledger_local import free_ports
 from tests.helpers import GROUP, create_topic, make_replica, wait_for

@@ -16,14 +16,14 @@ import sys
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-
-from raftmq import hotpath
 from raftmq.broker import send_encoding
 from raftmq.broker.sql92 import compile_sql92
 from raftmq.broker.store import commitlog, indexfile
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
+
+from raftmq import hotpath
 from raftmq.protocol import message
 from raftmq.protocol.headers import from_send_v2, send_header_v2
 from raftmq.remoting import RemotingCommand, SerializeType, frames

@@ -14,7 +14,9 @@ TOP_LEVEL = ("raftmq", "pyspark_rocketmq", "jepsen", "bench")
 _RAFTMQ = frozenset(
     f"raftmq.{name}"
     for name in (
-        "streams",
+        "config",
+        "process",
+        "transport",
         "hotpath",
         "remoting",
         "protocol",
@@ -25,25 +27,27 @@ _RAFTMQ = frozenset(
     )
 )
 
+BASE = ("raftmq.config", "raftmq.process", "raftmq.transport")  # below everything of ours
+
 # unit -> the other units of ours it may import; a unit may always import itself.
 # raftmq.console (mqconsole) sits on the client like an application: nothing imports it.
 # raftmq.hotpath (the compiled inner loops) imports nothing of ours; the data path's
 # layers import it for the compiled twins of their own functions.
 ALLOWED: dict[str, frozenset[str]] = {
     "raftmq": frozenset(),
-    "raftmq.streams": frozenset(),
+    "raftmq.config": frozenset(),
+    "raftmq.process": frozenset({"raftmq.config"}),
+    "raftmq.transport": frozenset({"raftmq.config", "raftmq.process"}),
     "raftmq.hotpath": frozenset(),
-    "raftmq.remoting": frozenset({"raftmq.streams", "raftmq.hotpath"}),
-    "raftmq.protocol": frozenset({"raftmq.streams", "raftmq.hotpath"}),
-    "raftmq.dledger": frozenset({"raftmq.streams", "raftmq.hotpath"}),
-    "raftmq.namesrv": frozenset({"raftmq.remoting", "raftmq.streams"}),
+    "raftmq.remoting": frozenset({*BASE, "raftmq.hotpath"}),
+    "raftmq.protocol": frozenset({*BASE, "raftmq.hotpath"}),
+    "raftmq.dledger": frozenset({*BASE, "raftmq.hotpath"}),
+    "raftmq.namesrv": frozenset({"raftmq.remoting", *BASE}),
     "raftmq.broker": frozenset(
-        {"raftmq.dledger", "raftmq.protocol", "raftmq.remoting", "raftmq.streams", "raftmq.hotpath"}
+        {"raftmq.dledger", "raftmq.protocol", "raftmq.remoting", *BASE, "raftmq.hotpath"}
     ),
-    "raftmq.client": frozenset({"raftmq.protocol", "raftmq.remoting", "raftmq.streams"}),
-    "raftmq.console": frozenset(
-        {"raftmq.client", "raftmq.protocol", "raftmq.remoting", "raftmq.streams"}
-    ),
+    "raftmq.client": frozenset({"raftmq.protocol", "raftmq.remoting", *BASE}),
+    "raftmq.console": frozenset({"raftmq.client", "raftmq.protocol", "raftmq.remoting", *BASE}),
     "raftmq.tools": _RAFTMQ | {"raftmq"},
     "pyspark_rocketmq": frozenset({"raftmq.client"}),
     "jepsen": _RAFTMQ | {"raftmq", "raftmq.tools", "bench"},
@@ -92,11 +96,16 @@ def violations(module: str, source: str, is_package: bool = False) -> list[str]:
     return wrong
 
 
+MAPPED = ("dledger", "broker", "namesrv")  # top-level directories installed under raftmq (setup.py)
+
+
 def our_modules() -> list[tuple[str, Path]]:
     modules = []
-    for top in TOP_LEVEL:
+    for top in (*TOP_LEVEL, *MAPPED):
         for path in sorted((ROOT / top).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
+            if top in MAPPED:
+                parts = ("raftmq", *parts)
             modules.append((".".join(parts), path))
     return modules
 
@@ -119,7 +128,7 @@ def test_every_import_follows_the_contract():
         ("raftmq.broker.config", "import raftmq.namesrv.config\n", False),
         ("raftmq.dledger.store.file", "from ...remoting import codes\n", False),
         ("raftmq.broker", "from .. import tools\n", True),
-        ("raftmq.streams.address", "def f():\n    from raftmq.protocol import message\n", False),
+        ("raftmq.config.address", "def f():\n    from raftmq.protocol import message\n", False),
         ("raftmq.tools.broker_local", "from jepsen import runner\n", False),
         ("pyspark_rocketmq", "from raftmq.broker import config\n", True),
         ("raftmq.console.views", "from raftmq.broker.store import metadata\n", False),
@@ -136,7 +145,7 @@ def test_the_checker_lets_allowed_arrows_through():
         "from . import headers\n"
         "from ..dledger.server import DLedgerServer\n"
         "from raftmq.protocol import message\n"
-        "from raftmq.streams.address import parse_address\n"
+        "from raftmq.config.address import parse_address\n"
     )
     assert violations("raftmq.broker.send", source) == []
     assert violations("jepsen.runner", "from raftmq.tools import broker_local\n") == []

@@ -7,7 +7,6 @@ import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from raftmq.broker.store import indexfile
 from raftmq.broker.store.indexfile import (
     ENTRY_SIZE,
@@ -17,6 +16,7 @@ from raftmq.broker.store.indexfile import (
     build_key,
     key_hash,
 )
+
 from raftmq.protocol.message import java_string_hash
 
 T0_MS = 1_700_000_000_000

@@ -7,14 +7,14 @@ import json
 import random
 
 import pytest
-
-from jepsen import disk
-from jepsen.__main__ import main as jepsen_main
 from raftmq.broker.store.consumequeue import ENTRY, ENTRY_SIZE
 from raftmq.broker.store.messagestore import DISPATCH_CHECKPOINT
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.server import SYNCED_LENGTHS_FILE
 from raftmq.dledger.store.file import FileLogStore, StoreCorruption
+
+from jepsen import disk
+from jepsen.__main__ import main as jepsen_main
 
 SEGMENT = 1 << 20
 INDEX_SEGMENT = 32 * 1024

@@ -17,9 +17,9 @@ import pytest
 import trio
 
 from jepsen.proxy import LinkProxy, ProxyNet, _Frames
+from raftmq.config.address import parse_address
 from raftmq.remoting import RemotingCommand, RemotingError, RequestCode, encode
 from raftmq.remoting.frames import FrameReader
-from raftmq.streams.address import parse_address
 from raftmq.tools.dledger_local import free_ports
 
 QUIET_S = 0.15  # how long "nothing arrives" is watched for

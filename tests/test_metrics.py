@@ -18,14 +18,14 @@ import pytest
 import trio
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-
 from raftmq.broker.config import load_broker_config
 from raftmq.broker.stats import BrokerStats, Rates, record_at_midnight
+from raftmq.namesrv.config import load_config
+
 from raftmq.client import Producer
 from raftmq.client.mqadmin.brokers import day_totals
-from raftmq.namesrv.config import load_config
+from raftmq.process.metrics_endpoint import MetricsPortError, serve_metrics
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from raftmq.streams.exposition import MetricsPortError, serve_metrics
 from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
 from tests.helpers import create_topic, group, read_until, stopped, wait_for
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from raftmq.namesrv.config import load_config
 from raftmq.namesrv.routes import RouteInfoManager
 

@@ -11,8 +11,8 @@ import zlib
 
 import pytest
 import trio
-
 from raftmq.namesrv import NamesrvConfig, NamesrvServer
+
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.dledger_local import free_ports
 

@@ -18,7 +18,6 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from raftmq.dledger.codes import Code, PushType, VoteResult
 from raftmq.dledger.core.messages import (
     MESSAGE_TYPES,

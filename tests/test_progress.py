@@ -5,7 +5,6 @@ bounds the APPENDs outstanding, as etcd's `tracker/` does."""
 import math
 
 import pytest
-
 from raftmq.dledger.codes import PushType
 from raftmq.dledger.core.progress import Inflights, Progress
 

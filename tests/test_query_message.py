@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 import trio
-
 from raftmq.broker.store.metadata import META_TOPIC
+
 from raftmq.client.admin import Admin
 from raftmq.client.message_query import query_by_key, query_by_unique_key, query_header
 from raftmq.protocol import message as codec

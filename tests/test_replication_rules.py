@@ -9,7 +9,6 @@ drive `Replica`s directly.
 import random
 
 import attrs
-
 from raftmq.dledger.codes import Code, EntryType, PushType, Role
 from raftmq.dledger.config import PAGE_CACHE
 from raftmq.dledger.core.messages import (
@@ -23,6 +22,7 @@ from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.sim.cluster import NetworkConditions, SimCluster
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.memory import MemoryLogStore
+
 from tests.helpers import GROUP, make_replica
 
 HB = 100.0

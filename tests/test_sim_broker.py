@@ -9,10 +9,10 @@ here carries a broker per replica); `RAFTMQ_HYPOTHESIS_PROFILE=long` runs hundre
 
 import pytest
 from hypothesis import given, note, settings
-
-from jepsen.sim_broker import run_broker
 from raftmq.dledger.sim.cluster import NetworkConditions, Variant
 from raftmq.dledger.sim.schedule import Fault, Schedule
+
+from jepsen.sim_broker import run_broker
 from tests.helpers import SIM_SEEDS, majority_power_cut, schedules
 
 EXAMPLES = settings(max_examples=max(6, settings.default.max_examples // 3))

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
-
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.sim import disk
 from raftmq.dledger.sim.checks import InvariantViolation
@@ -23,6 +22,7 @@ from raftmq.dledger.sim.cluster import NetworkConditions
 from raftmq.dledger.sim.disk import FileStores, SimFileSystem
 from raftmq.dledger.sim.schedule import Fault, Schedule, run
 from raftmq.dledger.store.file import FileLogStore
+
 from tests.helpers import fault_lists
 
 SEGMENT_BYTES = 4096

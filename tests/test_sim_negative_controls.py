@@ -9,11 +9,11 @@ import random
 import re
 
 import pytest
-
 from raftmq.dledger.codes import Code
 from raftmq.dledger.sim.checks import InvariantViolation
 from raftmq.dledger.sim.cluster import SimCluster, Variant
 from raftmq.dledger.sim.schedule import Fault, Schedule, run
+
 from tests.helpers import majority_power_cut
 
 HB = 100.0

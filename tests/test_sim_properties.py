@@ -15,8 +15,8 @@ import random
 
 import pytest
 from hypothesis import given, note
-
 from raftmq.dledger.sim.schedule import Schedule, run
+
 from tests.helpers import SIM_SEEDS, schedules
 
 

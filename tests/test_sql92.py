@@ -13,7 +13,6 @@ import operator
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-
 from raftmq.broker.sql92 import (
     RESULT_KEY_MAX_BYTES,
     RESULTS_CACHED,
@@ -21,6 +20,7 @@ from raftmq.broker.sql92 import (
     Sql92EvaluationError,
     compile_sql92,
 )
+
 from raftmq.protocol.message import MessageExt, encode, read_dispatch_fields, string_to_properties
 
 ERROR = "error"  # the value does not convert: Sql92EvaluationError, no match

@@ -11,9 +11,9 @@ import signal
 
 import pytest
 import trio
+from raftmq.broker.store import commitlog
 
 from raftmq import hotpath
-from raftmq.broker.store import commitlog
 from raftmq.client import MessageSelector, MQBrokerError, Producer, PullConsumer, PushConsumer
 from raftmq.client.push import ConsumeFromWhere
 from raftmq.protocol import message as codec

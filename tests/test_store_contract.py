@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.sim.disk import SimFileSystem
 from raftmq.dledger.store import entry as codec

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store import recovery

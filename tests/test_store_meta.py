@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from raftmq.dledger.store.meta import MemoryTermVote, TermVoteFile, atomic_write, parse_properties
 
 

@@ -10,7 +10,6 @@ import os
 
 import pytest
 import trio
-
 from raftmq.broker.store import consumequeue
 from raftmq.broker.store.messagestore import (
     CHECKPOINT_DISK_SHARE,
@@ -26,6 +25,7 @@ from raftmq.broker.store.messagestore import (
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.dledger.durable import DiskFailure
 from raftmq.dledger.store.file import FileLogStore
+
 from raftmq.protocol import message as codec
 from tests.helpers import OneReplicaLog
 

@@ -9,9 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from raftmq.streams.deadlines import DeadlineReaper
-from raftmq.streams.idle import ReceiveClock
-from raftmq.streams.writer import BatchWriter
+from raftmq.transport.deadlines import DeadlineReaper
+from raftmq.transport.idle import ReceiveClock
+from raftmq.transport.writer import BatchWriter
 
 
 class RecordingStream(trio.abc.SendStream):

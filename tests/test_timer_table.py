@@ -6,7 +6,6 @@ import copy
 import random
 
 import attrs
-
 from raftmq.dledger.codes import Role
 from raftmq.dledger.core import timers
 from raftmq.dledger.core.timers import Timer

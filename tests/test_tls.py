@@ -10,9 +10,7 @@ import ssl
 import pytest
 import trio
 import trustme
-
 from raftmq.broker.config import config_properties, load_broker_config
-from raftmq.client.mqadmin import main as mqadmin_main
 from raftmq.dledger import cli as dledger_cli
 from raftmq.dledger.client import DLedgerClient
 from raftmq.dledger.config import DLedgerConfig
@@ -24,6 +22,9 @@ from raftmq.dledger.server import DLedgerServer
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.config import load_config as load_namesrv_config
 from raftmq.namesrv.server import NamesrvServer
+
+from raftmq.client.mqadmin import main as mqadmin_main
+from raftmq.config.address import parse_peers
 from raftmq.remoting import (
     ProcessorTable,
     RemotingClient,
@@ -33,9 +34,8 @@ from raftmq.remoting import (
     RequestCode,
     ResponseCode,
 )
-from raftmq.streams.address import parse_peers
-from raftmq.streams.tls import ClientTls, PeerTls, ServerTls
 from raftmq.tools.dledger_local import free_ports
+from raftmq.transport.tls import ClientTls, PeerTls, ServerTls
 from tests.helpers import GROUP
 
 ECHO = RequestCode.HEART_BEAT

@@ -14,15 +14,15 @@ from raftmq.client.admin import Admin
 from raftmq.client.consumer import PullConsumer
 from raftmq.client.errors import MQClientError
 from raftmq.client.producer import Producer
+from raftmq.config.address import parse_address
 from raftmq.remoting import (
     RemotingClient,
     RemotingCommand,
     RemotingConnectError,
     RequestCode,
 )
-from raftmq.streams.address import parse_address
-from raftmq.streams.tls import ClientTls
 from raftmq.tools.broker_local import LocalCluster
+from raftmq.transport.tls import ClientTls
 
 pytestmark = pytest.mark.processes
 

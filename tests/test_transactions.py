@@ -7,8 +7,8 @@ import time
 
 import pytest
 import trio
-
 from raftmq.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+
 from raftmq.client import LocalTransactionState, TransactionProducer
 from raftmq.protocol import message as codec
 from raftmq.protocol.headers import send_header_v2

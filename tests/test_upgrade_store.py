@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
 from raftmq.broker.store.commitlog import BODY_OFFSET
@@ -23,6 +22,7 @@ from raftmq.dledger.store.base import InconsistentAppend
 from raftmq.dledger.store.entry import CorruptEntry
 from raftmq.dledger.store.file import FOREIGN_STRIKES, FileLogStore, ForeignLog
 from raftmq.dledger.store.segments import segment_path
+
 from raftmq.protocol import message as codec
 from tests.helpers import OneReplicaLog
 

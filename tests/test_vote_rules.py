@@ -8,7 +8,6 @@ learned its leader from a heartbeat records it as its vote.
 """
 
 import pytest
-
 from raftmq.dledger.codes import Code, ParseResult, Role, VoteResult
 from raftmq.dledger.core.election import VoteRound
 from raftmq.dledger.core.messages import (
@@ -18,6 +17,7 @@ from raftmq.dledger.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+
 from tests.helpers import GROUP, make_replica
 
 

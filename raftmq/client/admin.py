@@ -31,14 +31,14 @@ from raftmq.client.connections import ConnectionPool
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import parse_namesrv_addrs
 from raftmq.client.route import MASTER_ID, BrokerData, TopicRouteData, parse_route
+from raftmq.config.address import parse_peers
+from raftmq.config.properties import format_properties, parse_properties
 from raftmq.protocol.message import MessageExt, MessageFormatError, decode
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.address import parse_peers
-from raftmq.streams.properties import format_properties, parse_properties
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = [
     "UNREACHABLE",

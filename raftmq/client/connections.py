@@ -19,7 +19,7 @@ import trio
 from raftmq.remoting import RemotingClient, RemotingCommand
 from raftmq.remoting.processor import Processor
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = ["ConnectionPool"]
 

@@ -32,7 +32,7 @@ from raftmq.protocol.message import MessageExt, MessageSysFlag, decode_all, java
 from raftmq.remoting import RemotingCommand
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = [
     "MAX_RECONSUME_TIMES",

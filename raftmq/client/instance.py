@@ -28,6 +28,7 @@ import trio
 from raftmq.client.connections import ConnectionPool
 from raftmq.client.errors import MQBrokerError, RouteNotFoundError
 from raftmq.client.route import RouteCache, TopicRouteData
+from raftmq.config.address import parse_address_list
 from raftmq.remoting import (
     Connection,
     RemotingCommand,
@@ -37,8 +38,7 @@ from raftmq.remoting import (
 )
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.address import parse_address_list
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = ["ClientInstance", "backoff_delays", "local_ip", "parse_namesrv_addrs"]
 

@@ -55,7 +55,7 @@ from raftmq.protocol.msgid import UniqIdGenerator
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch", "send_request"]
 

@@ -66,7 +66,7 @@ from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError
 from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = ["ConsumeFromWhere", "PushConsumer", "retry_topic"]
 

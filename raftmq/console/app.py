@@ -44,8 +44,8 @@ from raftmq.client.mqadmin.groups import SUB_GROUP_DEFAULTS, remove_sub_group, w
 from raftmq.client.mqadmin.main import failure_reason
 from raftmq.client.route import MessageQueue
 from raftmq.console import views
+from raftmq.process.errors import first_leaf
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
-from raftmq.streams.groups import first_leaf
 
 STATIC_DIR = Path(__file__).with_name("static")  # shipped as package data
 HTTP_BAD_REQUEST, HTTP_BAD_GATEWAY, HTTP_UNAVAILABLE = 400, 502, 503

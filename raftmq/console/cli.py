@@ -18,10 +18,10 @@ from hypercorn.trio import serve
 
 from raftmq.client.admin import Admin
 from raftmq.client.instance import namesrv_from_flag
+from raftmq.config.address import parse_address
 from raftmq.console.app import create_app
-from raftmq.streams.address import parse_address
-from raftmq.streams.groups import first_leaf
-from raftmq.streams.signals import cancel_on_stop_signal
+from raftmq.process.errors import first_leaf
+from raftmq.process.signals import cancel_on_stop_signal
 
 EXIT_OK, EXIT_USAGE, EXIT_BIND = 0, 2, 3
 DEFAULT_LISTEN = "127.0.0.1:8080"  # RocketMQ Dashboard's port

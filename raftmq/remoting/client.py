@@ -17,7 +17,7 @@ reached or the connection breaks (every pending call fails at once, and every la
 one; open a new client to reconnect), RemotingTimeoutError when one call's answer is
 late (the connection stays up).
 
-With `tls` (a `streams.tls.ClientTls` with `enable`), the connection is TLS, handshaken
+With `tls` (a `transport.tls.ClientTls` with `enable`), the connection is TLS, handshaken
 before `__aenter__` returns, so a server that refuses the client's certificate, or
 whose own does not verify, is a RemotingConnectError there.
 
@@ -31,14 +31,14 @@ from contextlib import AsyncExitStack
 
 import trio
 
+from raftmq.config.address import parse_address
 from raftmq.remoting.codec import MAX_FRAME_BYTES
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.connection import DEFAULT_MAX_PENDING_BYTES, Connection
 from raftmq.remoting.errors import RemotingConnectError
 from raftmq.remoting.processor import Processor
 from raftmq.remoting.signing import SessionCredentials, sign
-from raftmq.streams.address import parse_address
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = ["RemotingClient"]
 

@@ -55,8 +55,8 @@ from raftmq.remoting.processor import (
     system_error,
     take_inline,
 )
-from raftmq.streams.deadlines import DeadlineReaper
-from raftmq.streams.idle import close_when_stalled
+from raftmq.transport.deadlines import DeadlineReaper
+from raftmq.transport.idle import close_when_stalled
 
 __all__ = ["DEFAULT_MAX_PENDING_BYTES", "DEFAULT_MAX_RUNNING_REQUESTS", "Connection"]
 

@@ -20,6 +20,7 @@ from collections import deque
 import trio
 
 from raftmq.hotpath import compiled_or
+from raftmq.process import stages
 from raftmq.remoting.codec import (
     MAX_FRAME_BYTES,
     check_frame_length,
@@ -29,9 +30,8 @@ from raftmq.remoting.codec import (
 )
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
-from raftmq.streams import stages
-from raftmq.streams.idle import FrameStart
-from raftmq.streams.writer import BatchWriter
+from raftmq.transport.idle import FrameStart
+from raftmq.transport.writer import BatchWriter
 
 __all__ = [
     "RECEIVE_CHUNK",
@@ -220,7 +220,7 @@ class FrameReader:
 class FrameWriter:
     """Queues commands synchronously; `run()` sends everything queued in one `send_all`.
 
-    A `streams.writer.BatchWriter` that encodes commands. `write` never blocks, so a
+    A `transport.writer.BatchWriter` that encodes commands. `write` never blocks, so a
     processor or the broker can send without awaiting, and frames written while a send
     is in flight leave together in the next one. The owner runs `run()` in a nursery;
     `abort()` drops the queue and stops it (the stream is the owner's), `close()` lets

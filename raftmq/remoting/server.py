@@ -14,7 +14,7 @@ NOTIFY_CONSUMER_IDS_CHANGED, `await connection.invoke(...)` for
 GET_CONSUMER_RUNNING_INFO. `on_disconnect` tells it when to forget a client, as
 Java's `ChannelEventListener.onChannelClose` does.
 
-With `tls` (a `streams.tls.ServerTls`), a connection is wrapped in TLS before its
+With `tls` (a `transport.tls.ServerTls`), a connection is wrapped in TLS before its
 `Connection` exists: enforcing closes a connection whose first byte does not open a TLS
 handshake, permissive serves it plain, and a handshake that fails (a client without
 the certificate `require` asks for, one the trust file does not vouch for) is logged
@@ -35,8 +35,8 @@ from raftmq.remoting.connection import (
     Connection,
 )
 from raftmq.remoting.processor import Processor
-from raftmq.streams.idle import ConnectionCap, ReceiveClock, close_when_idle
-from raftmq.streams.tls import ServerTls, starts_with_tls
+from raftmq.transport.idle import ConnectionCap, ReceiveClock, close_when_idle
+from raftmq.transport.tls import ServerTls, starts_with_tls
 
 __all__ = ["DEFAULT_IDLE_S", "DEFAULT_MAX_CONNECTIONS", "RemotingServer", "listen_host"]
 
@@ -62,7 +62,7 @@ class RemotingServer:
 
     A connection that sends nothing for `idle_s`, or does not complete a frame within
     `frame_deadline_s` of its first byte, is closed, and past `max_connections` open
-    ones a new connection is closed at once (`streams.idle`), so a storm of connections
+    ones a new connection is closed at once (`transport.idle`), so a storm of connections
     that each send half a frame holds bounded memory for a bounded time.
 
     server = RemotingServer("127.0.0.1", 0, ProcessorTable({...}))

@@ -13,7 +13,7 @@ import tempfile
 
 import trio
 
-from raftmq.streams.signals import InterruptOnStopSignals
+from raftmq.process.signals import InterruptOnStopSignals
 from raftmq.tools.broker_drill import run_drill, summary
 
 

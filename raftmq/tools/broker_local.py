@@ -22,6 +22,9 @@ from pathlib import Path
 
 import trio
 
+from raftmq.config.address import parse_address
+from raftmq.config.properties import parse_properties
+from raftmq.process.signals import InterruptOnStopSignals
 from raftmq.remoting import (
     RemotingClient,
     RemotingCommand,
@@ -30,9 +33,6 @@ from raftmq.remoting import (
     ResponseCode,
 )
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.address import parse_address
-from raftmq.streams.properties import parse_properties
-from raftmq.streams.signals import InterruptOnStopSignals
 from raftmq.tools.dledger_local import free_ports, stop_process
 
 LOOPBACK = "127.0.0.1"

@@ -14,7 +14,7 @@ import tempfile
 
 import trio
 
-from raftmq.streams.signals import InterruptOnStopSignals
+from raftmq.process.signals import InterruptOnStopSignals
 from raftmq.tools.dledger_drill import run_drill
 from raftmq.tools.dledger_local import LocalGroup
 

@@ -39,11 +39,11 @@ from raftmq.client.mqadmin.commands import (
     UsageError,
     print_row,
 )
+from raftmq.process.errors import first_leaf
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.streams.groups import first_leaf
-from raftmq.streams.tls import ClientTls
+from raftmq.transport.tls import ClientTls
 
 __all__ = ["failure_reason", "main"]
 

@@ -1,0 +1,145 @@
+"""`mqbroker -c broker.conf [-n host:port;host:port] [-D key=value ...]`: run one broker.
+
+Prints "The broker[<name>, <address>] boot success. serializeType=JSON and name
+server is <addresses>" once serving (as RocketMQ's BrokerStartup does; with
+`listenPort=0` the address shows the real port). Exit status: 0 after a clean stop
+(SIGTERM, SIGINT), 2 for a bad config or command line (the message names the key;
+RocketMQ's start-up refusals, such as a SLAVE with brokerId 0, are among them) or a
+plain_acl.yml that does not parse (with aclEnable=true; the message names the file),
+3 when a port (the remoting port, or a classic broker's haListenPort) cannot be
+bound or another process holds the store's lock, 4 when the store cannot be used:
+`storePathRootDir` not writable, damaged data (naming the file and offset), or a
+failed fsync or disk write, at start or later, 5 when this node's store was upgraded
+in place from a classic one but its old commitlog files differ from the DLedger
+leader's (the message says how; copy the leader's store and start again), 6 when an
+invariant is broken (an AssertionError: a bug; its traceback goes to stderr before the
+line) rather than run on with state it cannot trust.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import trio
+from raftmq.broker.acl.service import AclFileError
+from raftmq.broker.config import BrokerConfig, load_broker_config
+from raftmq.broker.controller import BrokerController
+from raftmq.dledger.durable import DiskFailure
+from raftmq.dledger.store.file import ForeignLog, StoreCorruption, SyncFailed
+from raftmq.dledger.tuning import tune_for_serving
+
+from raftmq.process.errors import first_leaf
+from raftmq.process.signals import cancel_on_stop_signal
+
+EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK, EXIT_FOREIGN_LOG, EXIT_INVARIANT = 0, 2, 3, 4, 5, 6
+
+
+class StoreInUse(OSError):
+    """Another process has this store open."""
+
+
+class StoreUnusable(Exception):
+    """The store's directory cannot be created, written or read (named by its key):
+    a disk or permissions problem, not a port."""
+
+
+def _lock_store(config: BrokerConfig) -> int:
+    """Hold `<storePathRootDir>/lock` for the life of the process (RocketMQ's store
+    lock): two brokers on one store would truncate and rewrite each other's files."""
+    root = Path(config.store_path_root_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreUnusable(f"storePathRootDir={root}: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreInUse(f"store {root} is in use by another process (lock held)") from None
+    return fd
+
+
+async def _run(config: BrokerConfig) -> None:
+    _lock_store(config)  # released when the process exits
+    try:
+        broker = BrokerController(config)  # opens the store: file I/O only, no sockets
+    except OSError as exc:
+        where = f"storePathRootDir={config.store_path_root_dir}"
+        raise StoreUnusable(f"{where}: cannot open the store: {exc}") from exc
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cancel_on_stop_signal, nursery.cancel_scope)
+        await nursery.start(broker.serve)
+        print(
+            f"The broker[{config.broker_name}, {broker.address}] boot success. "
+            f"serializeType=JSON and name server is {';'.join(config.namesrv_addr)}",
+            flush=True,
+        )
+
+
+def _failed(group: BaseExceptionGroup, status: int, what: str = "") -> int:
+    """One line on stderr for what stopped the broker; the exit status it gets."""
+    print(f"mqbroker: {what}{first_leaf(group)}", file=sys.stderr)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mqbroker", description="RocketMQ broker on DLedger, or classic master/slave."
+    )
+    parser.add_argument("-c", "--configFile", dest="config", help="broker.conf (key=value)")
+    parser.add_argument("-n", "--namesrvAddr", dest="namesrv", help="host:port;host:port")
+    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("-p", "--printConfigItem", action="store_true", help="print and exit")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"mqbroker: -D {item!r}: expected key=value", file=sys.stderr)
+            return EXIT_USAGE
+        overrides[key.strip()] = value.strip()
+    try:
+        config, warnings = load_broker_config(
+            args.config, args.namesrv or os.environ.get("NAMESRV_ADDR"), overrides
+        )
+    except ValueError as exc:
+        print(f"mqbroker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for warning in warnings:
+        print(f"mqbroker: warning: {warning}", file=sys.stderr)
+    if args.printConfigItem:
+        print(config)
+        return EXIT_OK
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    status = EXIT_OK
+    tune_for_serving()
+    try:
+        trio.run(_run, config)
+    except* (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as group:
+        status = _failed(group, EXIT_DISK)
+    except* ForeignLog as group:
+        status = _failed(group, EXIT_FOREIGN_LOG)
+    except* AclFileError as group:
+        status = _failed(group, EXIT_USAGE)
+    except* StoreInUse as group:
+        status = _failed(group, EXIT_BIND)
+    except* OSError as group:
+        status = _failed(group, EXIT_BIND, "cannot listen: ")
+    except* AssertionError as group:
+        traceback.print_exception(first_leaf(group), file=sys.stderr)
+        status = _failed(group, EXIT_INVARIANT, "broken invariant: ")
+    except* KeyboardInterrupt:
+        pass
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

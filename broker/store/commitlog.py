@@ -1,0 +1,322 @@
+"""DLedgerCommitLog: RocketMQ CommitLog messages stored one per DLedger entry.
+
+As in RocketMQ's DLedger mode, an entry's body is exactly one serialized CommitLog
+record, and a message's physical offset is the entry's position + 48 (the body's
+first byte in the DLedger data files). The leader writes both offsets into the
+record through the store's append hook, at the moment the entry is placed and
+before its bytes reach the file: queue offsets therefore follow log order exactly
+(an append the replica refuses never consumes one), and since followers store the
+leader's bytes at the leader's positions, every replica holds the same offsets and
+the same msgIds.
+
+Reads here are raw: `read` by physical offset (what ConsumeQueue entries and
+msgIds point at) and `DLedgerCommitLog.scan_fields` of committed entries for the
+dispatcher, which skips the NOOP entries a new DLedger leader appends (RocketMQ's
+scanner does not know them). The record layout is read by the message codec
+(`protocol.message.read_dispatch_fields`), not here.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+from raftmq.broker.store.consumequeue import ENTRY
+from raftmq.broker.store.replicated_log import LogEntries, ReplicatedLog
+from raftmq.dledger.codes import Code, EntryType
+from raftmq.dledger.server import DLedgerError
+from raftmq.dledger.store import entry as dentry
+
+from raftmq.hotpath import compiled_or
+from raftmq.protocol import message as codec
+
+if TYPE_CHECKING:
+    from raftmq.broker.store.classic_log import ClassicLog
+
+BODY_OFFSET = dentry.HEADER_SIZE  # DLedgerEntry.BODY_OFFSET: physical offset = pos + 48
+
+_INT = struct.Struct(">i")
+# Half and rolled-back transactional messages get no queue offset and no ConsumeQueue
+# entry (RocketMQ's CommitLog and dispatcher skip them alike).
+TRANSACTIONS_WITHOUT_QUEUE_OFFSET = (
+    codec.MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+    codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
+)
+
+
+@attrs.define(slots=True)
+class DispatchRequest:
+    """What one committed message contributes to its ConsumeQueue and to the key index
+    (not frozen: a frozen attrs class costs three times as much to build, once per
+    message per replica). `uniq_key` and `keys` are its UNIQ_KEY and KEYS properties,
+    "" when absent, read while the properties are at hand."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    sysflag: int
+    tags_code: int
+    store_timestamp: int
+    uniq_key: str
+    keys: str
+
+
+def dispatch_fields(view, offset: int, physical_offset: int) -> tuple:
+    """A DispatchRequest's fields, in order, for the record at `offset` of `view` (a
+    committed entry body).
+
+    The tags code is the hash of the TAGS property, or for a delayed message in
+    the schedule topic its delivery time (which RocketMQ keeps there instead).
+    """
+    try:
+        total, queue_id, queue_offset, sysflag, store_timestamp, topic, properties = (
+            codec.READ_DISPATCH_FIELDS(view, offset)
+        )
+    except codec.MessageFormatError as exc:
+        raise codec.MessageFormatError(f"{exc} (physical offset {physical_offset})") from None
+    return (
+        topic,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        total,
+        sysflag,
+        codec.properties_tags_code(properties) if properties else 0,
+        store_timestamp,
+        *(codec.PROPERTIES_INDEX_KEYS(properties) if properties else ("", "")),
+    )
+
+
+def dispatch_rows(blob, last_index: int) -> tuple[list[tuple[int, tuple | None]], Exception | None]:
+    """(index, DispatchRequest fields or None for a NOOP) of each entry of `blob` (entries
+    as the store encodes them) up to `last_index`, and the error that stopped the walk
+    early, if one did: the rows before a bad entry are still dispatched, and then the
+    error raised, as a walk entry by entry would. Compiled where the build allows."""
+    view = memoryview(blob)
+    rows: list[tuple[int, tuple | None]] = []
+    try:
+        for offset, etype, _size, e_index, _term, pos, _chain in dentry.iter_entries(view):
+            if e_index > last_index:
+                break
+            if etype == EntryType.NOOP:
+                rows.append((e_index, None))
+            else:
+                body_pos = pos + BODY_OFFSET
+                rows.append((e_index, dispatch_fields(view, offset + BODY_OFFSET, body_pos)))
+    except Exception as exc:  # noqa: BLE001 - returned; scan raises it after the rows
+        return rows, exc
+    return rows, None
+
+
+DISPATCH_ROWS = compiled_or("dispatch_rows", dispatch_rows)
+
+
+def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytearray, int]:
+    """The record `body` as the leader stores it at `body_pos`, and its queue offset:
+    the next of its queue (`next_offsets`, which it advances), or 0 for a transactional
+    message that gets none. Compiled where the build allows (PLACE_RECORD)."""
+    _total, queue_id, _q, sysflag, _ts, topic, _props = codec.read_dispatch_fields(body)
+    if codec.MessageSysFlag.get_transaction_value(sysflag) in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
+        queue_offset = 0
+    else:
+        key = (topic, queue_id)
+        queue_offset = next_offsets.get(key, 0)
+        next_offsets[key] = queue_offset + 1
+    record = bytearray(body)  # the entry codec concatenates it; no copy back to bytes
+    codec.patch_offsets(record, queue_offset, body_pos)
+    return record, queue_offset
+
+
+PLACE_RECORD = compiled_or("place_record", place_record)
+
+
+def place_records(
+    bodies: list[bytes], body_positions: list[int], next_offsets: dict
+) -> tuple[list[bytearray], list[int]]:
+    """`place_record` for each of a batch of records, in order: (the records as stored,
+    their queue offsets). Compiled where the build allows (PLACE_RECORDS)."""
+    records, queue_offsets = [], []
+    for body, body_pos in zip(bodies, body_positions, strict=True):
+        record, queue_offset = place_record(body, body_pos, next_offsets)
+        records.append(record)
+        queue_offsets.append(queue_offset)
+    return records, queue_offsets
+
+
+PLACE_RECORDS = compiled_or("place_records", place_records)
+
+
+def pull_body(
+    entries, codes, max_count, max_bytes, maps, segment_size, low, high, read, matches=None
+) -> tuple[bytes, int, int, int]:
+    """A pull's response body from `entries` (ConsumeQueue entries from the pulled
+    offset on): (the records taken, concatenated; how many; how many entries were
+    scanned; the physical offset of the last one taken, or -1).
+
+    The scan stops before an entry once `max_count` records are taken or when its
+    record would bring the body past `max_bytes` (the first is taken whatever its
+    size): RocketMQ's maxTransferCountOnMessageInMemory and ...BytesOnMessageInMemory.
+    An entry whose tags code is not in `codes` (None: every one) is skipped, as is a
+    record whose raw PROPERTIES bytes `matches` refuses (an SQL92 filter: the properties,
+    TAGS and the other system ones among them, are all it reads). `matches` must give
+    the same answer each time it is asked about the same bytes: the compiled call may
+    ask again, through this twin, when a record is odd. Whatever it raises ends the
+    pull. A record inside [`low`, `high`) is copied from its segment's buffer in `maps`
+    (segment start -> buffer, segments of `segment_size` bytes), as the log's `read_at`
+    would slice it; any other is read with `read(physical offset, size)`, which raises
+    IndexError for one not stored. Compiled where the build allows (PULL_BODY)."""
+    parts = []
+    total = scanned = 0
+    last = -1
+    for phys, size, tags in ENTRY.iter_unpack(entries):
+        if len(parts) >= max_count or (parts and total + size > max_bytes):
+            break
+        scanned += 1
+        if codes is not None and tags not in codes:
+            continue
+        record = None
+        if low <= phys and size >= 0 and phys <= high - size:
+            offset = phys % segment_size
+            buffer = maps.get(phys - offset)
+            if buffer is not None and offset + size <= len(buffer):
+                record = buffer[offset : offset + size]
+        if record is None:
+            record = read(phys, size)
+        if matches is not None and not matches(codec.READ_DISPATCH_FIELDS(record)[6]):
+            continue
+        parts.append(record)
+        total += size
+        last = phys
+    return b"".join(parts), len(parts), scanned, last
+
+
+PULL_BODY = compiled_or("pull_body", pull_body)
+
+
+class RecordReads:
+    """Reads of CommitLog records by physical offset, over `store.read_at` (the DLedger
+    log's entries, or the classic files): shared by both CommitLogs."""
+
+    store: LogEntries
+    # The classic files a DLedger log continues after an upgrade in place (`upgrade`):
+    # they hold the offsets below its beginning.
+    old_log: ClassicLog | None = None
+
+    def holder(self, physical_offset: int) -> LogEntries:
+        """The log holding `physical_offset`."""
+        return self.store
+
+    def read(self, physical_offset: int, size: int) -> bytes:
+        """The record of `size` bytes at `physical_offset` (IndexError if not stored)."""
+        return self.holder(physical_offset).read_at(physical_offset, size)
+
+    def read_message(self, physical_offset: int) -> bytes:
+        """The whole record at `physical_offset`, its size read from the record."""
+        (size,) = _INT.unpack_from(self.holder(physical_offset).read_at(physical_offset, 4))
+        return self.read(physical_offset, size)
+
+    def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
+        """`scan_fields`, each message's fields as a DispatchRequest."""
+        for index, fields in self.scan_fields(first, last):
+            yield index, None if fields is None else DispatchRequest(*fields)
+
+    def read_pulled(
+        self,
+        entries: bytes | bytearray,
+        codes: frozenset[int] | None,
+        max_count: int,
+        max_bytes: int,
+        matches: Callable[[bytes], bool] | None = None,
+    ) -> tuple[bytes, int, int, int]:
+        """`pull_body` over this log: records in the log's mapped segments are copied
+        from them in one call, the rest (the files before an upgrade) read one by one."""
+        maps, segment_size, low, high = self.store.mapped_data()
+        return PULL_BODY(
+            entries, codes, max_count, max_bytes, maps, segment_size, low, high, self.read, matches
+        )
+
+
+class DLedgerCommitLog(RecordReads):
+    """The broker's view of the DLedger log: put records, read them by physical offset.
+
+    `next_offsets` is the leader's topic-queue offset table (RocketMQ's
+    `topicQueueTable`): the next queue offset per (topic, queueId). The broker
+    rebuilds it from the ConsumeQueues each time this node becomes master.
+    """
+
+    def __init__(self, server: ReplicatedLog) -> None:
+        self.server = server
+        self.store = server.store
+        self.next_offsets: dict[tuple[str, int], int] = {}
+        self._assigned: dict[int, int] = {}  # physical offset -> queue offset, until taken
+        self.store.append_hook = self._place
+
+    def _place(self, body_positions: list[int], bodies: list[bytes]) -> list[bytearray]:
+        records, queue_offsets = PLACE_RECORDS(bodies, body_positions, self.next_offsets)
+        self._assigned.update(zip(body_positions, queue_offsets, strict=True))
+        return records
+
+    def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
+        """Install the offset table of a new term (and forget unclaimed assignments)."""
+        self.next_offsets = dict(table)
+        self._assigned.clear()
+
+    async def put(self, records: list[bytes]) -> list[tuple[int, int]]:
+        """Append records as one request; returns (physical offset, queue offset) of
+        each once a quorum has it on disk. Raises dledger's DLedgerError."""
+        appended = trio.Event()
+        outcome: list = []
+
+        def finished(code: Code, placed) -> None:
+            outcome[:] = [code, placed]
+            appended.set()
+
+        self.server.append_nowait(records, finished)
+        await appended.wait()
+        code, placed = outcome
+        if code is not Code.SUCCESS:
+            raise DLedgerError(code)
+        return self._claim(placed)
+
+    def put_nowait(self, records: list[bytes], done: Callable[[Code, list | None], None]) -> None:
+        """`put` with a callback: `done(code, [(physical offset, queue offset)] or None)`."""
+
+        def finished(code: Code, placed) -> None:
+            done(code, self._claim(placed) if code is Code.SUCCESS else None)
+
+        self.server.append_nowait(records, finished)
+
+    def _claim(self, placed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """(physical offset, queue offset) of appended entries, each claimed once: a queue
+        offset is assigned to a message exactly once, when the leader places it."""
+        assigned = self._assigned
+        claimed = []
+        for _index, pos in placed:
+            physical_offset = pos + BODY_OFFSET
+            queue_offset = assigned.pop(physical_offset, None)
+            if queue_offset is None:
+                raise AssertionError(
+                    f"no queue offset was assigned to the message at physical offset "
+                    f"{physical_offset} (claimed twice, or placed in an earlier term)"
+                )
+            claimed.append((physical_offset, queue_offset))
+        return claimed
+
+    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
+        """(index, DispatchRequest fields) for entries first..last; None for a NOOP entry."""
+        store = self.store
+        index = first
+        while index <= last:
+            blob, count = store.read_encoded(index, 1 << 20)
+            rows, error = DISPATCH_ROWS(blob, last)
+            yield from rows
+            if error is not None:
+                raise error
+            if rows and rows[-1][0] >= last:
+                return
+            index += count

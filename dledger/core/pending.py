@@ -1,0 +1,81 @@
+"""Client appends the leader accepted and has not answered yet (DLedger's pending map).
+
+Each waits for the commit index to pass its last entry. It is answered SUCCESS only
+if that entry is still the one it appended (same term), TERM_CHANGED once a
+truncation or a new leader's log provably replaced it, and WAIT_QUORUM_ACK_TIMEOUT
+when `maxWaitAckTimeMs` passes first — then its fate is unknown to the client.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import attrs
+from raftmq.dledger.codes import Code
+from raftmq.dledger.core.output import Completion
+
+
+@attrs.define(slots=True)
+class _Pending:
+    handle: int
+    term: int
+    first: int
+    last: int
+    deadline_ms: float
+    positions: list
+
+
+class PendingAppends:
+    """Oldest first; deadlines grow with arrival, so the first one expires first."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self) -> None:
+        self._queue: deque[_Pending] = deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, handle: int, term: int, positions: list, deadline_ms: float) -> None:
+        """Entries at `positions` ((index, pos) each) were appended for request `handle`."""
+        queue = self._queue
+        assert not queue or queue[-1].deadline_ms <= deadline_ms
+        queue.append(
+            _Pending(handle, term, positions[0][0], positions[-1][0], deadline_ms, positions)
+        )
+
+    @property
+    def deadline_ms(self) -> float | None:
+        return self._queue[0].deadline_ms if self._queue else None
+
+    def resolve(self, committed_index: int, term_at: Callable[[int], int]) -> list[Completion]:
+        """Answer every append whose last entry is now committed."""
+        done = []
+        queue = self._queue
+        while queue and queue[0].last <= committed_index:
+            p = queue.popleft()
+            committed = term_at(p.last) == p.term
+            code = Code.SUCCESS if committed else Code.TERM_CHANGED
+            done.append(Completion(p.handle, code, p.positions if committed else None))
+        return done
+
+    def drop_lost(self, term_at: Callable[[int], int]) -> list[Completion]:
+        """After a truncation: appends whose first entry is gone can no longer commit."""
+        kept: deque[_Pending] = deque()
+        done = []
+        for p in self._queue:
+            if term_at(p.first) != p.term:
+                done.append(Completion(p.handle, Code.TERM_CHANGED))
+            else:
+                kept.append(p)
+        self._queue = kept
+        return done
+
+    def expire(self, now_ms: float) -> list[Completion]:
+        """Answer WAIT_QUORUM_ACK_TIMEOUT to every append whose deadline has passed."""
+        done = []
+        queue = self._queue
+        while queue and queue[0].deadline_ms <= now_ms:
+            done.append(Completion(queue.popleft().handle, Code.WAIT_QUORUM_ACK_TIMEOUT))
+        return done

@@ -1,0 +1,357 @@
+"""A deterministic simulation of a DLedger group: the real `Replica` core, a simulated
+network, disk and clock, and faults.
+
+Every nondeterministic choice (message delay, drop, duplication, fsync latency,
+what a crash keeps) comes from one `random.Random`, and events are ordered by
+(virtual time, sequence number), so a schedule and a seed replay exactly.
+
+Durability is modelled the way a power cut treats a real machine: a crash keeps the
+hard state its last completed save wrote and whatever the store's last completed
+fsync covered — optionally plus a prefix of the writes since, as a page cache that
+flushed part of its dirty data would. With `stores=sim.disk.FileStores` each log is the
+real file store over a simulated disk, and a crash tears its files and runs its
+recovery. Each replica's outputs are carried out by the core's `Handoff`, the same one
+the trio server uses, which holds every message behind a save of the term and vote it
+depends on; given `hard_state_fsync_ms`, those saves take simulated time, during which
+a crash loses them along with what they held.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import attrs
+from raftmq.dledger.codes import Code, Role
+from raftmq.dledger.config import PAGE_CACHE, DLedgerConfig
+from raftmq.dledger.core.messages import REQUESTS
+from raftmq.dledger.core.output import Completion, Handoff
+from raftmq.dledger.core.replica import Replica
+from raftmq.dledger.sim.checks import Checker, InvariantViolation
+from raftmq.dledger.sim.disk import MemoryStores
+from raftmq.dledger.store.base import LogStore
+
+LIVELOCK_EVENTS = 20000  # events without virtual time moving: the replicas are spinning
+PAGE_CACHE_FLUSH_MS = 10  # DLedger's flushFileInterval: page-cache mode fsyncs this often
+
+
+@attrs.define
+class NetworkConditions:
+    drop: float = 0.0  # probability a message is lost
+    duplicate: float = 0.0  # probability a message is delivered twice
+    min_delay_ms: float = 0.1
+    max_delay_ms: float = 1.0  # independent delays per message reorder them
+
+
+@attrs.define
+class Variant:
+    """Deliberately broken variants: the negative controls the checks must catch."""
+
+    ack_before_fsync: bool = False  # page-cache acks (DLedger's default) under power loss
+    forget_vote_on_crash: bool = False  # a replica whose vote does not survive a restart
+    send_before_hard_state: bool = False  # messages leave while their term/vote is being saved
+
+
+class SimNode:
+    def __init__(self, node_id: str, replica: Replica, store: LogStore, hard_state) -> None:
+        self.id = node_id
+        self.replica = replica
+        self.store = store
+        self.hard_state = hard_state  # (term, vote) as durable on disk
+        self.alive = True
+        self.paused = False
+        self.syncing = False
+        self.sync_again = False
+        self.tick_version = 0
+        self.held: list = []  # events that arrived while paused
+        self.handoff: Handoff | None = None  # set once the node's effects exist (see _boot)
+
+
+class _Effects:
+    """The simulated I/O behind one node's `Handoff`."""
+
+    __slots__ = ("cluster", "node")
+
+    def __init__(self, cluster: SimCluster, node: SimNode) -> None:
+        self.cluster = cluster
+        self.node = node
+
+    def save_hard_state(self, term: int, vote_for: str | None) -> None:
+        cluster, node = self.cluster, self.node
+        if cluster.hard_state_fsync_ms is None:
+            node.hard_state = (term, vote_for)
+            node.handoff.hard_state_saved()
+            return
+        delay = cluster.rng.uniform(*cluster.hard_state_fsync_ms)
+        event = (node.id, (node.handoff, (term, vote_for)))
+        cluster._push_event(cluster.now + delay, "hard_state_saved", event)
+        if cluster.variant.send_before_hard_state:
+            node.handoff.hard_state_saved()
+
+    def send(self, msg) -> None:
+        self.cluster._send(self.node.id, msg)
+
+    def sync(self) -> None:
+        node = self.node
+        if node.syncing:
+            node.sync_again = True
+        else:
+            self.cluster._start_sync(node)
+
+    def role_changed(self, term: int, role: Role) -> None:
+        self.cluster.checker.role_changed(self.node.id, term, role)
+
+    def committed(self, index: int) -> None:
+        self.cluster.checker.committed(self.node.id, index)
+
+    def completed(self, completion: Completion) -> None:
+        self.cluster._completed(
+            self.node.id, completion.handle, completion.code, completion.positions
+        )
+
+
+class SimCluster:
+    def __init__(
+        self,
+        size: int,
+        rng: random.Random,
+        conditions: NetworkConditions | None = None,
+        variant: Variant | None = None,
+        fsync_ms: tuple[float, float] = (0.2, 2.0),
+        segment_size: int = 4096,
+        config_overrides: dict | None = None,
+        stores=MemoryStores,
+        hard_state_fsync_ms: tuple[float, float] | None = None,
+    ) -> None:
+        self.rng = rng
+        self.conditions = conditions or NetworkConditions()
+        self.variant = variant or Variant()
+        self.fsync_ms = fsync_ms
+        self.hard_state_fsync_ms = hard_state_fsync_ms  # None: term and vote save at once
+        self.segment_size = segment_size
+        self.ids = [f"n{i}" for i in range(size)]
+        peers = {node_id: f"127.0.0.1:{40911 + i}" for i, node_id in enumerate(self.ids)}
+        self._config_kwargs = dict(group="sim", peers=peers, **(config_overrides or {}))
+        if self.variant.ack_before_fsync:
+            self._config_kwargs["flush_disk_type"] = PAGE_CACHE
+        self.now = 0.0
+        self._events_at_now = 0
+        self._queue: list = []
+        self._seq = 0
+        self.blocked: set[tuple[str, str]] = set()  # (src, dst) links that lose everything
+        self.checker = Checker(self)
+        self.nodes: dict[str, SimNode] = {}
+        self._handles = 0
+        self.appends: dict[int, bytes] = {}  # handle -> body as placed in the log
+        # Models layered on the group (a broker per replica): `after_event(node)` once a
+        # live node has handled an event, `completed(node_id, handle, code, positions)`
+        # for every client append's outcome.
+        self.observers: list = []
+        # What each log is kept in and what a crash leaves of it (`sim.disk`).
+        self.stores = stores(rng, segment_size)
+        for node_id in self.ids:
+            self.nodes[node_id] = self._boot(node_id, self.stores.fresh(node_id), (0, None))
+
+    # ------------------------------------------------------------------ nodes
+    def _boot(self, node_id: str, store: LogStore, hard_state) -> SimNode:
+        config = DLedgerConfig(self_id=node_id, **self._config_kwargs)
+        replica = Replica(
+            config, store, random.Random(self.rng.random()), hard_state[0], hard_state[1], self.now
+        )
+        node = SimNode(node_id, replica, store, hard_state)
+        node.handoff = Handoff(replica, _Effects(self, node))
+        self.nodes[node_id] = node
+        self._schedule_tick(node)
+        return node
+
+    def crash(self, node_id: str, keep_unsynced: int = 0) -> None:
+        node = self.nodes[node_id]
+        if not node.alive:
+            return
+        node.alive = False
+        node.held.clear()
+        node.store = self.stores.crashed(node, keep_unsynced)
+        if self.variant.forget_vote_on_crash:
+            node.hard_state = (node.hard_state[0], None)
+        self.checker.crashed(node_id)
+
+    def restart(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        if node.alive:
+            return
+        self._boot(node_id, node.store, node.hard_state)
+
+    def pause(self, node_id: str) -> None:
+        self.nodes[node_id].paused = True
+
+    def resume(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        if not node.paused:
+            return
+        node.paused = False
+        held, node.held = node.held, []
+        for kind, payload in held:
+            self._push_event(self.now, kind, (node.id, payload))
+        self._schedule_tick(node)
+
+    def partition(self, groups: list[list[str]]) -> None:
+        """Only nodes in the same group hear each other."""
+        where = {n: g for g, members in enumerate(groups) for n in members}
+        self.blocked = {
+            (a, b)
+            for a in self.ids
+            for b in self.ids
+            if a != b and where.get(a, -1) != where.get(b, -2)
+        }
+
+    def block_one_way(self, src: str, dst: str) -> None:
+        self.blocked.add((src, dst))
+
+    def heal(self) -> None:
+        self.blocked.clear()
+
+    def leader(self) -> SimNode | None:
+        leaders = [n for n in self.nodes.values() if n.alive and n.replica.role is Role.LEADER]
+        return max(leaders, key=lambda n: n.replica.term) if leaders else None
+
+    def run_until_leader(
+        self, limit_ms: float = 2000.0, not_id: str | None = None, settle_ms: float = 0.0
+    ) -> tuple[SimNode, float]:
+        """Step virtual time 1 ms at a time until a live leader other than `not_id` exists.
+
+        Then run `settle_ms` more (time for the followers to hear of it) and return the
+        leader as it stands then, with the ms it took to appear (settling not counted).
+        No leader is a liveness failure of the caller's scenario, not a safety violation,
+        so it raises a plain AssertionError, never the checker's InvariantViolation that
+        negative-control tests expect.
+        """
+        start = self.now
+        while self.now - start < limit_ms:
+            self.run_until(self.now + 1.0)
+            leader = self.leader()
+            if leader is not None and leader.id != not_id:
+                elapsed = self.now - start
+                if settle_ms:
+                    self.run_until(self.now + settle_ms)
+                    leader = self.leader()
+                    if leader is None:
+                        raise AssertionError(f"the leader was lost within {settle_ms} ms")
+                return leader, elapsed
+        raise AssertionError(f"no leader within {limit_ms} ms")
+
+    # ------------------------------------------------------------------ clients
+    def client_append(self, node_id: str | None = None, body: bytes | None = None) -> int | None:
+        """Send one append to `node_id` (default: the current leader); returns its handle."""
+        node = self.nodes[node_id] if node_id else self.leader()
+        if node is None or not node.alive or node.paused:
+            return None
+        self._handles += 1
+        handle = self._handles
+        body = body if body is not None else f"v{handle}".encode()
+        self.appends[handle] = body
+        code = node.replica.append(handle, [body], self.now)
+        if code is Code.SUCCESS:  # the store's append hook may have rewritten the body
+            self.appends[handle] = node.store.get(node.store.end_index).body
+        else:
+            self._completed(node.id, handle, code, None)
+        self._drain(node)
+        return handle
+
+    # ------------------------------------------------------------------ event loop
+    def _push_event(self, when: float, kind: str, payload) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (when, self._seq, kind, payload))
+
+    def _schedule_tick(self, node: SimNode) -> None:
+        node.tick_version += 1
+        when = max(self.now, node.replica.next_deadline_ms())
+        self._push_event(when, "tick", (node.id, node.tick_version))
+
+    def run_until(self, until_ms: float) -> None:
+        while self._queue and self._queue[0][0] <= until_ms:
+            when, _seq, kind, payload = heapq.heappop(self._queue)
+            if when > self.now:
+                self.now = when
+                self._events_at_now = 0
+            self._events_at_now += 1
+            if self._events_at_now > LIVELOCK_EVENTS:
+                raise InvariantViolation(
+                    f"livelock: {LIVELOCK_EVENTS} events at t={self.now}ms ({kind})"
+                )
+            node = self.nodes[payload[0]]
+            if not node.alive:
+                continue
+            if node.paused:
+                if kind != "tick":
+                    node.held.append((kind, payload[1]))
+                continue
+            self._dispatch(node, kind, payload[1])
+            self.checker.check(node)
+            for observer in self.observers:
+                observer.after_event(node)
+        self.now = max(self.now, until_ms)
+
+    def _dispatch(self, node: SimNode, kind: str, data) -> None:
+        replica = node.replica
+        if kind == "tick":
+            if data != node.tick_version:
+                return
+            replica.tick(self.now)
+        elif kind == "deliver":
+            replica.receive(data, self.now)
+        elif kind == "send_failed":
+            replica.send_failed(data, self.now)
+        elif kind == "synced":
+            plan = data
+            if node.store is replica.store:
+                plan.run()
+                node.syncing = False
+                replica.persisted(plan.end_index, plan.generation, self.now)
+                if node.sync_again:
+                    node.sync_again = False
+                    self._start_sync(node)
+        elif kind == "hard_state_saved":
+            handoff, hard_state = data
+            if handoff is node.handoff:  # not a save from before a crash
+                node.hard_state = hard_state
+                if not self.variant.send_before_hard_state:
+                    handoff.hard_state_saved()
+        self._drain(node)
+
+    def _drain(self, node: SimNode) -> None:
+        """Carry out the replica's output through its hand-off, then arm its next tick."""
+        node.handoff.drain()
+        if self.variant.ack_before_fsync and not node.syncing:
+            self._start_sync(node, delay=PAGE_CACHE_FLUSH_MS)
+        self._schedule_tick(node)
+
+    def _completed(self, node_id: str, handle: int, code: Code, positions) -> None:
+        self.checker.completed(node_id, handle, code, positions)
+        for observer in self.observers:
+            observer.completed(node_id, handle, code, positions)
+
+    def _start_sync(self, node: SimNode, delay: float | None = None) -> None:
+        node.syncing = True
+        if delay is None:
+            delay = self.rng.uniform(*self.fsync_ms)
+        self._push_event(self.now + delay, "synced", (node.id, node.store.sync_plan()))
+
+    def _send(self, src: str, msg) -> None:
+        dst = msg.remote_id
+        if dst not in self.nodes:
+            return
+        cond = self.conditions
+        if (
+            not self.nodes[dst].alive
+            and isinstance(msg, REQUESTS)
+            and (src, dst) not in self.blocked
+        ):
+            # a crashed process refuses connections: the sender learns at once
+            self._push_event(self.now + cond.min_delay_ms, "send_failed", (src, msg))
+            return
+        if (src, dst) in self.blocked or self.rng.random() < cond.drop:
+            return
+        copies = 2 if self.rng.random() < cond.duplicate else 1
+        for _ in range(copies):
+            delay = self.rng.uniform(cond.min_delay_ms, cond.max_delay_ms)
+            self._push_event(self.now + delay, "deliver", (dst, msg))
