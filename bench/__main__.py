@@ -83,7 +83,7 @@ def _cell(key: str, value) -> str:
 
 
 def table(rows: list[dict], columns=COLUMNS) -> str:
-    """A Markdown table, so the README can show it as printed."""
+    """A Markdown table, so docs/benchmarks.md can show it as printed."""
     cells = [[title for _, title in columns]]
     cells += [[_cell(key, row.get(key)) for key, _ in columns] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]

@@ -17,7 +17,7 @@ when all of that holds, 1 when not. Everything it saw goes to `DIR/fuzz.json`.
 
 Peer-port inputs name members as senders too, and come from the members' host, so
 forged votes and pushes are part of what a run sends; what a member's forged bytes
-can do (and what they cannot) is in the README's section on the replica.
+can do (and what they cannot) is in docs/security.md, "The DLedger peer port".
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@
 - a one-node broker's config file, for tests of how `mqbroker` stops;
 - what a client call raises when it gets no usable answer (`NO_ANSWER`);
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
+- the pages of the docs (`DOC_PAGES`), which tests hold to the tree.
 
 The fakes the client tests run against are in `tests.client_fakes`.
 """
@@ -424,3 +425,10 @@ def require_tools(tools: Iterable[str]) -> None:
             if under_ci():
                 pytest.fail(f"CI: {missing}", pytrace=False)
             pytest.skip(missing)
+
+
+# ---------------------------------------------------------------- the docs
+
+REPO = Path(__file__).resolve().parent.parent
+# Every page of the docs, the README first: what tests/test_readme.py holds to the tree.
+DOC_PAGES = (REPO / "README.md", REPO / "ARCHITECTURE.md", *sorted((REPO / "docs").glob("*.md")))

@@ -1,5 +1,6 @@
 """`python -m bench broker` runs end to end (without its peer): every phase produces a
-figure, so the README's table can always be measured again. Speed is not asserted."""
+figure, so the tables in docs/benchmarks.md can always be measured again. Speed is not
+asserted."""
 
 from __future__ import annotations
 

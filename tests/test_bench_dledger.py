@@ -1,6 +1,7 @@
 """`bench dledger`'s own phases run end to end against a real 3-process group: every
-figure of raftmq's row is measured, so the README's table can always be measured again.
-Speed is not asserted (PySyncObj's row has its own run in `python -m bench dledger`)."""
+figure of raftmq's row is measured, so the table in docs/benchmarks.md can always be
+measured again. Speed is not asserted (PySyncObj's row has its own run in `python -m
+bench dledger`)."""
 
 from __future__ import annotations
 

@@ -14,8 +14,9 @@ from raftmq.namesrv.config import NamesrvConfig, load_config
 
 from raftmq.config.address import parse_address, parse_peers
 from raftmq.remoting import listen_host
+from tests.helpers import DOC_PAGES, REPO
 
-SAMPLES = Path(__file__).resolve().parent.parent / "broker" / "conf" / "dledger"
+SAMPLES = REPO / "broker" / "conf" / "dledger"
 PEERS = "n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913"
 
 
@@ -300,14 +301,19 @@ def test_unreadable_file() -> None:
         load_broker_config("/nonexistent/broker.conf")
 
 
-def test_the_readme_commands_run_as_written_beside_the_sample_confs() -> None:
-    """The README's `mqnamesrv -c` names a file that ships, and its dledger example binds
-    no port a sample broker conf uses (it reused 40911-40913 and `dledger server` died)."""
-    root = SAMPLES.parent.parent.parent
-    readme = (root / "README.md").read_text()
-    namesrv_conf = re.search(r"mqnamesrv -c (\S+)", readme).group(1)
-    assert load_config(str(root / namesrv_conf)) == (NamesrvConfig(), [])
-    example_peers = re.search(r'^P="([^"]+)"', readme, re.MULTILINE).group(1)
+def test_the_docs_commands_run_as_written_beside_the_sample_confs() -> None:
+    """The docs' `mqnamesrv -c` names a file that ships, their `mqbroker -c` of a sample
+    conf names one that loads, and their dledger example binds no port a sample broker
+    conf uses (it reused 40911-40913 and `dledger server` died)."""
+    text = "\n".join(page.read_text() for page in DOC_PAGES)
+    namesrv_confs = set(re.findall(r"mqnamesrv -c (\S+)", text))
+    assert namesrv_confs
+    for conf in namesrv_confs:
+        assert load_config(str(REPO / conf)) == (NamesrvConfig(), [])
+    broker_confs = set(re.findall(r"mqbroker -c (broker/conf/\S+)", text))
+    assert {f"broker/conf/dledger/broker-n{n}.conf" for n in range(3)} <= broker_confs
+    for conf in broker_confs:
+        load_broker_config(str(REPO / conf))
     used = set()
     for n in range(3):
         config, _ = load_broker_config(str(SAMPLES / f"broker-n{n}.conf"))
@@ -315,7 +321,10 @@ def test_the_readme_commands_run_as_written_beside_the_sample_confs() -> None:
             config.listen_port,
             *(parse_address(a)[1] for a in config.dledger_config().peers.values()),
         }
-    assert not used & {parse_address(a)[1] for a in parse_peers(example_peers).values()}
+    example_peers = re.findall(r'^P="([^"]+)"', text, re.MULTILINE)
+    assert example_peers
+    for peers in example_peers:
+        assert not used & {parse_address(a)[1] for a in parse_peers(peers).values()}
 
 
 def test_disk_ratios_are_percent_keys_that_become_dledgers_ratios(tmp_path: Path) -> None:

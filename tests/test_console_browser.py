@@ -3,8 +3,8 @@ classic master/slave group) and the console as a real process, its page driven i
 headless Chromium by Selenium.
 
 Selenium is given Debian's chromium and chromedriver (`.ci/run` installs them), so it
-never downloads a browser or a driver. With RAFTMQ_SCREENSHOTS_DIR set (the README's
-pictures: `RAFTMQ_SCREENSHOTS_DIR=docs`), each page is saved there as a PNG.
+never downloads a browser or a driver. With RAFTMQ_SCREENSHOTS_DIR set (the pictures
+in docs/console.md: `RAFTMQ_SCREENSHOTS_DIR=docs`), each page is saved there as a PNG.
 """
 
 from __future__ import annotations

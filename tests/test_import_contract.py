@@ -1,4 +1,4 @@
-"""Dependencies point one way (DESIGN.md's layout): every import in raftmq/, jepsen/, bench/
+"""Dependencies point one way (ARCHITECTURE.md's arrows): every import in raftmq/, jepsen/, bench/
 and pyspark_rocketmq/ is checked against the arrows below, read from the source with
 `ast`, so an import inside a function or under TYPE_CHECKING counts too."""
 

@@ -121,7 +121,7 @@ CASES = [
     # booleans: Boolean.valueOf, case-insensitive "true"
     ("t = TRUE", True),
     ("T = TRUE", True),
-    ("TRUE = t", True),  # Java: ClassCastException, no match (README)
+    ("TRUE = t", True),  # Java: ClassCastException, no match (docs/clients.md)
     ("b = TRUE", False),
     ("b = FALSE", True),
     # BETWEEN is >= AND <=, NOT BETWEEN is < OR >
