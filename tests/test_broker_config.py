@@ -327,6 +327,23 @@ def test_the_docs_commands_run_as_written_beside_the_sample_confs() -> None:
         assert not used & {parse_address(a)[1] for a in parse_peers(peers).values()}
 
 
+def test_the_readme_describes_the_sample_confs_as_they_are() -> None:
+    """The first paragraph of the README's group by hand tells a user which names, ports
+    and store directories the sample confs use: each must be what the conf loads to."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## A 3-node group by hand", 1)[1].strip().split("\n\n", 1)[0]
+    for n in range(3):
+        config, _ = load_broker_config(str(SAMPLES / f"broker-n{n}.conf"))
+        named = {
+            f"`{config.broker_name}`",
+            f"`{config.broker_cluster_name}`",
+            str(config.listen_port),
+            *(str(parse_address(a)[1]) for a in config.dledger_config().peers.values()),
+            f"`{Path(config.store_path_root_dir).parent}/`",
+        }
+        assert {word for word in named if word not in section} == set()
+
+
 def test_disk_ratios_are_percent_keys_that_become_dledgers_ratios(tmp_path: Path) -> None:
     defaults = load_text(tmp_path, dledger_conf())[0].dledger_config()
     assert (defaults.disk_space_ratio_to_check_expired, defaults.disk_full_ratio) == (0.75, 0.90)
