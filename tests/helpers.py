@@ -1,5 +1,6 @@
 """What test modules share (no test module imports another):
 
+- the pages of the docs (`DOC_PAGES`), which tests hold to the tree;
 - the DLedger rule tests' 3-peer group and a `Replica` of it to feed by hand;
 - a replicated log of one replica, for message stores without DLedger replication;
 - the broker tests' in-process group (`tests.inprocess_broker`) and its calls;
@@ -8,7 +9,6 @@
 - a one-node broker's config file, for tests of how `mqbroker` stops;
 - what a client call raises when it gets no usable answer (`NO_ANSWER`);
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
-- the pages of the docs (`DOC_PAGES`), which tests hold to the tree.
 
 The fakes the client tests run against are in `tests.client_fakes`.
 """
