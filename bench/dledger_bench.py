@@ -82,10 +82,8 @@ class _Appender:
         if not chunk:
             raise ConnectionError(f"{self.address} closed the connection")
         now = time.perf_counter()
-        self._frames.feed(chunk)
         answered = []
-        while self._frames.ready:
-            _channel, payload = self._frames.ready.popleft()
+        for _channel, payload in self._frames.feed(chunk):
             response = decode_rpc(payload)
             started = self.sent.pop(response["opaque"], None)
             if started is not None:

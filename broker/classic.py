@@ -28,8 +28,8 @@ from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy
 from raftmq.broker.store.classic_log import ABORT_FILE, ClassicLog
 from raftmq.broker.store.ha import HAClient, HAConfig, HAService
 from raftmq.dledger.config import FSYNC
-from raftmq.dledger.store.filesystem import used_ratio
 
+from raftmq.disk.filesystem import used_ratio
 from raftmq.remoting import listen_host
 
 log = logging.getLogger(__name__)

@@ -27,13 +27,13 @@ import traceback
 from pathlib import Path
 
 import trio
-from raftmq.broker.acl.service import AclFileError
+from raftmq.broker.access_control import AclFileError
 from raftmq.broker.config import BrokerConfig, load_broker_config
 from raftmq.broker.controller import BrokerController
-from raftmq.dledger.durable import DiskFailure
 from raftmq.dledger.store.file import ForeignLog, StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 
+from raftmq.disk.durable import DiskFailure
 from raftmq.process.errors import first_leaf
 from raftmq.process.signals import cancel_on_stop_signal
 

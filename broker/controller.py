@@ -31,7 +31,7 @@ from pathlib import Path
 
 import trio
 from prometheus_client import CollectorRegistry
-from raftmq.broker.acl.service import AccessControl
+from raftmq.broker.access_control import AccessControl
 from raftmq.broker.address import BrokerAddress
 from raftmq.broker.admin_queries import AdminQueries
 from raftmq.broker.admin_requests import AdminRequests

@@ -36,7 +36,8 @@ from prometheus_client.registry import Collector
 from raftmq.broker.admin_queries import VERSION_DESC
 from raftmq.broker.stats import SAMPLE_INTERVAL_S, Rates
 from raftmq.broker.store.metadata import DLQ_PREFIX, META_TOPIC, RETRY_PREFIX
-from raftmq.dledger.store.filesystem import used_ratio
+
+from raftmq.disk.filesystem import used_ratio
 
 if TYPE_CHECKING:
     from raftmq.broker.address import BrokerAddress

@@ -38,9 +38,9 @@ from raftmq.broker.store.classic_commitlog import PutStatus
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
 from raftmq.broker.transactions import HALF_TOPIC, TRANSACTION_TOPICS, is_prepared, to_half
 from raftmq.dledger.codes import Code
-from raftmq.dledger.store.filesystem import used_ratio
 
 from raftmq.config.address import parse_address
+from raftmq.disk.filesystem import used_ratio
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id, pack_host

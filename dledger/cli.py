@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry
 from raftmq.dledger.client import ClientError, DLedgerClient, body_for_json
 from raftmq.dledger.codes import Code
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.dledger.durable import DiskFailure
 from raftmq.dledger.metrics import DLedgerCollector
 from raftmq.dledger.server import DLedgerServer
 from raftmq.dledger.store.file import StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 
 from raftmq.config.address import parse_address, parse_peers
+from raftmq.disk.durable import DiskFailure
 from raftmq.process.errors import first_leaf
 from raftmq.process.metrics_endpoint import METRICS_PATH, MetricsPortError, serve_metrics
 from raftmq.process.signals import cancel_on_stop_signal

@@ -9,7 +9,7 @@ for being watched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
@@ -18,7 +18,8 @@ from raftmq.dledger.codes import Role
 
 if TYPE_CHECKING:
     from raftmq.dledger.config import DLedgerConfig
-    from raftmq.dledger.server import DLedgerServer
+    from raftmq.dledger.core.replica import Replica
+    from raftmq.dledger.store.base import LogStore
 
 __all__ = ["DLedgerCollector", "fsync_histogram"]
 
@@ -42,10 +43,20 @@ def fsync_histogram(config: DLedgerConfig):
     return histogram, histogram.labels(config.group, config.self_id)
 
 
-class DLedgerCollector(Collector):
-    """The state of one `DLedgerServer`'s replica, as Prometheus samples."""
+class Member(Protocol):
+    """What the collector reads of a member (a `DLedgerServer`, which creates its fsync
+    histogram here and so sits above this module), at each scrape."""
 
-    def __init__(self, server: DLedgerServer) -> None:
+    config: DLedgerConfig
+    replica: Replica
+    store: LogStore
+    fsync_seconds_family: Histogram
+
+
+class DLedgerCollector(Collector):
+    """The state of one member's replica, as Prometheus samples."""
+
+    def __init__(self, server: Member) -> None:
         self.server = server
 
     def collect(self):

@@ -33,16 +33,16 @@ from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core.output import Completion, Handoff
 from raftmq.dledger.core.replica import Replica
-from raftmq.dledger.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, durably, until_room
 from raftmq.dledger.metrics import fsync_histogram
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.file import FileLogStore
-from raftmq.dledger.store.filesystem import used_ratio
 from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 
+from raftmq.disk.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, durably, until_room
+from raftmq.disk.filesystem import used_ratio
 from raftmq.process import stages
 
 log = logging.getLogger(__name__)

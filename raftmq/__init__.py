@@ -8,6 +8,7 @@ Dependencies point one way; ``tests/test_import_contract.py`` keeps them so:
 
     config, transport,       imported by all, importing none above them: the text of
     process                  configs, byte streams and TLS, what server processes share
+    disk                     durable writes and the file layer under both CommitLogs
     remoting                 the RocketMQ wire protocol
     protocol                 what client and broker both speak: message codec, msgId, headers
     dledger                  the replicated log; knows nothing of messages

@@ -8,9 +8,10 @@
 - a classic slave process stopped for a while (`stopped`);
 - a one-node broker's config file, for tests of how `mqbroker` stops;
 - what a client call raises when it gets no usable answer (`NO_ANSWER`);
+- the client tests' broker groups: one in-process member per group, and a `Relay` in
+  front of it that records what a client sent and answers a request code itself where
+  a test needs a broker misbehaving;
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
-
-The fakes the client tests run against are in `tests.client_fakes`.
 """
 
 from __future__ import annotations
@@ -38,9 +39,19 @@ from raftmq.dledger.sim.cluster import NetworkConditions
 from raftmq.dledger.sim.schedule import Fault, Schedule
 from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.memory import MemoryLogStore
+from raftmq.namesrv.config import NamesrvConfig
+from raftmq.namesrv.server import NamesrvServer
 
 from raftmq.client.errors import MQClientError
-from raftmq.remoting import RequestCode, ResponseCode
+from raftmq.protocol import message as codec
+from raftmq.remoting import (
+    ProcessorTable,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+    ResponseCode,
+)
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
 from raftmq.tools.dledger_local import free_ports
 from tests.inprocess_broker import InProcessGroup
@@ -209,6 +220,194 @@ async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedPr
         check=False,
         env=env,
     )
+
+
+# ---------------------------------------------------------------- the client's brokers
+
+
+async def client_group(
+    nursery,
+    tmp_path: Path,
+    name: str = "broker-a",
+    topics: dict[str, int] | None = None,
+    more_namesrv: tuple[str, ...] = (),
+    nodes: int = 1,
+    **conf: str,
+) -> InProcessGroup:
+    """A broker group `name` for client tests, in this loop, with its name server (and
+    registered with `more_namesrv` too), its topics made (default "T", 4 queues) and
+    `conf` as broker config; one member elects itself at once, so it starts in well
+    under a second."""
+    g = await InProcessGroup(
+        nursery, tmp_path / name, nodes=nodes, more_namesrv=more_namesrv, brokerName=name, **conf
+    ).start()
+    for topic, queues in (topics or {"T": 4}).items():
+        await create_topic(g, topic, queues)
+    return g
+
+
+def queue_contents(g: InProcessGroup) -> Callable:
+    """`await contents(topic, queue_id)`: the messages in one queue of `g`'s master, read
+    with plain PULL_MESSAGE requests (not the client under test)."""
+
+    async def contents(topic: str, queue_id: int) -> list:
+        response = await g.pull(g.master(), topic, queue_id, 0)
+        if response.code != ResponseCode.SUCCESS:
+            return []
+        return codec.decode_all(response.body)
+
+    return contents
+
+
+async def relayed_group(
+    nursery,
+    tmp_path: Path,
+    namesrv: str,
+    name: str = "broker-a",
+    topics: dict[str, int] | None = None,
+    members: int = 1,
+) -> tuple[InProcessGroup, list[Relay]]:
+    """A `client_group` that clients reach through `members` relays registered with
+    `namesrv` as brokerIds 0, 1, ...: the first is the master in the route."""
+    topics = topics or {"T": 4}
+    g = await client_group(nursery, tmp_path, name, topics)
+    relays = []
+    for broker_id in range(members):
+        relay = Relay(g.master().address, name)
+        await nursery.start(relay.run)
+        await relay.register(namesrv, broker_id, topics)
+        relays.append(relay)
+    return g, relays
+
+
+async def start_namesrv(nursery) -> str:
+    """A name server of its own, for brokers a test registers itself (relays)."""
+    server = NamesrvServer(NamesrvConfig(listen_port=0, bind_address="127.0.0.1"))
+    await nursery.start(server.serve)
+    return f"127.0.0.1:{server.port}"
+
+
+def register_request(
+    broker_name: str, address: str, broker_id: int, topics: dict[str, int]
+) -> RemotingCommand:
+    """REGISTER_BROKER of a member at `address` serving `topics`."""
+    table = {
+        topic: {"topicName": topic, "readQueueNums": n, "writeQueueNums": n, "perm": 6}
+        for topic, n in topics.items()
+    }
+    body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table}}).encode()
+    fields = {
+        "brokerName": broker_name,
+        "brokerAddr": address,
+        "clusterName": "DefaultCluster",
+        "haServerAddr": address,
+        "brokerId": broker_id,
+    }
+    return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=fields, body=body)
+
+
+class Relay:
+    """A remoting server in front of a real broker member (`target`), which a test
+    registers with a name server as a member of `name`: it records every request a
+    client sends (`requests`) and forwards it, each client connection over a connection
+    of its own, so the broker's requests to the client (NOTIFY_CONSUMER_IDS_CHANGED)
+    come back to it. A test answers one request code itself with `answer` — a broker
+    misbehaving as the real one cannot be made to (refusing, hanging, hanging up) —
+    and `stop` drops it like a killed process (the name server forgets it at once).
+    """
+
+    def __init__(self, target: str, name: str = "broker-a") -> None:
+        self.target = target
+        self.name = name
+        self.requests: list[RemotingCommand] = []
+        self.connections: set = set()
+        self._handlers: dict[int, Callable] = {}
+        self._links: dict = {}  # client connection -> (link to the target, its scope)
+        self.server = RemotingServer(
+            "127.0.0.1",
+            0,
+            ProcessorTable(default=self._process),
+            on_connect=self.connections.add,
+            on_disconnect=self._disconnected,
+        )
+        self._nursery: trio.Nursery | None = None
+        self._stopped = trio.Event()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.port}"
+
+    def codes(self) -> list[int]:
+        return [r.code for r in self.requests]
+
+    def answer(self, code: int, handler: Callable) -> None:
+        """Answer requests of `code` with `await handler(request, connection)` from now on."""
+        self._handlers[code] = handler
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until `stop()`: `await nursery.start(relay.run)`."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.server.serve)
+                task_status.started()
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        self._nursery.cancel_scope.cancel()
+        await self._stopped.wait()
+
+    async def register(self, namesrv: str, broker_id: int, topics: dict[str, int]) -> None:
+        """REGISTER_BROKER over a connection held until `stop`."""
+        link, _ = await self._nursery.start(self._hold, namesrv, None)
+        response = await link.invoke(register_request(self.name, self.address, broker_id, topics))
+        assert response.code == ResponseCode.SUCCESS, response.remark
+
+    async def _hold(self, address: str, processor, task_status=trio.TASK_STATUS_IGNORED):
+        with trio.CancelScope() as scope:
+            async with RemotingClient(address, processor=processor) as link:
+                task_status.started((link, scope))
+                await trio.sleep_forever()
+
+    def _disconnected(self, connection) -> None:
+        self.connections.discard(connection)
+        held = self._links.pop(connection, None)
+        if held is not None:
+            held[1].cancel()
+
+    async def _link(self, connection) -> RemotingClient:
+        held = self._links.get(connection)
+        if held is None:
+
+            async def back(request: RemotingCommand, _):
+                connection.invoke_oneway(request)  # the broker's notifications are oneway
+
+            held = self._links[connection] = await self._nursery.start(
+                self._hold, self.target, back
+            )
+        return held[0]
+
+    async def _process(self, request: RemotingCommand, connection):
+        self.requests.append(request)
+        handler = self._handlers.get(request.code)
+        if handler is not None:
+            return await handler(request, connection)
+        return await self.forward(request, connection)
+
+    async def forward(self, request: RemotingCommand, connection):
+        """The broker's answer to `request` (a handler given to `answer` may end so)."""
+        link = await self._link(connection)
+        forwarded = RemotingCommand(
+            request.code, ext_fields=dict(request.ext_fields), body=request.body
+        )
+        if request.is_oneway:
+            link.invoke_oneway(forwarded)
+            return None
+        answer = await link.invoke(forwarded, 30.0)
+        return request.make_response(
+            answer.code, answer.remark, ext_fields=answer.ext_fields, body=answer.body
+        )
 
 
 # ---------------------------------------------------------------- simulation schedules

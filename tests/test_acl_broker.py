@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 import yaml
-from raftmq.broker.acl import service
+from raftmq.broker import access_control
 from raftmq.broker.acl.plain import with_account
 from raftmq.broker.config import load_broker_config
 from raftmq.broker.store.metadata import META_TOPIC, Metadata
@@ -118,7 +118,7 @@ async def test_our_clients_sign_with_their_credentials(nursery, tmp_path):
 
 
 async def test_an_edited_file_is_reloaded_and_a_bad_one_ignored(nursery, tmp_path, monkeypatch):
-    monkeypatch.setattr(service, "POLL_S", 0.05)
+    monkeypatch.setattr(access_control, "POLL_S", 0.05)
     g = await acl_group(nursery, tmp_path)
     assert (await send_as(g, PRODUCER, "ReadOnly")).code == ResponseCode.NO_PERMISSION
     edited = json.loads(json.dumps(ACL))
@@ -137,7 +137,7 @@ async def test_an_edited_file_is_reloaded_and_a_bad_one_ignored(nursery, tmp_pat
 async def test_changes_through_the_master_reach_every_file_and_survive_it(
     nursery, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(service, "POLL_S", 0.05)
+    monkeypatch.setattr(access_control, "POLL_S", 0.05)
     g = await acl_group(nursery, tmp_path)
     slave = g.slaves()[0]
     update = {
@@ -150,12 +150,12 @@ async def test_changes_through_the_master_reach_every_file_and_survive_it(
     assert answer.code == ResponseCode.SUCCESS, answer.remark
     bad = await g.call(g.master(), RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {
         **update, "topicPerms": "Allowed=WRITE"})  # fmt: skip
-    assert bad.code == service.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+    assert bad.code == access_control.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
     assert "topicPerms" in bad.remark
     gone = await g.call(g.master(), RequestCode.DELETE_ACL_CONFIG, {"accessKey": "producer1"})
     assert gone.code == ResponseCode.SUCCESS
     again = await g.call(g.master(), RequestCode.DELETE_ACL_CONFIG, {"accessKey": "producer1"})
-    assert again.code == service.DELETE_ACL_CONFIG_FAILED
+    assert again.code == access_control.DELETE_ACL_CONFIG_FAILED
     await wait_for(
         lambda: (
             len({acl_file(g, n).read_text() for n in g.ids}) == 1
@@ -237,7 +237,7 @@ async def test_refused_and_admitted_sends_in_one_batch_each_get_their_answer(nur
 async def test_a_replica_enforces_a_change_once_applied_before_its_file_has_it(
     nursery, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(service, "POLL_S", 3600.0)  # no poll writes a file in this test
+    monkeypatch.setattr(access_control, "POLL_S", 3600.0)  # no poll writes a file in this test
     g = await acl_group(nursery, tmp_path)
     update = {"accessKey": "newUser1", "secretKey": "newSecret1", "defaultTopicPerm": "PUB"}
     answer = await g.call(g.master(), RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, update)
@@ -257,20 +257,20 @@ async def test_a_record_applied_while_the_file_is_written_is_written_next(tmp_pa
         None, overrides={"aclEnable": "true", "rocketmqHome": str(tmp_path)}
     )
     metadata = Metadata({})
-    access = service.AccessControl(config, metadata, meta=None, role=None)
+    access = access_control.AccessControl(config, metadata, meta=None, role=None)
     first = with_account({}, {"accessKey": "newUser1", "secretKey": "newSecret1"})
     second = with_account(first, {"accessKey": "newUser2", "secretKey": "newSecret2"})
     metadata.acl, metadata.acl_meta_offset = first, 1
-    real_write = service.write_document
+    real_write = access_control.write_document
 
     def write_while_the_next_is_applied(path, doc):
         metadata.acl, metadata.acl_meta_offset = second, 2
         real_write(path, doc)
 
-    monkeypatch.setattr(service, "write_document", write_while_the_next_is_applied)
+    monkeypatch.setattr(access_control, "write_document", write_while_the_next_is_applied)
     await access.sync()
     assert "newUser2" not in access.path.read_text()
-    monkeypatch.setattr(service, "write_document", real_write)
+    monkeypatch.setattr(access_control, "write_document", real_write)
     await access.sync()
     assert yaml.safe_load(access.path.read_text()) == second
     assert set(access.acl.accounts) == {"newUser1", "newUser2"}

@@ -17,8 +17,8 @@ from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
 from raftmq.broker.store.messagestore import GetStatus, MessageStore
 from raftmq.broker.store.metadata import Metadata
 from raftmq.dledger.codes import Code
-from raftmq.dledger.store.segments import StoreCorruption
 
+from raftmq.disk.segments import StoreCorruption
 from raftmq.protocol import message as codec
 
 FILE_BYTES = 1024

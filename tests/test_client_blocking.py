@@ -1,5 +1,5 @@
 """The blocking facades, called from a worker thread while the test's loop serves the
-name server and broker members."""
+name server and an in-process broker member."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ from raftmq.client import (
     PullStatus,
     SendError,
 )
-from tests.client_fakes import group_of, start_namesrv
+from tests.helpers import client_group
 
 MQ = MessageQueue("T", "broker-a", 0)
 
 
-async def test_blocking_producer_and_pull_consumer(nursery):
-    namesrv = await start_namesrv(nursery)
-    await group_of(nursery, namesrv)
+async def test_blocking_producer_and_pull_consumer(nursery, tmp_path):
+    namesrv = (await client_group(nursery, tmp_path)).namesrv_addr
 
     def script() -> list[bytes]:
         with BlockingProducer(namesrv, send_timeout_s=0.5) as producer:

@@ -1,6 +1,6 @@
-"""The pull consumer against a real name server and in-memory broker members: the pull
-status table, tag filtering, long polling, offsets, and reads from a replica when the
-master is gone."""
+"""The pull consumer against a real name server and in-process broker members (through
+relays that record what it sends, where a test looks): the pull status table, tag
+filtering, long polling, offsets, and reads from a replica when the master is gone."""
 
 from __future__ import annotations
 
@@ -10,15 +10,14 @@ import pytest
 import trio
 
 from raftmq.client import MessageQueue, MQBrokerError, Producer, PullConsumer, PullStatus
-from raftmq.remoting import RequestCode
-from tests.client_fakes import group_of, start_namesrv
+from raftmq.remoting import RequestCode, ResponseCode
+from tests.helpers import client_group, relayed_group, start_namesrv
 
 MQ = MessageQueue("T", "broker-a", 1)
 
 
-async def test_pull_status_table_tags_and_offsets(nursery):
-    namesrv = await start_namesrv(nursery)
-    await group_of(nursery, namesrv)
+async def test_pull_status_table_tags_and_offsets(nursery, tmp_path):
+    namesrv = (await client_group(nursery, tmp_path)).namesrv_addr
     big = bytes(range(256)) * 40
     with trio.fail_after(10):
         async with Producer(namesrv) as producer, PullConsumer(namesrv, "CG") as consumer:
@@ -59,9 +58,8 @@ async def test_pull_status_table_tags_and_offsets(nursery):
             assert await consumer.query_offset(MQ) == 4
 
 
-async def test_long_poll_returns_when_a_message_arrives(nursery):
-    namesrv = await start_namesrv(nursery)
-    await group_of(nursery, namesrv)
+async def test_long_poll_returns_when_a_message_arrives(nursery, tmp_path):
+    namesrv = (await client_group(nursery, tmp_path)).namesrv_addr
     with trio.fail_after(10):
         async with Producer(namesrv) as producer, PullConsumer(namesrv, "CG") as consumer:
             results = []
@@ -78,9 +76,9 @@ async def test_long_poll_returns_when_a_message_arrives(nursery):
     assert [m.body for m in results[0].messages] == [b"late"]
 
 
-async def test_reads_go_to_a_replica_when_the_master_is_gone(nursery):
+async def test_reads_go_to_a_replica_when_the_master_is_gone(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (master, slave) = await group_of(nursery, namesrv, members=2)
+    _, (master, slave) = await relayed_group(nursery, tmp_path, namesrv, members=2)
     with trio.fail_after(10):
         async with (
             Producer(namesrv) as producer,
@@ -100,20 +98,23 @@ async def test_reads_go_to_a_replica_when_the_master_is_gone(nursery):
     assert any(r.code == 11 for r in slave.requests)
 
 
-async def test_offset_commit_follows_a_new_master(nursery):
+async def test_offset_commit_follows_a_new_master(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, (old, new) = await group_of(nursery, namesrv, members=2)
+    _, (old, new) = await relayed_group(nursery, tmp_path, namesrv, members=2)
+
+    async def deposed(request, connection):  # answers "not master" until the route moves on
+        return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, "not master: slave")
+
     with trio.fail_after(10):
         async with PullConsumer(namesrv, "CG") as consumer:
             await consumer.update_offset(MQ, 1)
-            old.master = False  # deposed: answers "not master" until the route moves on
+            old.answer(RequestCode.UPDATE_CONSUMER_OFFSET, deposed)
 
             async def elect():
                 await trio.sleep(0.3)
-                new.master = True
-                await new.register(namesrv, 0)
+                await new.register(namesrv, 0, {"T": 4})
 
             nursery.start_soon(elect)
             await consumer.update_offset(MQ, 2)
-    assert store.offsets[("CG", "T", 1)] == 2
+            assert await consumer.query_offset(MQ) == 2
     assert any(r.code == RequestCode.UPDATE_CONSUMER_OFFSET for r in new.requests)

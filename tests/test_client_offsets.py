@@ -3,6 +3,7 @@ each group member takes."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,6 +39,16 @@ def test_reset_drops_what_was_in_flight():
     offsets.pulled([0, 1], next_begin_offset=2)
     offsets.reset(7)
     assert (offsets.consumed, offsets.next_pull) == (7, 7)
+
+
+def test_a_pull_while_the_last_is_in_the_handler_breaks_the_invariant():
+    """The commit rule covers one pull's messages finishing out of order; a queue pulled
+    again before they are done would be a push loop gone wrong, stopped here."""
+    offsets = QueueOffsets(0)
+    offsets.pulled([0, 1], next_begin_offset=2)
+    offsets.done([1])
+    with pytest.raises(AssertionError, match=r"\[0\] in the handler"):
+        offsets.pulled([2], next_begin_offset=3)
 
 
 @given(st.data())

@@ -1,6 +1,7 @@
-"""The producer against a real name server and in-memory broker members: what it sends,
-how it picks queues, how it retries through a master change, and how it reports a
-failure whose outcome is unknown."""
+"""The producer against a real name server and in-process broker members, reached
+through relays that record what it sends: what it sends, how it picks queues, how it
+retries through a master change, and how it reports a failure whose outcome is unknown
+(a relay answering one request code as the real broker cannot be made to)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,25 @@ import pytest
 import trio
 
 from raftmq.client import Message, MessageQueue, Producer, SendError, SendStatus
+from raftmq.client.consumer import inflate
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.tools.dledger_local import free_ports
-from tests.client_fakes import group_of, inflated, register_request, start_namesrv
+from tests.helpers import queue_contents, register_request, relayed_group, start_namesrv
 
 TOPIC = "T"
 
 
-async def test_send_writes_a_v2_header_and_reports_both_ids(nursery):
+async def test_send_writes_a_v2_header_and_reports_both_ids(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, (broker,) = await group_of(nursery, namesrv)
+    g, (broker,) = await relayed_group(nursery, tmp_path, namesrv)
+    contents = queue_contents(g)
     with trio.fail_after(10):
         async with Producer(namesrv, "PG") as producer:
             result = await producer.send(
                 TOPIC, b"hello", tags="TagA", keys=["k1", "k2"], properties={"color": "red"}
             )
         assert result.status is SendStatus.SEND_OK
-        (stored,) = [m for q in store.queues.values() for m in q]
+        (stored,) = [m for q in range(4) for m in await contents(TOPIC, q)]
         assert result.msg_id == stored.uniq_key and len(result.msg_id) == 32
         assert result.offset_msg_id == stored.msg_id
         assert result.message_queue == MessageQueue(TOPIC, "broker-a", stored.queue_id)
@@ -37,6 +40,7 @@ async def test_send_writes_a_v2_header_and_reports_both_ids(nursery):
             "KEYS": "k1 k2",
             "color": "red",
             "UNIQ_KEY": result.msg_id,
+            "CLUSTER": "TestCluster",  # added by the broker, as RocketMQ's does
         }
         (send,) = [r for r in broker.requests if r.code == RequestCode.SEND_MESSAGE_V2]
         f = send.ext_fields
@@ -62,36 +66,40 @@ async def test_send_writes_a_v2_header_and_reports_both_ids(nursery):
         assert bye == {"clientID": beat["clientID"], "producerGroup": "PG"}
 
 
-async def test_queues_are_chosen_round_robin_or_as_given(nursery):
+async def test_queues_are_chosen_round_robin_or_as_given(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, _ = await group_of(nursery, namesrv)
+    g, _ = await relayed_group(nursery, tmp_path, namesrv)
+    contents = queue_contents(g)
     with trio.fail_after(10):
         async with Producer(namesrv) as producer:
             queues = [(await producer.send(TOPIC, b"x")).message_queue.queue_id for _ in range(8)]
             fixed = MessageQueue(TOPIC, "broker-a", 2)
             assert (await producer.send(TOPIC, b"y", queue=fixed)).message_queue == fixed
     assert queues[4:] == queues[:4] and sorted(queues[:4]) == [0, 1, 2, 3]
-    assert inflated(store.queues[(TOPIC, 2)][-1]) == b"y"
+    assert (await contents(TOPIC, 2))[-1].body == b"y"
 
 
-async def test_large_bodies_are_compressed(nursery):
+async def test_large_bodies_are_compressed(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, _ = await group_of(nursery, namesrv)
+    g, _ = await relayed_group(nursery, tmp_path, namesrv)
+    contents = queue_contents(g)
     body = bytes(range(256)) * 20
     with trio.fail_after(10):
         async with Producer(namesrv) as producer:
             await producer.send(TOPIC, body)
             await producer.send(TOPIC, b"small")
-    big, small = sorted((m for q in store.queues.values() for m in q), key=lambda m: len(m.body))[
-        ::-1
-    ]
-    assert big.sysflag & 1 and len(big.body) < len(body) and inflated(big) == body
+    stored = [m for q in range(4) for m in await contents(TOPIC, q)]
+    big, small = sorted(stored, key=lambda m: len(m.body), reverse=True)
+    assert big.sysflag & 1 and len(big.body) < len(body)
+    inflate(big)
+    assert big.body == body
     assert small.sysflag == 0 and small.body == b"small"
 
 
-async def test_batch_is_one_request_with_consecutive_offsets(nursery):
+async def test_batch_is_one_request_with_consecutive_offsets(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, (broker,) = await group_of(nursery, namesrv)
+    g, (broker,) = await relayed_group(nursery, tmp_path, namesrv)
+    contents = queue_contents(g)
     with trio.fail_after(10):
         async with Producer(namesrv) as producer:
             result = await producer.send_batch(
@@ -99,7 +107,7 @@ async def test_batch_is_one_request_with_consecutive_offsets(nursery):
             )
     (batch,) = [r for r in broker.requests if r.code == RequestCode.SEND_BATCH_MESSAGE]
     assert batch.ext_fields["m"] == "true"
-    stored = store.queues[(TOPIC, result.message_queue.queue_id)]
+    stored = await contents(TOPIC, result.message_queue.queue_id)
     assert [m.body for m in stored] == [b"a", b"b", b"c"]
     assert [m.queue_offset for m in stored] == [0, 1, 2]
     assert stored[1].tags == "T2" and stored[1].keys == "k"
@@ -107,9 +115,9 @@ async def test_batch_is_one_request_with_consecutive_offsets(nursery):
     assert result.offset_msg_id == ",".join(m.msg_id for m in stored)
 
 
-async def test_concurrent_sends_share_one_connection(nursery):
+async def test_concurrent_sends_share_one_connection(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (broker,) = await group_of(nursery, namesrv)
+    _, (broker,) = await relayed_group(nursery, tmp_path, namesrv)
     waiting = 0
     all_in = trio.Event()
     sends = 200
@@ -132,16 +140,15 @@ async def test_concurrent_sends_share_one_connection(nursery):
             assert len(broker.connections) == 1
 
 
-async def test_send_rides_through_a_master_change(nursery):
+async def test_send_rides_through_a_master_change(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, (old, new) = await group_of(nursery, namesrv, members=2)
+    g, (old, new) = await relayed_group(nursery, tmp_path, namesrv, members=2)
+    contents = queue_contents(g)
     refused = trio.Event()
-    old.master = False  # deposed, still up: answers "not master"
-    old_send = old._handlers[RequestCode.SEND_MESSAGE_V2]
 
-    async def refuse(request, connection):
+    async def refuse(request, connection):  # deposed, still up: answers "not master"
         refused.set()
-        return await old_send(request, connection)
+        return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, "not master: slave")
 
     old.answer(RequestCode.SEND_MESSAGE_V2, refuse)
     with trio.fail_after(10):
@@ -150,19 +157,19 @@ async def test_send_rides_through_a_master_change(nursery):
                 inner.start_soon(producer.send, TOPIC, b"across")
                 await refused.wait()
                 await trio.sleep(0.3)  # the old master keeps refusing for a while
-                new.master = True
-                await new.register(namesrv, 0)
+                await new.register(namesrv, 0, {TOPIC: 4})
             started = trio.current_time()
             await producer.send(TOPIC, b"after")
             assert trio.current_time() - started < 0.5
-    bodies = sorted(m.body for q in store.queues.values() for m in q)
+    bodies = sorted([m.body for q in range(4) for m in await contents(TOPIC, q)])
     assert bodies == [b"across", b"after"]
     assert old.codes().count(RequestCode.SEND_MESSAGE_V2) >= 2  # retried with back-off
 
 
-async def test_send_rides_through_a_killed_master(nursery):
+async def test_send_rides_through_a_killed_master(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, (old, new) = await group_of(nursery, namesrv, members=2)
+    g, (old, new) = await relayed_group(nursery, tmp_path, namesrv, members=2)
+    contents = queue_contents(g)
     with trio.fail_after(10):
         async with Producer(namesrv, send_timeout_s=5) as producer:
             await producer.send(TOPIC, b"before")
@@ -170,22 +177,25 @@ async def test_send_rides_through_a_killed_master(nursery):
 
             async def elect():
                 await trio.sleep(0.5)
-                new.master = True
-                await new.register(namesrv, 0)
+                await new.register(namesrv, 0, {TOPIC: 4})
 
             nursery.start_soon(elect)
             result = await producer.send(TOPIC, b"after")
     assert result.status is SendStatus.SEND_OK
-    assert sorted(m.body for q in store.queues.values() for m in q) == [b"after", b"before"]
+    assert sorted([m.body for q in range(4) for m in await contents(TOPIC, q)]) == [
+        b"after",
+        b"before",
+    ]
 
 
 @pytest.mark.parametrize("avoid", [False, True])
-async def test_other_broker_groups_take_over_after_a_failure(nursery, avoid):
+async def test_other_broker_groups_take_over_after_a_failure(nursery, tmp_path, avoid):
     """With latency fault avoidance (`send_latency_fault_enable`), the first failure
     isolates the busy group and no later send tries it."""
     namesrv = await start_namesrv(nursery)
-    _, (busy,) = await group_of(nursery, namesrv, name="broker-a")
-    store_b, _ = await group_of(nursery, namesrv, name="broker-b")
+    _, (busy,) = await relayed_group(nursery, tmp_path, namesrv, "broker-a")
+    g_b, _ = await relayed_group(nursery, tmp_path, namesrv, "broker-b")
+    contents_b = queue_contents(g_b)
 
     async def too_busy(request, connection):
         return request.make_response(ResponseCode.SYSTEM_BUSY, "busy")
@@ -196,7 +206,7 @@ async def test_other_broker_groups_take_over_after_a_failure(nursery, avoid):
             for _ in range(16):
                 result = await producer.send(TOPIC, b"x")
                 assert result.message_queue.broker_name == "broker-b"
-    assert sum(len(q) for q in store_b.queues.values()) == 16
+    assert sum([len(await contents_b(TOPIC, q)) for q in range(4)]) == 16
     tried = busy.codes().count(RequestCode.SEND_MESSAGE_V2)
     if avoid:
         assert tried == 1
@@ -204,10 +214,10 @@ async def test_other_broker_groups_take_over_after_a_failure(nursery, avoid):
         assert 2 <= tried <= 8
 
 
-async def test_several_groups_all_failing_stop_after_retry_times(nursery):
+async def test_several_groups_all_failing_stop_after_retry_times(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (a,) = await group_of(nursery, namesrv, name="broker-a")
-    _, (b,) = await group_of(nursery, namesrv, name="broker-b")
+    _, (a,) = await relayed_group(nursery, tmp_path, namesrv, "broker-a")
+    _, (b,) = await relayed_group(nursery, tmp_path, namesrv, "broker-b")
 
     async def not_master(request, connection):
         return request.make_response(ResponseCode.SERVICE_NOT_AVAILABLE, "not master")
@@ -231,9 +241,9 @@ async def test_several_groups_all_failing_stop_after_retry_times(nursery):
         (ResponseCode.SYSTEM_ERROR, True, False),  # e.g. a quorum-ack timeout
     ],
 )
-async def test_error_answers(nursery, code, indeterminate, single_attempt):
+async def test_error_answers(nursery, tmp_path, code, indeterminate, single_attempt):
     namesrv = await start_namesrv(nursery)
-    _, (broker,) = await group_of(nursery, namesrv)
+    _, (broker,) = await relayed_group(nursery, tmp_path, namesrv)
 
     async def fail(request, connection):
         return request.make_response(code, "no")
@@ -247,9 +257,9 @@ async def test_error_answers(nursery, code, indeterminate, single_attempt):
     assert (caught.value.attempts == 1) == single_attempt
 
 
-async def test_no_answer_is_an_unknown_outcome(nursery):
+async def test_no_answer_is_an_unknown_outcome(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (broker,) = await group_of(nursery, namesrv)
+    _, (broker,) = await relayed_group(nursery, tmp_path, namesrv)
 
     async def never(request, connection):
         await trio.sleep_forever()
@@ -266,9 +276,9 @@ async def test_no_answer_is_an_unknown_outcome(nursery):
     )
 
 
-async def test_lost_connection_after_sending_is_an_unknown_outcome(nursery):
+async def test_lost_connection_after_sending_is_an_unknown_outcome(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (broker,) = await group_of(nursery, namesrv)
+    _, (broker,) = await relayed_group(nursery, tmp_path, namesrv)
 
     async def hang_up(request, connection):
         connection.close("crashed")
@@ -296,9 +306,9 @@ async def test_unreachable_master_and_unknown_topic_are_refusals(nursery):
                 assert (caught.value.indeterminate, caught.value.attempts) == (False, 0)
 
 
-async def test_heartbeats_repeat_on_their_interval(nursery):
+async def test_heartbeats_repeat_on_their_interval(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (broker,) = await group_of(nursery, namesrv)
+    _, (broker,) = await relayed_group(nursery, tmp_path, namesrv)
     beats = 0
     three = trio.Event()
 
@@ -316,13 +326,13 @@ async def test_heartbeats_repeat_on_their_interval(nursery):
             await three.wait()
 
 
-async def test_a_hung_master_costs_one_rpc_timeout(nursery):
+async def test_a_hung_master_costs_one_rpc_timeout(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    store, (old, new) = await group_of(nursery, namesrv, members=2)
+    g, (old, new) = await relayed_group(nursery, tmp_path, namesrv, members=2)
+    contents = queue_contents(g)
 
     async def hang(request, connection):
-        new.master = True
-        await new.register(namesrv, 0)  # elected while the old one hangs
+        await new.register(namesrv, 0, {TOPIC: 4})  # elected while the old one hangs
         await trio.sleep_forever()
 
     old.answer(RequestCode.SEND_MESSAGE_V2, hang)
@@ -331,4 +341,4 @@ async def test_a_hung_master_costs_one_rpc_timeout(nursery):
             started = trio.current_time()
             await producer.send(TOPIC, b"x")
             assert trio.current_time() - started < 1.5
-    assert [m.body for q in store.queues.values() for m in q] == [b"x"]
+    assert [m.body for q in range(4) for m in await contents(TOPIC, q)] == [b"x"]

@@ -1,4 +1,5 @@
-"""The push consumer against a real name server and in-memory broker members: queue
+"""The push consumer against a real name server and in-process broker members (through
+relays that record what it sends, where a test looks): queue
 order, committed offsets, rebalancing a group on NOTIFY_CONSUMER_IDS_CHANGED, and
 redelivery of failed messages through the retry topic."""
 
@@ -12,7 +13,7 @@ import trio
 from raftmq.client import MessageQueue, Producer, PullConsumer, PushConsumer
 from raftmq.protocol.message import MessageExt
 from raftmq.remoting import RequestCode
-from tests.client_fakes import group_of, start_namesrv
+from tests.helpers import client_group, relayed_group, start_namesrv
 
 GROUP = "CG"
 TOPICS = {"T": 4, f"%RETRY%{GROUP}": 1}
@@ -55,9 +56,9 @@ async def committed_offsets(namesrv: str) -> dict[int, tuple[int | None, int]]:
         }
 
 
-async def test_one_member_consumes_every_queue_in_order_and_commits(nursery):
+async def test_one_member_consumes_every_queue_in_order_and_commits(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (broker,) = await group_of(nursery, namesrv, topics=TOPICS)
+    _, (broker,) = await relayed_group(nursery, tmp_path, namesrv, topics=TOPICS)
     collect = Collector()
     with trio.fail_after(10):
         async with Producer(namesrv) as producer:
@@ -89,9 +90,8 @@ async def test_one_member_consumes_every_queue_in_order_and_commits(nursery):
         assert offsets[queue_id][0] == offsets[queue_id][1]  # all committed at close
 
 
-async def test_consume_from_last_offset_skips_the_backlog(nursery):
-    namesrv = await start_namesrv(nursery)
-    await group_of(nursery, namesrv, topics=TOPICS)
+async def test_consume_from_last_offset_skips_the_backlog(nursery, tmp_path):
+    namesrv = (await client_group(nursery, tmp_path, topics=TOPICS)).namesrv_addr
     collect = Collector()
     with trio.fail_after(10):
         async with Producer(namesrv) as producer:
@@ -102,9 +102,8 @@ async def test_consume_from_last_offset_skips_the_backlog(nursery):
     assert [m.body for m in collect.messages] == [b"new"]
 
 
-async def test_a_group_of_two_shares_the_queues_and_hands_them_over(nursery):
-    namesrv = await start_namesrv(nursery)
-    await group_of(nursery, namesrv, topics=TOPICS)
+async def test_a_group_of_two_shares_the_queues_and_hands_them_over(nursery, tmp_path):
+    namesrv = (await client_group(nursery, tmp_path, topics=TOPICS)).namesrv_addr
     first, second = Collector(), Collector()
 
     def two_of_t(queues: frozenset[MessageQueue]) -> bool:
@@ -131,9 +130,9 @@ async def test_a_group_of_two_shares_the_queues_and_hands_them_over(nursery):
     assert all(committed == end for committed, end in offsets.values())
 
 
-async def test_failed_messages_come_back_through_the_retry_topic(nursery):
-    namesrv = await start_namesrv(nursery)
-    await group_of(nursery, namesrv, topics=TOPICS)
+async def test_failed_messages_come_back_through_the_retry_topic(nursery, tmp_path):
+    fast_retries = {"messageDelayLevel": " ".join(["1s"] * 18)}  # the shortest there is
+    namesrv = (await client_group(nursery, tmp_path, topics=TOPICS, **fast_retries)).namesrv_addr
     seen: list[MessageExt] = []
     done = trio.Event()
 
@@ -160,11 +159,11 @@ async def test_failed_messages_come_back_through_the_retry_topic(nursery):
         assert msg.get_property("RETRY_TOPIC") == "T"
 
 
-async def test_pulls_move_to_a_new_master_at_once(nursery):
+async def test_pulls_move_to_a_new_master_at_once(nursery, tmp_path):
     """A master that hangs holds long polls; when the route names a successor, each
     queue pulls from it at once instead of waiting the poll out."""
     namesrv = await start_namesrv(nursery)
-    _, (old, new) = await group_of(nursery, namesrv, members=2, topics=TOPICS)
+    _, (old, new) = await relayed_group(nursery, tmp_path, namesrv, topics=TOPICS, members=2)
     collect = Collector()
     hanging = trio.Event()
 
@@ -179,8 +178,7 @@ async def test_pulls_move_to_a_new_master_at_once(nursery):
                 old.answer(RequestCode.PULL_MESSAGE, hang)
                 await collect.wait_for(1)
                 await hanging.wait()  # queue 0 pulls again: held for good
-            new.master = True
-            await new.register(namesrv, 0)
+            await new.register(namesrv, 0, TOPICS)
             await consumer.instance.routes.refresh("T")
             started = trio.current_time()
             async with Producer(namesrv) as producer:

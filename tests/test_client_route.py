@@ -10,7 +10,7 @@ from raftmq.client.errors import RouteNotFoundError
 from raftmq.client.route import MessageQueue, RouteCache, parse_route
 from raftmq.remoting import RemotingClient, RemotingCommand
 from raftmq.tools.dledger_local import free_ports
-from tests.client_fakes import register_request, start_namesrv
+from tests.helpers import register_request, start_namesrv
 
 JAVA_BODY = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10911"},'

@@ -20,10 +20,10 @@ from raftmq.broker.store.consumequeue import ENTRY, ConsumeQueueTable
 from raftmq.dledger.codes import Code, EntryType, Role
 from raftmq.dledger.sim.cluster import SimCluster
 from raftmq.dledger.sim.disk import FileStores, SimFileSystem
-from raftmq.dledger.store.base import DiskFull
 from raftmq.dledger.store.file import FileLogStore
 
 from jepsen import disk as ballast
+from raftmq.disk.filesystem import DiskFull
 from raftmq.protocol import message as codec
 from raftmq.remoting import ResponseCode
 from tests.helpers import create_topic, group, wait_for

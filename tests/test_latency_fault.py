@@ -10,7 +10,7 @@ import trio
 from raftmq.client import Producer
 from raftmq.client.latency_fault import LatencyFaultTolerance
 from raftmq.remoting import RequestCode
-from tests.client_fakes import group_of, start_namesrv
+from tests.helpers import relayed_group, start_namesrv
 
 TOPIC = "T"
 
@@ -67,15 +67,14 @@ def test_tables_are_checked():
     assert (custom.not_available_ms(10), custom.not_available_ms(250)) == (10, 2000)
 
 
-async def test_a_slow_group_is_avoided_and_the_default_is_off(nursery):
+async def test_a_slow_group_is_avoided_and_the_default_is_off(nursery, tmp_path):
     namesrv = await start_namesrv(nursery)
-    _, (slow,) = await group_of(nursery, namesrv, name="broker-a")
-    await group_of(nursery, namesrv, name="broker-b")
-    answer = slow._handlers[RequestCode.SEND_MESSAGE_V2]
+    _, (slow,) = await relayed_group(nursery, tmp_path, namesrv, "broker-a")
+    await relayed_group(nursery, tmp_path, namesrv, "broker-b")
 
     async def slowly(request, connection):
         await trio.sleep(0.6)  # 550 ms or more: avoided for 30 s
-        return await answer(request, connection)
+        return await slow.forward(request, connection)
 
     slow.answer(RequestCode.SEND_MESSAGE_V2, slowly)
     with trio.fail_after(20):

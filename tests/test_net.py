@@ -301,7 +301,8 @@ async def test_reader_over_lockstep_stream():
                 for ch, p in frames:
                     w.write(ch, p)
                     await trio.sleep(0)
-                await w.close()
+                w.close()
+            await send.aclose()  # the stream is the writer's owner's to close
 
         nursery.start_soon(writer)
         got = await read_all(recv, receive_size=7)
@@ -350,7 +351,7 @@ async def test_writer_batches_frames_into_one_send():
         await trio.sleep(0.001)  # first batch in flight
         for i in range(100, 150):
             w.write(1, b"m%d" % i)
-        await w.close()
+        w.close()
     assert len(stream.sends) == 2
     frames = await read_all(ChunkStream(stream.sends))
     assert frames == [(0 if i < 100 else 1, b"m%d" % i) for i in range(150)]

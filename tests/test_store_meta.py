@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from raftmq.dledger.store.meta import MemoryTermVote, TermVoteFile, atomic_write, parse_properties
+from raftmq.dledger.store.meta import MemoryTermVote, TermVoteFile, parse_properties
+
+from raftmq.disk.filesystem import atomic_write
 
 
 def test_a_node_that_never_saved_starts_at_term_zero_without_a_vote(tmp_path):

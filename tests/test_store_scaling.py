@@ -23,9 +23,9 @@ from raftmq.broker.store.messagestore import (
     parse_delay_levels,
 )
 from raftmq.broker.store.metadata import builtin_topics
-from raftmq.dledger.durable import DiskFailure
 from raftmq.dledger.store.file import FileLogStore
 
+from raftmq.disk.durable import DiskFailure
 from raftmq.protocol import message as codec
 from tests.helpers import OneReplicaLog
 

@@ -44,10 +44,9 @@ async def test_writes_while_idle_leave_in_one_send():
         await trio.sleep(0.001)  # the first batch is in flight
         w.write(b"late1")
         w.write(b"late2")
-        await w.aclose()
+        w.close()
     assert stream.sends == [b"".join(b"h%d:body" % i for i in range(100)), b"late1late2"]
     assert w.pending_bytes == 0
-    assert stream.closed
 
 
 async def test_close_flushes_then_run_returns():
@@ -112,7 +111,8 @@ async def test_write_to_an_idle_socket_leaves_at_once():
         # no checkpoint since the write: only `write` itself can have sent it
         assert _received(peer) == b"head:body"
         assert w.pending_bytes == 0
-        await w.aclose()
+        w.close()
+    await stream.aclose()
     peer.close()
 
 
@@ -124,7 +124,8 @@ async def test_a_wrapped_socket_stream_is_written_through():
         await trio.testing.wait_all_tasks_blocked()
         w.write(b"answer")
         assert _received(peer) == b"answer"
-        await w.aclose()
+        w.close()
+    await stream.aclose()
     peer.close()
 
 
@@ -141,13 +142,15 @@ async def test_what_the_socket_does_not_take_follows_in_order():
             received.extend(chunk)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(w.run)
-        await trio.testing.wait_all_tasks_blocked()
-        w.write(b"first", big)
-        assert w.pending_bytes > 0  # queued for the task behind what the kernel took
-        w.write(b"second")  # never overtakes the queued rest of the first write
-        nursery.start_soon(trio.to_thread.run_sync, drain)
-        await w.aclose()
+        async with trio.open_nursery() as writing:
+            writing.start_soon(w.run)
+            await trio.testing.wait_all_tasks_blocked()
+            w.write(b"first", big)
+            assert w.pending_bytes > 0  # queued for the task behind what the kernel took
+            w.write(b"second")  # never overtakes the queued rest of the first write
+            nursery.start_soon(trio.to_thread.run_sync, drain)
+            w.close()  # run() sends the rest, then returns
+        await stream.aclose()  # the owner's: the drain sees the end
     assert bytes(received) == b"first" + big + b"second"
     peer.close()
 

@@ -21,8 +21,8 @@ from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store.base import InconsistentAppend
 from raftmq.dledger.store.entry import CorruptEntry
 from raftmq.dledger.store.file import FOREIGN_STRIKES, FileLogStore, ForeignLog
-from raftmq.dledger.store.segments import segment_path
 
+from raftmq.disk.segments import segment_path
 from raftmq.protocol import message as codec
 from tests.helpers import OneReplicaLog
 

@@ -35,8 +35,9 @@ from raftmq.broker.store.commitlog import (
     dispatch_fields,
 )
 from raftmq.dledger.codes import Code
-from raftmq.dledger.server import DLedgerError, durably
+from raftmq.dledger.server import DLedgerError
 
+from raftmq.disk.durable import durably
 from raftmq.protocol import message as codec
 
 if TYPE_CHECKING:

@@ -47,8 +47,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
-from raftmq.dledger.store.filesystem import FileSystem, OsFileSystem
-from raftmq.dledger.store.segments import (
+
+from raftmq.disk.filesystem import FileSystem, OsFileSystem
+from raftmq.disk.segments import (
     Segment,
     StoreCorruption,
     list_segments,
@@ -56,7 +57,6 @@ from raftmq.dledger.store.segments import (
     segment_path,
     zero,
 )
-
 from raftmq.protocol import message as codec
 
 log = logging.getLogger(__name__)

@@ -40,8 +40,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from raftmq.dledger.durable import DiskFailure
-from raftmq.dledger.store.meta import fsync_dir
+from raftmq.disk.durable import DiskFailure
+from raftmq.disk.filesystem import fsync_dir
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20, ConsumeQueue.CQ_STORE_UNIT_SIZE

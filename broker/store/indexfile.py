@@ -33,8 +33,7 @@ from array import array
 from collections.abc import Iterable
 from pathlib import Path
 
-from raftmq.dledger.store.meta import atomic_write
-
+from raftmq.disk.filesystem import atomic_write
 from raftmq.hotpath import compiled_or
 from raftmq.protocol.message import JAVA_STRING_HASH
 

@@ -40,9 +40,9 @@ from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue,
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import CommitLog, ReplicatedLog
-from raftmq.dledger.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, until_room
-from raftmq.dledger.store.meta import atomic_write
 
+from raftmq.disk.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, until_room
+from raftmq.disk.filesystem import atomic_write
 from raftmq.protocol import message as codec
 
 log = logging.getLogger(__name__)

@@ -42,9 +42,10 @@ from raftmq.broker.store.classic_log import ClassicLog
 from raftmq.broker.store.commitlog import DLedgerCommitLog
 from raftmq.broker.store.replicated_log import LogEntries, ReplicatedLog
 from raftmq.dledger.store.file import ForeignLog
-from raftmq.dledger.store.filesystem import OsFileSystem
 from raftmq.dledger.store.meta import BEGIN_FILE, begin_after
-from raftmq.dledger.store.segments import list_segments
+
+from raftmq.disk.filesystem import OsFileSystem
+from raftmq.disk.segments import list_segments
 
 log = logging.getLogger(__name__)
 

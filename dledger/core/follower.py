@@ -16,7 +16,9 @@ from collections import deque
 from raftmq.dledger.codes import Code, PushType
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.store import entry as codec
-from raftmq.dledger.store.base import DiskFull, InconsistentAppend
+from raftmq.dledger.store.base import InconsistentAppend
+
+from raftmq.disk.filesystem import DiskFull
 
 log = logging.getLogger(__name__)
 

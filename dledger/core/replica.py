@@ -49,7 +49,9 @@ from raftmq.dledger.core.progress import Progress
 from raftmq.dledger.core.replication import LeaderReplication
 from raftmq.dledger.core.timers import Timer
 from raftmq.dledger.core.transfer import LeadershipTransfer, Transfer
-from raftmq.dledger.store.base import DiskFull, LogStore
+from raftmq.dledger.store.base import LogStore
+
+from raftmq.disk.filesystem import DiskFull
 
 
 class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, LeadershipTransfer):

@@ -21,9 +21,10 @@ import threading
 from pathlib import Path
 
 from raftmq.dledger.sim.checks import InvariantViolation
-from raftmq.dledger.store.base import DiskFull
 from raftmq.dledger.store.file import FileLogStore, StoreCorruption
 from raftmq.dledger.store.memory import MemoryLogStore
+
+from raftmq.disk.filesystem import DiskFull
 
 SIM_INDEX_SEGMENT_BYTES = 32 * 64  # small index files, so runs cross and tear many of them
 
@@ -98,7 +99,7 @@ class _SimFile:
 
 
 class SimFileSystem:
-    """The file layer (`raftmq.dledger.store.filesystem.FileSystem`) in memory.
+    """The file layer (`raftmq.disk.filesystem.FileSystem`) in memory.
 
     Segment files are created preallocated with zeros that are durable at once (the
     allocation), but the file's name is durable only once its directory is synced,

@@ -27,16 +27,6 @@ class InconsistentAppend(ValueError):
     """A follower was asked to append entries that do not continue its log."""
 
 
-class DiskFull(Exception):
-    """The filesystem has no room for a new segment (ENOSPC at its preallocation).
-
-    Raised before anything of the append was written, so the log is as it was: the
-    caller refuses the append (DLedger's DISK_FULL) and may try again once there is
-    room. Unlike a failed fsync (`DiskFailure`, fatal) nothing written is in doubt.
-    Segments are preallocated in full, so writing into one never needs new blocks;
-    a full disk shows only when a new segment is created."""
-
-
 class StoreClosed(ValueError):
     """The store was closed (its owner stopped, perhaps on a disk failure): nothing can
     be read from or written to it any more. A ValueError, as I/O on a closed file is."""

@@ -46,22 +46,14 @@ from raftmq.dledger.store.base import (
     SyncPlan,
     foreign_beginning,
 )
-from raftmq.dledger.store.filesystem import NORMAL, RANDOM, FileSystem, OsFileSystem, SyncHandle
 from raftmq.dledger.store.meta import BEGIN_FILE, begin_text, parse_properties
 from raftmq.dledger.store.recovery import RecoveryReport, recover
 from raftmq.dledger.store.retention import delete_expired
-from raftmq.dledger.store.segments import (
-    BLANK,
-    INDEX,
-    INDEX_SIZE,
-    Segment,
-    StoreCorruption,
-    SyncFailed,
-    first_index_at,
-    open_segment,
-    zero,
-)
+from raftmq.dledger.store.segments import BLANK, INDEX, INDEX_SIZE, SyncFailed, first_index_at
 from raftmq.dledger.store.sync import GroupCommit
+
+from raftmq.disk.filesystem import NORMAL, RANDOM, FileSystem, OsFileSystem, SyncHandle
+from raftmq.disk.segments import Segment, StoreCorruption, open_segment, zero
 
 __all__ = [
     "FileLogStore",

@@ -10,39 +10,14 @@ fsync the directory, so a reader sees either the old or the new file, durably.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from raftmq.config.properties import format_properties, parse_properties
+from raftmq.disk.filesystem import atomic_write
 
 BEGIN_FILE = "begin"  # where a file store's log starts, when not at index 0 and pos 0
 TERM_KEY = "currTerm"
 VOTE_KEY = "voteLeader"
-
-
-def fsync_dir(path: str | Path) -> None:
-    """Make a rename or unlink in `path` durable: without it the new name may vanish in a crash."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Replace `path` with `data` so that after a crash it holds either the old or the new bytes."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def begin_text(begin: tuple[int, int, int, int | None]) -> bytes:

@@ -49,21 +49,18 @@ import struct
 
 import attrs
 from raftmq.dledger.store import entry as codec
-from raftmq.dledger.store.filesystem import NORMAL, RANDOM, SEQUENTIAL
 from raftmq.dledger.store.scan import NoFastStart, Scan
 from raftmq.dledger.store.segments import (
     BLANK,
-    CHUNK_BYTES,
     ENTRY_TYPES,
     INDEX,
     INDEX_SIZE,
-    StoreCorruption,
     SyncFailed,
     first_index_at,
-    list_segments,
-    open_segment,
-    zero,
 )
+
+from raftmq.disk.filesystem import NORMAL, RANDOM, SEQUENTIAL
+from raftmq.disk.segments import CHUNK_BYTES, StoreCorruption, list_segments, open_segment, zero
 
 log = logging.getLogger(__name__)
 

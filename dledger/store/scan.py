@@ -10,7 +10,9 @@ from __future__ import annotations
 import struct
 
 from raftmq.dledger.store import entry as codec
-from raftmq.dledger.store.segments import BLANK, INDEX, INDEX_SIZE, segment_path
+from raftmq.dledger.store.segments import BLANK, INDEX, INDEX_SIZE
+
+from raftmq.disk.segments import segment_path
 
 _BLANK_HEADER = codec.BLANK_HEADER
 _HEADER_SIZE = codec.HEADER_SIZE

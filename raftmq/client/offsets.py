@@ -33,6 +33,9 @@ class QueueOffsets:
     def pulled(self, offsets: Iterable[int], next_begin_offset: int) -> None:
         """A pull handed out `offsets` (filtered messages are not among them: they
         count as done) and the next pull starts at `next_begin_offset`."""
+        # The push consumer hands a queue's messages out one pull at a time, so the
+        # offset it commits covers one pull's worth of messages finishing out of order.
+        assert not self._in_flight, f"pulled again with {sorted(self._in_flight)} in the handler"
         self._in_flight.update(offsets)
         self._next_pull = next_begin_offset
 

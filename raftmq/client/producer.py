@@ -414,6 +414,9 @@ class Producer:
             response = await client.invoke(request, timeout_s)
         except (RemotingConnectError, RemotingTimeoutError) as exc:
             return None, str(exc), True
+        # Its answer: what the result reports (stored or not, queue offset, msgId) is
+        # this message's, never another send's on the same connection.
+        assert response.is_response and response.opaque == request.opaque, (request, response)
         return response, f"broker {address} answered {response.code}: {response.remark}", True
 
 

@@ -235,6 +235,8 @@ class RouteCache:
                 except RouteNotFoundError as exc:
                     fetch.error = exc
                 finally:
+                    # One fetch per topic at a time: every caller meanwhile waited for this one.
+                    assert self._fetches[topic] is fetch, topic
                     del self._fetches[topic]
                     fetch.done.set()
             else:
@@ -272,6 +274,8 @@ class RouteCache:
         raise RouteNotFoundError(topic, "; ".join(reasons))
 
     def _store(self, topic: str, route: TopicRouteData) -> None:
+        # A client never sends one topic's messages by another topic's route.
+        assert route.topic == topic, (topic, route.topic)
         self._stale.discard(topic)
         old = self._routes.get(topic)
         self._routes[topic] = route

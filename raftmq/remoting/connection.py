@@ -47,7 +47,7 @@ from raftmq.remoting.codec import MAX_FRAME_BYTES
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
-from raftmq.remoting.frames import RECEIVE_CHUNK, FrameReader, FrameWriter
+from raftmq.remoting.frames import FrameReader, FrameWriter
 from raftmq.remoting.processor import (
     Dispatcher,
     Processor,
@@ -56,6 +56,7 @@ from raftmq.remoting.processor import (
     take_inline,
 )
 from raftmq.transport.deadlines import DeadlineReaper
+from raftmq.transport.frames import RECEIVE_CHUNK
 from raftmq.transport.idle import close_when_stalled
 
 __all__ = ["DEFAULT_MAX_PENDING_BYTES", "DEFAULT_MAX_RUNNING_REQUESTS", "Connection"]

@@ -33,13 +33,12 @@ class BatchWriter:
 
     - `close()` refuses further writes; `run()` sends what is queued, then returns;
     - `abort()` refuses further writes and drops what is queued; `run()` returns;
-    - `await aclose()` is `close()`, waits for a running `run()` to flush, then closes
-      the stream;
     - cancelling `run()`, or a stream error in it, marks the writer closed and drops
       the queue (the error propagates).
 
-    After any of these, `write` raises trio.ClosedResourceError. The queue is
-    unbounded; `pending_bytes` lets the owner apply its own limit.
+    After any of these, `write` raises trio.ClosedResourceError. The stream is the
+    owner's: it closes it once `run()` has returned (transport.frames says why). The
+    queue is unbounded; `pending_bytes` lets the owner apply its own limit.
     """
 
     def __init__(self, stream: trio.abc.SendStream, stage: str = "written") -> None:
@@ -47,7 +46,6 @@ class BatchWriter:
         self._stage = stage  # the `stages.mark` of each batch sent
         self._pending = bytearray()
         self._wake = trio.Event()
-        self._done = trio.Event()
         self._closed = False
         self._running = False
         self._sending = False  # the task is inside send_all: writes must queue behind it
@@ -109,13 +107,6 @@ class BatchWriter:
         self._pending = bytearray()
         self._wake.set()
 
-    async def aclose(self) -> None:
-        """`close()`, wait for a running `run()` to flush, then close the stream."""
-        self.close()
-        if self._running:
-            await self._done.wait()
-        await self._stream.aclose()
-
     async def run(self) -> None:
         """Send queued bytes until closed; one `send_all` per batch."""
         if self._running:
@@ -141,8 +132,6 @@ class BatchWriter:
         except BaseException:
             self.abort()
             raise
-        finally:
-            self._done.set()
 
 
 def _plain_socket(stream):

@@ -1,14 +1,16 @@
-"""The file layer under the file store: everything it asks of the operating system.
+"""The file layer under the file stores: everything they ask of the operating system.
 
-The store reads its segments through shared memory maps, writes them with `write`
-(pwrite: a write fault on each fresh page of a map costs about four times the CPU of
-copying the same bytes in with one call; both land in the same page cache, so the
-maps see them at once) and makes them durable with fdatasync; it lists, sizes,
-creates and deletes segment files, fsyncs their directories, and replaces the small
-`begin` file atomically. Those calls, and nothing else, go through a `FileSystem`, so
-the same store runs over the real one (`OsFileSystem`, here) and over the
-simulator's (`raftmq.dledger.sim.disk`), which keeps durable and volatile bytes apart
-and at a crash keeps only what was fsynced plus a torn prefix of the rest.
+The DLedger file store and the classic CommitLog read their segments through shared
+memory maps, write them with `write` (pwrite: a write fault on each fresh page of a
+map costs about four times the CPU of copying the same bytes in with one call; both
+land in the same page cache, so the maps see them at once) and make them durable with
+fdatasync; they list, size, create and delete segment files, fsync their directories,
+and replace small files (DLedger's `begin`) atomically. Those calls, and nothing else,
+go through a `FileSystem`, so the same store runs over the real one (`OsFileSystem`,
+here) and over the simulator's (`raftmq.dledger.sim.disk`), which keeps durable and
+volatile bytes apart and at a crash keeps only what was fsynced plus a torn prefix of
+the rest. `atomic_write`, `fsync_dir` and `used_ratio` serve the message store's
+metadata, checkpoints and disk checks too.
 
 A segment's `map` is a readable buffer of the file's full size (an mmap: slicing it
 gives bytes), so the store's hot paths read it directly, with no call through the
@@ -24,9 +26,6 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from raftmq.dledger.store.base import DiskFull
-from raftmq.dledger.store.meta import atomic_write, fsync_dir
-
 _CHUNK_BYTES = 1 << 20  # unit of scanning for leftovers
 _ZERO_CHUNK = bytes(_CHUNK_BYTES)
 
@@ -39,6 +38,41 @@ _ZERO_CHUNK = bytes(_CHUNK_BYTES)
 RANDOM = getattr(mmap, "MADV_RANDOM", None)
 NORMAL = getattr(mmap, "MADV_NORMAL", None)
 SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
+
+
+class DiskFull(Exception):
+    """The filesystem has no room for a new segment (ENOSPC at its preallocation).
+
+    Raised before anything of the append was written, so the log is as it was: the
+    caller refuses the append (DLedger's DISK_FULL) and may try again once there is
+    room. Unlike a failed fsync (`DiskFailure`, fatal) nothing written is in doubt.
+    Segments are preallocated in full, so writing into one never needs new blocks;
+    a full disk shows only when a new segment is created."""
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a rename or unlink in `path` durable: without it the new name may vanish in a crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Replace `path` with `data` so that after a crash it holds either the old or the new bytes."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 class SyncHandle(Protocol):
