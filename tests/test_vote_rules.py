@@ -21,20 +21,20 @@ from raftmq.dledger.core.messages import (
 from tests.helpers import GROUP, make_replica
 
 
-def vote(replica, candidate, term, end_index, end_term, now=0.0, sender=None):
+def vote(replica, candidate, term, end_index, end_term, now_ms=0.0, sender=None):
     """Deliver one VoteRequest; return (the VoteResponse, the whole Output)."""
     req = VoteRequest(
         GROUP, sender or candidate, replica.self_id, candidate, term, end_index, end_term, seq=7
     )
-    replica.receive(req, now)
+    replica.receive(req, now_ms)
     out = replica.take_output()
     [resp] = [m for m in out.messages if isinstance(m, VoteResponse)]
     assert resp.seq == 7 and resp.remote_id == (sender or candidate)
     return resp, out
 
 
-def heartbeat(replica, leader, term, now=0.0):
-    replica.receive(HeartBeatRequest(GROUP, leader, replica.self_id, leader, term, seq=3), now)
+def heartbeat(replica, leader, term, now_ms=0.0):
+    replica.receive(HeartBeatRequest(GROUP, leader, replica.self_id, leader, term, seq=3), now_ms)
     out = replica.take_output()
     [resp] = [m for m in out.messages if isinstance(m, HeartBeatResponse)]
     return resp, out
@@ -262,9 +262,9 @@ def test_follower_via_higher_term_heartbeat_path_also_records_its_vote():
     assert heartbeat(r, "n1", 2)[0].code == Code.TERM_NOT_READY
     r.tick(0.0)
     assert r.term == 2 and r.vote_for is None
-    assert heartbeat(r, "n1", 2, now=1.0)[0].code == Code.SUCCESS
+    assert heartbeat(r, "n1", 2, now_ms=1.0)[0].code == Code.SUCCESS
     assert r.vote_for == "n1"
-    resp, _ = vote(r, "n2", 2, -1, -1, now=2.0)
+    resp, _ = vote(r, "n2", 2, -1, -1, now_ms=2.0)
     assert resp.vote_result is VoteResult.REJECT_ALREADY_HAS_LEADER
 
 

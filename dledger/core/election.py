@@ -90,7 +90,7 @@ class Election:
             return None
         return float("-inf") if self.need_increase_term_immediately else self.next_vote_ms
 
-    def _campaign(self, now: float) -> None:
+    def _campaign(self, now_ms: float) -> None:
         """The vote gap ran out: move to the next term if the last round says so, then
         start a round (or, after adopting a newer term, wait one more gap)."""
         if (
@@ -102,9 +102,9 @@ class Election:
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         if self.need_increase_term_immediately:
             self.need_increase_term_immediately = False
-            self.next_vote_ms = now + self._vote_gap_ms()
+            self.next_vote_ms = now_ms + self._vote_gap_ms()
             return
-        self._start_round(now)
+        self._start_round(now_ms)
 
     def _round_due_ms(self) -> float | None:
         return self._round.deadline_ms if self._round is not None else None
@@ -120,10 +120,10 @@ class Election:
     def _taking_leadership(self) -> bool:
         return self.term_to_take_leadership == self.term
 
-    def _start_round(self, now: float) -> None:
+    def _start_round(self, now_ms: float) -> None:
         cfg = self.config
         wait = 2 * cfg.heartbeat_interval_ms + self._rand(0, cfg.max_vote_interval_ms)
-        self._round = VoteRound(self.term, self._next_seq(), now + wait, self.peer_count)
+        self._round = VoteRound(self.term, self._next_seq(), now_ms + wait, self.peer_count)
         self.vote_rounds_started += 1
         request = VoteRequest(
             cfg.group,
@@ -135,16 +135,16 @@ class Election:
             self.store.end_term,
             seq=self._round.seq,
         )
-        self._round.record(self.self_id, self._vote_on(request, now), self.term)
+        self._round.record(self.self_id, self._vote_on(request, now_ms), self.term)
         for peer in self.peers:
             self._send(attrs.evolve(request, remote_id=peer))
-        self._maybe_finish_round(now)
+        self._maybe_finish_round(now_ms)
 
-    def _maybe_finish_round(self, now: float) -> None:
+    def _maybe_finish_round(self, now_ms: float) -> None:
         if self._round is not None and self._round.early_stop():
-            self._finish_round(now)
+            self._finish_round(now_ms)
 
-    def _finish_round(self, now: float) -> None:
+    def _finish_round(self, now_ms: float) -> None:
         vote_round, self._round = self._round, None
         if self.role is not Role.CANDIDATE or vote_round.term != self.term:
             return
@@ -153,25 +153,25 @@ class Election:
             result = ParseResult.WAIT_TO_VOTE_NEXT
         self.last_parse_result = result
         if result is ParseResult.PASSED:
-            self._become_leader(now)
+            self._become_leader(now_ms)
             return
         if result is ParseResult.REVOTE_IMMEDIATELY:
-            self.next_vote_ms = now
+            self.next_vote_ms = now_ms
             return
         if result is ParseResult.WAIT_TO_VOTE_NEXT and vote_round.known_max_term > self.term:
             self.known_max_term = max(self.known_max_term, vote_round.known_max_term)
         extra = vote_round.backoff_ms(result, self.lease_ms, self.config.max_vote_interval_ms)
-        self.next_vote_ms = now + self._vote_gap_ms() + extra
+        self.next_vote_ms = now_ms + self._vote_gap_ms() + extra
 
-    def _on_vote_response(self, resp: VoteResponse, now: float) -> None:
+    def _on_vote_response(self, resp: VoteResponse, now_ms: float) -> None:
         if self._round is None or resp.seq != self._round.seq:
             return
         self._round.record(resp.local_id, VoteResult(resp.vote_result), resp.term)
-        self._maybe_finish_round(now)
+        self._maybe_finish_round(now_ms)
 
     # ------------------------------------------------------------------ voter
-    def _on_vote_request(self, req: VoteRequest, now: float) -> None:
-        result = self._vote_on(req, now)
+    def _on_vote_request(self, req: VoteRequest, now_ms: float) -> None:
+        result = self._vote_on(req, now_ms)
         self._send(
             VoteResponse(
                 self.config.group,
@@ -189,7 +189,7 @@ class Election:
             return self.store.end_term
         return self.term
 
-    def _vote_on(self, req: VoteRequest, now: float) -> VoteResult:
+    def _vote_on(self, req: VoteRequest, now_ms: float) -> VoteResult:
         """DLedger's handleVote, checks in its order (log before term)."""
         from_self = req.local_id == self.self_id
         if req.leader_id not in self.config.peers:
@@ -211,7 +211,7 @@ class Election:
                     return VoteResult.REJECT_ALREADY_HAS_LEADER
                 return VoteResult.REJECT_ALREADY_VOTED
         else:
-            self._change_to_candidate(req.term, now)
+            self._change_to_candidate(req.term, now_ms)
             self.need_increase_term_immediately = True
             return VoteResult.REJECT_TERM_NOT_READY
         if req.term < self.store.end_term:

@@ -26,8 +26,8 @@ REORDER_BUFFER = 64  # out-of-order APPEND pushes a follower keeps while waiting
 class FollowerReplication:
     """Part of `Replica`: `leader_verified_index`, deferred acks and the reorder buffer."""
 
-    def _on_push(self, req: PushRequest, now: float) -> None:
-        code = self._accept_leader(req.leader_id, req.term, now)
+    def _on_push(self, req: PushRequest, now_ms: float) -> None:
+        code = self._accept_leader(req.leader_id, req.term, now_ms)
         if code is not Code.SUCCESS:
             self._answer_push(req, code, req.pre_log_index)
             return
@@ -40,7 +40,7 @@ class FollowerReplication:
         else:  # COMMIT: nothing to acknowledge
             self._learn_commit(req.commit_index)
         if self.transfer is not None:  # a transferee campaigns as soon as it has caught up
-            self._check_transfer(now)
+            self._check_transfer(now_ms)
 
     def _answer_push(
         self, req: PushRequest, code: Code, index: int, defer_to: int = -1, **extra

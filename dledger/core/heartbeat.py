@@ -33,16 +33,18 @@ class Heartbeats:
     def _heartbeat_due_ms(self) -> float:
         return self.last_send_heartbeat_ms + self.config.heartbeat_interval_ms
 
-    def _send_heartbeats(self, now: float) -> None:
-        self.last_send_heartbeat_ms = now
+    def _send_heartbeats(self, now_ms: float) -> None:
+        self.last_send_heartbeat_ms = now_ms
         seq = self._next_seq()
-        self._hb_round = HeartbeatRound(seq, now + max(1, self.config.heartbeat_interval_ms - 10))
+        self._hb_round = HeartbeatRound(
+            seq, now_ms + max(1, self.config.heartbeat_interval_ms - 10)
+        )
         # An answer can extend the lease only from when its beat left: beats older than a
         # lease could not extend it past now, so they are forgotten.
         sent = self._beats_sent_ms
-        for old_seq in [s for s, at in sent.items() if at < now - self.lease_ms]:
+        for old_seq in [s for s, at in sent.items() if at < now_ms - self.lease_ms]:
             del sent[old_seq]
-        sent[seq] = now
+        sent[seq] = now_ms
         for peer in self.peers:
             self._send(
                 HeartBeatRequest(
@@ -59,7 +61,7 @@ class Heartbeats:
             return float("-inf")
         return hb_round.deadline_ms
 
-    def _finish_heartbeat_round(self, now: float) -> None:
+    def _finish_heartbeat_round(self, now_ms: float) -> None:
         hb_round, self._hb_round = self._hb_round, None
         answers = list(hb_round.answers.values())
         success = 1 + answers.count(Code.SUCCESS)
@@ -68,7 +70,7 @@ class Heartbeats:
         if is_quorum(success + answers.count(Code.TERM_NOT_READY), self.peer_count):
             self.last_send_heartbeat_ms = float("-inf")  # resend at once
         elif Code.INCONSISTENT_LEADER in answers:
-            self._change_to_candidate(self.term, now)
+            self._change_to_candidate(self.term, now_ms)
 
     def _lease_expiry_ms(self) -> float | None:
         """DLedger's step-down: the leader holds its lease while a quorum (itself counted)
@@ -79,8 +81,8 @@ class Heartbeats:
         heard = sorted(self.last_ack_ms.values(), reverse=True)
         return math.nextafter(heard[needed - 1] + self.lease_ms, math.inf)
 
-    def holds_lease(self, now: float) -> bool:
-        """Whether this replica leads with its lease at `now`: DLedger's step-down rule
+    def holds_lease(self, now_ms: float) -> bool:
+        """Whether this replica leads with its lease at `now_ms`: DLedger's step-down rule
         read before a tick may have applied it. A leader stopped for longer than the
         lease (SIGSTOP, a VM pause) and then resumed is still LEADER until its timers
         run, while a newer leader may have committed meanwhile: it must not act as
@@ -88,16 +90,16 @@ class Heartbeats:
         if self.role is not Role.LEADER:
             return False
         expiry = self._lease_expiry_ms()
-        return expiry is None or now < expiry
+        return expiry is None or now_ms < expiry
 
-    def _lose_lease(self, now: float) -> None:
-        self._change_to_candidate(self.term, now)
+    def _lose_lease(self, now_ms: float) -> None:
+        self._change_to_candidate(self.term, now_ms)
 
-    def _on_heartbeat_response(self, resp: HeartBeatResponse, now: float) -> None:
+    def _on_heartbeat_response(self, resp: HeartBeatResponse, now_ms: float) -> None:
         if self.role is not Role.LEADER:
             return
         if resp.code == Code.EXPIRED_TERM and resp.term > self.term:
-            self._change_to_candidate(resp.term, now)
+            self._change_to_candidate(resp.term, now_ms)
             return
         if resp.term == self.term and resp.code == Code.SUCCESS:
             # The answer proves the peer followed us when the beat left, not when the
@@ -109,24 +111,24 @@ class Heartbeats:
                 self.last_ack_ms[resp.local_id] = max(heard, sent_ms)
             prog = self.progress.get(resp.local_id)
             if prog is not None and prog.resume():
-                self._replicate(resp.local_id, prog, now)
+                self._replicate(resp.local_id, prog, now_ms)
         if self._hb_round and resp.seq == self._hb_round.seq:
             self._hb_round.answers[resp.local_id] = Code(resp.code)
             if len(self._hb_round.answers) >= len(self.peers):
-                self._finish_heartbeat_round(now)
+                self._finish_heartbeat_round(now_ms)
 
     # ------------------------------------------------------------------ follower
     def _leader_lost_ms(self) -> float:
         return self.last_leader_heartbeat_ms + self.lease_ms
 
-    def _lose_leader(self, now: float) -> None:
-        self._change_to_candidate(self.term, now)
+    def _lose_leader(self, now_ms: float) -> None:
+        self._change_to_candidate(self.term, now_ms)
 
-    def _on_heartbeat(self, req: HeartBeatRequest, now: float) -> None:
-        code = self._accept_leader(req.leader_id, req.term, now)
+    def _on_heartbeat(self, req: HeartBeatRequest, now_ms: float) -> None:
+        code = self._accept_leader(req.leader_id, req.term, now_ms)
         self._send(HeartBeatResponse(*self._answer_header(req.local_id), code, seq=req.seq))
 
-    def _accept_leader(self, leader: str, term: int, now: float) -> Code:
+    def _accept_leader(self, leader: str, term: int, now_ms: float) -> Code:
         """DLedger's heartbeat checks, shared by pushes: may this leader talk to us now?"""
         if leader not in self.config.peers:
             return Code.UNKNOWN_MEMBER
@@ -135,13 +137,13 @@ class Heartbeats:
         if term < self.term:
             return Code.EXPIRED_TERM
         if term > self.term:
-            self._change_to_candidate(term, now)
+            self._change_to_candidate(term, now_ms)
             self.need_increase_term_immediately = True
             return Code.TERM_NOT_READY
         if self.leader_id is None and self.role is not Role.LEADER:
-            self._change_to_follower(leader, now)
+            self._change_to_follower(leader, now_ms)
             return Code.SUCCESS
         if self.leader_id == leader and self.role is Role.FOLLOWER:
-            self.last_leader_heartbeat_ms = now
+            self.last_leader_heartbeat_ms = now_ms
             return Code.SUCCESS
         return Code.INCONSISTENT_LEADER

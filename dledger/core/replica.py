@@ -1,7 +1,7 @@
 """One DLedger replica as a deterministic state machine (no I/O, no clock, no threads).
 
-The driver feeds it events — `tick(now)`, `receive(message, now)`, `append(...)`,
-`persisted(index, generation, now)`, `transfer_leadership(...)` — and after each
+The driver feeds it events — `tick(now_ms)`, `receive(message, now_ms)`, `append(...)`,
+`persisted(index, generation, now_ms)`, `transfer_leadership(...)` — and after each
 one takes an `Output` of effects to carry out (through `output.Handoff`). Time is
 milliseconds supplied by the caller and randomness comes from the `random.Random`
 it is given, so the simulator replays any schedule exactly.
@@ -104,7 +104,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self._pending = PendingAppends()
         self._next_preferred_check_ms = now_ms
         self._commit_push_at_ms: float | None = None
-        self._now = now_ms
+        self._now_ms = now_ms
         # follower
         self.leader_verified_index = -1  # our log agrees with the leader's up to here
         self._deferred_acks: deque[tuple[int, PushResponse]] = deque()
@@ -136,45 +136,45 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         """The earliest time `tick` has something to do."""
         return timers.next_deadline_ms(self, self._TIMERS)
 
-    def tick(self, now: float) -> None:
-        self._now = now
-        timers.fire_due(self, self._TIMERS, now)
+    def tick(self, now_ms: float) -> None:
+        self._now_ms = now_ms
+        timers.fire_due(self, self._TIMERS, now_ms)
         self._check_invariants()
 
-    def receive(self, msg, now: float) -> None:
+    def receive(self, msg, now_ms: float) -> None:
         """Handle a peer message. An answer (negative KIND) naming a sender that is not
         another member is dropped: a stranger's vote or beat must not count toward a
         quorum or a lease. Requests from strangers get DLedger's refusals."""
         if msg.KIND < 0 and msg.local_id not in self._other_members:
             return
-        self._now = now
+        self._now_ms = now_ms
         handler = self._HANDLERS.get(type(msg))
         if handler is not None:
-            handler(self, msg, now)
+            handler(self, msg, now_ms)
         self._check_invariants()
 
-    def send_failed(self, msg, now: float) -> None:
+    def send_failed(self, msg, now_ms: float) -> None:
         """The transport could not deliver `msg` (connection refused or reset)."""
         if isinstance(msg, VoteRequest) and self._round and msg.seq == self._round.seq:
             self._round.record(msg.remote_id, VoteResult.UNKNOWN, -1)
-            self._maybe_finish_round(now)
+            self._maybe_finish_round(now_ms)
         elif isinstance(msg, HeartBeatRequest) and self._hb_round and msg.seq == self._hb_round.seq:
             self._hb_round.answers[msg.remote_id] = Code.NETWORK_ERROR
         elif isinstance(msg, PushRequest) and self.role is Role.LEADER and msg.term == self.term:
             self.progress[msg.remote_id].stall()
         self._check_invariants()
 
-    def append(self, handle: int, bodies: list[bytes], now: float) -> Code:
+    def append(self, handle: int, bodies: list[bytes], now_ms: float) -> Code:
         """Append one client request's entries as leader; see `append_batch`."""
-        return self.append_batch([(handle, bodies)], now)[0]
+        return self.append_batch([(handle, bodies)], now_ms)[0]
 
-    def append_batch(self, requests: list[tuple[int, list[bytes]]], now: float) -> list[Code]:
+    def append_batch(self, requests: list[tuple[int, list[bytes]]], now_ms: float) -> list[Code]:
         """Append several client requests at once (one store write, one push per follower).
 
         Returns, per request, SUCCESS when accepted for replication — its outcome then
         arrives as a Completion — or the code to answer with at once.
         """
-        self._now = now
+        self._now_ms = now_ms
         codes = []
         items = []
         accepted = []
@@ -192,12 +192,12 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
             self.disk_full = True
             return [Code.DISK_FULL if code is Code.SUCCESS else code for code in codes]
         self._after_local_append()
-        deadline = now + self.config.max_wait_ack_time_ms
+        deadline = now_ms + self.config.max_wait_ack_time_ms
         offset = 0
         for handle, count in accepted:
             self._pending.add(handle, self.term, positions[offset : offset + count], deadline)
             offset += count
-        self._replicate_all(now)
+        self._replicate_all(now_ms)
         self._advance_commit()
         self._check_invariants()
         return codes
@@ -215,19 +215,19 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
             return Code.DISK_FULL
         return Code.SUCCESS
 
-    def set_disk_full(self, full: bool, now: float) -> None:
+    def set_disk_full(self, full: bool, now_ms: float) -> None:
         """The driver's disk check: whether the store's filesystem is over diskFullRatio.
         Back under it, a leader whose NOOP found no room appends it now, so that what
         it inherited commits."""
-        self._now = now
+        self._now_ms = now_ms
         self.disk_full = full
         if not full and self.role is Role.LEADER and self.store.end_term < self.term:
             self._append_noop()
-            self._replicate_all(now)
+            self._replicate_all(now_ms)
             self._advance_commit()
         self._check_invariants()
 
-    def retention_floor(self, now: float, keep_ms: float) -> int:
+    def retention_floor(self, now_ms: float, keep_ms: float) -> int:
         """The lowest index retention may not delete past.
 
         Nothing uncommitted, and nothing a follower heard from within `keep_ms` still
@@ -238,13 +238,13 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         floor = self.committed_index + 1
         if self.role is Role.LEADER:
             for peer, prog in self.progress.items():
-                if now <= self.last_ack_ms.get(peer, float("-inf")) + keep_ms:
+                if now_ms <= self.last_ack_ms.get(peer, float("-inf")) + keep_ms:
                     floor = min(floor, prog.match_index + 1)
         return floor
 
-    def persisted(self, index: int, generation: int, now: float) -> None:
+    def persisted(self, index: int, generation: int, now_ms: float) -> None:
         """The driver's fsync covering entries up to `index` of store `generation` completed."""
-        self._now = now
+        self._now_ms = now_ms
         if generation != self.store.generation or index <= self.persisted_index:
             return
         self.persisted_index = min(index, self.store.end_index)
@@ -287,8 +287,8 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
     def _pending_due_ms(self) -> float | None:
         return self._pending.deadline_ms
 
-    def _expire_pending(self, now: float) -> None:
-        self._out.completions.extend(self._pending.expire(now))
+    def _expire_pending(self, now_ms: float) -> None:
+        self._out.completions.extend(self._pending.expire(now_ms))
 
     def _check_invariants(self) -> None:
         """After every event: what is committed or counted as durable is in our log."""
@@ -296,15 +296,15 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         assert self.committed_index <= end, (self.committed_index, end)
         assert self.persisted_index <= end, (self.persisted_index, end)
 
-    def _set_role(self, role: Role, now: float) -> None:
+    def _set_role(self, role: Role, now_ms: float) -> None:
         if role is self.role:
             return
         self.role = role
         self._out.role_changes.append((self.term, role))
-        self._on_role_change_for_transfer(now)
+        self._on_role_change_for_transfer(now_ms)
 
     # ------------------------------------------------------------------ term and role changes
-    def _change_to_candidate(self, term: int, now: float) -> None:
+    def _change_to_candidate(self, term: int, now_ms: float) -> None:
         """DLedger's changeRoleToCandidate: remember the term seen; nextTerm adopts it later."""
         self.known_max_term = max(self.known_max_term, term)
         self.leader_id = None
@@ -315,8 +315,8 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
             # Our own timeout: campaign now. A newer term heard from someone else: that
             # node is campaigning; give it a vote gap before competing with it.
-            self.next_vote_ms = now if term <= self.term else now + self._vote_gap_ms()
-        self._set_role(Role.CANDIDATE, now)
+            self.next_vote_ms = now_ms if term <= self.term else now_ms + self._vote_gap_ms()
+        self._set_role(Role.CANDIDATE, now_ms)
 
     def _next_term(self) -> int:
         if self.known_max_term > self.term:
@@ -328,21 +328,21 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self._save_hard_state()
         return self.term
 
-    def _change_to_follower(self, leader: str, now: float) -> None:
+    def _change_to_follower(self, leader: str, now_ms: float) -> None:
         if self.role is Role.LEADER:
             self._leave_leadership()
         self.leader_id = leader
         self.leaders_seen += 1
-        self.last_leader_heartbeat_ms = now
+        self.last_leader_heartbeat_ms = now_ms
         self._round = None
         if self.vote_for is None:
             # DLedger leaves the vote empty here and may then accept a second candidate
             # in this term; recording the leader closes that window.
             self.vote_for = leader
             self._save_hard_state()
-        self._set_role(Role.FOLLOWER, now)
+        self._set_role(Role.FOLLOWER, now_ms)
 
-    def _become_leader(self, now: float) -> None:
+    def _become_leader(self, now_ms: float) -> None:
         window = self.config.max_pending_pushes
         self.leader_id = self.self_id
         self.elections_won += 1
@@ -350,12 +350,12 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self.progress = {
             p: Progress.for_new_leader(self.store.end_index, window) for p in self.peers
         }
-        self.last_ack_ms = dict.fromkeys(self.peers, now)
+        self.last_ack_ms = dict.fromkeys(self.peers, now_ms)
         self.last_send_heartbeat_ms = float("-inf")
-        self._next_preferred_check_ms = now + self.config.check_preferred_leader_interval_ms
-        self._set_role(Role.LEADER, now)
+        self._next_preferred_check_ms = now_ms + self.config.check_preferred_leader_interval_ms
+        self._set_role(Role.LEADER, now_ms)
         self._append_noop()
-        timers.fire_due(self, self._LEADER_TIMERS, now)  # heartbeats and COMPAREs go out now
+        timers.fire_due(self, self._LEADER_TIMERS, now_ms)  # heartbeats and COMPAREs go out now
         self._advance_commit()
 
     def _append_noop(self) -> None:

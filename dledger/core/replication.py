@@ -21,11 +21,11 @@ COMMIT_LINGER_MS = 2.0
 class LeaderReplication:
     """Part of `Replica`: `progress` per follower, `_commit_push_at_ms` for COMMIT pushes."""
 
-    def _replicate_all(self, now: float) -> None:
+    def _replicate_all(self, now_ms: float) -> None:
         if self.role is not Role.LEADER:
             return
         for peer, prog in self.progress.items():
-            self._replicate(peer, prog, now)
+            self._replicate(peer, prog, now_ms)
 
     def _replication_due_ms(self) -> float | None:
         """The earliest time a follower has something to be sent or a push times out."""
@@ -57,35 +57,35 @@ class LeaderReplication:
         prog.sent_commit = self.committed_index
         return seq
 
-    def _replicate(self, peer: str, prog: Progress, now: float) -> None:
+    def _replicate(self, peer: str, prog: Progress, now_ms: float) -> None:
         if prog.stalled:
             return
         store = self.store
         timeout = self.config.max_push_timeout_ms
         if prog.state is PushType.APPEND:
-            if prog.inflight and now >= prog.inflight.oldest_sent_ms + timeout:
+            if prog.inflight and now_ms >= prog.inflight.oldest_sent_ms + timeout:
                 prog.resend_unacknowledged()
             while prog.next_index <= store.end_index and not prog.inflight.full:
                 blob, count = store.read_encoded(prog.next_index, self.config.max_batch_push_bytes)
                 pre = prog.next_index - 1
                 seq = self._push(peer, prog, PushType.APPEND, pre, entries=blob, count=count)
-                prog.appended(seq, count, now)
+                prog.appended(seq, count, now_ms)
             assert prog.next_index <= store.end_index + 1, (prog.next_index, store.end_index)
             return
         if prog.probing:
-            if now < prog.probe_sent_ms + timeout:
+            if now_ms < prog.probe_sent_ms + timeout:
                 return
             prog.probe_timed_out()
         if prog.state is PushType.COMPARE:
             pre = prog.next_index - 1
             if pre < store.begin_index - 1:
-                self._send_truncate(peer, prog, now, reset=True)
+                self._send_truncate(peer, prog, now_ms, reset=True)
                 return
-            prog.probe_sent(self._push(peer, prog, PushType.COMPARE, pre), now)
+            prog.probe_sent(self._push(peer, prog, PushType.COMPARE, pre), now_ms)
         else:
-            self._send_truncate(peer, prog, now, reset=False)
+            self._send_truncate(peer, prog, now_ms, reset=False)
 
-    def _send_truncate(self, peer: str, prog: Progress, now: float, reset: bool) -> None:
+    def _send_truncate(self, peer: str, prog: Progress, now_ms: float, reset: bool) -> None:
         """TRUNCATE after `next_index - 1`, or reset a follower we left behind to our start."""
         store = self.store
         prog.become_probe(PushType.TRUNCATE, store.begin_index if reset else prog.next_index)
@@ -102,7 +102,7 @@ class LeaderReplication:
             leader_end_index=store.end_index,
             reset_pos=reset_pos,
         )
-        prog.probe_sent(seq, now)
+        prog.probe_sent(seq, now_ms)
 
     def _term_runs(self, low: int, high: int) -> list[tuple[int, int]]:
         """[(first index, term)] of our log over [low, high], oldest first."""
@@ -115,11 +115,11 @@ class LeaderReplication:
         runs.reverse()
         return runs
 
-    def _on_push_response(self, resp: PushResponse, now: float) -> None:
+    def _on_push_response(self, resp: PushResponse, now_ms: float) -> None:
         if self.role is not Role.LEADER:
             return
         if resp.term > self.term:
-            self._change_to_candidate(resp.term, now)
+            self._change_to_candidate(resp.term, now_ms)
             return
         prog = self.progress.get(resp.local_id)
         if prog is None or resp.index > self.store.end_index:  # vouching for what we never sent
@@ -134,14 +134,14 @@ class LeaderReplication:
                 return
             if resp.code == Code.SUCCESS:
                 self._matched(prog, resp.index)
-                self._replicate(resp.local_id, prog, now)
+                self._replicate(resp.local_id, prog, now_ms)
             elif resp.code == Code.INCONSISTENT_STATE:
                 # from our beginning at the lowest, unless its log ends before that
                 next_index = min(
                     max(prog.match_index + 1, self.store.begin_index), resp.end_index + 1
                 )
                 prog.become_probe(PushType.COMPARE, next_index)
-                self._replicate(resp.local_id, prog, now)
+                self._replicate(resp.local_id, prog, now_ms)
             elif resp.code == Code.DISK_FULL:  # it wrote nothing: try again at its next beat
                 prog.stall()
             return
@@ -162,7 +162,7 @@ class LeaderReplication:
             prog.become_probe(PushType.COMPARE, prog.next_index)
             prog.stall()
             return
-        self._replicate(resp.local_id, prog, now)
+        self._replicate(resp.local_id, prog, now_ms)
 
     def _on_compare_response(self, prog: Progress, resp: PushResponse) -> None:
         compare_index = prog.next_index - 1
@@ -214,12 +214,12 @@ class LeaderReplication:
         self._out.committed_index = index
         self._out.completions.extend(self._pending.resolve(index, self._entry_term))
         if self.role is Role.LEADER and self._commit_push_at_ms is None:
-            self._commit_push_at_ms = self._now + COMMIT_LINGER_MS
+            self._commit_push_at_ms = self._now_ms + COMMIT_LINGER_MS
 
     def _commit_push_due_ms(self) -> float | None:
         return self._commit_push_at_ms
 
-    def _send_commit_updates(self, now: float) -> None:
+    def _send_commit_updates(self, now_ms: float) -> None:
         """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
         self._commit_push_at_ms = None
         for peer, prog in self.progress.items():

@@ -30,7 +30,7 @@ class Transfer:
 class LeadershipTransfer:
     """Part of `Replica`: `transfer` (the one in progress) and `term_to_take_leadership`."""
 
-    def transfer_leadership(self, handle: int, transferee: str, now: float) -> Code:
+    def transfer_leadership(self, handle: int, transferee: str, now_ms: float) -> Code:
         """Admin: hand leadership to `transferee` (DLedger's LEADERSHIP_TRANSFER at the leader)."""
         if self.role is not Role.LEADER:
             return Code.NOT_LEADER
@@ -43,7 +43,7 @@ class LeadershipTransfer:
             return Code.FALL_BEHIND_TOO_MUCH
         timeout = self.config.leadership_transfer_wait_timeout_ms
         self.transfer = Transfer(
-            transferee, now + 3 * timeout + self._election_span_ms(), handle=handle
+            transferee, now_ms + 3 * timeout + self._election_span_ms(), handle=handle
         )
         self._send(
             LeadershipTransferRequest(
@@ -63,7 +63,7 @@ class LeadershipTransfer:
     def _election_span_ms(self) -> float:
         return self.lease_ms + self.config.max_vote_interval_ms
 
-    def _on_transfer_request(self, req: LeadershipTransferRequest, now: float) -> None:
+    def _on_transfer_request(self, req: LeadershipTransferRequest, now_ms: float) -> None:
         if req.transferee_id != self.self_id:
             self._answer_transfer(req.local_id, req.seq, Code.UNEXPECTED_ARGUMENT)
             return
@@ -75,12 +75,12 @@ class LeadershipTransfer:
             return
         self.transfer = Transfer(
             self.self_id,
-            now + self.config.leadership_transfer_wait_timeout_ms,
+            now_ms + self.config.leadership_transfer_wait_timeout_ms,
             reply_to=req.local_id,
             reply_seq=req.seq,
             take_index=req.take_leadership_ledger_index,
         )
-        self._check_transfer(now)
+        self._check_transfer(now_ms)
 
     def _answer_transfer(self, to: str, seq: int, code: Code) -> None:
         self._send(LeadershipTransferResponse(*self._answer_header(to), code, seq=seq))
@@ -95,30 +95,30 @@ class LeadershipTransfer:
             return float("-inf")
         return t.deadline_ms
 
-    def _check_transfer(self, now: float) -> None:
+    def _check_transfer(self, now_ms: float) -> None:
         t = self.transfer
         if t is None:
             return
         if t.handle is not None:  # old leader waiting for the transferee's answer
-            if now >= t.deadline_ms:
+            if now_ms >= t.deadline_ms:
                 self.transfer = None
                 self._out.completions.append(Completion(t.handle, Code.TIMEOUT))
             return
         if t.target_term < 0:  # transferee catching up
             if self.store.end_index >= t.take_index:
                 t.target_term = self.term + 1
-                t.deadline_ms = now + self._election_span_ms() * 3
+                t.deadline_ms = now_ms + self._election_span_ms() * 3
                 self.term_to_take_leadership = t.target_term
-                self._change_to_candidate(t.target_term, now)
+                self._change_to_candidate(t.target_term, now_ms)
                 self.need_increase_term_immediately = True
-            elif now >= t.deadline_ms:
+            elif now_ms >= t.deadline_ms:
                 self.transfer = None
                 self._answer_transfer(t.reply_to, t.reply_seq, Code.TAKE_LEADERSHIP_FAILED)
-        elif now >= t.deadline_ms:
+        elif now_ms >= t.deadline_ms:
             self.transfer = None
             self._answer_transfer(t.reply_to, t.reply_seq, Code.TAKE_LEADERSHIP_FAILED)
 
-    def _on_role_change_for_transfer(self, now: float) -> None:
+    def _on_role_change_for_transfer(self, now_ms: float) -> None:
         """DLedger's TakeLeadershipTask.check: answer the old leader once the campaign ends."""
         t = self.transfer
         if t is None or t.handle is not None or t.target_term < 0:
@@ -134,7 +134,7 @@ class LeadershipTransfer:
             self.transfer = None
             self._answer_transfer(t.reply_to, t.reply_seq, code)
 
-    def _on_transfer_response(self, resp: LeadershipTransferResponse, now: float) -> None:
+    def _on_transfer_response(self, resp: LeadershipTransferResponse, now_ms: float) -> None:
         t = self.transfer
         if t is None or t.handle is None or resp.local_id != t.transferee:
             return
@@ -144,17 +144,17 @@ class LeadershipTransfer:
     def _preferred_check_due_ms(self) -> float:
         return self._next_preferred_check_ms
 
-    def _check_preferred_leader(self, now: float) -> None:
+    def _check_preferred_leader(self, now_ms: float) -> None:
         """Every checkPreferredLeaderInterval: hand over to a preferred peer that is
         alive and close enough behind."""
-        self._next_preferred_check_ms = now + self.config.check_preferred_leader_interval_ms
+        self._next_preferred_check_ms = now_ms + self.config.check_preferred_leader_interval_ms
         preferred = self.config.preferred_leader_ids
         if self.transfer is not None or not preferred or self.self_id in preferred:
             return
         best = None
         for peer in preferred:
             prog = self.progress.get(peer)
-            if prog is None or now - self.last_ack_ms.get(peer, float("-inf")) > self.lease_ms:
+            if prog is None or now_ms - self.last_ack_ms.get(peer, float("-inf")) > self.lease_ms:
                 continue
             lag = self.store.end_index - prog.match_index
             if lag < self.config.max_leadership_transfer_wait_index and (
@@ -162,4 +162,4 @@ class LeadershipTransfer:
             ):
                 best = (lag, peer)
         if best is not None:
-            self.transfer_leadership(-1, best[1], now)
+            self.transfer_leadership(-1, best[1], now_ms)

@@ -538,10 +538,10 @@ class FileLogStore(LogStore):
         return first_index_at(pos, self.begin_index, self.end_index + 1, self._index_entry)
 
     def delete_expired(
-        self, keep_from_index: int, older_than_s: float, now: float | None = None
+        self, keep_from_index: int, older_than_s: float, now_s: float | None = None
     ) -> int:
         """Retention: see `retention.delete_expired`."""
-        return delete_expired(self, keep_from_index, older_than_s, now)
+        return delete_expired(self, keep_from_index, older_than_s, now_s)
 
     # ---------------------------------------------------------------------------- durability
     def sync_plan(self) -> SyncPlan:

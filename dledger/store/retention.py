@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def delete_expired(
-    store, keep_from_index: int, older_than_s: float, now: float | None = None
+    store, keep_from_index: int, older_than_s: float, now_s: float | None = None
 ) -> int:
     """Delete whole data segments holding only entries below `keep_from_index` whose
     files were last written more than `older_than_s` seconds ago; returns how many.
@@ -28,7 +28,7 @@ def delete_expired(
     CleanSpaceService this honours `keep_from_index` (the caller's
     min(committed, slowest follower's match)): no follower is cut off by it.
     """
-    now = time.time() if now is None else now
+    now_s = time.time() if now_s is None else now_s
     seg_size = store.segment_size
     tail_start = store.end_pos - store.end_pos % seg_size
     doomed = []
@@ -37,7 +37,7 @@ def delete_expired(
             break
         if store._first_index_from(start + seg_size) - 1 >= keep_from_index:
             break
-        if now - store.fs.mtime(store._data[start].path) < older_than_s:
+        if now_s - store.fs.mtime(store._data[start].path) < older_than_s:
             break
         doomed.append(start)
     if not doomed:
