@@ -102,6 +102,22 @@ def test_a_forged_append_that_disagrees_with_committed_entries_is_refused():
     assert [r.store.term_at(i) for i in range(3)] == [1, 1, 1]
 
 
+def test_an_append_whose_count_overstates_its_entries_vouches_only_for_what_it_holds():
+    """`count` is the peer's word: a push of one entry claiming four, with a commit
+    index past it, made the follower vouch for and commit entries it does not hold
+    (its commit assertion ended the connection on a peer's bytes)."""
+    r = committed_follower()
+    source = make_replica("n0", log_terms=(1, 1, 1, 1)).store  # the same entries, and one more
+    blob, one = source.read_encoded(3, 1 << 20)
+    assert one == 1
+    push = PushRequest(GROUP, "n0", "n1", "n0", 1, PushType.APPEND, 2, 1, 6, blob, 4, seq=9)
+    r.receive(push, 5.0)
+    r.persisted(r.store.end_index, r.store.generation, 6.0)
+    [answer] = push_answers(r)
+    assert answer.code == Code.SUCCESS and answer.index == 3 == r.store.end_index
+    assert r.committed_index == 3
+
+
 def test_a_truncate_whose_leader_log_ends_before_its_compare_point_is_refused():
     """A reset past our end followed by a cut computed from a log ending before the
     reset point: the store refused the cut with IndexError, out of the replica."""

@@ -224,6 +224,9 @@ class FollowerReplication:
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
             self._after_local_append()
+        # `count` is the peer's word: vouch only for entries we hold (all of them came
+        # from, or matched, this push)
+        last = min(last, store.end_index)
         self.leader_verified_index = max(self.leader_verified_index, last)
         self._learn_commit(req.commit_index)
         self._answer_push(req, Code.SUCCESS, last, defer_to=last)
