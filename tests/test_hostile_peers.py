@@ -213,6 +213,25 @@ def test_an_answer_vouching_for_entries_the_leader_does_not_hold_is_ignored():
     assert all(p.match_index <= r.store.end_index for p in r.progress.values())
 
 
+def test_a_compare_answer_claiming_a_log_beginning_past_the_leaders_end_is_ignored():
+    """A forged INCONSISTENT_STATE answer to a COMPARE saying the follower's log begins
+    at 50: the leader compared there next and read the term of an entry it does not
+    hold (IndexError out of the replica, on a peer's bytes)."""
+    r = elected_leader()
+    [compare] = [
+        m for m in r.take_output().messages if isinstance(m, PushRequest) and m.remote_id == "n1"
+    ]
+    assert compare.type == PushType.COMPARE
+    forged = PushResponse(
+        GROUP, "n1", "n0", "n0", r.term, Code.INCONSISTENT_STATE, compare.type,
+        compare.pre_log_index, 50, 60, seq=compare.seq,
+    )  # fmt: skip
+    r.receive(forged, 1002.0)
+    r.tick(r.next_deadline_ms())
+    assert r.role is Role.LEADER
+    assert r.progress["n1"].next_index <= r.store.end_index + 1
+
+
 # Ranges near the replicas' own state, where the checks are.
 _ids = st.sampled_from(["n0", "n1", "n2"])
 _terms = st.integers(0, 4)

@@ -175,6 +175,11 @@ class LeaderReplication:
             return
         if resp.code != Code.INCONSISTENT_STATE:
             return  # try again after the push timeout
+        if resp.begin_index > self.store.end_index + 1:
+            # No follower's log begins past our end: it deletes only what it knows is
+            # committed, and we hold that. The peer's word only: try again after the
+            # push timeout (comparing there read a term we do not hold).
+            return
         if resp.x_term != -1:
             next_index = min(resp.x_index, compare_index)
         else:
