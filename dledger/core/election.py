@@ -153,7 +153,7 @@ class Election:
             result = ParseResult.WAIT_TO_VOTE_NEXT
         self.last_parse_result = result
         if result is ParseResult.PASSED:
-            self._become_leader(now_ms)
+            self._become_leader(vote_round, now_ms)
             return
         if result is ParseResult.REVOTE_IMMEDIATELY:
             self.next_vote_ms = now_ms

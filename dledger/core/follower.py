@@ -13,7 +13,7 @@ import bisect
 import logging
 from collections import deque
 
-from raftmq.dledger.codes import Code, PushType
+from raftmq.dledger.codes import Code, PushType, Role
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import DiskFull, InconsistentAppend
@@ -120,6 +120,7 @@ class FollowerReplication:
             self._refuse_cut(req, cut)
             return
         if cut <= store.end_index:
+            assert cut > self.committed_index, (cut, self.committed_index)
             store.truncate(cut)
             self._after_truncation(cut - 1)
         self.leader_verified_index = cut - 1
@@ -146,8 +147,10 @@ class FollowerReplication:
         self._answer_push(req, Code.INCONSISTENT_LEADER, req.pre_log_index)
 
     def _after_truncation(self, new_end: int) -> None:
-        """Our log now ends at `new_end`: nothing committed may have been cut."""
+        """Our log now ends at `new_end`: nothing committed may have been cut, and only
+        a follower cuts (a leader never removes an entry of its log)."""
         assert self.committed_index <= new_end, (self.committed_index, new_end)
+        assert self.role is Role.FOLLOWER, self.role
         self.persisted_index = min(self.persisted_index, new_end)
         self._deferred_acks = deque(a for a in self._deferred_acks if a[0] <= new_end)
         self._out.completions.extend(self._pending.drop_lost(self._entry_term))
@@ -214,6 +217,10 @@ class FollowerReplication:
             if self.disk_full:  # DLedger's appendAsFollower check: write nothing, ack nothing
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
+            # Log matching: what we append follows an entry the leader holds too (the
+            # one at `pre`, checked above, or later ones equal by chainCrc).
+            assert store.begin_index - 1 <= pre <= store.end_index, (pre, store.end_index)
+            assert store.term_at(pre) == req.pre_log_term, (pre, req.pre_log_term)
             try:
                 store.append_encoded(blob)
             except (InconsistentAppend, codec.CorruptEntry):

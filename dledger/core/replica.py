@@ -30,7 +30,7 @@ from collections import deque
 from raftmq.dledger.codes import Code, EntryType, ParseResult, Role, VoteResult
 from raftmq.dledger.config import DLedgerConfig
 from raftmq.dledger.core import timers
-from raftmq.dledger.core.election import Election, VoteRound
+from raftmq.dledger.core.election import Election, VoteRound, is_quorum
 from raftmq.dledger.core.follower import FollowerReplication
 from raftmq.dledger.core.heartbeat import HeartbeatRound, Heartbeats
 from raftmq.dledger.core.messages import (
@@ -73,6 +73,8 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self.peer_count = len(config.peer_ids)
         self.term = term
         self.vote_for = vote_for
+        # (term, vote) as last handed to the driver to make durable (`_save_hard_state`)
+        self._hard_state = (term, vote_for)
         self.role = Role.CANDIDATE
         self.leader_id: str | None = None
         self.committed_index = -1
@@ -186,6 +188,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
                 items.extend((EntryType.NORMAL, body) for body in bodies)
         if not items:
             return codes
+        assert self.role is Role.LEADER, self.role  # only a leader appends, in its own term
         try:
             positions = self.store.append_leader(self.term, items)
         except DiskFull:  # nothing was written: refuse, and wait for the disk check
@@ -270,7 +273,15 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         return (self.config.group, self.self_id, to, self.leader_id, self.term)
 
     def _save_hard_state(self) -> None:
-        self._out.hard_state = (self.term, self.vote_for)
+        """Hand (term, vote) to the driver to make durable. Election safety as far as one
+        replica can tell: its term never goes back, and in a term it votes once (a vote,
+        once given, is never changed for another)."""
+        term, vote = self._hard_state
+        assert self.term > term or (self.term == term and vote in (None, self.vote_for)), (
+            (term, vote),
+            (self.term, self.vote_for),
+        )
+        self._hard_state = self._out.hard_state = (self.term, self.vote_for)
 
     def _after_local_append(self) -> None:
         if self.config.ack_after_fsync:
@@ -291,10 +302,17 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
         self._out.completions.extend(self._pending.expire(now_ms))
 
     def _check_invariants(self) -> None:
-        """After every event: what is committed or counted as durable is in our log."""
+        """After every event: what is committed, counted as durable or known to agree
+        with the leader is in our log; a leader neither counts nor sends past its end;
+        no term or vote changed without being handed to the driver to make durable."""
         end = self.store.end_index
         assert self.committed_index <= end, (self.committed_index, end)
         assert self.persisted_index <= end, (self.persisted_index, end)
+        assert self.leader_verified_index <= end, (self.leader_verified_index, end)
+        assert self._hard_state == (self.term, self.vote_for), self._hard_state
+        assert self.role is Role.LEADER or not self.progress, self.role
+        for peer, prog in self.progress.items():
+            assert prog.match_index <= end and prog.next_index <= end + 1, (peer, prog, end)
 
     def _set_role(self, role: Role, now_ms: float) -> None:
         if role is self.role:
@@ -342,7 +360,13 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
             self._save_hard_state()
         self._set_role(Role.FOLLOWER, now_ms)
 
-    def _become_leader(self, now_ms: float) -> None:
+    def _become_leader(self, votes: VoteRound, now_ms: float) -> None:
+        """Election safety: only a candidate, in the term its round was for, with a
+        quorum of that term's votes (each voter gives one per term), and not in a term
+        it may have led before a restart."""
+        assert self.role is Role.CANDIDATE and self.leader_id is None, (self.role, self.leader_id)
+        assert votes.term == self.term != self._never_lead_term, (votes.term, self.term)
+        assert is_quorum(votes.count(VoteResult.ACCEPT), self.peer_count), votes.results
         window = self.config.max_pending_pushes
         self.leader_id = self.self_id
         self.elections_won += 1
@@ -361,6 +385,7 @@ class Replica(Election, Heartbeats, LeaderReplication, FollowerReplication, Lead
     def _append_noop(self) -> None:
         """A NOOP of our own term lets everything inherited commit without waiting for a
         client. On a disk with no room for it, `set_disk_full` appends it later."""
+        assert self.role is Role.LEADER, self.role
         try:
             self.store.append_leader(self.term, [(EntryType.NOOP, b"")])
         except DiskFull:

@@ -210,11 +210,21 @@ class LeaderReplication:
             self._set_committed(candidate)
 
     def _set_committed(self, index: int) -> None:
+        """The commit index only rises, and only to an entry we hold: as leader, one
+        of our own term that a quorum holds durably (Raft's commit rule); as follower,
+        one our log agrees with the leader's up to."""
         assert self.committed_index < index <= self.store.end_index, (
             self.committed_index,
             index,
             self.store.end_index,
         )
+        if self.role is Role.LEADER:
+            holders = sum(p.match_index >= index for p in self.progress.values())
+            holders += self.persisted_index >= index
+            assert holders >= self.quorum, (index, holders)
+            assert self.store.term_at(index) == self.term, (index, self.term)
+        else:
+            assert index <= self.leader_verified_index, (index, self.leader_verified_index)
         self.committed_index = index
         self._out.committed_index = index
         self._out.completions.extend(self._pending.resolve(index, self._entry_term))
