@@ -456,7 +456,7 @@ def everything(store: FileLogStore) -> tuple:
         [store.get(i) for i in indexes],
         [store.read_encoded(i, 3000) for i in indexes],
         dict(store.synced_lengths),
-        {s: seg.written_bytes for s, seg in store._data.items()},
+        {s: seg.written_bytes for s, seg in store.data_segments.items()},
         (store.recovery.cut_pos, store.recovery.truncated_bytes, store.recovery.dropped_files),
         store.recovery.index_entries_rewritten,
     )
