@@ -99,7 +99,7 @@ def test_a_follower_with_a_full_disk_acknowledges_nothing_and_the_quorum_commits
     assert _outcomes(cluster, handles) == [Code.SUCCESS] * 60
     stuck = cluster.nodes[full]
     assert stuck.replica.disk_full and stuck.store.end_index < leader.store.end_index
-    assert leader.replica.progress[full].match_index <= stuck.store.end_index
+    assert leader.replica.replication.progress[full].match_index <= stuck.store.end_index
     assert cluster.nodes[other].store.end_index == leader.store.end_index
     # room again (the driver's disk check says so): it catches up by itself
     cluster.stores.disks[full].full = False

@@ -239,7 +239,7 @@ def test_leader_deadline_moves_past_now_while_a_transfer_is_running():
     assert r.role is Role.LEADER
     assert r.transfer_leadership(ADMIN, "n1", 1000.0) is Code.SUCCESS
     r.tick(1060.0)  # past the preferred-leader check, transfer still unanswered
-    assert r.role is Role.LEADER and r.transfer is not None
+    assert r.role is Role.LEADER and r.transfers.current is not None
     assert r.next_deadline_ms() > 1060.0
 
 
@@ -286,7 +286,7 @@ def test_transferee_campaigns_as_soon_as_pushes_catch_it_up():
     assert r.store.end_index == 2
     assert r.next_deadline_ms() <= 1.0 + 10  # DLedger re-checks every 10 ms
     r.tick(max(1.5, r.next_deadline_ms()))
-    assert r.role is Role.CANDIDATE and r.term_to_take_leadership == 2
+    assert r.role is Role.CANDIDATE and r.transfers.term_to_take_leadership == 2
 
 
 def test_leadership_transfer_succeeds_for_every_seed():
@@ -354,7 +354,7 @@ def test_a_candidate_paused_before_counting_its_votes_leads_its_stale_term_harml
     cluster = cluster_of(5, seed=0)
     while True:  # the first candidate to send its vote requests is paused at once
         cluster.run_until(cluster.now_ms + 0.01)
-        candidate = next((n for n in cluster.nodes.values() if n.replica._round), None)
+        candidate = next((n for n in cluster.nodes.values() if n.replica.election.round), None)
         if candidate is not None:
             break
     stale_term = candidate.replica.term

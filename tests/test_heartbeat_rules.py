@@ -158,7 +158,7 @@ def test_1_5_expired_term_answer_with_bigger_term_makes_the_leader_a_candidate()
     out = r.take_output()
     assert r.role is Role.CANDIDATE and r.leader_id is None
     assert (1, Role.CANDIDATE) in out.role_changes
-    assert r.known_max_term == 9  # changeRoleToCandidate(9): nextTerm() will jump there
+    assert r.election.known_max_term == 9  # changeRoleToCandidate(9): nextTerm() will jump there
     # DLedger would first re-vote in term 1, a round it cannot win; we go straight to 9
     r.tick(r.next_deadline_ms())
     requests = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]

@@ -210,7 +210,7 @@ def test_an_answer_vouching_for_entries_the_leader_does_not_hold_is_ignored():
             r.receive(forged, now_ms)
         now_ms += 1.0
     assert r.role is Role.LEADER
-    assert all(p.match_index <= r.store.end_index for p in r.progress.values())
+    assert all(p.match_index <= r.store.end_index for p in r.replication.progress.values())
 
 
 def test_a_compare_answer_claiming_a_log_beginning_past_the_leaders_end_is_ignored():
@@ -229,7 +229,7 @@ def test_a_compare_answer_claiming_a_log_beginning_past_the_leaders_end_is_ignor
     r.receive(forged, 1002.0)
     r.tick(r.next_deadline_ms())
     assert r.role is Role.LEADER
-    assert r.progress["n1"].next_index <= r.store.end_index + 1
+    assert r.replication.progress["n1"].next_index <= r.store.end_index + 1
 
 
 # Ranges near the replicas' own state, where the checks are.

@@ -234,7 +234,7 @@ def test_new_leader_does_not_commit_inherited_entries_before_its_own_term_noop()
     assert n1.store.end_index == 2 and n1.store.get(2).type is EntryType.NOOP
     # the COMPARE round: n2 holds 0..1 durably, so the inherited entries are on a quorum
     wire.deliver(keep=lambda m: not (isinstance(m, PushRequest) and m.type == PushType.APPEND))
-    assert n1.progress["n2"].match_index == 1
+    assert n1.replication.progress["n2"].match_index == 1
     assert n1.committed_index == -1
     wire.sync("n1")  # the leader's own NOOP is durable: still only 1 of 3 holds it
     assert n1.committed_index == -1
@@ -528,7 +528,7 @@ def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_
     wire.tick("n1")
     wire.deliver(keep=lambda m: isinstance(m, (VoteRequest, VoteResponse)))
     assert leader.role is Role.LEADER
-    leader.progress["n2"].become_probe(PushType.COMPARE, 0)  # what TERM_NOT_READY does
+    leader.replication.progress["n2"].become_probe(PushType.COMPARE, 0)  # what TERM_NOT_READY does
     wire.tick("n1", ms=1.0)
     pushes, answers = [], []
     for _ in range(20):  # bounded: before the fix this exchange never ended
@@ -543,12 +543,12 @@ def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_
         wire.sync("n1"), wire.sync("n2")
     resets = [p for p in pushes if p.type == PushType.TRUNCATE and p.reset_pos >= 0]
     assert len(resets) <= 1, f"{len(resets)} resets: the leader keeps sending a refused one"
-    assert leader.progress["n2"].match_index == leader.store.end_index
+    assert leader.replication.progress["n2"].match_index == leader.store.end_index
     assert follower.store.begin_index == 40 and follower.store.end_index == leader.store.end_index
     # TERM_NOT_READY (a follower just woke with an older term) probes from our beginning on,
     # not from below it, so no reset goes out at all
     leader.receive(attrs.evolve(answers[-1], code=Code.TERM_NOT_READY), wire.now_ms)
-    assert leader.progress["n2"].next_index >= leader.store.begin_index
+    assert leader.replication.progress["n2"].next_index >= leader.store.begin_index
 
 
 def test_a_refused_truncate_is_probed_again_at_the_next_heartbeat_not_at_once():
