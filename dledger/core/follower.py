@@ -56,8 +56,7 @@ class FollowerReplication:
             self._on_truncate(req)
         else:  # COMMIT: nothing to acknowledge
             self._learn_commit(req.commit_index)
-        if r.transfers.current is not None:  # a transferee campaigns once it has caught up
-            r.transfers.check_transfer(now_ms)
+        r.transfers.check_transfer(now_ms)  # a transferee campaigns once it has caught up
 
     def _answer_push(
         self, req: PushRequest, code: Code, index: int, defer_to: int = -1, **extra

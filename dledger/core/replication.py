@@ -49,6 +49,11 @@ class LeaderReplication:
     def send_failed(self, msg: PushRequest) -> None:
         self.progress[msg.remote_id].stall()
 
+    def match_index(self, peer: str) -> int | None:
+        """How far `peer` holds our log durably, if it is a follower of ours."""
+        prog = self.progress.get(peer)
+        return None if prog is None else prog.match_index
+
     def holders(self, index: int) -> int:
         """How many followers hold our log up to `index` durably."""
         return sum(p.match_index >= index for p in self.progress.values())

@@ -55,7 +55,7 @@ class LeadershipTransfer:
             return Code.UNKNOWN_MEMBER if transferee != r.self_id else Code.SUCCESS
         if self.current is not None:
             return Code.LEADER_TRANSFERRING
-        behind = r.store.end_index - r.replication.progress[transferee].match_index
+        behind = r.store.end_index - r.replication.match_index(transferee)
         if behind >= r.config.max_leadership_transfer_wait_index:
             return Code.FALL_BEHIND_TOO_MUCH
         timeout = r.config.leadership_transfer_wait_timeout_ms
@@ -174,10 +174,10 @@ class LeadershipTransfer:
             return
         best = None
         for peer in preferred:
-            prog = r.replication.progress.get(peer)
-            if prog is None or not r.heartbeats.heard_within(peer, now_ms, r.lease_ms):
+            match = r.replication.match_index(peer)
+            if match is None or not r.heartbeats.heard_within(peer, now_ms, r.lease_ms):
                 continue
-            lag = r.store.end_index - prog.match_index
+            lag = r.store.end_index - match
             if lag < r.config.max_leadership_transfer_wait_index and (
                 best is None or lag < best[0]
             ):
