@@ -155,8 +155,8 @@ class Election:
     def _start_round(self, now_ms: float) -> None:
         r = self._r
         cfg = r.config
-        wait = 2 * cfg.heartbeat_interval_ms + r.rand(0, cfg.max_vote_interval_ms)
-        self.round = VoteRound(r.term, r.next_seq(), now_ms + wait, r.peer_count)
+        wait_ms = 2 * cfg.heartbeat_interval_ms + r.rand(0, cfg.max_vote_interval_ms)
+        self.round = VoteRound(r.term, r.next_seq(), now_ms + wait_ms, r.peer_count)
         self.vote_rounds_started += 1
         request = VoteRequest(
             cfg.group,
@@ -194,8 +194,8 @@ class Election:
             return
         if result is ParseResult.WAIT_TO_VOTE_NEXT and vote_round.known_max_term > r.term:
             self.known_max_term = max(self.known_max_term, vote_round.known_max_term)
-        extra = vote_round.backoff_ms(result, r.lease_ms, r.config.max_vote_interval_ms)
-        self.next_vote_ms = now_ms + self.vote_gap_ms() + extra
+        extra_ms = vote_round.backoff_ms(result, r.lease_ms, r.config.max_vote_interval_ms)
+        self.next_vote_ms = now_ms + self.vote_gap_ms() + extra_ms
 
     def send_failed(self, msg: VoteRequest, now_ms: float) -> None:
         if self.round and msg.seq == self.round.seq:

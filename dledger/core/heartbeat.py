@@ -70,10 +70,10 @@ class Heartbeats:
         self._round = HeartbeatRound(seq, now_ms + max(1, r.config.heartbeat_interval_ms - 10))
         # An answer can extend the lease only from when its beat left: beats older than a
         # lease could not extend it past now, so they are forgotten.
-        sent = self._beats_sent_ms
-        for old_seq in [s for s, at in sent.items() if at < now_ms - r.lease_ms]:
-            del sent[old_seq]
-        sent[seq] = now_ms
+        sent_at_ms = self._beats_sent_ms
+        for old_seq in [s for s, at in sent_at_ms.items() if at < now_ms - r.lease_ms]:
+            del sent_at_ms[old_seq]
+        sent_at_ms[seq] = now_ms
         for peer in r.peers:
             r.send(HeartBeatRequest(r.config.group, r.self_id, peer, r.self_id, r.term, seq=seq))
 
@@ -109,8 +109,8 @@ class Heartbeats:
         needed = r.quorum - 1
         if needed == 0:
             return None
-        heard = sorted(self.last_ack_ms.values(), reverse=True)
-        return math.nextafter(heard[needed - 1] + r.lease_ms, math.inf)
+        heard_ms = sorted(self.last_ack_ms.values(), reverse=True)
+        return math.nextafter(heard_ms[needed - 1] + r.lease_ms, math.inf)
 
     def holds_lease(self, now_ms: float) -> bool:
         """Whether this replica leads with its lease at `now_ms`: DLedger's step-down rule
@@ -120,8 +120,8 @@ class Heartbeats:
         one (a broker must not become master) until a quorum has answered again."""
         if self._r.role is not Role.LEADER:
             return False
-        expiry = self.lease_expiry_ms()
-        return expiry is None or now_ms < expiry
+        expiry_ms = self.lease_expiry_ms()
+        return expiry_ms is None or now_ms < expiry_ms
 
     def lose_lease(self, now_ms: float) -> None:
         self._r.change_to_candidate(self._r.term, now_ms)
@@ -139,8 +139,8 @@ class Heartbeats:
             # meanwhile, and they must not renew a lease a newer leader may have taken.
             sent_ms = self._beats_sent_ms.get(resp.seq)
             if sent_ms is not None:
-                heard = self.last_ack_ms.get(resp.local_id, float("-inf"))
-                self.last_ack_ms[resp.local_id] = max(heard, sent_ms)
+                heard_ms = self.last_ack_ms.get(resp.local_id, float("-inf"))
+                self.last_ack_ms[resp.local_id] = max(heard_ms, sent_ms)
             r.replication.peer_answered(resp.local_id, now_ms)
         if self._round and resp.seq == self._round.seq:
             self._round.answers[resp.local_id] = Code(resp.code)

@@ -171,10 +171,10 @@ class Replica:
             self.disk_full = True
             return [Code.DISK_FULL if code is Code.SUCCESS else code for code in codes]
         self.after_local_append()
-        deadline = now_ms + self.config.max_wait_ack_time_ms
+        deadline_ms = now_ms + self.config.max_wait_ack_time_ms
         offset = 0
         for handle, count in accepted:
-            self.pending.add(handle, self.term, positions[offset : offset + count], deadline)
+            self.pending.add(handle, self.term, positions[offset : offset + count], deadline_ms)
             offset += count
         self.replication.replicate_all(now_ms)
         self.replication.advance_commit()

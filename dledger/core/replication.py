@@ -67,11 +67,11 @@ class LeaderReplication:
 
     def replication_due_ms(self) -> float | None:
         """The earliest time a follower has something to be sent or a push times out."""
-        end, timeout = self._r.store.end_index, self._r.config.max_push_timeout_ms
+        end, timeout_ms = self._r.store.end_index, self._r.config.max_push_timeout_ms
         deadlines = [
             d
             for prog in self.progress.values()
-            if (d := prog.deadline_ms(end, timeout)) is not None
+            if (d := prog.deadline_ms(end, timeout_ms)) is not None
         ]
         return min(deadlines, default=None)
 
@@ -101,9 +101,9 @@ class LeaderReplication:
             return
         store = self._r.store
         cfg = self._r.config
-        timeout = cfg.max_push_timeout_ms
+        timeout_ms = cfg.max_push_timeout_ms
         if prog.state is PushType.APPEND:
-            if prog.inflight and now_ms >= prog.inflight.oldest_sent_ms + timeout:
+            if prog.inflight and now_ms >= prog.inflight.oldest_sent_ms + timeout_ms:
                 prog.resend_unacknowledged()
             while prog.next_index <= store.end_index and not prog.inflight.full:
                 blob, count = store.read_encoded(prog.next_index, cfg.max_batch_push_bytes)
@@ -113,7 +113,7 @@ class LeaderReplication:
             assert prog.next_index <= store.end_index + 1, (prog.next_index, store.end_index)
             return
         if prog.probing:
-            if now_ms < prog.probe_sent_ms + timeout:
+            if now_ms < prog.probe_sent_ms + timeout_ms:
                 return
             prog.probe_timed_out()
         if prog.state is PushType.COMPARE:

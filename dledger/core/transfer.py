@@ -58,9 +58,9 @@ class LeadershipTransfer:
         behind = r.store.end_index - r.replication.match_index(transferee)
         if behind >= r.config.max_leadership_transfer_wait_index:
             return Code.FALL_BEHIND_TOO_MUCH
-        timeout = r.config.leadership_transfer_wait_timeout_ms
+        timeout_ms = r.config.leadership_transfer_wait_timeout_ms
         self.current = Transfer(
-            transferee, now_ms + 3 * timeout + self._election_span_ms(), handle=handle
+            transferee, now_ms + 3 * timeout_ms + self._election_span_ms(), handle=handle
         )
         r.send(
             LeadershipTransferRequest(
