@@ -248,7 +248,7 @@ class FollowerReplication:
                 self._answer_push(req, Code.INCONSISTENT_STATE, pre)
                 return
             except DiskFull:  # no room for a new segment; nothing was written
-                r.disk_full = True
+                r.out_of_room()
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
             r.after_local_append()

@@ -14,8 +14,9 @@ after DLedger HEAD's `DLedgerEntryPusher`), `follower` (its `EntryHandler`),
 Each part owns its own fields. The replica owns what they share — term and vote,
 role and leader, the log and its commit and persisted indexes, the output — and
 changes it only here: the role changes, `next_term` and `vote`, `set_committed`,
-`log_truncated`. What is done because time passed is one table, `_TIMERS`, from
-which both `tick` and `next_deadline_ms` are derived.
+`log_truncated`, `after_local_append`, `out_of_room`. What is done because time
+passed is one table, `_TIMERS`, from which both `tick` and `next_deadline_ms` are
+derived.
 
 Two departures from DLedger, both for safety: term and vote are durable before any
 message that depends on them leaves (see `Output`), and a follower that learns its
@@ -168,7 +169,7 @@ class Replica:
         try:
             positions = self.store.append_leader(self.term, items)
         except DiskFull:  # nothing was written: refuse, and wait for the disk check
-            self.disk_full = True
+            self.out_of_room()
             return [Code.DISK_FULL if code is Code.SUCCESS else code for code in codes]
         self.after_local_append()
         deadline_ms = now_ms + self.config.max_wait_ack_time_ms
@@ -258,6 +259,11 @@ class Replica:
         """DLedger's base fields of an answer from us to `to`: group, sender, receiver,
         the leader we know and our term."""
         return (self.config.group, self.self_id, to, self.leader_id, self.term)
+
+    def out_of_room(self) -> None:
+        """A write found no room for a new segment (and wrote nothing): refuse appends
+        until the driver's disk check says there is room again (`set_disk_full`)."""
+        self.disk_full = True
 
     def after_local_append(self) -> None:
         """Entries were written to our log: fsync them, or count them as durable at once
@@ -404,7 +410,7 @@ class Replica:
         try:
             self.store.append_leader(self.term, [(EntryType.NOOP, b"")])
         except DiskFull:
-            self.disk_full = True
+            self.out_of_room()
             return
         self.after_local_append()
 
