@@ -38,13 +38,13 @@ class QueueLocks:
 
     def lock(self, group: str, queues: list[Queue], client_id: str) -> list[Queue]:
         """Lock or renew `queues` for `client_id`; returns those it now holds."""
-        now = self._now_ms()
+        now_ms = self._now_ms()
         held = self._held.setdefault(group, {})
         granted = []
         for queue in queues:
             holder = held.get(queue)
-            if holder is None or holder[0] == client_id or now - holder[1] > self._max_live_ms:
-                held[queue] = (client_id, now)
+            if holder is None or holder[0] == client_id or now_ms - holder[1] > self._max_live_ms:
+                held[queue] = (client_id, now_ms)
                 granted.append(queue)
         return granted
 

@@ -82,11 +82,11 @@ class ScheduleService:
         if queue is None:
             return None
         start = offset = max(self._progress.get(level, 0), queue.min_offset)
-        now = store.now_ms()
+        now_ms = store.now_ms()
         while offset < queue.max_offset:
             due = []
             for phys, size, deliver_at in queue.entries(offset, BATCH):
-                if deliver_at > now:
+                if deliver_at > now_ms:
                     break
                 due.append(self._restore(store.commitlog.read(phys, size)))
             if not due:

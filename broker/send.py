@@ -493,10 +493,10 @@ class SendProcessor:
         return msg
 
     def _records(self, messages: list[MessageExt]) -> list[bytes]:
-        now = self.store.now_ms()
+        now_ms = self.store.now_ms()
         records = []
         for msg in messages:
-            msg.store_timestamp = now
+            msg.store_timestamp = now_ms
             try:
                 records.append(codec.encode(msg))
             except codec.MessageFormatError as exc:

@@ -77,7 +77,7 @@ class TransactionCheckService:
         queue = transactions.store.queue(HALF_TOPIC, 0)
         if queue is None:
             return 0
-        now = transactions.store.now_ms()
+        now_ms = transactions.store.now_ms()
         records: list[MessageExt] = []
         checks: list[MessageExt] = []
         handled = 0
@@ -86,7 +86,7 @@ class TransactionCheckService:
             if state.end_of(offset) is not None:
                 continue
             half = transactions.half_by_queue_offset(offset)
-            if half is None or now - half.store_timestamp < self._immunity_ms(half):
+            if half is None or now_ms - half.store_timestamp < self._immunity_ms(half):
                 continue
             handled += 1
             if transactions.committed_copy(half):

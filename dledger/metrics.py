@@ -108,7 +108,7 @@ class DLedgerCollector(Collector):
             labels=(*MEMBER_LABELS, "peer"),
         )
         if replica.role is Role.LEADER:
-            for peer, progress in sorted(replica.progress.items()):
+            for peer, progress in sorted(replica.replication.progress.items()):
                 match.add_metric([*member, peer], progress.match_index)
                 lag.add_metric([*member, peer], store.end_index - progress.match_index)
         yield match
@@ -116,7 +116,7 @@ class DLedgerCollector(Collector):
         yield counter(
             "dledger_elections_started",
             "Vote rounds this member started as a candidate (DLedger may re-vote in a term)",
-            replica.vote_rounds_started,
+            replica.election.vote_rounds_started,
         )
         yield counter(
             "dledger_elections_won",

@@ -114,7 +114,7 @@ class RecordingChecker(Checker):
         self.violations: list[str] = []
 
     def _fail(self, what: str) -> None:
-        self.violations.append(f"t={self.cluster.now:.1f}ms: {what}")
+        self.violations.append(f"t={self.cluster.now_ms:.1f}ms: {what}")
 
 
 class BrokerModel:
@@ -141,7 +141,7 @@ class BrokerModel:
             self._broker(node)
 
     def _fail(self, what: str) -> None:
-        raise InvariantViolation(f"t={self.cluster.now:.1f}ms: broker: {what}")
+        raise InvariantViolation(f"t={self.cluster.now_ms:.1f}ms: broker: {what}")
 
     def _broker(self, node) -> Broker:
         """The node's broker, started again over the recovered log after a restart."""
@@ -194,7 +194,7 @@ class BrokerModel:
             broker.master_term = None
         elif (
             broker.master_term is None
-            and replica.holds_lease(self.cluster.now)
+            and replica.holds_lease(self.cluster.now_ms)
             and store.caught_up()
         ):
             store.take_over_offsets()
@@ -246,13 +246,13 @@ class BrokerModel:
         queue = self.rng.randrange(QUEUES)
         body = f"m{len(self.sent)}".encode()
         self.sent[body] = queue
-        now = int(self.cluster.now)
+        now_ms = int(self.cluster.now_ms)
         msg = codec.MessageExt(
             topic=TOPIC,
             body=body,
             queue_id=queue,
-            born_timestamp=now,
-            store_timestamp=now,
+            born_timestamp=now_ms,
+            store_timestamp=now_ms,
             born_host=("10.0.0.1", 5000),
             store_host=broker.host,
         )
@@ -310,7 +310,10 @@ class BrokerModel:
         broker = self.rng.choice(masters)
         offset = self.consumed[(group, queue)]
         record = meta_message(
-            "offsets", int(self.cluster.now), broker.host, entries=[[group, TOPIC, queue, offset]]
+            "offsets",
+            int(self.cluster.now_ms),
+            broker.host,
+            entries=[[group, TOPIC, queue, offset]],
         )
 
         def done(code: Code, placed) -> None:

@@ -197,7 +197,7 @@ async def _sample(cluster: JepsenCluster, history: Recorder, config: SoakConfig,
     """A sample of every running process every `sample_every_s`, for the load's duration
     (not the drain after it, when the load is gone)."""
     while history.elapsed() < config.duration_s:
-        now = history.elapsed()
+        now_s = history.elapsed()
         processes = {name: proc.pid for name, proc in cluster.procs.items() if proc.poll() is None}
         processes[CLIENTS] = os.getpid()
         for name, pid in processes.items():
@@ -208,7 +208,7 @@ async def _sample(cluster: JepsenCluster, history: Recorder, config: SoakConfig,
             if name in cluster.ids:
                 disk = disk_bytes(cluster.store_dir(name))
                 begin = log_begin_bytes(cluster.log_dir(name) / "data")
-            keep(Sample(now, name, pid, *measured, disk, begin))
+            keep(Sample(now_s, name, pid, *measured, disk, begin))
         await trio.sleep(config.sample_every_s)
 
 

@@ -10,7 +10,7 @@ The tables are Java's, as plain dicts:
 - `broker_live_table`: brokerAddr -> BrokerLiveInfo (last heartbeat, data version,
   HA address, the connection it came on).
 
-Nothing here reads a clock or a socket: callers pass `now` (milliseconds) and an opaque
+Nothing here reads a clock or a socket: callers pass `now_ms` and an opaque
 `channel` token, so the same object runs under a test's fake time. Dicts returned by
 `pickup_topic_route_data` and `get_all_cluster_info` are fresh copies in the JSON shape
 Java clients decode (broker ids as string keys).
@@ -87,7 +87,7 @@ class RouteInfoManager:
         ha_server_addr: str | None,
         topic_config_wrapper: dict[str, dict] | None,
         data_version: dict | None,
-        now: int,
+        now_ms: int,
         *,
         filter_servers: list[str] | None = None,
         channel: object = None,
@@ -136,7 +136,7 @@ class RouteInfoManager:
                     self._create_and_update_queue_data(broker_name, topic, config)
 
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
-            now, data_version, ha_server_addr, channel, timeout_ms
+            now_ms, data_version, ha_server_addr, channel, timeout_ms
         )
         if filter_servers:
             self.filter_server_table[broker_addr] = list(filter_servers)
@@ -184,7 +184,7 @@ class RouteInfoManager:
     # -- liveness -------------------------------------------------------------------
 
     def scan_not_active_brokers(
-        self, now: int, expiry_ms: int = DEFAULT_BROKER_EXPIRY_MS
+        self, now_ms: int, expiry_ms: int = DEFAULT_BROKER_EXPIRY_MS
     ) -> list[str]:
         """`scanNotActiveBroker`: drop brokers silent for longer than their timeout.
 
@@ -193,7 +193,7 @@ class RouteInfoManager:
         expired = [
             addr
             for addr, live in self.broker_live_table.items()
-            if live.last_update_ms + (live.timeout_ms or expiry_ms) < now
+            if live.last_update_ms + (live.timeout_ms or expiry_ms) < now_ms
         ]
         for addr in expired:
             self._destroy(addr)

@@ -81,7 +81,7 @@ def _cluster(seed: int) -> SimCluster:
 
 def _append(cluster: SimCluster, n: int) -> list[int]:
     handles = [cluster.client_append(body=BODY) for _ in range(n)]
-    cluster.run_until(cluster.now + 1000)
+    cluster.run_until(cluster.now_ms + 1000)
     return handles
 
 
@@ -99,12 +99,12 @@ def test_a_follower_with_a_full_disk_acknowledges_nothing_and_the_quorum_commits
     assert _outcomes(cluster, handles) == [Code.SUCCESS] * 60
     stuck = cluster.nodes[full]
     assert stuck.replica.disk_full and stuck.store.end_index < leader.store.end_index
-    assert leader.replica.progress[full].match_index <= stuck.store.end_index
+    assert leader.replica.replication.progress[full].match_index <= stuck.store.end_index
     assert cluster.nodes[other].store.end_index == leader.store.end_index
     # room again (the driver's disk check says so): it catches up by itself
     cluster.stores.disks[full].full = False
-    stuck.replica.set_disk_full(False, cluster.now)
-    cluster.run_until(cluster.now + 1000)
+    stuck.replica.set_disk_full(False, cluster.now_ms)
+    cluster.run_until(cluster.now_ms + 1000)
     assert stuck.store.end_index == leader.store.end_index
     assert stuck.replica.committed_index == leader.replica.committed_index
 
@@ -112,13 +112,13 @@ def test_a_follower_with_a_full_disk_acknowledges_nothing_and_the_quorum_commits
 def test_a_leader_over_its_disk_full_ratio_refuses_appends_and_resumes():
     cluster = _cluster(4)
     leader = cluster.leader()
-    leader.replica.set_disk_full(True, cluster.now)
+    leader.replica.set_disk_full(True, cluster.now_ms)
     end = leader.store.end_index
     refused = _append(cluster, 5)
     assert _outcomes(cluster, refused) == [Code.DISK_FULL] * 5
     assert leader.store.end_index == end, "a refused append wrote nothing"
     assert leader.replica.role is Role.LEADER  # it still leads and serves reads
-    leader.replica.set_disk_full(False, cluster.now)
+    leader.replica.set_disk_full(False, cluster.now_ms)
     assert _outcomes(cluster, _append(cluster, 5)) == [Code.SUCCESS] * 5
 
 
@@ -133,7 +133,7 @@ def test_a_leader_with_no_room_for_a_new_segment_refuses_and_resumes():
     assert set(outcomes[refused:]) == {Code.DISK_FULL}
     assert leader.store.end_index == cluster.nodes[leader.id].replica.committed_index
     cluster.stores.disks[leader.id].full = False
-    leader.replica.set_disk_full(False, cluster.now)
+    leader.replica.set_disk_full(False, cluster.now_ms)
     assert _outcomes(cluster, _append(cluster, 20)) == [Code.SUCCESS] * 20
 
 
@@ -143,7 +143,7 @@ def test_a_new_leader_with_no_room_for_its_noop_appends_it_when_room_returns():
     # an entry that leaves 10 bytes of the segment: too few for the next leader's NOOP
     room = SEGMENT_BYTES - old.store.end_pos % SEGMENT_BYTES
     handle = cluster.client_append(body=b"y" * (room - 48 - 10))
-    cluster.run_until(cluster.now + 300)  # committed, and every replica holds it
+    cluster.run_until(cluster.now_ms + 300)  # committed, and every replica holds it
     assert _outcomes(cluster, [handle]) == [Code.SUCCESS]
     for node in cluster.ids:
         cluster.stores.disks[node].full = True
@@ -153,8 +153,8 @@ def test_a_new_leader_with_no_room_for_its_noop_appends_it_when_room_returns():
     for node in cluster.ids:
         cluster.stores.disks[node].full = False
         if cluster.nodes[node].alive:
-            cluster.nodes[node].replica.set_disk_full(False, cluster.now)
-    cluster.run_until(cluster.now + 500)
+            cluster.nodes[node].replica.set_disk_full(False, cluster.now_ms)
+    cluster.run_until(cluster.now_ms + 500)
     assert new.replica.role is Role.LEADER and new.store.end_term == new.replica.term
     assert new.replica.committed_index == new.store.end_index
 

@@ -54,7 +54,7 @@ def roles(cluster):
 def test_three_servers_elect_exactly_one_leader_and_two_followers():
     cluster = cluster_of(3)
     leader, elapsed = cluster.run_until_leader(2000)
-    cluster.run_until(cluster.now + 5 * HB)
+    cluster.run_until(cluster.now_ms + 5 * HB)
     assert sorted(roles(cluster).values()) == [Role.LEADER, Role.FOLLOWER, Role.FOLLOWER]
     term = leader.replica.term
     assert cluster.checker.leaders_by_term == {term: leader.id}
@@ -66,13 +66,13 @@ def test_three_servers_elect_exactly_one_leader_and_two_followers():
 def test_restarting_a_follower_keeps_the_leader_and_the_term():
     cluster = cluster_of(3, seed=1)
     leader, _ = cluster.run_until_leader(2000)
-    cluster.run_until(cluster.now + 3 * HB)
+    cluster.run_until(cluster.now_ms + 3 * HB)
     term = leader.replica.term
     follower = next(n for n in cluster.ids if n != leader.id)
     cluster.crash(follower)
-    cluster.run_until(cluster.now + HB)
+    cluster.run_until(cluster.now_ms + HB)
     cluster.restart(follower)
-    cluster.run_until(cluster.now + 10 * HB)
+    cluster.run_until(cluster.now_ms + 10 * HB)
     assert cluster.leader() is leader and leader.replica.term == term
     restarted = cluster.nodes[follower].replica
     assert restarted.role is Role.FOLLOWER and restarted.leader_id == leader.id
@@ -83,7 +83,7 @@ def test_restarting_a_follower_keeps_the_leader_and_the_term():
 def failover_ms(seed) -> float:
     cluster = cluster_of(3, seed=seed)
     leader, _ = cluster.run_until_leader(2000)
-    cluster.run_until(cluster.now + 5 * HB)
+    cluster.run_until(cluster.now_ms + 5 * HB)
     cluster.crash(leader.id)
     new_leader, elapsed = cluster.run_until_leader(20 * HB, not_id=leader.id)
     assert new_leader.replica.term > leader.replica.term
@@ -109,15 +109,15 @@ def test_leader_crash_new_leader_within_leak_plus_two_heartbeat_intervals():
 def test_both_followers_crash_leader_becomes_candidate_within_four_intervals_same_term():
     cluster = cluster_of(3, seed=2)
     leader, _ = cluster.run_until_leader(2000)
-    cluster.run_until(cluster.now + 5 * HB)
+    cluster.run_until(cluster.now_ms + 5 * HB)
     term = leader.replica.term
     for node_id in cluster.ids:
         if node_id != leader.id:
             cluster.crash(node_id)
-    start = cluster.now
-    while leader.replica.role is Role.LEADER and cluster.now - start < 20 * HB:
-        cluster.run_until(cluster.now + 1)
-    elapsed = cluster.now - start
+    start = cluster.now_ms
+    while leader.replica.role is Role.LEADER and cluster.now_ms - start < 20 * HB:
+        cluster.run_until(cluster.now_ms + 1)
+    elapsed = cluster.now_ms - start
     assert leader.replica.role is Role.CANDIDATE
     assert leader.replica.term == term
     assert (LEAK - 1) * HB <= elapsed <= 4 * HB
@@ -132,7 +132,7 @@ def test_single_server_is_elected_at_once_and_keeps_its_term_after_restart():
     assert elapsed <= MAX_VOTE  # its first round needs only its own vote
     term = leader.replica.term
     h = cluster.client_append()
-    cluster.run_until(cluster.now + 10)
+    cluster.run_until(cluster.now_ms + 10)
     assert cluster.checker.outcomes[h] is Code.SUCCESS
     cluster.crash("n0")
     cluster.restart("n0")
@@ -156,7 +156,7 @@ def test_preferred_leader_n2_leads_then_another_then_takes_leadership_back():
     interim, _ = cluster.run_until_leader(20 * HB, not_id="n2")
     interim_term = interim.replica.term
     cluster.restart("n2")
-    cluster.run_until(cluster.now + 2500)
+    cluster.run_until(cluster.now_ms + 2500)
     back = cluster.leader()
     assert back.id == "n2"
     assert back.replica.term > interim_term
@@ -174,43 +174,43 @@ def test_leadership_transfer_to_n1_completes_with_success_and_n1_leads_in_term_p
         leader, _ = cluster.run_until_leader(2000)
         if leader.id != "n1":
             break
-    cluster.run_until(cluster.now + 3 * HB)
+    cluster.run_until(cluster.now_ms + 3 * HB)
     term = leader.replica.term
-    code = leader.replica.transfer_leadership(ADMIN, "n1", cluster.now)
+    code = leader.replica.transfer_leadership(ADMIN, "n1", cluster.now_ms)
     cluster._drain(leader)
     assert code is Code.SUCCESS
     # while the transfer runs, the old leader turns appends away
     h = cluster.client_append(leader.id)
     assert cluster.checker.outcomes[h] is Code.LEADER_TRANSFERRING
-    cluster.run_until(cluster.now + 1000)
+    cluster.run_until(cluster.now_ms + 1000)
     assert cluster.admin[ADMIN] is Code.SUCCESS
     new = cluster.leader()
     assert new.id == "n1" and new.replica.term == term + 1
     assert cluster.checker.leaders_by_term[term + 1] == "n1"
     assert leader.replica.role is Role.FOLLOWER and leader.replica.leader_id == "n1"
     h = cluster.client_append()
-    cluster.run_until(cluster.now + 50)
+    cluster.run_until(cluster.now_ms + 50)
     assert cluster.checker.outcomes[h] is Code.SUCCESS  # the new leader serves appends
 
 
 def test_leadership_transfer_to_a_far_behind_node_is_fall_behind_too_much():
     cluster = cluster_of(3, seed=5, max_leadership_transfer_wait_index=3)
     leader, _ = cluster.run_until_leader(2000)
-    cluster.run_until(cluster.now + 3 * HB)
+    cluster.run_until(cluster.now_ms + 3 * HB)
     behind = next(n for n in cluster.ids if n != leader.id)
     cluster.crash(behind)
     handles = []
     for _ in range(5):
         handles.append(cluster.client_append(leader.id))
-        cluster.run_until(cluster.now + 5)
-    cluster.run_until(cluster.now + 20)
+        cluster.run_until(cluster.now_ms + 5)
+    cluster.run_until(cluster.now_ms + 20)
     assert all(cluster.checker.outcomes[h] is Code.SUCCESS for h in handles)
-    code = leader.replica.transfer_leadership(ADMIN, behind, cluster.now)
+    code = leader.replica.transfer_leadership(ADMIN, behind, cluster.now_ms)
     cluster._drain(leader)
     assert code is Code.FALL_BEHIND_TOO_MUCH
     # no transfer started: appends are still taken
     h = cluster.client_append(leader.id)
-    cluster.run_until(cluster.now + 20)
+    cluster.run_until(cluster.now_ms + 20)
     assert cluster.checker.outcomes[h] is Code.SUCCESS
 
 
@@ -218,8 +218,8 @@ def test_leadership_transfer_to_an_unknown_member_or_from_a_follower_is_refused(
     cluster = cluster_of(3, seed=6)
     leader, _ = cluster.run_until_leader(2000)
     follower = next(n for n in cluster.nodes.values() if n is not leader)
-    assert leader.replica.transfer_leadership(ADMIN, "n9", cluster.now) is Code.UNKNOWN_MEMBER
-    assert follower.replica.transfer_leadership(ADMIN, leader.id, cluster.now) is Code.NOT_LEADER
+    assert leader.replica.transfer_leadership(ADMIN, "n9", cluster.now_ms) is Code.UNKNOWN_MEMBER
+    assert follower.replica.transfer_leadership(ADMIN, leader.id, cluster.now_ms) is Code.NOT_LEADER
 
 
 def test_sim_checker_accepts_the_completion_of_a_preferred_leader_transfer():
@@ -239,7 +239,7 @@ def test_leader_deadline_moves_past_now_while_a_transfer_is_running():
     assert r.role is Role.LEADER
     assert r.transfer_leadership(ADMIN, "n1", 1000.0) is Code.SUCCESS
     r.tick(1060.0)  # past the preferred-leader check, transfer still unanswered
-    assert r.role is Role.LEADER and r.transfer is not None
+    assert r.role is Role.LEADER and r.transfers.current is not None
     assert r.next_deadline_ms() > 1060.0
 
 
@@ -286,7 +286,7 @@ def test_transferee_campaigns_as_soon_as_pushes_catch_it_up():
     assert r.store.end_index == 2
     assert r.next_deadline_ms() <= 1.0 + 10  # DLedger re-checks every 10 ms
     r.tick(max(1.5, r.next_deadline_ms()))
-    assert r.role is Role.CANDIDATE and r.term_to_take_leadership == 2
+    assert r.role is Role.CANDIDATE and r.transfers.term_to_take_leadership == 2
 
 
 def test_leadership_transfer_succeeds_for_every_seed():
@@ -294,16 +294,16 @@ def test_leadership_transfer_succeeds_for_every_seed():
     for seed in range(100):
         cluster = cluster_of(3, seed=seed)
         leader, _ = cluster.run_until_leader(2000)
-        cluster.run_until(cluster.now + 3 * HB)
+        cluster.run_until(cluster.now_ms + 3 * HB)
         target = next(n for n in cluster.ids if n != leader.id)
         for _ in range(20):
             cluster.client_append()
-            cluster.run_until(cluster.now + 0.3)
-        assert leader.replica.transfer_leadership(ADMIN, target, cluster.now) is Code.SUCCESS
+            cluster.run_until(cluster.now_ms + 0.3)
+        assert leader.replica.transfer_leadership(ADMIN, target, cluster.now_ms) is Code.SUCCESS
         cluster._drain(leader)
-        deadline = cluster.now + 3000
-        while ADMIN not in cluster.admin and cluster.now < deadline:
-            cluster.run_until(cluster.now + 5)
+        deadline = cluster.now_ms + 3000
+        while ADMIN not in cluster.admin and cluster.now_ms < deadline:
+            cluster.run_until(cluster.now_ms + 5)
         if cluster.admin.get(ADMIN) is not Code.SUCCESS:
             failed[seed] = cluster.admin.get(ADMIN)
     assert not failed, failed
@@ -318,7 +318,7 @@ def test_restarted_leader_that_lost_unsynced_entries_never_leads_its_old_term_ag
         for step in range(4000):
             if step % 5 == 0:
                 cluster.client_append(leader.id)
-            cluster.run_until(cluster.now + 0.1)
+            cluster.run_until(cluster.now_ms + 0.1)
             # the follower has fsynced an entry the leader has not: crash the leader now
             if follower.store.crashed().end_index > leader.store.crashed().end_index:
                 break
@@ -327,9 +327,9 @@ def test_restarted_leader_that_lost_unsynced_entries_never_leads_its_old_term_ag
         cluster.crash(leader.id)
         cluster.heal()
         cluster.restart(leader.id)
-        cluster.run_until(cluster.now + 1500)
+        cluster.run_until(cluster.now_ms + 1500)
         cluster.client_append()
-        cluster.run_until(cluster.now + 500)
+        cluster.run_until(cluster.now_ms + 500)
         cluster.checker.check_final()
 
 
@@ -342,7 +342,7 @@ def test_restarted_node_that_voted_for_itself_does_not_depose_a_live_leader():
         cluster.crash(follower.id)
         follower.hard_state = (term, follower.id)  # it had campaigned in this term and lost
         cluster.restart(follower.id)
-        cluster.run_until(cluster.now + 2000)
+        cluster.run_until(cluster.now_ms + 2000)
         assert cluster.leader() is leader and leader.replica.term == term, seed
         assert cluster.nodes[follower.id].replica.leader_id == leader.id, seed
 
@@ -353,8 +353,8 @@ def test_a_candidate_paused_before_counting_its_votes_leads_its_stale_term_harml
     it lacks. It commits nothing there and steps down; the group stays safe."""
     cluster = cluster_of(5, seed=0)
     while True:  # the first candidate to send its vote requests is paused at once
-        cluster.run_until(cluster.now + 0.01)
-        candidate = next((n for n in cluster.nodes.values() if n.replica._round), None)
+        cluster.run_until(cluster.now_ms + 0.01)
+        candidate = next((n for n in cluster.nodes.values() if n.replica.election.round), None)
         if candidate is not None:
             break
     stale_term = candidate.replica.term
@@ -362,11 +362,11 @@ def test_a_candidate_paused_before_counting_its_votes_leads_its_stale_term_harml
     handles = []
     for _ in range(100):
         handles.append(cluster.client_append())
-        cluster.run_until(cluster.now + 10)
+        cluster.run_until(cluster.now_ms + 10)
     leader = cluster.leader()
     assert leader.replica.term > stale_term and leader.replica.committed_index >= 0
     cluster.resume(candidate.id)
-    cluster.run_until(cluster.now + 5 * HB)
+    cluster.run_until(cluster.now_ms + 5 * HB)
     assert cluster.checker.leaders_by_term[stale_term] == candidate.id  # it did lead
     assert candidate.replica.role is Role.FOLLOWER and candidate.replica.leader_id == leader.id
     acked = [h for h in handles if cluster.checker.outcomes.get(h) is Code.SUCCESS]

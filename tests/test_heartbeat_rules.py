@@ -3,7 +3,7 @@
 A heartbeat carries only the base fields; the follower's checks run in DLedger's
 order (UNKNOWN_MEMBER, UNEXPECTED_MEMBER, EXPIRED_TERM, SUCCESS / follow,
 INCONSISTENT_LEADER, TERM_NOT_READY), and the leader reacts to the answers.
-Time is driven by `tick(now)`; the defaults are a 100 ms beat and a leak of 3.
+Time is driven by `tick(now_ms)`; the defaults are a 100 ms beat and a leak of 3.
 """
 
 from raftmq.dledger.codes import Code, Role, VoteResult
@@ -18,20 +18,20 @@ from raftmq.dledger.core.replica import Replica
 from tests.helpers import GROUP, make_replica
 
 
-def heartbeat(replica, leader, term, now=0.0):
-    replica.receive(HeartBeatRequest(GROUP, leader, replica.self_id, leader, term, seq=3), now)
+def heartbeat(replica, leader, term, now_ms=0.0):
+    replica.receive(HeartBeatRequest(GROUP, leader, replica.self_id, leader, term, seq=3), now_ms)
     out = replica.take_output()
     [resp] = [m for m in out.messages if isinstance(m, HeartBeatResponse)]
     assert resp.seq == 3 and resp.remote_id == leader
     return resp
 
 
-def make_leader(term=1, now=1000.0) -> Replica:
+def make_leader(term=1, now_ms=1000.0) -> Replica:
     """n0 wins a round in `term` with n1's vote; the output is drained."""
     r = make_replica(term=term)
-    r.tick(now)
+    r.tick(now_ms)
     [req, *_] = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
-    r.receive(VoteResponse(GROUP, "n1", "n0", None, term, VoteResult.ACCEPT, seq=req.seq), now)
+    r.receive(VoteResponse(GROUP, "n1", "n0", None, term, VoteResult.ACCEPT, seq=req.seq), now_ms)
     assert r.role is Role.LEADER and r.term == term
     return r
 
@@ -40,7 +40,7 @@ def sent_heartbeats(out) -> list[HeartBeatRequest]:
     return [m for m in out.messages if isinstance(m, HeartBeatRequest)]
 
 
-def answer(leader, peer, code, term=None, seq=None, now=1000.0):
+def answer(leader, peer, code, term=None, seq=None, now_ms=1000.0):
     leader.receive(
         HeartBeatResponse(
             GROUP,
@@ -51,7 +51,7 @@ def answer(leader, peer, code, term=None, seq=None, now=1000.0):
             code,
             seq=seq if seq is not None else 0,
         ),
-        now,
+        now_ms,
     )
 
 
@@ -87,8 +87,8 @@ def test_1_5_equal_term_no_leader_known_follows_and_is_success():
 
 def test_1_5_equal_term_same_leader_is_success_and_refreshes_the_timeout():
     r = make_replica(term=2)
-    heartbeat(r, "n1", 2, now=0.0)
-    assert heartbeat(r, "n1", 2, now=250.0).code == Code.SUCCESS
+    heartbeat(r, "n1", 2, now_ms=0.0)
+    assert heartbeat(r, "n1", 2, now_ms=250.0).code == Code.SUCCESS
     r.tick(500.0)  # 250 ms after the last beat: still inside 3 x 100 ms
     assert r.role is Role.FOLLOWER
 
@@ -103,12 +103,12 @@ def test_1_5_equal_term_different_leader_is_inconsistent_leader():
 
 def test_1_5_higher_term_is_term_not_ready_then_success_on_the_next_beat_after_a_tick():
     r = make_replica(term=1)
-    resp = heartbeat(r, "n1", 2, now=0.0)
+    resp = heartbeat(r, "n1", 2, now_ms=0.0)
     assert resp.code == Code.TERM_NOT_READY and resp.term == 1
     assert r.term == 1 and r.role is Role.CANDIDATE
     r.tick(1.0)  # the maintainer's nextTerm() adopts the term
     assert r.term == 2
-    resp = heartbeat(r, "n1", 2, now=2.0)
+    resp = heartbeat(r, "n1", 2, now_ms=2.0)
     assert resp.code == Code.SUCCESS and resp.term == 2
     assert r.role is Role.FOLLOWER and r.leader_id == "n1"
 
@@ -125,7 +125,7 @@ def test_1_5_higher_term_heartbeat_makes_a_follower_of_another_leader_a_candidat
 
 def test_1_2_follower_becomes_candidate_after_max_heartbeat_leak_intervals_in_same_term():
     r = make_replica(term=4)
-    heartbeat(r, "n1", 4, now=0.0)
+    heartbeat(r, "n1", 4, now_ms=0.0)
     timeout = r.lease_ms
     assert r.next_deadline_ms() == timeout
     r.tick(timeout - 0.5)
@@ -141,7 +141,7 @@ def test_1_2_follower_becomes_candidate_after_max_heartbeat_leak_intervals_in_sa
 
 
 def test_1_5_leader_sends_heartbeats_every_interval():
-    r = make_leader(now=1000.0)
+    r = make_leader(now_ms=1000.0)
     out = r.take_output()
     assert sorted(m.remote_id for m in sent_heartbeats(out)) == ["n1", "n2"]
     r.tick(1050.0)
@@ -158,7 +158,7 @@ def test_1_5_expired_term_answer_with_bigger_term_makes_the_leader_a_candidate()
     out = r.take_output()
     assert r.role is Role.CANDIDATE and r.leader_id is None
     assert (1, Role.CANDIDATE) in out.role_changes
-    assert r.known_max_term == 9  # changeRoleToCandidate(9): nextTerm() will jump there
+    assert r.election.known_max_term == 9  # changeRoleToCandidate(9): nextTerm() will jump there
     # DLedger would first re-vote in term 1, a round it cannot win; we go straight to 9
     r.tick(r.next_deadline_ms())
     requests = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
@@ -167,29 +167,29 @@ def test_1_5_expired_term_answer_with_bigger_term_makes_the_leader_a_candidate()
 
 
 def test_1_5_leader_with_quorum_of_heartbeat_answers_keeps_leading():
-    r = make_leader(now=1000.0)
+    r = make_leader(now_ms=1000.0)
     hb = r.config.heartbeat_interval_ms
-    now = 1000.0
+    now_ms = 1000.0
     for _ in range(20):
         for beat in sent_heartbeats(r.take_output()):
             if beat.remote_id == "n1":  # one follower of two is a quorum with me
-                answer(r, "n1", Code.SUCCESS, seq=beat.seq, now=now + 1)
-        now += hb
-        r.tick(now)
+                answer(r, "n1", Code.SUCCESS, seq=beat.seq, now_ms=now_ms + 1)
+        now_ms += hb
+        r.tick(now_ms)
     assert r.role is Role.LEADER and r.term == 1
 
 
 def test_1_5_leader_steps_down_in_same_term_after_max_heartbeat_leak_intervals_unheard():
     start = 1000.0
-    r = make_leader(term=3, now=start)
+    r = make_leader(term=3, now_ms=start)
     window = r.lease_ms
     stepped_down_at = None
-    now = start
-    while now < start + 10 * window:
-        now += 5.0
-        r.tick(now)
+    now_ms = start
+    while now_ms < start + 10 * window:
+        now_ms += 5.0
+        r.tick(now_ms)
         if r.role is not Role.LEADER:
-            stepped_down_at = now
+            stepped_down_at = now_ms
             break
     out = r.take_output()
     assert stepped_down_at is not None
@@ -211,7 +211,7 @@ def test_1_5_success_plus_term_not_ready_quorum_resends_heartbeats_at_once():
     r = make_leader(term=2)
     beats = sent_heartbeats(r.take_output())
     by_peer = {b.remote_id: b for b in beats}
-    answer(r, "n1", Code.TERM_NOT_READY, term=1, seq=by_peer["n1"].seq, now=1001.0)
+    answer(r, "n1", Code.TERM_NOT_READY, term=1, seq=by_peer["n1"].seq, now_ms=1001.0)
     r.send_failed(by_peer["n2"], 1001.0)
     r.tick(1001.0)  # the round is complete: 1 SUCCESS (me) + 1 TERM_NOT_READY is a quorum
     assert r.role is Role.LEADER

@@ -55,10 +55,12 @@ def committed_follower() -> Replica:
     return r
 
 
-def follow_forger(r: Replica, forger: str, term: int, now: float) -> None:
+def follow_forger(r: Replica, forger: str, term: int, now_ms: float) -> None:
     """A push from `forger` in a newer term: the replica adopts the term at its next step."""
-    r.receive(PushRequest(GROUP, forger, r.self_id, forger, term, PushType.COMMIT, -1, -1, -1), now)
-    r.tick(now + 1)
+    r.receive(
+        PushRequest(GROUP, forger, r.self_id, forger, term, PushType.COMMIT, -1, -1, -1), now_ms
+    )
+    r.tick(now_ms + 1)
     r.take_output()
     assert r.term == term
 
@@ -100,6 +102,22 @@ def test_a_forged_append_that_disagrees_with_committed_entries_is_refused():
     assert [r.store.term_at(i) for i in range(3)] == [1, 1, 1]
 
 
+def test_an_append_whose_count_overstates_its_entries_vouches_only_for_what_it_holds():
+    """`count` is the peer's word: a push of one entry claiming four, with a commit
+    index past it, made the follower vouch for and commit entries it does not hold
+    (its commit assertion ended the connection on a peer's bytes)."""
+    r = committed_follower()
+    source = make_replica("n0", log_terms=(1, 1, 1, 1)).store  # the same entries, and one more
+    blob, one = source.read_encoded(3, 1 << 20)
+    assert one == 1
+    push = PushRequest(GROUP, "n0", "n1", "n0", 1, PushType.APPEND, 2, 1, 6, blob, 4, seq=9)
+    r.receive(push, 5.0)
+    r.persisted(r.store.end_index, r.store.generation, 6.0)
+    [answer] = push_answers(r)
+    assert answer.code == Code.SUCCESS and answer.index == 3 == r.store.end_index
+    assert r.committed_index == 3
+
+
 def test_a_truncate_whose_leader_log_ends_before_its_compare_point_is_refused():
     """A reset past our end followed by a cut computed from a log ending before the
     reset point: the store refused the cut with IndexError, out of the replica."""
@@ -128,14 +146,14 @@ def test_votes_from_strangers_do_not_count():
 def test_beats_answered_by_strangers_do_not_hold_a_leaders_lease():
     """A leader that hears only strangers loses its lease as if it heard no one."""
     r = elected_leader()
-    now = 1001.0
-    while r.role is Role.LEADER and now < 5000.0:
-        now += 50.0
-        r.tick(now)
+    now_ms = 1001.0
+    while r.role is Role.LEADER and now_ms < 5000.0:
+        now_ms += 50.0
+        r.tick(now_ms)
         for beat in [m for m in r.take_output().messages if isinstance(m, HeartBeatRequest)]:
             for stranger in ("x1", "x2"):
                 answer = HeartBeatResponse(GROUP, stranger, "n0", "n0", r.term, Code.SUCCESS)
-                r.receive(attrs.evolve(answer, seq=beat.seq), now)
+                r.receive(attrs.evolve(answer, seq=beat.seq), now_ms)
     assert r.role is not Role.LEADER
 
 
@@ -146,11 +164,11 @@ def test_answers_read_after_a_pause_renew_no_lease(late):
     may have been elected meanwhile), so they do not renew the lease. Read in time,
     the same answers do."""
     r = elected_leader()
-    now = 1001.0
+    now_ms = 1001.0
     while not (beats := [m for m in r.take_output().messages if isinstance(m, HeartBeatRequest)]):
-        now = r.next_deadline_ms()
-        r.tick(now)
-    woke = now + (10 * r.lease_ms if late else 1.0)
+        now_ms = r.next_deadline_ms()
+        r.tick(now_ms)
+    woke = now_ms + (10 * r.lease_ms if late else 1.0)
     for beat in beats:
         answer = HeartBeatResponse(GROUP, beat.remote_id, "n0", "n0", r.term, Code.SUCCESS)
         r.receive(attrs.evolve(answer, seq=beat.seq), woke)
@@ -181,7 +199,7 @@ def test_an_answer_vouching_for_entries_the_leader_does_not_hold_is_ignored():
     trip an assertion in the leader, the other answers are only the forger's word."""
     r = elected_leader()
     assert r.append(1, [b"x"], 1100.0) is Code.SUCCESS
-    now = 1100.0
+    now_ms = 1100.0
     for _ in range(4):
         pushes = [m for m in r.take_output().messages if isinstance(m, PushRequest)]
         for push in pushes:
@@ -189,10 +207,29 @@ def test_an_answer_vouching_for_entries_the_leader_does_not_hold_is_ignored():
                 GROUP, push.remote_id, "n0", "n0", r.term, Code.SUCCESS, push.type,
                 10**9, 0, 10**9, seq=push.seq,
             )  # fmt: skip
-            r.receive(forged, now)
-        now += 1.0
+            r.receive(forged, now_ms)
+        now_ms += 1.0
     assert r.role is Role.LEADER
-    assert all(p.match_index <= r.store.end_index for p in r.progress.values())
+    assert all(p.match_index <= r.store.end_index for p in r.replication.progress.values())
+
+
+def test_a_compare_answer_claiming_a_log_beginning_past_the_leaders_end_is_ignored():
+    """A forged INCONSISTENT_STATE answer to a COMPARE saying the follower's log begins
+    at 50: the leader compared there next and read the term of an entry it does not
+    hold (IndexError out of the replica, on a peer's bytes)."""
+    r = elected_leader()
+    [compare] = [
+        m for m in r.take_output().messages if isinstance(m, PushRequest) and m.remote_id == "n1"
+    ]
+    assert compare.type == PushType.COMPARE
+    forged = PushResponse(
+        GROUP, "n1", "n0", "n0", r.term, Code.INCONSISTENT_STATE, compare.type,
+        compare.pre_log_index, 50, 60, seq=compare.seq,
+    )  # fmt: skip
+    r.receive(forged, 1002.0)
+    r.tick(r.next_deadline_ms())
+    assert r.role is Role.LEADER
+    assert r.replication.progress["n1"].next_index <= r.store.end_index + 1
 
 
 # Ranges near the replicas' own state, where the checks are.
@@ -251,18 +288,18 @@ _steps = st.lists(
 def test_no_sequence_of_member_messages_crashes_a_replica_or_cuts_its_committed_log(make, steps):
     r = make()
     committed = {i: r.store.term_at(i) for i in range(r.store.begin_index, r.committed_index + 1)}
-    now = 1001.0
+    now_ms = 1001.0
     for step in steps:
-        now += 7.0
+        now_ms += 7.0
         if step == "tick":
-            now = max(now, min(r.next_deadline_ms(), now + 500.0))
-            r.tick(now)
+            now_ms = max(now_ms, min(r.next_deadline_ms(), now_ms + 500.0))
+            r.tick(now_ms)
         elif step == "persist":
-            r.persisted(r.store.end_index, r.store.generation, now)
+            r.persisted(r.store.end_index, r.store.generation, now_ms)
         elif step == "append":
-            r.append(int(now), [b"x"], now)
+            r.append(int(now_ms), [b"x"], now_ms)
         elif step.remote_id == r.self_id and step.local_id != r.self_id:
-            r.receive(attrs.evolve(step), now)
+            r.receive(attrs.evolve(step), now_ms)
         r.take_output()
         low = max(r.store.begin_index, min(committed, default=0))
         for i in range(low, max(committed, default=-1) + 1):

@@ -15,11 +15,13 @@ TOPICS = {
 V1 = {"timestamp": 1, "counter": 1}
 
 
-def group(now: int = 0) -> RouteInfoManager:
+def group(now_ms: int = 0) -> RouteInfoManager:
     """broker-a: master A0 (HA port 10912) and slave A1."""
     routes = RouteInfoManager()
-    routes.register_broker(CLUSTER, A0, "broker-a", 0, "10.0.0.1:10912", TOPICS, V1, now)
-    result = routes.register_broker(CLUSTER, A1, "broker-a", 1, "10.0.0.2:10912", TOPICS, V1, now)
+    routes.register_broker(CLUSTER, A0, "broker-a", 0, "10.0.0.1:10912", TOPICS, V1, now_ms)
+    result = routes.register_broker(
+        CLUSTER, A1, "broker-a", 1, "10.0.0.2:10912", TOPICS, V1, now_ms
+    )
     assert (result.master_addr, result.ha_server_addr) == (A0, "10.0.0.1:10912")
     return routes
 
@@ -97,27 +99,27 @@ def test_new_master_topics_update_queue_data():
 
 
 def test_expiry_removes_broker_and_its_queue_data():
-    routes = group(now=0)
+    routes = group(now_ms=0)
     routes.register_broker(CLUSTER, A2, "broker-b", 0, None, {"T": TOPICS["T"]}, V1, 0)
-    assert routes.scan_not_active_brokers(now=1000, expiry_ms=1000) == []
+    assert routes.scan_not_active_brokers(now_ms=1000, expiry_ms=1000) == []
     # broker-a keeps heartbeating; broker-b falls silent.
     routes.register_broker(CLUSTER, A0, "broker-a", 0, None, TOPICS, V1, 900)
     routes.register_broker(CLUSTER, A1, "broker-a", 1, None, TOPICS, V1, 900)
-    assert routes.scan_not_active_brokers(now=1500, expiry_ms=1000) == [A2]
+    assert routes.scan_not_active_brokers(now_ms=1500, expiry_ms=1000) == [A2]
     route = routes.pickup_topic_route_data("T")
     assert [q["brokerName"] for q in route["queueDatas"]] == ["broker-a"]
     assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-a"]
     assert routes.get_all_cluster_info()["clusterAddrTable"] == {CLUSTER: ["broker-a"]}
-    assert sorted(routes.scan_not_active_brokers(now=5000, expiry_ms=1000)) == [A0, A1]
+    assert sorted(routes.scan_not_active_brokers(now_ms=5000, expiry_ms=1000)) == [A0, A1]
     assert routes.pickup_topic_route_data("T") is None
     assert routes.get_all_topic_list() == []
     assert routes.get_all_cluster_info() == {"brokerAddrTable": {}, "clusterAddrTable": {}}
 
 
 def test_expired_master_leaves_slave_serving_reads():
-    routes = group(now=0)
+    routes = group(now_ms=0)
     routes.register_broker(CLUSTER, A1, "broker-a", 1, None, TOPICS, V1, 2000)
-    assert routes.scan_not_active_brokers(now=2500, expiry_ms=1000) == [A0]
+    assert routes.scan_not_active_brokers(now_ms=2500, expiry_ms=1000) == [A0]
     route = routes.pickup_topic_route_data("T")
     assert route["brokerDatas"][0]["brokerAddrs"] == {"1": A1}
 

@@ -40,7 +40,7 @@ def append_many(cluster, count, node_id=None, gap_ms=2.0):
     handles = []
     for _ in range(count):
         handles.append(cluster.client_append(node_id))
-        cluster.run_until(cluster.now + gap_ms)
+        cluster.run_until(cluster.now_ms + gap_ms)
     return handles
 
 
@@ -60,11 +60,11 @@ def test_commit_index_propagates_to_a_follower_that_joins_late():
     cluster.crash("n2")
     leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     handles = append_many(cluster, 10)
-    cluster.run_until(cluster.now + 20)
+    cluster.run_until(cluster.now_ms + 20)
     assert outcomes(cluster, handles) == [Code.SUCCESS] * 10
     assert cluster.nodes["n2"].store.end_index == -1
     cluster.restart("n2")
-    cluster.run_until(cluster.now + 5 * HB)
+    cluster.run_until(cluster.now_ms + 5 * HB)
     late = cluster.nodes["n2"]  # a restart boots a new node object
     assert late.replica.role is Role.FOLLOWER
     assert late.store.end_index == leader.store.end_index
@@ -78,7 +78,7 @@ def test_one_follower_offline_appends_still_commit_with_two_of_three():
     leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     cluster.crash(next(n for n in cluster.ids if n != leader.id))
     handles = append_many(cluster, 10)
-    cluster.run_until(cluster.now + 20)
+    cluster.run_until(cluster.now_ms + 20)
     assert outcomes(cluster, handles) == [Code.SUCCESS] * 10
     got = indexes(cluster, handles)
     assert got == list(range(got[0], got[0] + 10))
@@ -99,7 +99,7 @@ def test_both_followers_offline_appends_time_out_then_pending_full():
     first = append_many(cluster, 3, gap_ms=1.0)
     assert outcomes(cluster, first) == [None] * 3  # waiting for a quorum
     end_before = leader.store.end_index
-    cluster.run_until(cluster.now + 150)
+    cluster.run_until(cluster.now_ms + 150)
     assert outcomes(cluster, first) == [Code.WAIT_QUORUM_ACK_TIMEOUT] * 3
     assert leader.store.end_index == end_before  # a timed-out entry stays in the log
     assert leader.replica.role is Role.LEADER  # the lease (3 beats) has not run out
@@ -114,10 +114,10 @@ def test_follower_down_then_up_pending_append_completes_after_it_returns():
     for node_id in followers:
         cluster.crash(node_id)
     [h] = append_many(cluster, 1)
-    cluster.run_until(cluster.now + 50)
+    cluster.run_until(cluster.now_ms + 50)
     assert cluster.checker.outcomes.get(h) is None
     cluster.restart(followers[0])
-    cluster.run_until(cluster.now + 2 * HB)
+    cluster.run_until(cluster.now_ms + 2 * HB)
     assert cluster.checker.outcomes[h] is Code.SUCCESS
     assert cluster.leader() is leader
     index = cluster.checker.acked[h][0]
@@ -135,7 +135,7 @@ def test_dropped_pushes_still_all_appends_succeed_with_consecutive_indexes():
     leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     cluster.conditions = NetworkConditions(drop=0.3)
     handles = append_many(cluster, 10, gap_ms=5.0)
-    cluster.run_until(cluster.now + 2000)
+    cluster.run_until(cluster.now_ms + 2000)
     assert outcomes(cluster, handles) == [Code.SUCCESS] * 10
     got = indexes(cluster, handles)
     assert got == list(range(got[0], got[0] + 10))
@@ -162,12 +162,12 @@ def test_truncate_follower_with_extra_entries_is_cut_back_to_the_new_leaders_log
     leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
     assert leader.id == "n1" and leader.replica.term > 1
     handles = append_many(cluster, 3)
-    cluster.run_until(cluster.now + 20)
+    cluster.run_until(cluster.now_ms + 20)
     assert outcomes(cluster, handles) == [Code.SUCCESS] * 3
     assert indexes(cluster, handles) == [6, 7, 8]
     assert leader.store.get(5).type is EntryType.NOOP
     cluster.restart("n0")
-    cluster.run_until(cluster.now + 5 * HB)
+    cluster.run_until(cluster.now_ms + 5 * HB)
     n0 = cluster.nodes["n0"]
     assert n0.replica.role is Role.FOLLOWER and n0.replica.leader_id == "n1"
     assert n0.store.end_index == leader.store.end_index == 8
@@ -184,9 +184,9 @@ def test_truncate_follower_with_extra_entries_is_cut_back_to_the_new_leaders_log
 class Wire:
     """Replicas joined by hand: outputs are collected, messages delivered on demand."""
 
-    def __init__(self, replicas, now=1000.0):
+    def __init__(self, replicas, now_ms=1000.0):
         self.replicas = replicas
-        self.now = now
+        self.now_ms = now_ms
         self.queue: list = []
         self.commits: dict[str, list[int]] = {n: [] for n in replicas}
 
@@ -198,14 +198,14 @@ class Wire:
         return out
 
     def tick(self, node_id, ms=0.0):
-        self.now += ms
-        self.replicas[node_id].tick(self.now)
+        self.now_ms += ms
+        self.replicas[node_id].tick(self.now_ms)
         self.collect(node_id)
 
     def sync(self, node_id):
         """An fsync covering everything written so far completes."""
         r = self.replicas[node_id]
-        r.persisted(r.store.end_index, r.store.generation, self.now)
+        r.persisted(r.store.end_index, r.store.generation, self.now_ms)
         self.collect(node_id)
 
     def deliver(self, keep=lambda m: True):
@@ -218,7 +218,7 @@ class Wire:
             self.queue = [m for m in self.queue if not keep(m)]
             for msg in ready:
                 if msg.remote_id in self.replicas:
-                    self.replicas[msg.remote_id].receive(msg, self.now)
+                    self.replicas[msg.remote_id].receive(msg, self.now_ms)
                     self.collect(msg.remote_id)
 
 
@@ -234,7 +234,7 @@ def test_new_leader_does_not_commit_inherited_entries_before_its_own_term_noop()
     assert n1.store.end_index == 2 and n1.store.get(2).type is EntryType.NOOP
     # the COMPARE round: n2 holds 0..1 durably, so the inherited entries are on a quorum
     wire.deliver(keep=lambda m: not (isinstance(m, PushRequest) and m.type == PushType.APPEND))
-    assert n1.progress["n2"].match_index == 1
+    assert n1.replication.progress["n2"].match_index == 1
     assert n1.committed_index == -1
     wire.sync("n1")  # the leader's own NOOP is durable: still only 1 of 3 holds it
     assert n1.committed_index == -1
@@ -528,7 +528,7 @@ def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_
     wire.tick("n1")
     wire.deliver(keep=lambda m: isinstance(m, (VoteRequest, VoteResponse)))
     assert leader.role is Role.LEADER
-    leader.progress["n2"].become_probe(PushType.COMPARE, 0)  # what TERM_NOT_READY does
+    leader.replication.progress["n2"].become_probe(PushType.COMPARE, 0)  # what TERM_NOT_READY does
     wire.tick("n1", ms=1.0)
     pushes, answers = [], []
     for _ in range(20):  # bounded: before the fix this exchange never ended
@@ -538,17 +538,17 @@ def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_
         ready, wire.queue = wire.queue, []
         for msg in ready:
             if msg.remote_id in wire.replicas:
-                wire.replicas[msg.remote_id].receive(msg, wire.now)
+                wire.replicas[msg.remote_id].receive(msg, wire.now_ms)
                 wire.collect(msg.remote_id)
         wire.sync("n1"), wire.sync("n2")
     resets = [p for p in pushes if p.type == PushType.TRUNCATE and p.reset_pos >= 0]
     assert len(resets) <= 1, f"{len(resets)} resets: the leader keeps sending a refused one"
-    assert leader.progress["n2"].match_index == leader.store.end_index
+    assert leader.replication.progress["n2"].match_index == leader.store.end_index
     assert follower.store.begin_index == 40 and follower.store.end_index == leader.store.end_index
     # TERM_NOT_READY (a follower just woke with an older term) probes from our beginning on,
     # not from below it, so no reset goes out at all
-    leader.receive(attrs.evolve(answers[-1], code=Code.TERM_NOT_READY), wire.now)
-    assert leader.progress["n2"].next_index >= leader.store.begin_index
+    leader.receive(attrs.evolve(answers[-1], code=Code.TERM_NOT_READY), wire.now_ms)
+    assert leader.replication.progress["n2"].next_index >= leader.store.begin_index
 
 
 def test_a_refused_truncate_is_probed_again_at_the_next_heartbeat_not_at_once():
@@ -577,7 +577,7 @@ def test_a_refused_truncate_is_probed_again_at_the_next_heartbeat_not_at_once():
         GROUP, "n2", "n1", "n1", leader.term, Code.INCONSISTENT_STATE, PushType.TRUNCATE,
         truncate.pre_log_index, seq=truncate.seq,
     )  # fmt: skip
-    leader.receive(refusal, wire.now)
+    leader.receive(refusal, wire.now_ms)
     wire.collect("n1")
     assert [m for m in wire.queue if isinstance(m, PushRequest)] == []  # nothing at once
     for _ in range(3):  # heartbeats pass: the follower answers, the leader compares again

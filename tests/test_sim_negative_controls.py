@@ -37,12 +37,12 @@ def burst_then_crash_leader_and_follower(cluster) -> list[int]:
     handles = []
     for _ in range(10):
         handles.append(cluster.client_append(leader.id))
-        cluster.run_until(cluster.now + 1)
-    deadline = cluster.now + 200
-    while any(h not in cluster.checker.outcomes for h in handles) and cluster.now < deadline:
-        cluster.run_until(cluster.now + 0.1)
+        cluster.run_until(cluster.now_ms + 1)
+    deadline = cluster.now_ms + 200
+    while any(h not in cluster.checker.outcomes for h in handles) and cluster.now_ms < deadline:
+        cluster.run_until(cluster.now_ms + 0.1)
     assert [cluster.checker.outcomes.get(h) for h in handles] == [Code.SUCCESS] * 10
-    cluster.run_until(cluster.now + 3)
+    cluster.run_until(cluster.now_ms + 3)
     cluster.crash(leader.id, keep_unsynced=0)
     cluster.crash(follower, keep_unsynced=0)
     lost = sorted(
@@ -54,9 +54,9 @@ def burst_then_crash_leader_and_follower(cluster) -> list[int]:
     cluster.heal()
     cluster.restart(leader.id)
     cluster.restart(follower)
-    cluster.run_until(cluster.now + 1500)
+    cluster.run_until(cluster.now_ms + 1500)
     h = cluster.client_append()
-    cluster.run_until(cluster.now + 500)
+    cluster.run_until(cluster.now_ms + 500)
     assert cluster.checker.outcomes.get(h) is Code.SUCCESS
     cluster.checker.check_final()
     return lost

@@ -439,7 +439,7 @@ def make_layout(path: Path, layout: str) -> None:
             store.reset(10, SEGMENT_BYTES - 100, 1)
         varied_fill(store, 400, first_term=store.end_term + 1)
         if layout == "after_retention":
-            assert store.delete_expired(150, 0, now=time.time() + 10) > 0
+            assert store.delete_expired(150, 0, now_s=time.time() + 10) > 0
     finally:
         store.close()
 
@@ -456,7 +456,7 @@ def everything(store: FileLogStore) -> tuple:
         [store.get(i) for i in indexes],
         [store.read_encoded(i, 3000) for i in indexes],
         dict(store.synced_lengths),
-        {s: seg.written_bytes for s, seg in store._data.items()},
+        {s: seg.written_bytes for s, seg in store.data_segments.items()},
         (store.recovery.cut_pos, store.recovery.truncated_bytes, store.recovery.dropped_files),
         store.recovery.index_entries_rewritten,
     )
@@ -785,7 +785,7 @@ def test_retention_keeps_young_files_and_the_last_segment(written):
     store = open_store(path)
     try:
         assert store.delete_expired(keep_from_index=COUNT, older_than_s=3600) == 0
-        assert store.delete_expired(COUNT, 3600, now=time.time() + 7200) == 11
+        assert store.delete_expired(COUNT, 3600, now_s=time.time() + 7200) == 11
         assert names(path / "data") == [f"{11 * SEGMENT_BYTES:020d}"]
         assert store.begin_index == 99 and state(store)[1:] == snapshot[1:]
         store.append_leader(4, [(NORMAL, body(100))])
@@ -799,7 +799,7 @@ def test_retention_interrupted_before_the_deletions_is_finished_by_recovery(writ
     saved = path.parent / "saved"
     shutil.copytree(path / "data", saved)
     store = open_store(path)
-    assert store.delete_expired(20, 0, now=time.time() + 10) == 2
+    assert store.delete_expired(20, 0, now_s=time.time() + 10) == 2
     store.close()
     for name in names(saved)[:2]:  # as if the crash came before the unlinks
         shutil.copy(saved / name, path / "data" / name)

@@ -22,8 +22,8 @@ class Clock:
 
 
 def record(name, then=None):
-    def fire(r, now):
-        r.fired.append((name, now))
+    def fire(r, now_ms):
+        r.fired.append((name, now_ms))
         if then:
             then(r)
 
@@ -76,17 +76,17 @@ class DeadlineProbe:
             return
         replica = node.replica
         deadline = replica.next_deadline_ms()
-        now = self.cluster.now
+        now_ms = self.cluster.now_ms
         if deadline == float("inf"):
             return
-        if deadline > now:
+        if deadline > now_ms:
             early = copy.deepcopy(replica)
             early.take_output()
             before = _state(early)
-            early.tick((now + deadline) / 2)
+            early.tick((now_ms + deadline) / 2)
             assert not early.take_output(), "a tick before the deadline did something"
             assert _state(early) == before
-        due = max(now, deadline)
+        due = max(now_ms, deadline)
         late = copy.deepcopy(replica)
         for _ in range(5):
             late.tick(due)

@@ -21,20 +21,20 @@ from raftmq.dledger.core.messages import (
 from tests.helpers import GROUP, make_replica
 
 
-def vote(replica, candidate, term, end_index, end_term, now=0.0, sender=None):
+def vote(replica, candidate, term, end_index, end_term, now_ms=0.0, sender=None):
     """Deliver one VoteRequest; return (the VoteResponse, the whole Output)."""
     req = VoteRequest(
         GROUP, sender or candidate, replica.self_id, candidate, term, end_index, end_term, seq=7
     )
-    replica.receive(req, now)
+    replica.receive(req, now_ms)
     out = replica.take_output()
     [resp] = [m for m in out.messages if isinstance(m, VoteResponse)]
     assert resp.seq == 7 and resp.remote_id == (sender or candidate)
     return resp, out
 
 
-def heartbeat(replica, leader, term, now=0.0):
-    replica.receive(HeartBeatRequest(GROUP, leader, replica.self_id, leader, term, seq=3), now)
+def heartbeat(replica, leader, term, now_ms=0.0):
+    replica.receive(HeartBeatRequest(GROUP, leader, replica.self_id, leader, term, seq=3), now_ms)
     out = replica.take_output()
     [resp] = [m for m in out.messages if isinstance(m, HeartBeatResponse)]
     return resp, out
@@ -133,7 +133,7 @@ def test_1_4_step4_higher_term_is_reject_term_not_ready_then_adopted_at_next_ste
     assert resp.term == 1  # still my old term
     assert r.term == 1 and r.vote_for is None
     assert out.hard_state is None
-    assert r.need_increase_term_immediately
+    assert r.election.need_increase_term_immediately
     r.tick(0.0)  # nextTerm(): jumps straight to the known max term
     out = r.take_output()
     assert r.term == 3 and r.vote_for is None
@@ -173,7 +173,7 @@ def test_1_3_term_small_than_ledger_answer_moves_the_candidate_to_that_term():
         [resp] = voters[req.remote_id].take_output().messages
         assert resp.vote_result is VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
         candidate.receive(resp, 1000.0)
-    assert candidate.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT
+    assert candidate.election.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT
     assert candidate.role is Role.CANDIDATE
     candidate.tick(candidate.next_deadline_ms())
     assert candidate.term == 3  # nextTerm() jumped to knownMaxTermInGroup
@@ -188,8 +188,8 @@ def test_1_4_step3_log_check_before_term_check_stale_candidate_does_not_raise_my
     assert resp.vote_result is VoteResult.REJECT_EXPIRED_LEDGER_TERM
     assert resp.term == 2
     r.tick(0.0)
-    assert r.term == 2 and r.known_max_term == 2
-    assert not r.need_increase_term_immediately
+    assert r.term == 2 and r.election.known_max_term == 2
+    assert not r.election.need_increase_term_immediately
     resp, _ = vote(r, "n1", 9, 1, 2)  # shorter log in the same last term
     assert resp.vote_result is VoteResult.REJECT_SMALL_LEDGER_END_INDEX
     assert r.term == 2
@@ -214,7 +214,7 @@ def test_1_6_taking_leadership_rejects_rivals_without_a_strictly_longer_log():
         0.0,
     )
     r.take_output()
-    assert r.role is Role.CANDIDATE and r.term_to_take_leadership == 3
+    assert r.role is Role.CANDIDATE and r.transfers.term_to_take_leadership == 3
     r.tick(0.0)  # adopts term 3
     r.take_output()
     assert r.term == 3
@@ -262,9 +262,9 @@ def test_follower_via_higher_term_heartbeat_path_also_records_its_vote():
     assert heartbeat(r, "n1", 2)[0].code == Code.TERM_NOT_READY
     r.tick(0.0)
     assert r.term == 2 and r.vote_for is None
-    assert heartbeat(r, "n1", 2, now=1.0)[0].code == Code.SUCCESS
+    assert heartbeat(r, "n1", 2, now_ms=1.0)[0].code == Code.SUCCESS
     assert r.vote_for == "n1"
-    resp, _ = vote(r, "n2", 2, -1, -1, now=2.0)
+    resp, _ = vote(r, "n2", 2, -1, -1, now_ms=2.0)
     assert resp.vote_result is VoteResult.REJECT_ALREADY_HAS_LEADER
 
 

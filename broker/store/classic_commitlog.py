@@ -117,10 +117,10 @@ class OffsetWaiters:
         while waiting and waiting[0][0] <= reached:
             waiting.popleft()[2](True)
 
-    def expire(self, now: float) -> None:
+    def expire(self, now_s: float) -> None:
         """Call back (False) everyone whose deadline has passed."""
         waiting = self._waiting
-        while waiting and waiting[0][1] <= now:
+        while waiting and waiting[0][1] <= now_s:
             waiting.popleft()[2](False)
 
     async def run_expiry(self) -> None:
@@ -186,7 +186,7 @@ class ClassicCommitLog(RecordReads):
                 # the replication status wins over the flush status, as in RocketMQ
                 done(statuses[1] or statuses[0] or Code.SUCCESS, placed)
 
-        now = trio.current_time()
+        now_s = trio.current_time()
         replication = self.replication
         wait = (self.policy.sync_flush or replication is not None) and any(
             waits_for_store(record) for record in records
@@ -196,7 +196,7 @@ class ClassicCommitLog(RecordReads):
             done(Code.SUCCESS, placed)
             return
         if self.policy.sync_flush:
-            deadline = now + self.policy.sync_flush_timeout_s
+            deadline = now_s + self.policy.sync_flush_timeout_s
             self._flushes.add(
                 end, deadline, lambda ok: finish(0, None if ok else PutStatus.FLUSH_DISK_TIMEOUT)
             )
@@ -210,7 +210,7 @@ class ClassicCommitLog(RecordReads):
         else:
             self._acks.add(
                 end,
-                now + self.policy.slave_timeout_s,
+                now_s + self.policy.slave_timeout_s,
                 lambda ok: finish(1, None if ok else PutStatus.FLUSH_SLAVE_TIMEOUT),
             )
 

@@ -303,13 +303,13 @@ class ClassicLog:
         """Retention keeps every message from index `limit()` on (`delete_expired`)."""
         self._retention_limits.append(limit)
 
-    def delete_expired(self, older_than_s: float, now: float | None = None) -> int:
+    def delete_expired(self, older_than_s: float, now_s: float | None = None) -> int:
         """Delete the files at the front of the log last written more than `older_than_s`
         seconds ago (RocketMQ's `deleteExpiredFile` by `fileReservedTime`) whose messages
         are all below every retention limit (the message store's dispatch checkpoint:
         a restart dispatches again from there), never the file the log ends in; the
         log then begins at the first message of the first file kept. Returns how many."""
-        now = time.time() if now is None else now
+        now_s = time.time() if now_s is None else now_s
         keep_from = min((limit() for limit in self._retention_limits), default=self.end_index + 1)
         keep_pos = self.pos_at(keep_from) if keep_from <= self.end_index else self.parsed_pos
         keep_pos = min(keep_pos, self.write_pos - self.write_pos % self.file_size)
@@ -317,7 +317,7 @@ class ClassicLog:
         for seg in self._segments:
             if seg.start + self.file_size > keep_pos:
                 break
-            if now - self.fs.mtime(seg.path) < older_than_s:
+            if now_s - self.fs.mtime(seg.path) < older_than_s:
                 break
             doomed.append(seg)
         if not doomed:
@@ -434,9 +434,9 @@ class ClassicLog:
         durable up to `offset`, what was written when the plan was made."""
         target = self.write_pos
         checkpoint = None
-        now = time.monotonic()
-        if now - self._checkpointed_at >= CHECKPOINT_INTERVAL_S:
-            self._checkpointed_at = now
+        now_s = time.monotonic()
+        if now_s - self._checkpointed_at >= CHECKPOINT_INTERVAL_S:
+            self._checkpointed_at = now_s
             checkpoint = json.dumps({"flushed": target}).encode()
         files = (self._segment_at(start) for start in sorted(self._dirty))
         handles = [seg.file.handle.dup() for seg in files if seg is not None]

@@ -80,12 +80,12 @@ class RateMeter:
         return self.per_second
 
     def _roll(self) -> None:
-        now = time.monotonic()
-        elapsed = now - self._window_start
+        now_s = time.monotonic()
+        elapsed = now_s - self._window_start
         if elapsed >= 1.0:
             self.per_second = int(self._bytes / elapsed) if elapsed < 2.0 else 0
             self._bytes = 0
-            self._window_start = now
+            self._window_start = now_s
 
 
 class HAProtocolError(Exception):

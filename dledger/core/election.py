@@ -80,104 +80,144 @@ class VoteRound:
 class Election:
     """The candidate's campaign and the voter's answer, as DLedger's leader elector has them.
 
-    Part of `Replica`; the state it keeps (`known_max_term`, `last_parse_result`,
-    `next_vote_ms`, the round in progress) is initialised there.
+    Owns the campaign's state: the highest term heard of (`known_max_term`), whether to
+    move to the next term at once, the last round's result, when the next round starts
+    and the round in progress. The term and vote are the replica's: it changes them
+    (`next_term`, `vote`), and saves them before anything that depends on them leaves.
     """
 
+    def __init__(self, replica, term: int, vote_for: str | None, now_ms: float) -> None:
+        self._r = replica
+        cfg = replica.config
+        self.known_max_term = term
+        self.need_increase_term_immediately = False
+        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        # A restart that finds our own vote for this term: we may have led it, and a crash
+        # may have cost us entries of it that followers kept, so we must never lead it
+        # again (a win in it counts as WAIT_TO_VOTE_NEXT). We do not skip ahead to the next
+        # term at once either: a live leader would be deposed by our higher term.
+        self.never_lead_term = term if vote_for == cfg.self_id else -1
+        self.next_vote_ms = now_ms + replica.rand(0, cfg.max_vote_interval_ms)
+        self.round: VoteRound | None = None
+        self.vote_rounds_started = 0  # for monitoring (dledger.metrics)
+
+    # ------------------------------------------------------------------ role changes
+    def become_candidate(self, term: int, was_candidate: bool, now_ms: float) -> None:
+        """DLedger's changeRoleToCandidate, our part: remember the term seen (nextTerm
+        adopts it later), drop any round, and time the next one."""
+        r = self._r
+        self.known_max_term = max(self.known_max_term, term)
+        self.round = None
+        if not was_candidate:
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+            # Our own timeout: campaign now. A newer term heard from someone else: that
+            # node is campaigning; give it a vote gap before competing with it.
+            self.next_vote_ms = now_ms if term <= r.term else now_ms + self.vote_gap_ms()
+
+    def forget_round(self) -> None:
+        self.round = None
+
     # ------------------------------------------------------------------ candidate
-    def _campaign_due_ms(self) -> float | None:
-        if self._round is not None:
+    def campaign_due_ms(self) -> float | None:
+        if self.round is not None:
             return None
         return float("-inf") if self.need_increase_term_immediately else self.next_vote_ms
 
-    def _campaign(self, now: float) -> None:
+    def campaign(self, now_ms: float) -> None:
         """The vote gap ran out: move to the next term if the last round says so, then
         start a round (or, after adopting a newer term, wait one more gap)."""
+        r = self._r
         if (
             self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT
             or self.need_increase_term_immediately
-            or self.known_max_term > self.term  # a round in a term known to be over is wasted
+            or self.known_max_term > r.term  # a round in a term known to be over is wasted
         ):
-            self._next_term()
+            r.next_term(self.known_max_term)
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         if self.need_increase_term_immediately:
             self.need_increase_term_immediately = False
-            self.next_vote_ms = now + self._vote_gap_ms()
+            self.next_vote_ms = now_ms + self.vote_gap_ms()
             return
-        self._start_round(now)
+        self._start_round(now_ms)
 
-    def _round_due_ms(self) -> float | None:
-        return self._round.deadline_ms if self._round is not None else None
+    def round_due_ms(self) -> float | None:
+        return self.round.deadline_ms if self.round is not None else None
 
-    def _vote_gap_ms(self) -> float:
-        cfg = self.config
-        if self._taking_leadership():
-            return self._rand(
+    def vote_gap_ms(self) -> float:
+        r = self._r
+        cfg = r.config
+        if r.transfers.taking_leadership():
+            return r.rand(
                 cfg.min_take_leadership_vote_interval_ms, cfg.max_take_leadership_vote_interval_ms
             )
-        return self._rand(cfg.min_vote_interval_ms, cfg.max_vote_interval_ms)
+        return r.rand(cfg.min_vote_interval_ms, cfg.max_vote_interval_ms)
 
-    def _taking_leadership(self) -> bool:
-        return self.term_to_take_leadership == self.term
-
-    def _start_round(self, now: float) -> None:
-        cfg = self.config
-        wait = 2 * cfg.heartbeat_interval_ms + self._rand(0, cfg.max_vote_interval_ms)
-        self._round = VoteRound(self.term, self._next_seq(), now + wait, self.peer_count)
+    def _start_round(self, now_ms: float) -> None:
+        r = self._r
+        cfg = r.config
+        wait_ms = 2 * cfg.heartbeat_interval_ms + r.rand(0, cfg.max_vote_interval_ms)
+        self.round = VoteRound(r.term, r.next_seq(), now_ms + wait_ms, r.peer_count)
         self.vote_rounds_started += 1
         request = VoteRequest(
             cfg.group,
-            self.self_id,
-            self.self_id,
-            self.self_id,
-            self.term,
-            self.store.end_index,
-            self.store.end_term,
-            seq=self._round.seq,
+            r.self_id,
+            r.self_id,
+            r.self_id,
+            r.term,
+            r.store.end_index,
+            r.store.end_term,
+            seq=self.round.seq,
         )
-        self._round.record(self.self_id, self._vote_on(request, now), self.term)
-        for peer in self.peers:
-            self._send(attrs.evolve(request, remote_id=peer))
-        self._maybe_finish_round(now)
+        self.round.record(r.self_id, self._vote_on(request, now_ms), r.term)
+        for peer in r.peers:
+            r.send(attrs.evolve(request, remote_id=peer))
+        self._maybe_finish_round(now_ms)
 
-    def _maybe_finish_round(self, now: float) -> None:
-        if self._round is not None and self._round.early_stop():
-            self._finish_round(now)
+    def _maybe_finish_round(self, now_ms: float) -> None:
+        if self.round is not None and self.round.early_stop():
+            self.finish_round(now_ms)
 
-    def _finish_round(self, now: float) -> None:
-        vote_round, self._round = self._round, None
-        if self.role is not Role.CANDIDATE or vote_round.term != self.term:
+    def finish_round(self, now_ms: float) -> None:
+        r = self._r
+        vote_round, self.round = self.round, None
+        if r.role is not Role.CANDIDATE or vote_round.term != r.term:
             return
         result = vote_round.parse()
-        if result is ParseResult.PASSED and vote_round.term == self._never_lead_term:
+        if result is ParseResult.PASSED and vote_round.term == self.never_lead_term:
             result = ParseResult.WAIT_TO_VOTE_NEXT
         self.last_parse_result = result
         if result is ParseResult.PASSED:
-            self._become_leader(now)
+            r.become_leader(vote_round, now_ms)
             return
         if result is ParseResult.REVOTE_IMMEDIATELY:
-            self.next_vote_ms = now
+            self.next_vote_ms = now_ms
             return
-        if result is ParseResult.WAIT_TO_VOTE_NEXT and vote_round.known_max_term > self.term:
+        if result is ParseResult.WAIT_TO_VOTE_NEXT and vote_round.known_max_term > r.term:
             self.known_max_term = max(self.known_max_term, vote_round.known_max_term)
-        extra = vote_round.backoff_ms(result, self.lease_ms, self.config.max_vote_interval_ms)
-        self.next_vote_ms = now + self._vote_gap_ms() + extra
+        extra_ms = vote_round.backoff_ms(result, r.lease_ms, r.config.max_vote_interval_ms)
+        self.next_vote_ms = now_ms + self.vote_gap_ms() + extra_ms
 
-    def _on_vote_response(self, resp: VoteResponse, now: float) -> None:
-        if self._round is None or resp.seq != self._round.seq:
+    def send_failed(self, msg: VoteRequest, now_ms: float) -> None:
+        if self.round and msg.seq == self.round.seq:
+            self.round.record(msg.remote_id, VoteResult.UNKNOWN, -1)
+            self._maybe_finish_round(now_ms)
+
+    def on_vote_response(self, resp: VoteResponse, now_ms: float) -> None:
+        if self.round is None or resp.seq != self.round.seq:
             return
-        self._round.record(resp.local_id, VoteResult(resp.vote_result), resp.term)
-        self._maybe_finish_round(now)
+        self.round.record(resp.local_id, VoteResult(resp.vote_result), resp.term)
+        self._maybe_finish_round(now_ms)
 
     # ------------------------------------------------------------------ voter
-    def _on_vote_request(self, req: VoteRequest, now: float) -> None:
-        result = self._vote_on(req, now)
-        self._send(
+    def on_vote_request(self, req: VoteRequest, now_ms: float) -> None:
+        r = self._r
+        result = self._vote_on(req, now_ms)
+        r.send(
             VoteResponse(
-                self.config.group,
-                self.self_id,
+                r.config.group,
+                r.self_id,
                 req.local_id,
-                self.leader_id,
+                r.leader_id,
                 self._vote_answer_term(result),
                 result,
                 seq=req.seq,
@@ -186,45 +226,41 @@ class Election:
 
     def _vote_answer_term(self, result: VoteResult) -> int:
         if result is VoteResult.REJECT_TERM_SMALL_THAN_LEDGER:
-            return self.store.end_term
-        return self.term
+            return self._r.store.end_term
+        return self._r.term
 
-    def _vote_on(self, req: VoteRequest, now: float) -> VoteResult:
+    def _vote_on(self, req: VoteRequest, now_ms: float) -> VoteResult:
         """DLedger's handleVote, checks in its order (log before term)."""
-        from_self = req.local_id == self.self_id
-        if req.leader_id not in self.config.peers:
+        r = self._r
+        store = r.store
+        from_self = req.local_id == r.self_id
+        if req.leader_id not in r.config.peers:
             return VoteResult.REJECT_UNKNOWN_LEADER
-        if not from_self and req.leader_id == self.self_id:
+        if not from_self and req.leader_id == r.self_id:
             return VoteResult.REJECT_UNEXPECTED_LEADER
-        if req.ledger_end_term < self.store.end_term:
+        if req.ledger_end_term < store.end_term:
             return VoteResult.REJECT_EXPIRED_LEDGER_TERM
-        if (
-            req.ledger_end_term == self.store.end_term
-            and req.ledger_end_index < self.store.end_index
-        ):
+        if req.ledger_end_term == store.end_term and req.ledger_end_index < store.end_index:
             return VoteResult.REJECT_SMALL_LEDGER_END_INDEX
-        if req.term < self.term:
+        if req.term < r.term:
             return VoteResult.REJECT_EXPIRED_VOTE_TERM
-        if req.term == self.term:
-            if self.vote_for is not None and self.vote_for != req.leader_id:
-                if self.leader_id is not None:
+        if req.term == r.term:
+            if r.vote_for is not None and r.vote_for != req.leader_id:
+                if r.leader_id is not None:
                     return VoteResult.REJECT_ALREADY_HAS_LEADER
                 return VoteResult.REJECT_ALREADY_VOTED
         else:
-            self._change_to_candidate(req.term, now)
-            self.need_increase_term_immediately = True
+            r.change_to_candidate(req.term, now_ms, campaign_at_once=True)
             return VoteResult.REJECT_TERM_NOT_READY
-        if req.term < self.store.end_term:
+        if req.term < store.end_term:
             return VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
         if (
             not from_self
-            and self._taking_leadership()
-            and self.self_id in self.config.preferred_leader_ids
-            and req.ledger_end_term == self.store.end_term
-            and self.store.end_index >= req.ledger_end_index
+            and r.transfers.taking_leadership()
+            and r.self_id in r.config.preferred_leader_ids
+            and req.ledger_end_term == store.end_term
+            and store.end_index >= req.ledger_end_index
         ):
             return VoteResult.REJECT_TAKING_LEADERSHIP
-        if self.vote_for != req.leader_id:
-            self.vote_for = req.leader_id
-            self._save_hard_state()
+        r.vote(req.leader_id)
         return VoteResult.ACCEPT

@@ -13,7 +13,7 @@ import bisect
 import logging
 from collections import deque
 
-from raftmq.dledger.codes import Code, PushType
+from raftmq.dledger.codes import Code, PushType, Role
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import InconsistentAppend
@@ -26,10 +26,27 @@ REORDER_BUFFER = 64  # out-of-order APPEND pushes a follower keeps while waiting
 
 
 class FollowerReplication:
-    """Part of `Replica`: `leader_verified_index`, deferred acks and the reorder buffer."""
+    """The follower's side of replication.
 
-    def _on_push(self, req: PushRequest, now: float) -> None:
-        code = self._accept_leader(req.leader_id, req.term, now)
+    Owns how far our log is known to agree with the leader's (`leader_verified_index`),
+    the answers waiting for an fsync and the reorder buffer. The log, the commit and
+    persisted indexes and the role are the replica's: it is told of truncations
+    (`Replica.log_truncated`) and moves the commit index (`Replica.set_committed`).
+    """
+
+    def __init__(self, replica) -> None:
+        self._r = replica
+        self.leader_verified_index = -1  # our log agrees with the leader's up to here
+        self._deferred_acks: deque[tuple[int, PushResponse]] = deque()
+        self._reorder: dict[int, PushRequest] = {}
+
+    def new_term(self) -> None:
+        """What the last leader vouched for says nothing about the next one's log."""
+        self.leader_verified_index = -1
+
+    def on_push(self, req: PushRequest, now_ms: float) -> None:
+        r = self._r
+        code = r.heartbeats.accept_leader(req.leader_id, req.term, now_ms)
         if code is not Code.SUCCESS:
             self._answer_push(req, code, req.pre_log_index)
             return
@@ -41,15 +58,15 @@ class FollowerReplication:
             self._on_truncate(req)
         else:  # COMMIT: nothing to acknowledge
             self._learn_commit(req.commit_index)
-        if self.transfer is not None:  # a transferee campaigns as soon as it has caught up
-            self._check_transfer(now)
+        r.transfers.check_transfer(now_ms)  # a transferee campaigns once it has caught up
 
     def _answer_push(
         self, req: PushRequest, code: Code, index: int, defer_to: int = -1, **extra
     ) -> None:
-        store = self.store
+        r = self._r
+        store = r.store
         resp = PushResponse(
-            *self._answer_header(req.local_id),
+            *r.answer_header(req.local_id),
             code,
             req.type,
             index,
@@ -58,23 +75,25 @@ class FollowerReplication:
             seq=req.seq,
             **extra,
         )
-        if defer_to > self.persisted_index:
+        if defer_to > r.persisted_index:
             self._deferred_acks.append((defer_to, resp))
         else:
-            self._send(resp)
+            r.send(resp)
 
-    def _flush_deferred_acks(self) -> None:
+    def flush_deferred_acks(self) -> None:
+        """Send the answers that waited for entries the replica now counts as durable."""
+        r = self._r
         acks = self._deferred_acks
-        while acks and acks[0][0] <= self.persisted_index:
-            self._send(acks.popleft()[1])
+        while acks and acks[0][0] <= r.persisted_index:
+            r.send(acks.popleft()[1])
 
     def _learn_commit(self, leader_commit: int) -> None:
         known = min(leader_commit, self.leader_verified_index)
-        if known > self.committed_index:
-            self._set_committed(known)
+        if known > self._r.committed_index:
+            self._r.set_committed(known)
 
     def _on_compare(self, req: PushRequest) -> None:
-        store = self.store
+        store = self._r.store
         pre = req.pre_log_index
         self._reorder.clear()
         if pre > store.end_index or pre < store.begin_index - 1:
@@ -93,7 +112,8 @@ class FollowerReplication:
             )
 
     def _on_truncate(self, req: PushRequest) -> None:
-        store = self.store
+        r = self._r
+        store = r.store
         pre = req.pre_log_index
         self._reorder.clear()
         if req.leader_end_index < pre:  # a log cannot end before the entry it is compared at
@@ -108,20 +128,21 @@ class FollowerReplication:
                 self._answer_push(req, Code.INCONSISTENT_STATE, pre)
                 return
             # the leader's log begins past ours: whatever we hold ends before it
-            if pre < self.committed_index:
+            if pre < r.committed_index:
                 self._refuse_cut(req, pre + 1)
                 return
-            if self.disk_full:  # a reset writes the new beginning's file
+            if r.disk_full:  # a reset writes the new beginning's file
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
             store.reset(pre + 1, req.reset_pos, req.pre_log_term)
             self._after_truncation(pre)
-            self._after_local_append()  # the answer waits for the new beginning to be durable
+            r.after_local_append()  # the answer waits for the new beginning to be durable
         cut = self._first_disagreement(pre, req.term_runs, req.leader_end_index, req.term)
-        if cut <= self.committed_index:
+        if cut <= r.committed_index:
             self._refuse_cut(req, cut)
             return
         if cut <= store.end_index:
+            assert cut > r.committed_index, (cut, r.committed_index)
             store.truncate(cut)
             self._after_truncation(cut - 1)
         self.leader_verified_index = cut - 1
@@ -139,20 +160,22 @@ class FollowerReplication:
         log.warning(
             "%s: refusing a TRUNCATE from %s (term %d) that would cut from index %d, "
             "at or below the commit index %d",
-            self.self_id,
+            self._r.self_id,
             req.leader_id,
             req.term,
             cut,
-            self.committed_index,
+            self._r.committed_index,
         )
         self._answer_push(req, Code.INCONSISTENT_LEADER, req.pre_log_index)
 
     def _after_truncation(self, new_end: int) -> None:
-        """Our log now ends at `new_end`: nothing committed may have been cut."""
-        assert self.committed_index <= new_end, (self.committed_index, new_end)
-        self.persisted_index = min(self.persisted_index, new_end)
+        """Our log now ends at `new_end`: nothing committed may have been cut, and only
+        a follower cuts (a leader never removes an entry of its log)."""
+        r = self._r
+        assert r.committed_index <= new_end, (r.committed_index, new_end)
+        assert r.role is Role.FOLLOWER, r.role
         self._deferred_acks = deque(a for a in self._deferred_acks if a[0] <= new_end)
-        self._out.completions.extend(self._pending.drop_lost(self._entry_term))
+        r.log_truncated(new_end)
 
     def _first_disagreement(
         self, pre: int, term_runs: list, leader_end: int, push_term: int
@@ -164,7 +187,7 @@ class FollowerReplication:
         behind later APPENDs): only one leader writes a term and it never drops an
         entry, so they are in its log — some may be acknowledged already — and stay.
         Entries there of an older term are another leader's and go."""
-        store = self.store
+        store = self._r.store
         if store.end_index > leader_end and store.term_at(leader_end + 1) == push_term:
             leader_end = store.end_index
         end = min(store.end_index, leader_end)
@@ -181,7 +204,7 @@ class FollowerReplication:
         return end + 1
 
     def _on_append(self, req: PushRequest) -> None:
-        store = self.store
+        store = self._r.store
         first = req.pre_log_index + 1
         if first > store.end_index + 1:
             if len(self._reorder) < REORDER_BUFFER:
@@ -194,7 +217,8 @@ class FollowerReplication:
             self._apply_append(nxt)
 
     def _apply_append(self, req: PushRequest) -> None:
-        store = self.store
+        r = self._r
+        store = r.store
         pre = req.pre_log_index
         last = pre + req.count
         blob = req.entries
@@ -213,19 +237,26 @@ class FollowerReplication:
                 return
             blob = blob[offset:]
         if blob:
-            if self.disk_full:  # DLedger's appendAsFollower check: write nothing, ack nothing
+            if r.disk_full:  # DLedger's appendAsFollower check: write nothing, ack nothing
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
+            # Log matching: what we append follows an entry the leader holds too (the
+            # one at `pre`, checked above, or later ones equal by chainCrc).
+            assert store.begin_index - 1 <= pre <= store.end_index, (pre, store.end_index)
+            assert store.term_at(pre) == req.pre_log_term, (pre, req.pre_log_term)
             try:
                 store.append_encoded(blob)
             except (InconsistentAppend, codec.CorruptEntry):
                 self._answer_push(req, Code.INCONSISTENT_STATE, pre)
                 return
             except DiskFull:  # no room for a new segment; nothing was written
-                self.disk_full = True
+                r.out_of_room()
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
-            self._after_local_append()
+            r.after_local_append()
+        # `count` is the peer's word: vouch only for entries we hold (all of them came
+        # from, or matched, this push)
+        last = min(last, store.end_index)
         self.leader_verified_index = max(self.leader_verified_index, last)
         self._learn_commit(req.commit_index)
         self._answer_push(req, Code.SUCCESS, last, defer_to=last)
@@ -237,5 +268,5 @@ class FollowerReplication:
         """
         for n, (off, _t, size, index, _term, _pos, chain) in enumerate(codec.iter_entries(blob)):
             if n == held - 1:
-                return off + size if self.store.get(index).chain_crc == chain else None
+                return off + size if self._r.store.get(index).chain_crc == chain else None
         return None

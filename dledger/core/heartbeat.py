@@ -27,121 +27,153 @@ class HeartbeatRound:
 
 
 class Heartbeats:
-    """Part of `Replica`: the leader's beats and lease, the follower's view of its leader."""
+    """The leader's beats and lease, the follower's view of its leader.
+
+    Owns the times they keep: when the leader was last heard (`last_leader_heartbeat_ms`),
+    when each peer last answered a beat of this leader's term (`last_ack_ms`, the beat's
+    send time), the beats in flight and the round being counted. The term, role and
+    leader are the replica's: read there, changed through its role changes.
+    """
+
+    def __init__(self, replica, now_ms: float) -> None:
+        self._r = replica
+        self.last_leader_heartbeat_ms = now_ms
+        self.last_ack_ms: dict[str, float] = {}
+        self._beats_sent_ms: dict[int, float] = {}  # seq -> send time, for a lease's span
+        self._round: HeartbeatRound | None = None
+        self._last_sent_ms = float("-inf")
+
+    # ------------------------------------------------------------------ role changes
+    def start_leading(self, now_ms: float) -> None:
+        """A new leader counts every peer as heard now and beats at once."""
+        self.last_ack_ms = dict.fromkeys(self._r.peers, now_ms)
+        self._last_sent_ms = float("-inf")
+
+    def stop_leading(self) -> None:
+        self._round = None
+
+    def heard_leader(self, now_ms: float) -> None:
+        self.last_leader_heartbeat_ms = now_ms
+
+    def heard_within(self, peer: str, now_ms: float, span_ms: float) -> bool:
+        """Whether `peer` answered a beat of this leader sent within `span_ms` of `now_ms`."""
+        return now_ms <= self.last_ack_ms.get(peer, float("-inf")) + span_ms
 
     # ------------------------------------------------------------------ leader
-    def _heartbeat_due_ms(self) -> float:
-        return self.last_send_heartbeat_ms + self.config.heartbeat_interval_ms
+    def heartbeat_due_ms(self) -> float:
+        return self._last_sent_ms + self._r.config.heartbeat_interval_ms
 
-    def _send_heartbeats(self, now: float) -> None:
-        self.last_send_heartbeat_ms = now
-        seq = self._next_seq()
-        self._hb_round = HeartbeatRound(seq, now + max(1, self.config.heartbeat_interval_ms - 10))
+    def send_heartbeats(self, now_ms: float) -> None:
+        r = self._r
+        self._last_sent_ms = now_ms
+        seq = r.next_seq()
+        self._round = HeartbeatRound(seq, now_ms + max(1, r.config.heartbeat_interval_ms - 10))
         # An answer can extend the lease only from when its beat left: beats older than a
         # lease could not extend it past now, so they are forgotten.
-        sent = self._beats_sent_ms
-        for old_seq in [s for s, at in sent.items() if at < now - self.lease_ms]:
-            del sent[old_seq]
-        sent[seq] = now
-        for peer in self.peers:
-            self._send(
-                HeartBeatRequest(
-                    self.config.group, self.self_id, peer, self.self_id, self.term, seq=seq
-                )
-            )
+        sent_at_ms = self._beats_sent_ms
+        for old_seq in [s for s, at in sent_at_ms.items() if at < now_ms - r.lease_ms]:
+            del sent_at_ms[old_seq]
+        sent_at_ms[seq] = now_ms
+        for peer in r.peers:
+            r.send(HeartBeatRequest(r.config.group, r.self_id, peer, r.self_id, r.term, seq=seq))
 
-    def _heartbeat_round_due_ms(self) -> float | None:
+    def round_due_ms(self) -> float | None:
         """A round ends at its deadline, or at once when every peer has answered."""
-        hb_round = self._hb_round
+        hb_round = self._round
         if hb_round is None:
             return None
-        if len(hb_round.answers) >= len(self.peers):
+        if len(hb_round.answers) >= len(self._r.peers):
             return float("-inf")
         return hb_round.deadline_ms
 
-    def _finish_heartbeat_round(self, now: float) -> None:
-        hb_round, self._hb_round = self._hb_round, None
+    def finish_round(self, now_ms: float) -> None:
+        r = self._r
+        hb_round, self._round = self._round, None
         answers = list(hb_round.answers.values())
         success = 1 + answers.count(Code.SUCCESS)
-        if is_quorum(success, self.peer_count):
+        if is_quorum(success, r.peer_count):
             return
-        if is_quorum(success + answers.count(Code.TERM_NOT_READY), self.peer_count):
-            self.last_send_heartbeat_ms = float("-inf")  # resend at once
+        if is_quorum(success + answers.count(Code.TERM_NOT_READY), r.peer_count):
+            self._last_sent_ms = float("-inf")  # resend at once
         elif Code.INCONSISTENT_LEADER in answers:
-            self._change_to_candidate(self.term, now)
+            r.change_to_candidate(r.term, now_ms)
 
-    def _lease_expiry_ms(self) -> float | None:
+    def send_failed(self, msg: HeartBeatRequest) -> None:
+        if self._round and msg.seq == self._round.seq:
+            self._round.answers[msg.remote_id] = Code.NETWORK_ERROR
+
+    def lease_expiry_ms(self) -> float | None:
         """DLedger's step-down: the leader holds its lease while a quorum (itself counted)
         has answered within `lease_ms`; it is lost the moment after that runs out."""
-        needed = self.quorum - 1
+        r = self._r
+        needed = r.quorum - 1
         if needed == 0:
             return None
-        heard = sorted(self.last_ack_ms.values(), reverse=True)
-        return math.nextafter(heard[needed - 1] + self.lease_ms, math.inf)
+        heard_ms = sorted(self.last_ack_ms.values(), reverse=True)
+        return math.nextafter(heard_ms[needed - 1] + r.lease_ms, math.inf)
 
-    def holds_lease(self, now: float) -> bool:
-        """Whether this replica leads with its lease at `now`: DLedger's step-down rule
+    def holds_lease(self, now_ms: float) -> bool:
+        """Whether this replica leads with its lease at `now_ms`: DLedger's step-down rule
         read before a tick may have applied it. A leader stopped for longer than the
         lease (SIGSTOP, a VM pause) and then resumed is still LEADER until its timers
         run, while a newer leader may have committed meanwhile: it must not act as
         one (a broker must not become master) until a quorum has answered again."""
-        if self.role is not Role.LEADER:
+        if self._r.role is not Role.LEADER:
             return False
-        expiry = self._lease_expiry_ms()
-        return expiry is None or now < expiry
+        expiry_ms = self.lease_expiry_ms()
+        return expiry_ms is None or now_ms < expiry_ms
 
-    def _lose_lease(self, now: float) -> None:
-        self._change_to_candidate(self.term, now)
+    def lose_lease(self, now_ms: float) -> None:
+        self._r.change_to_candidate(self._r.term, now_ms)
 
-    def _on_heartbeat_response(self, resp: HeartBeatResponse, now: float) -> None:
-        if self.role is not Role.LEADER:
+    def on_heartbeat_response(self, resp: HeartBeatResponse, now_ms: float) -> None:
+        r = self._r
+        if r.role is not Role.LEADER:
             return
-        if resp.code == Code.EXPIRED_TERM and resp.term > self.term:
-            self._change_to_candidate(resp.term, now)
+        if resp.code == Code.EXPIRED_TERM and resp.term > r.term:
+            r.change_to_candidate(resp.term, now_ms)
             return
-        if resp.term == self.term and resp.code == Code.SUCCESS:
+        if resp.term == r.term and resp.code == Code.SUCCESS:
             # The answer proves the peer followed us when the beat left, not when the
             # answer is read: a leader stopped (SIGSTOP, a VM pause) reads answers queued
             # meanwhile, and they must not renew a lease a newer leader may have taken.
             sent_ms = self._beats_sent_ms.get(resp.seq)
             if sent_ms is not None:
-                heard = self.last_ack_ms.get(resp.local_id, float("-inf"))
-                self.last_ack_ms[resp.local_id] = max(heard, sent_ms)
-            prog = self.progress.get(resp.local_id)
-            if prog is not None and prog.resume():
-                self._replicate(resp.local_id, prog, now)
-        if self._hb_round and resp.seq == self._hb_round.seq:
-            self._hb_round.answers[resp.local_id] = Code(resp.code)
-            if len(self._hb_round.answers) >= len(self.peers):
-                self._finish_heartbeat_round(now)
+                heard_ms = self.last_ack_ms.get(resp.local_id, float("-inf"))
+                self.last_ack_ms[resp.local_id] = max(heard_ms, sent_ms)
+            r.replication.peer_answered(resp.local_id, now_ms)
+        if self._round and resp.seq == self._round.seq:
+            self._round.answers[resp.local_id] = Code(resp.code)
+            if len(self._round.answers) >= len(r.peers):
+                self.finish_round(now_ms)
 
     # ------------------------------------------------------------------ follower
-    def _leader_lost_ms(self) -> float:
-        return self.last_leader_heartbeat_ms + self.lease_ms
+    def leader_lost_ms(self) -> float:
+        return self.last_leader_heartbeat_ms + self._r.lease_ms
 
-    def _lose_leader(self, now: float) -> None:
-        self._change_to_candidate(self.term, now)
+    def lose_leader(self, now_ms: float) -> None:
+        self._r.change_to_candidate(self._r.term, now_ms)
 
-    def _on_heartbeat(self, req: HeartBeatRequest, now: float) -> None:
-        code = self._accept_leader(req.leader_id, req.term, now)
-        self._send(HeartBeatResponse(*self._answer_header(req.local_id), code, seq=req.seq))
+    def on_heartbeat(self, req: HeartBeatRequest, now_ms: float) -> None:
+        code = self.accept_leader(req.leader_id, req.term, now_ms)
+        self._r.send(HeartBeatResponse(*self._r.answer_header(req.local_id), code, seq=req.seq))
 
-    def _accept_leader(self, leader: str, term: int, now: float) -> Code:
+    def accept_leader(self, leader: str, term: int, now_ms: float) -> Code:
         """DLedger's heartbeat checks, shared by pushes: may this leader talk to us now?"""
-        if leader not in self.config.peers:
+        r = self._r
+        if leader not in r.config.peers:
             return Code.UNKNOWN_MEMBER
-        if leader == self.self_id:
+        if leader == r.self_id:
             return Code.UNEXPECTED_MEMBER
-        if term < self.term:
+        if term < r.term:
             return Code.EXPIRED_TERM
-        if term > self.term:
-            self._change_to_candidate(term, now)
-            self.need_increase_term_immediately = True
+        if term > r.term:
+            r.change_to_candidate(term, now_ms, campaign_at_once=True)
             return Code.TERM_NOT_READY
-        if self.leader_id is None and self.role is not Role.LEADER:
-            self._change_to_follower(leader, now)
+        if r.leader_id is None and r.role is not Role.LEADER:
+            r.change_to_follower(leader, now_ms)
             return Code.SUCCESS
-        if self.leader_id == leader and self.role is Role.FOLLOWER:
-            self.last_leader_heartbeat_ms = now
+        if r.leader_id == leader and r.role is Role.FOLLOWER:
+            self.last_leader_heartbeat_ms = now_ms
             return Code.SUCCESS
         return Code.INCONSISTENT_LEADER

@@ -19,75 +19,115 @@ COMMIT_LINGER_MS = 2.0
 
 
 class LeaderReplication:
-    """Part of `Replica`: `progress` per follower, `_commit_push_at_ms` for COMMIT pushes."""
+    """The leader's side of replication: one `Progress` per follower (`progress`), and
+    when a COMMIT push is due. The log, the commit index and the persisted index are
+    the replica's: read there; the commit index moves through `Replica.set_committed`.
+    """
 
-    def _replicate_all(self, now: float) -> None:
-        if self.role is not Role.LEADER:
+    def __init__(self, replica) -> None:
+        self._r = replica
+        self.progress: dict[str, Progress] = {}
+        self._commit_push_at_ms: float | None = None
+
+    # ------------------------------------------------------------------ role changes
+    def start_leading(self) -> None:
+        """A new leader knows nothing of its followers: it COMPAREs at its own end."""
+        r = self._r
+        window = r.config.max_pending_pushes
+        self.progress = {p: Progress.for_new_leader(r.store.end_index, window) for p in r.peers}
+
+    def stop_leading(self) -> None:
+        self.progress.clear()
+        self._commit_push_at_ms = None
+
+    def peer_answered(self, peer: str, now_ms: float) -> None:
+        """`peer` answered a beat: replication to it resumes if a push had failed."""
+        prog = self.progress.get(peer)
+        if prog is not None and prog.resume():
+            self._replicate(peer, prog, now_ms)
+
+    def send_failed(self, msg: PushRequest) -> None:
+        self.progress[msg.remote_id].stall()
+
+    def match_index(self, peer: str) -> int | None:
+        """How far `peer` holds our log durably, if it is a follower of ours."""
+        prog = self.progress.get(peer)
+        return None if prog is None else prog.match_index
+
+    def holders(self, index: int) -> int:
+        """How many followers hold our log up to `index` durably."""
+        return sum(p.match_index >= index for p in self.progress.values())
+
+    # ------------------------------------------------------------------ pushes
+    def replicate_all(self, now_ms: float) -> None:
+        if self._r.role is not Role.LEADER:
             return
         for peer, prog in self.progress.items():
-            self._replicate(peer, prog, now)
+            self._replicate(peer, prog, now_ms)
 
-    def _replication_due_ms(self) -> float | None:
+    def replication_due_ms(self) -> float | None:
         """The earliest time a follower has something to be sent or a push times out."""
-        end, timeout = self.store.end_index, self.config.max_push_timeout_ms
+        end, timeout_ms = self._r.store.end_index, self._r.config.max_push_timeout_ms
         deadlines = [
             d
             for prog in self.progress.values()
-            if (d := prog.deadline_ms(end, timeout)) is not None
+            if (d := prog.deadline_ms(end, timeout_ms)) is not None
         ]
         return min(deadlines, default=None)
 
     def _push(self, peer: str, prog: Progress, push_type: PushType, pre_index: int, **extra) -> int:
-        seq = self._next_seq()
-        self._send(
+        r = self._r
+        seq = r.next_seq()
+        r.send(
             PushRequest(
-                self.config.group,
-                self.self_id,
+                r.config.group,
+                r.self_id,
                 peer,
-                self.self_id,
-                self.term,
+                r.self_id,
+                r.term,
                 push_type,
                 pre_index,
-                self.store.term_at(pre_index),
-                self.committed_index,
+                r.store.term_at(pre_index),
+                r.committed_index,
                 seq=seq,
                 **extra,
             )
         )
-        prog.sent_commit = self.committed_index
+        prog.sent_commit = r.committed_index
         return seq
 
-    def _replicate(self, peer: str, prog: Progress, now: float) -> None:
+    def _replicate(self, peer: str, prog: Progress, now_ms: float) -> None:
         if prog.stalled:
             return
-        store = self.store
-        timeout = self.config.max_push_timeout_ms
+        store = self._r.store
+        cfg = self._r.config
+        timeout_ms = cfg.max_push_timeout_ms
         if prog.state is PushType.APPEND:
-            if prog.inflight and now >= prog.inflight.oldest_sent_ms + timeout:
+            if prog.inflight and now_ms >= prog.inflight.oldest_sent_ms + timeout_ms:
                 prog.resend_unacknowledged()
             while prog.next_index <= store.end_index and not prog.inflight.full:
-                blob, count = store.read_encoded(prog.next_index, self.config.max_batch_push_bytes)
+                blob, count = store.read_encoded(prog.next_index, cfg.max_batch_push_bytes)
                 pre = prog.next_index - 1
                 seq = self._push(peer, prog, PushType.APPEND, pre, entries=blob, count=count)
-                prog.appended(seq, count, now)
+                prog.appended(seq, count, now_ms)
             assert prog.next_index <= store.end_index + 1, (prog.next_index, store.end_index)
             return
         if prog.probing:
-            if now < prog.probe_sent_ms + timeout:
+            if now_ms < prog.probe_sent_ms + timeout_ms:
                 return
             prog.probe_timed_out()
         if prog.state is PushType.COMPARE:
             pre = prog.next_index - 1
             if pre < store.begin_index - 1:
-                self._send_truncate(peer, prog, now, reset=True)
+                self._send_truncate(peer, prog, now_ms, reset=True)
                 return
-            prog.probe_sent(self._push(peer, prog, PushType.COMPARE, pre), now)
+            prog.probe_sent(self._push(peer, prog, PushType.COMPARE, pre), now_ms)
         else:
-            self._send_truncate(peer, prog, now, reset=False)
+            self._send_truncate(peer, prog, now_ms, reset=False)
 
-    def _send_truncate(self, peer: str, prog: Progress, now: float, reset: bool) -> None:
+    def _send_truncate(self, peer: str, prog: Progress, now_ms: float, reset: bool) -> None:
         """TRUNCATE after `next_index - 1`, or reset a follower we left behind to our start."""
-        store = self.store
+        store = self._r.store
         prog.become_probe(PushType.TRUNCATE, store.begin_index if reset else prog.next_index)
         pre = prog.next_index - 1
         reset_pos = -1
@@ -102,46 +142,48 @@ class LeaderReplication:
             leader_end_index=store.end_index,
             reset_pos=reset_pos,
         )
-        prog.probe_sent(seq, now)
+        prog.probe_sent(seq, now_ms)
 
     def _term_runs(self, low: int, high: int) -> list[tuple[int, int]]:
         """[(first index, term)] of our log over [low, high], oldest first."""
+        store = self._r.store
         runs = []
         i = high
         while i >= low:
-            first = max(low, self.store.first_index_of_term(i))
-            runs.append((first, self.store.term_at(i)))
+            first = max(low, store.first_index_of_term(i))
+            runs.append((first, store.term_at(i)))
             i = first - 1
         runs.reverse()
         return runs
 
-    def _on_push_response(self, resp: PushResponse, now: float) -> None:
-        if self.role is not Role.LEADER:
+    # ------------------------------------------------------------------ answers
+    def on_push_response(self, resp: PushResponse, now_ms: float) -> None:
+        r = self._r
+        store = r.store
+        if r.role is not Role.LEADER:
             return
-        if resp.term > self.term:
-            self._change_to_candidate(resp.term, now)
+        if resp.term > r.term:
+            r.change_to_candidate(resp.term, now_ms)
             return
         prog = self.progress.get(resp.local_id)
-        if prog is None or resp.index > self.store.end_index:  # vouching for what we never sent
+        if prog is None or resp.index > store.end_index:  # vouching for what we never sent
             return
         if resp.code == Code.TERM_NOT_READY:  # it adopts our term at its next step: retry then
-            prog.become_probe(PushType.COMPARE, max(prog.match_index + 1, self.store.begin_index))
+            prog.become_probe(PushType.COMPARE, max(prog.match_index + 1, store.begin_index))
             return
-        if resp.term != self.term:
+        if resp.term != r.term:
             return
         if resp.type == PushType.APPEND:
             if not prog.inflight.free(resp.seq):
                 return
             if resp.code == Code.SUCCESS:
                 self._matched(prog, resp.index)
-                self._replicate(resp.local_id, prog, now)
+                self._replicate(resp.local_id, prog, now_ms)
             elif resp.code == Code.INCONSISTENT_STATE:
                 # from our beginning at the lowest, unless its log ends before that
-                next_index = min(
-                    max(prog.match_index + 1, self.store.begin_index), resp.end_index + 1
-                )
+                next_index = min(max(prog.match_index + 1, store.begin_index), resp.end_index + 1)
                 prog.become_probe(PushType.COMPARE, next_index)
-                self._replicate(resp.local_id, prog, now)
+                self._replicate(resp.local_id, prog, now_ms)
             elif resp.code == Code.DISK_FULL:  # it wrote nothing: try again at its next beat
                 prog.stall()
             return
@@ -162,9 +204,10 @@ class LeaderReplication:
             prog.become_probe(PushType.COMPARE, prog.next_index)
             prog.stall()
             return
-        self._replicate(resp.local_id, prog, now)
+        self._replicate(resp.local_id, prog, now_ms)
 
     def _on_compare_response(self, prog: Progress, resp: PushResponse) -> None:
+        store = self._r.store
         compare_index = prog.next_index - 1
         if resp.code == Code.SUCCESS:
             if resp.end_index > compare_index:
@@ -175,6 +218,11 @@ class LeaderReplication:
             return
         if resp.code != Code.INCONSISTENT_STATE:
             return  # try again after the push timeout
+        if resp.begin_index > store.end_index + 1:
+            # No follower's log begins past our end: it deletes only what it knows is
+            # committed, and we hold that. The peer's word only: try again after the
+            # push timeout (comparing there read a term we do not hold).
+            return
         if resp.x_term != -1:
             next_index = min(resp.x_index, compare_index)
         else:
@@ -185,47 +233,44 @@ class LeaderReplication:
             # restart it at our beginning. Jumping to our beginning when the follower's
             # lies past it (its retention went further than ours) sent it a reset that
             # would cut its committed entries, which it refuses, again and again.
-            next_index = max(resp.begin_index, self.store.begin_index - 1)
+            next_index = max(resp.begin_index, store.begin_index - 1)
         prog.become_probe(PushType.COMPARE, next_index)
 
     def _matched(self, prog: Progress, index: int) -> None:
-        assert index <= self.store.end_index, (index, self.store.end_index)
+        assert index <= self._r.store.end_index, (index, self._r.store.end_index)
         if prog.matched(index):
-            self._advance_commit()
+            self.advance_commit()
 
     # ------------------------------------------------------------------ commit
-    def _advance_commit(self) -> None:
-        if self.role is not Role.LEADER:
+    def advance_commit(self) -> None:
+        """Raft's commit rule: the highest index a quorum holds durably (our own
+        persisted index counted), once it is of our own term."""
+        r = self._r
+        if r.role is not Role.LEADER:
             return
         matches = [p.match_index for p in self.progress.values()]
-        matches.append(self.persisted_index)
+        matches.append(r.persisted_index)
         matches.sort(reverse=True)
-        candidate = matches[self.quorum - 1]
-        if candidate > self.committed_index and self.store.term_at(candidate) == self.term:
-            self._set_committed(candidate)
+        candidate = matches[r.quorum - 1]
+        if candidate > r.committed_index and r.store.term_at(candidate) == r.term:
+            r.set_committed(candidate)
 
-    def _set_committed(self, index: int) -> None:
-        assert self.committed_index < index <= self.store.end_index, (
-            self.committed_index,
-            index,
-            self.store.end_index,
-        )
-        self.committed_index = index
-        self._out.committed_index = index
-        self._out.completions.extend(self._pending.resolve(index, self._entry_term))
-        if self.role is Role.LEADER and self._commit_push_at_ms is None:
-            self._commit_push_at_ms = self._now + COMMIT_LINGER_MS
+    def arm_commit_push(self, now_ms: float) -> None:
+        """The commit index moved: tell idle followers after COMMIT_LINGER_MS."""
+        if self._commit_push_at_ms is None:
+            self._commit_push_at_ms = now_ms + COMMIT_LINGER_MS
 
-    def _commit_push_due_ms(self) -> float | None:
+    def commit_push_due_ms(self) -> float | None:
         return self._commit_push_at_ms
 
-    def _send_commit_updates(self, now: float) -> None:
+    def send_commit_updates(self, now_ms: float) -> None:
         """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
+        r = self._r
         self._commit_push_at_ms = None
         for peer, prog in self.progress.items():
             if (
                 prog.state is PushType.APPEND
-                and prog.sent_commit < self.committed_index
-                and prog.next_index > self.store.end_index
+                and prog.sent_commit < r.committed_index
+                and prog.next_index > r.store.end_index
             ):
                 self._push(peer, prog, PushType.COMMIT, prog.match_index)

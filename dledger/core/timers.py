@@ -45,6 +45,6 @@ def fire_due(replica, timers: Sequence[Timer], now_ms: float) -> None:
     for timer in timers:
         if timer.role is not None and (timer.role is not role or replica.role is not role):
             continue
-        deadline = timer.deadline_ms(replica)
-        if deadline is not None and now_ms >= deadline:
+        deadline_ms = timer.deadline_ms(replica)
+        if deadline_ms is not None and now_ms >= deadline_ms:
             timer.fire(replica, now_ms)

@@ -28,138 +28,159 @@ class Transfer:
 
 
 class LeadershipTransfer:
-    """Part of `Replica`: `transfer` (the one in progress) and `term_to_take_leadership`."""
+    """Owns the transfer in progress (`current`), the term a transferee campaigns in
+    (`term_to_take_leadership`) and when the leader next looks for a preferred peer.
+    The role and term are the replica's: a transferee campaigns through its role
+    changes, and the replica reports every role change (`role_changed`)."""
 
-    def transfer_leadership(self, handle: int, transferee: str, now: float) -> Code:
+    def __init__(self, replica, now_ms: float) -> None:
+        self._r = replica
+        self.current: Transfer | None = None
+        self.term_to_take_leadership = -1
+        self._next_preferred_check_ms = now_ms
+
+    def start_leading(self, now_ms: float) -> None:
+        self._next_preferred_check_ms = now_ms + self._r.config.check_preferred_leader_interval_ms
+
+    def taking_leadership(self) -> bool:
+        """Whether we campaign in this term to take over from a leader that asked us."""
+        return self.term_to_take_leadership == self._r.term
+
+    def transfer_leadership(self, handle: int, transferee: str, now_ms: float) -> Code:
         """Admin: hand leadership to `transferee` (DLedger's LEADERSHIP_TRANSFER at the leader)."""
-        if self.role is not Role.LEADER:
+        r = self._r
+        if r.role is not Role.LEADER:
             return Code.NOT_LEADER
-        if transferee not in self.peers:
-            return Code.UNKNOWN_MEMBER if transferee != self.self_id else Code.SUCCESS
-        if self.transfer is not None:
+        if transferee not in r.peers:
+            return Code.UNKNOWN_MEMBER if transferee != r.self_id else Code.SUCCESS
+        if self.current is not None:
             return Code.LEADER_TRANSFERRING
-        behind = self.store.end_index - self.progress[transferee].match_index
-        if behind >= self.config.max_leadership_transfer_wait_index:
+        behind = r.store.end_index - r.replication.match_index(transferee)
+        if behind >= r.config.max_leadership_transfer_wait_index:
             return Code.FALL_BEHIND_TOO_MUCH
-        timeout = self.config.leadership_transfer_wait_timeout_ms
-        self.transfer = Transfer(
-            transferee, now + 3 * timeout + self._election_span_ms(), handle=handle
+        timeout_ms = r.config.leadership_transfer_wait_timeout_ms
+        self.current = Transfer(
+            transferee, now_ms + 3 * timeout_ms + self._election_span_ms(), handle=handle
         )
-        self._send(
+        r.send(
             LeadershipTransferRequest(
-                self.config.group,
-                self.self_id,
+                r.config.group,
+                r.self_id,
                 transferee,
-                self.self_id,
-                self.term,
-                transfer_id=self.self_id,
+                r.self_id,
+                r.term,
+                transfer_id=r.self_id,
                 transferee_id=transferee,
-                take_leadership_ledger_index=self.store.end_index,
-                seq=self._next_seq(),
+                take_leadership_ledger_index=r.store.end_index,
+                seq=r.next_seq(),
             )
         )
         return Code.SUCCESS
 
     def _election_span_ms(self) -> float:
-        return self.lease_ms + self.config.max_vote_interval_ms
+        return self._r.lease_ms + self._r.config.max_vote_interval_ms
 
-    def _on_transfer_request(self, req: LeadershipTransferRequest, now: float) -> None:
-        if req.transferee_id != self.self_id:
+    def on_transfer_request(self, req: LeadershipTransferRequest, now_ms: float) -> None:
+        r = self._r
+        if req.transferee_id != r.self_id:
             self._answer_transfer(req.local_id, req.seq, Code.UNEXPECTED_ARGUMENT)
             return
-        if req.transfer_id != self.leader_id:
+        if req.transfer_id != r.leader_id:
             self._answer_transfer(req.local_id, req.seq, Code.INCONSISTENT_LEADER)
             return
-        if req.term != self.term:
+        if req.term != r.term:
             self._answer_transfer(req.local_id, req.seq, Code.INCONSISTENT_TERM)
             return
-        self.transfer = Transfer(
-            self.self_id,
-            now + self.config.leadership_transfer_wait_timeout_ms,
+        self.current = Transfer(
+            r.self_id,
+            now_ms + r.config.leadership_transfer_wait_timeout_ms,
             reply_to=req.local_id,
             reply_seq=req.seq,
             take_index=req.take_leadership_ledger_index,
         )
-        self._check_transfer(now)
+        self.check_transfer(now_ms)
 
     def _answer_transfer(self, to: str, seq: int, code: Code) -> None:
-        self._send(LeadershipTransferResponse(*self._answer_header(to), code, seq=seq))
+        r = self._r
+        r.send(LeadershipTransferResponse(*r.answer_header(to), code, seq=seq))
 
-    def _transfer_due_ms(self) -> float | None:
+    def transfer_due_ms(self) -> float | None:
         """A transfer times out at its deadline; a transferee that has caught up moves on
         at once."""
-        t = self.transfer
+        t = self.current
         if t is None:
             return None
-        if t.handle is None and t.target_term < 0 and self.store.end_index >= t.take_index:
+        if t.handle is None and t.target_term < 0 and self._r.store.end_index >= t.take_index:
             return float("-inf")
         return t.deadline_ms
 
-    def _check_transfer(self, now: float) -> None:
-        t = self.transfer
+    def check_transfer(self, now_ms: float) -> None:
+        r = self._r
+        t = self.current
         if t is None:
             return
         if t.handle is not None:  # old leader waiting for the transferee's answer
-            if now >= t.deadline_ms:
-                self.transfer = None
-                self._out.completions.append(Completion(t.handle, Code.TIMEOUT))
+            if now_ms >= t.deadline_ms:
+                self.current = None
+                r.complete(Completion(t.handle, Code.TIMEOUT))
             return
         if t.target_term < 0:  # transferee catching up
-            if self.store.end_index >= t.take_index:
-                t.target_term = self.term + 1
-                t.deadline_ms = now + self._election_span_ms() * 3
+            if r.store.end_index >= t.take_index:
+                t.target_term = r.term + 1
+                t.deadline_ms = now_ms + self._election_span_ms() * 3
                 self.term_to_take_leadership = t.target_term
-                self._change_to_candidate(t.target_term, now)
-                self.need_increase_term_immediately = True
-            elif now >= t.deadline_ms:
-                self.transfer = None
+                r.change_to_candidate(t.target_term, now_ms, campaign_at_once=True)
+            elif now_ms >= t.deadline_ms:
+                self.current = None
                 self._answer_transfer(t.reply_to, t.reply_seq, Code.TAKE_LEADERSHIP_FAILED)
-        elif now >= t.deadline_ms:
-            self.transfer = None
+        elif now_ms >= t.deadline_ms:
+            self.current = None
             self._answer_transfer(t.reply_to, t.reply_seq, Code.TAKE_LEADERSHIP_FAILED)
 
-    def _on_role_change_for_transfer(self, now: float) -> None:
+    def role_changed(self) -> None:
         """DLedger's TakeLeadershipTask.check: answer the old leader once the campaign ends."""
-        t = self.transfer
+        r = self._r
+        t = self.current
         if t is None or t.handle is not None or t.target_term < 0:
             return
         code = None
-        if self.role is Role.LEADER and self.term == t.target_term:
+        if r.role is Role.LEADER and r.term == t.target_term:
             code = Code.SUCCESS
-        elif self.term > t.target_term:
+        elif r.term > t.target_term:
             code = Code.EXPIRED_TERM
-        elif self.role is Role.FOLLOWER:
+        elif r.role is Role.FOLLOWER:
             code = Code.TAKE_LEADERSHIP_FAILED
         if code is not None:
-            self.transfer = None
+            self.current = None
             self._answer_transfer(t.reply_to, t.reply_seq, code)
 
-    def _on_transfer_response(self, resp: LeadershipTransferResponse, now: float) -> None:
-        t = self.transfer
+    def on_transfer_response(self, resp: LeadershipTransferResponse, now_ms: float) -> None:
+        t = self.current
         if t is None or t.handle is None or resp.local_id != t.transferee:
             return
-        self.transfer = None
-        self._out.completions.append(Completion(t.handle, Code(resp.code)))
+        self.current = None
+        self._r.complete(Completion(t.handle, Code(resp.code)))
 
-    def _preferred_check_due_ms(self) -> float:
+    def preferred_check_due_ms(self) -> float:
         return self._next_preferred_check_ms
 
-    def _check_preferred_leader(self, now: float) -> None:
+    def check_preferred_leader(self, now_ms: float) -> None:
         """Every checkPreferredLeaderInterval: hand over to a preferred peer that is
         alive and close enough behind."""
-        self._next_preferred_check_ms = now + self.config.check_preferred_leader_interval_ms
-        preferred = self.config.preferred_leader_ids
-        if self.transfer is not None or not preferred or self.self_id in preferred:
+        r = self._r
+        self._next_preferred_check_ms = now_ms + r.config.check_preferred_leader_interval_ms
+        preferred = r.config.preferred_leader_ids
+        if self.current is not None or not preferred or r.self_id in preferred:
             return
         best = None
         for peer in preferred:
-            prog = self.progress.get(peer)
-            if prog is None or now - self.last_ack_ms.get(peer, float("-inf")) > self.lease_ms:
+            match = r.replication.match_index(peer)
+            if match is None or not r.heartbeats.heard_within(peer, now_ms, r.lease_ms):
                 continue
-            lag = self.store.end_index - prog.match_index
-            if lag < self.config.max_leadership_transfer_wait_index and (
+            lag = r.store.end_index - match
+            if lag < r.config.max_leadership_transfer_wait_index and (
                 best is None or lag < best[0]
             ):
                 best = (lag, peer)
         if best is not None:
-            self.transfer_leadership(-1, best[1], now)
+            self.transfer_leadership(-1, best[1], now_ms)

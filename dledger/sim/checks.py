@@ -35,7 +35,7 @@ class Checker:
         self.leader_changes = 0
 
     def _fail(self, what: str) -> None:
-        raise InvariantViolation(f"t={self.cluster.now:.1f}ms: {what}")
+        raise InvariantViolation(f"t={self.cluster.now_ms:.1f}ms: {what}")
 
     # ------------------------------------------------------------------ events
     def role_changed(self, node_id: str, term: int, role: Role) -> None:

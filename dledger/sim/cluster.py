@@ -84,7 +84,7 @@ class _Effects:
             return
         delay = cluster.rng.uniform(*cluster.hard_state_fsync_ms)
         event = (node.id, (node.handoff, (term, vote_for)))
-        cluster._push_event(cluster.now + delay, "hard_state_saved", event)
+        cluster._push_event(cluster.now_ms + delay, "hard_state_saved", event)
         if cluster.variant.send_before_hard_state:
             node.handoff.hard_state_saved()
 
@@ -134,7 +134,7 @@ class SimCluster:
         self._config_kwargs = dict(group="sim", peers=peers, **(config_overrides or {}))
         if self.variant.ack_before_fsync:
             self._config_kwargs["flush_disk_type"] = PAGE_CACHE
-        self.now = 0.0
+        self.now_ms = 0.0
         self._events_at_now = 0
         self._queue: list = []
         self._seq = 0
@@ -156,7 +156,12 @@ class SimCluster:
     def _boot(self, node_id: str, store: LogStore, hard_state) -> SimNode:
         config = DLedgerConfig(self_id=node_id, **self._config_kwargs)
         replica = Replica(
-            config, store, random.Random(self.rng.random()), hard_state[0], hard_state[1], self.now
+            config,
+            store,
+            random.Random(self.rng.random()),
+            hard_state[0],
+            hard_state[1],
+            self.now_ms,
         )
         node = SimNode(node_id, replica, store, hard_state)
         node.handoff = Handoff(replica, _Effects(self, node))
@@ -191,7 +196,7 @@ class SimCluster:
         node.paused = False
         held, node.held = node.held, []
         for kind, payload in held:
-            self._push_event(self.now, kind, (node.id, payload))
+            self._push_event(self.now_ms, kind, (node.id, payload))
         self._schedule_tick(node)
 
     def partition(self, groups: list[list[str]]) -> None:
@@ -225,14 +230,14 @@ class SimCluster:
         so it raises a plain AssertionError, never the checker's InvariantViolation that
         negative-control tests expect.
         """
-        start = self.now
-        while self.now - start < limit_ms:
-            self.run_until(self.now + 1.0)
+        start = self.now_ms
+        while self.now_ms - start < limit_ms:
+            self.run_until(self.now_ms + 1.0)
             leader = self.leader()
             if leader is not None and leader.id != not_id:
-                elapsed = self.now - start
+                elapsed = self.now_ms - start
                 if settle_ms:
-                    self.run_until(self.now + settle_ms)
+                    self.run_until(self.now_ms + settle_ms)
                     leader = self.leader()
                     if leader is None:
                         raise AssertionError(f"the leader was lost within {settle_ms} ms")
@@ -249,7 +254,7 @@ class SimCluster:
         handle = self._handles
         body = body if body is not None else f"v{handle}".encode()
         self.appends[handle] = body
-        code = node.replica.append(handle, [body], self.now)
+        code = node.replica.append(handle, [body], self.now_ms)
         if code is Code.SUCCESS:  # the store's append hook may have rewritten the body
             self.appends[handle] = node.store.get(node.store.end_index).body
         else:
@@ -264,19 +269,19 @@ class SimCluster:
 
     def _schedule_tick(self, node: SimNode) -> None:
         node.tick_version += 1
-        when = max(self.now, node.replica.next_deadline_ms())
+        when = max(self.now_ms, node.replica.next_deadline_ms())
         self._push_event(when, "tick", (node.id, node.tick_version))
 
     def run_until(self, until_ms: float) -> None:
         while self._queue and self._queue[0][0] <= until_ms:
             when, _seq, kind, payload = heapq.heappop(self._queue)
-            if when > self.now:
-                self.now = when
+            if when > self.now_ms:
+                self.now_ms = when
                 self._events_at_now = 0
             self._events_at_now += 1
             if self._events_at_now > LIVELOCK_EVENTS:
                 raise InvariantViolation(
-                    f"livelock: {LIVELOCK_EVENTS} events at t={self.now}ms ({kind})"
+                    f"livelock: {LIVELOCK_EVENTS} events at t={self.now_ms}ms ({kind})"
                 )
             node = self.nodes[payload[0]]
             if not node.alive:
@@ -289,24 +294,24 @@ class SimCluster:
             self.checker.check(node)
             for observer in self.observers:
                 observer.after_event(node)
-        self.now = max(self.now, until_ms)
+        self.now_ms = max(self.now_ms, until_ms)
 
     def _dispatch(self, node: SimNode, kind: str, data) -> None:
         replica = node.replica
         if kind == "tick":
             if data != node.tick_version:
                 return
-            replica.tick(self.now)
+            replica.tick(self.now_ms)
         elif kind == "deliver":
-            replica.receive(data, self.now)
+            replica.receive(data, self.now_ms)
         elif kind == "send_failed":
-            replica.send_failed(data, self.now)
+            replica.send_failed(data, self.now_ms)
         elif kind == "synced":
             plan = data
             if node.store is replica.store:
                 plan.run()
                 node.syncing = False
-                replica.persisted(plan.end_index, plan.generation, self.now)
+                replica.persisted(plan.end_index, plan.generation, self.now_ms)
                 if node.sync_again:
                     node.sync_again = False
                     self._start_sync(node)
@@ -334,7 +339,7 @@ class SimCluster:
         node.syncing = True
         if delay is None:
             delay = self.rng.uniform(*self.fsync_ms)
-        self._push_event(self.now + delay, "synced", (node.id, node.store.sync_plan()))
+        self._push_event(self.now_ms + delay, "synced", (node.id, node.store.sync_plan()))
 
     def _send(self, src: str, msg) -> None:
         dst = msg.remote_id
@@ -347,11 +352,11 @@ class SimCluster:
             and (src, dst) not in self.blocked
         ):
             # a crashed process refuses connections: the sender learns at once
-            self._push_event(self.now + cond.min_delay_ms, "send_failed", (src, msg))
+            self._push_event(self.now_ms + cond.min_delay_ms, "send_failed", (src, msg))
             return
         if (src, dst) in self.blocked or self.rng.random() < cond.drop:
             return
         copies = 2 if self.rng.random() < cond.duplicate else 1
         for _ in range(copies):
             delay = self.rng.uniform(cond.min_delay_ms, cond.max_delay_ms)
-            self._push_event(self.now + delay, "deliver", (dst, msg))
+            self._push_event(self.now_ms + delay, "deliver", (dst, msg))

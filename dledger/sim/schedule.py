@@ -122,12 +122,12 @@ def _converge(cluster: SimCluster, heal_ms: float, client) -> None:
     for node_id in cluster.ids:
         cluster.resume(node_id)
         cluster.restart(node_id)
-    cluster.run_until(cluster.now + heal_ms)
+    cluster.run_until(cluster.now_ms + heal_ms)
     leader = cluster.leader()
     if leader is None:
         raise InvariantViolation(f"no leader {heal_ms:.0f} ms after healing")
     acknowledged = client.probe(leader.id)
-    cluster.run_until(cluster.now + heal_ms / 2)
+    cluster.run_until(cluster.now_ms + heal_ms / 2)
     if not acknowledged():
         raise InvariantViolation(f"a request to leader {leader.id} after healing did not commit")
     target = leader.replica.committed_index

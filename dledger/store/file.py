@@ -30,9 +30,11 @@ would mean the same).
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import mmap
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 from raftmq.dledger.codes import EntryType
@@ -53,7 +55,7 @@ from raftmq.dledger.store.segments import BLANK, INDEX, INDEX_SIZE, SyncFailed, 
 from raftmq.dledger.store.sync import GroupCommit
 
 from raftmq.disk.filesystem import NORMAL, RANDOM, FileSystem, OsFileSystem, SyncHandle
-from raftmq.disk.segments import Segment, StoreCorruption, open_segment, zero
+from raftmq.disk.segments import Segment, StoreCorruption, list_segments, open_segment, zero
 
 __all__ = [
     "FileLogStore",
@@ -140,6 +142,12 @@ class FileLogStore(LogStore):
         try:
             for directory in (self.data_dir, self.index_dir):
                 self._dir_handles.append(self.fs.dir_handle(directory))
+            for table, directory, size in (
+                (self._data, self.data_dir, segment_size),
+                (self._index, self.index_dir, index_segment_size),
+            ):
+                for start in list_segments(self.fs, directory, size):
+                    table[start] = open_segment(self.fs, directory, start, size, create=False)
             recover(self, committed_index)
         except BaseException:
             self.close()
@@ -473,7 +481,7 @@ class FileLogStore(LogStore):
         for directory in (self.data_dir, self.index_dir):
             self.fs.sync_dir(directory)
         self._set_begin(begin_index, begin_pos, before_term, None)
-        self._save_begin()
+        self.save_begin()
         self._run_first.clear()
         self._run_term.clear()
         self._set_end(begin_index - 1, before_term, begin_pos, 0)
@@ -503,12 +511,73 @@ class FileLogStore(LogStore):
         self._before_term = before_term
         self._before_chain = before_chain
 
-    def _save_begin(self) -> None:
+    # ------------------------------------------------------------------ recovery and retention
+    # What `recovery` and `retention` change of the store, and nothing else: they read
+    # the segment tables and decide; the store changes its own state.
+    @property
+    def data_segments(self) -> Mapping[int, Segment]:
+        """Data segment start -> its segment, in the order they were opened or made."""
+        return self._data
+
+    @property
+    def index_segments(self) -> Mapping[int, Segment]:
+        return self._index
+
+    def delete_data_segment(self, start: int) -> None:
+        self._delete_segment(self._data, start)
+
+    def delete_index_segment(self, start: int) -> None:
+        self._delete_segment(self._index, start)
+
+    def restore(
+        self,
+        begin: tuple[int, int, int, int | None],
+        end: tuple[int, int, int, int],
+        runs: tuple[list[int], list[int]],
+    ) -> None:
+        """Recovery's result: the log's beginning (index, pos, the term and chainCrc
+        before it), its end (index, term, pos, chainCrc) and its term runs."""
+        run_first, run_term = runs
+        assert len(run_first) == len(run_term), (len(run_first), len(run_term))
+        assert all(a < b for a, b in itertools.pairwise(run_term)), run_term
+        self._set_begin(*begin)
+        self._set_end(*end)
+        assert self.begin_index - 1 <= self.end_index, (self.begin_index, self.end_index)
+        self._run_first, self._run_term = run_first, run_term
+
+    def move_begin(self, new_pos: int) -> None:
+        """Retention: the log begins with the first entry at or after `new_pos` (which
+        must not be past the end), saved before the caller deletes what lies before."""
+        new_begin = self.first_index_from(new_pos)
+        assert self.begin_index <= new_begin <= self.end_index + 1, (new_begin, self.begin_index)
+        assert self._before_pos <= new_pos <= self.end_pos, (new_pos, self._before_pos)
+        if new_begin != self.begin_index:
+            before_term, before_chain = self.term_at(new_begin - 1), self.chain_at(new_begin - 1)
+            self._set_begin(new_begin, new_pos, before_term, before_chain)
+        else:
+            self._before_pos = new_pos
+        self.save_begin()
+        k = bisect.bisect_right(self._run_first, self.begin_index) - 1
+        if k > 0:
+            del self._run_first[:k], self._run_term[:k]
+
+    def rewrite_index(self, first_index: int, packed) -> None:
+        """Recovery's repair: index entries from `first_index`, rebuilt from the data."""
+        assert first_index + len(packed) // INDEX_SIZE <= self.end_index + 1, first_index
+        self._write_index(first_index, packed)
+
+    def sync_all(self) -> None:
+        """Make every file and directory durable on the caller's thread (after recovery's
+        repairs), and count what is on disk as synced."""
+        self._commit.sync_all(self._data, self._index, self._dir_handles)
+
+    def save_begin(self) -> None:
         """Persist where the log starts (fsync + rename, so it runs on the caller's thread)."""
         begin = (self.begin_index, self._before_pos, self._before_term, self._before_chain)
         self.fs.atomic_write(self._begin_path, begin_text(begin))
 
-    def _load_begin(self) -> tuple[int, int, int, int | None]:
+    def read_begin(self) -> tuple[int, int, int, int | None]:
+        """The saved beginning: (index, pos, the term and chainCrc before it)."""
         try:
             text = self.fs.read_text(self._begin_path)
         except FileNotFoundError:
@@ -525,15 +594,15 @@ class FileLogStore(LogStore):
         except (KeyError, ValueError) as exc:
             raise StoreCorruption(self._begin_path, 0, f"unreadable begin file: {exc!r}") from None
 
-    def _first_index_from(self, pos: int) -> int:
+    def first_index_from(self, pos: int) -> int:
         """The first index whose entry starts at or after `pos` (end_index + 1 if none)."""
         return first_index_at(pos, self.begin_index, self.end_index + 1, self._index_entry)
 
     def delete_expired(
-        self, keep_from_index: int, older_than_s: float, now: float | None = None
+        self, keep_from_index: int, older_than_s: float, now_s: float | None = None
     ) -> int:
         """Retention: see `retention.delete_expired`."""
-        return delete_expired(self, keep_from_index, older_than_s, now)
+        return delete_expired(self, keep_from_index, older_than_s, now_s)
 
     # ---------------------------------------------------------------------------- durability
     def sync_plan(self) -> SyncPlan:

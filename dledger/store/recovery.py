@@ -36,9 +36,9 @@ Reads do not find it either: `get` decodes without checking bodyCrc and
 machine as stored. A follower that receives it checks bodyCrc and chainCrc of
 everything it appends (`validate_continuation`) and refuses it there.
 
-These functions work on a `FileLogStore` being opened, its tables and state:
-they are the second half of its constructor, kept apart because they are half
-of its code.
+These functions work on a `FileLogStore` being opened, through the surface it keeps
+for recovery and retention: they read its segment tables, repair files, and hand
+the store the log they found (`restore`); the store changes its own state.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from raftmq.dledger.store.segments import (
 )
 
 from raftmq.disk.filesystem import NORMAL, RANDOM, SEQUENTIAL
-from raftmq.disk.segments import CHUNK_BYTES, StoreCorruption, list_segments, open_segment, zero
+from raftmq.disk.segments import CHUNK_BYTES, StoreCorruption, zero
 
 log = logging.getLogger(__name__)
 
@@ -86,21 +86,15 @@ class RecoveryReport:
 
 
 def recover(store, committed_index: int) -> None:
-    """Open the store's segments and bring its files and state to the recovered log,
-    filling `store.recovery`; StoreCorruption when that would end the log below
-    `committed_index`. The constructor calls this, once."""
+    """Bring the files of a store whose segments were just opened, and its state, to the
+    recovered log, filling `store.recovery`; StoreCorruption when that would end the
+    log below `committed_index`. The constructor calls this, once."""
     seg_size = store.segment_size
-    data_files = list_segments(store.fs, store.data_dir, seg_size)
-    index_files = list_segments(store.fs, store.index_dir, store.index_segment_size)
-    for start in data_files:
-        store._data[start] = open_segment(store.fs, store.data_dir, start, seg_size, create=False)
-    for start in index_files:
-        isz = store.index_segment_size
-        store._index[start] = open_segment(store.fs, store.index_dir, start, isz, create=False)
-    begin_index, begin_pos, before_term, before_chain = store._load_begin()
+    data = store.data_segments
+    begin_index, begin_pos, before_term, before_chain = store.read_begin()
     report = store.recovery
     first_seg = begin_pos - begin_pos % seg_size
-    later = [s for s in store._data if s >= first_seg]
+    later = [s for s in data if s >= first_seg]
     derive = bool(later) and later[0] != first_seg
     if derive:
         # The segment the begin file points into is gone but later ones exist
@@ -116,7 +110,7 @@ def recover(store, committed_index: int) -> None:
         scan = _fast_start(store, committed_index, begin_index, begin_pos, before_term)
         if scan is None:
             scan = Scan(store, begin_pos, begin_index, before_term, before_chain)
-    for seg in store._data.values():
+    for seg in data.values():
         seg.advise(SEQUENTIAL)
     scan.run()
     if scan.trusted and not scan.count:
@@ -126,7 +120,7 @@ def recover(store, committed_index: int) -> None:
         log.warning("%s: %s; scanning from the beginning", store.data_dir, scan.reason)
         scan = Scan(store, begin_pos, begin_index, before_term, before_chain)
         scan.run()
-    for seg in store._data.values():
+    for seg in data.values():
         seg.advise(NORMAL)
     if derive and scan.count:
         begin_index, begin_pos = scan.first_index, scan.start_pos
@@ -165,23 +159,23 @@ def recover(store, committed_index: int) -> None:
             )
 
     # Apply: from here on we change files.
-    store._set_begin(begin_index, begin_pos, before_term, before_chain)
     if scan.count:
-        store._set_end(end_index, scan.last_term, scan.end_pos, scan.last_chain)
+        end = (end_index, scan.last_term, scan.end_pos, scan.last_chain)
     else:
-        store._set_end(end_index, before_term, scan.end_pos, before_chain or 0)
-    store._run_first, store._run_term = scan.run_first, scan.run_term
+        end = (end_index, before_term, scan.end_pos, before_chain or 0)
+    runs = (scan.run_first, scan.run_term)
+    store.restore((begin_index, begin_pos, before_term, before_chain), end, runs)
     tail_start = store.end_pos - store.end_pos % seg_size
-    for start in list(store._data):
+    for start in list(data):
         if start < first_seg or start > tail_start:
-            seg = store._data[start]
+            seg = data[start]
             if start > tail_start:
                 report.truncated_bytes += seg.file.nonzero_end(0, seg_size)
             report.dropped_files.append(seg.path)
-            store._delete_segment(store._data, start)
+            store.delete_data_segment(start)
         else:
-            store._data[start].written_bytes = scan.written.get(start, 0)
-    tail = store._data.get(tail_start)
+            data[start].written_bytes = scan.written.get(start, 0)
+    tail = data.get(tail_start)
     if tail is not None:
         tail.advise(RANDOM)
         off = store.end_pos - tail_start
@@ -202,9 +196,9 @@ def recover(store, committed_index: int) -> None:
         )
     _recover_index(store, scan)
     if derive:
-        store._save_begin()
+        store.save_begin()
     try:
-        store._commit.sync_all(store._data, store._index, store._dir_handles)
+        store.sync_all()
     except OSError as exc:
         raise SyncFailed(f"fsync failed while opening {store.data_dir}: {exc}") from exc
 
@@ -248,14 +242,14 @@ def plan_fast_start(
         _check_header(store, anchor)
         start = pos - pos % seg_size
     else:
-        segments = [s for s in store._data if s >= first_seg]
+        segments = [s for s in store.data_segments if s >= first_seg]
         if len(segments) < 3:
             raise NoFastStart("no checkpoint and fewer than 3 data segments", False)
         start = segments[-3]
     if start <= first_seg:
         raise NoFastStart("the starting point is in the first data segment", False)
     for seg_start in range(first_seg, start + seg_size, seg_size):
-        if seg_start not in store._data:
+        if seg_start not in store.data_segments:
             raise NoFastStart(f"data segment at {seg_start} is missing")
     first = first_index_at(start, begin_index, last + 1, functools.partial(_probe_index, store))
     if first > last:
@@ -270,7 +264,7 @@ def plan_fast_start(
     p_end = p_pos + p_size
     if not start - seg_size <= p_pos < p_end <= start:
         raise NoFastStart(f"entry {prev} at {p_pos} is not in the segment before {start}")
-    seg = store._data[start - seg_size]
+    seg = store.data_segments[start - seg_size]
     try:
         e_type, e_size, e_index, e_term, e_chain = codec.check(seg.map, p_pos - seg.start, None)
     except codec.CorruptEntry as exc:
@@ -295,7 +289,7 @@ def plan_fast_start(
 def _probe_index(store, index: int) -> tuple[int, int, int, int, int]:
     """The index entry of `index`, which must be there and name it."""
     byte = INDEX_SIZE * index
-    seg = store._index.get(byte - byte % store.index_segment_size)
+    seg = store.index_segments.get(byte - byte % store.index_segment_size)
     if seg is None:
         raise NoFastStart(f"no index file holds entry {index}")
     entry = INDEX.unpack_from(seg.map, byte - seg.start)
@@ -308,7 +302,7 @@ def _check_header(store, index: int) -> None:
     """The data header at index's indexed pos names it (bodyCrc left to the scan)."""
     magic, pos, size, _i, term = _probe_index(store, index)
     off = pos % store.segment_size
-    seg = store._data.get(pos - off)
+    seg = store.data_segments.get(pos - off)
     if seg is None or off + _HEADER_SIZE > store.segment_size:
         raise NoFastStart(f"no data where index entry {index} points ({pos})")
     header = codec.HEADER.unpack_from(seg.map, off)[:5]
@@ -323,8 +317,8 @@ def _last_indexed(store, begin_index: int) -> int:
     against the data before anything relies on it.
     """
     isz = store.index_segment_size
-    for start in sorted(store._index, reverse=True):
-        seg = store._index[start]
+    for start in sorted(store.index_segments, reverse=True):
+        seg = store.index_segments[start]
         first_slot = start // INDEX_SIZE
 
         def present(i: int, seg=seg, first_slot=first_slot) -> bool:
@@ -390,7 +384,7 @@ def _filled_length(store, seg_start: int, begin_index: int, begin_pos: int, firs
     remaining = seg_size - end
     if remaining < codec.MIN_BLANK_SIZE:
         return end
-    filler = _BLANK_HEADER.unpack_from(store._data[seg_start].map, end)
+    filler = _BLANK_HEADER.unpack_from(store.data_segments[seg_start].map, end)
     if filler != (BLANK, remaining):
         raise NoFastStart(f"no BLANK filler at {seg_start + end} after the last entry")
     return end + _BLANK_HEADER.size
@@ -400,10 +394,10 @@ def _recover_index(store, scan: Scan) -> None:
     isz = store.index_segment_size
     first_byte = INDEX_SIZE * store.begin_index
     end_byte = INDEX_SIZE * (store.end_index + 1)
-    for start in list(store._index):
+    for start in list(store.index_segments):
         if start + isz <= first_byte or start >= end_byte:
-            store.recovery.dropped_files.append(store._index[start].path)
-            store._delete_segment(store._index, start)
+            store.recovery.dropped_files.append(store.index_segments[start].path)
+            store.delete_index_segment(start)
     if scan.index_mismatch is not None:
         first, pos = scan.index_mismatch
         store.recovery.index_entries_rewritten = store.end_index - first + 1
@@ -414,7 +408,7 @@ def _recover_index(store, scan: Scan) -> None:
             store.end_index,
         )
         _rewrite_index(store, first, pos)
-    seg = store._index.get(end_byte - end_byte % isz)
+    seg = store.index_segments.get(end_byte - end_byte % isz)
     if seg is not None:
         off = end_byte - seg.start
         leftover_end = seg.file.nonzero_end(off, isz)
@@ -427,7 +421,7 @@ def _rewrite_index(store, index: int, pos: int) -> None:
     seg_size = store.segment_size
     batch_start, batch = index, bytearray()
     while index <= store.end_index:
-        seg = store._data[pos - pos % seg_size]
+        seg = store.data_segments[pos - pos % seg_size]
         off = pos - seg.start
         if seg_size - off < codec.MIN_BLANK_SIZE:
             pos = seg.start + seg_size
@@ -441,7 +435,7 @@ def _rewrite_index(store, index: int, pos: int) -> None:
         index += 1
         pos += size
         if len(batch) >= CHUNK_BYTES:
-            store._write_index(batch_start, batch)
+            store.rewrite_index(batch_start, batch)
             batch_start, batch = index, bytearray()
     if batch:
-        store._write_index(batch_start, batch)
+        store.rewrite_index(batch_start, batch)

@@ -7,7 +7,6 @@ from, so retention never cuts off a follower or the broker's own recovery.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 
@@ -17,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def delete_expired(
-    store, keep_from_index: int, older_than_s: float, now: float | None = None
+    store, keep_from_index: int, older_than_s: float, now_s: float | None = None
 ) -> int:
     """Delete whole data segments holding only entries below `keep_from_index` whose
     files were last written more than `older_than_s` seconds ago; returns how many.
@@ -28,37 +27,28 @@ def delete_expired(
     CleanSpaceService this honours `keep_from_index` (the caller's
     min(committed, slowest follower's match)): no follower is cut off by it.
     """
-    now = time.time() if now is None else now
+    now_s = time.time() if now_s is None else now_s
     seg_size = store.segment_size
     tail_start = store.end_pos - store.end_pos % seg_size
     doomed = []
-    for start in sorted(store._data):
+    for start in sorted(store.data_segments):
         if start >= tail_start:
             break
-        if store._first_index_from(start + seg_size) - 1 >= keep_from_index:
+        if store.first_index_from(start + seg_size) - 1 >= keep_from_index:
             break
-        if now - store.fs.mtime(store._data[start].path) < older_than_s:
+        if now_s - store.fs.mtime(store.data_segments[start].path) < older_than_s:
             break
         doomed.append(start)
     if not doomed:
         return 0
-    new_pos = doomed[-1] + seg_size
-    new_begin = store._first_index_from(new_pos)
-    if new_begin != store.begin_index:
-        before_term, before_chain = store.term_at(new_begin - 1), store.chain_at(new_begin - 1)
-        store._set_begin(new_begin, new_pos, before_term, before_chain)
-    else:
-        store._before_pos = new_pos
-    store._save_begin()
+    store.move_begin(doomed[-1] + seg_size)
+    assert store.begin_index <= keep_from_index, (store.begin_index, keep_from_index)
     for start in doomed:
-        store._delete_segment(store._data, start)
+        store.delete_data_segment(start)
     first_index_byte = INDEX_SIZE * store.begin_index
-    for start in sorted(store._index):
+    for start in sorted(store.index_segments):
         if start + store.index_segment_size <= first_index_byte:
-            store._delete_segment(store._index, start)
-    k = bisect.bisect_right(store._run_first, store.begin_index) - 1
-    if k > 0:
-        del store._run_first[:k], store._run_term[:k]
+            store.delete_index_segment(start)
     log.info(
         "retention deleted %d data segments; the log now begins at %d",
         len(doomed),

@@ -80,7 +80,7 @@ class Scan:
     def run(self) -> None:
         store = self.store  # locals: the loop runs once per entry in the log
         seg_size, isz = store.segment_size, store.index_segment_size
-        data, index_table = store._data, store._index
+        data, index_table = store.data_segments, store.index_segments
         pos, prev_end, expected = self.start_pos, self.prev_end, self.expected_index
         term, chain = self.before_term, self.before_chain
         index_seg = None
