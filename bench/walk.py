@@ -347,7 +347,7 @@ async def measure(base: Path, sends: int = 7) -> list[Walk]:
         group = await InProcessGroup(nursery, base).start()
         master = await group.wait_master()
         async with RemotingClient(master.address) as client:
-            for _ in range(20):  # warm-up: the topic is made, caches filled
+            for _ in range(8):  # warm-up: the topic is made, caches filled
                 response = await client.invoke(request(), 10.0)
                 assert response.code == 0, (response.code, response.remark)
             others = [b for b in group.brokers.values() if b is not master]

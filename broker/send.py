@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
 from raftmq.broker.send_encoding import (
     SEND_FIELDS,
@@ -53,6 +52,7 @@ from raftmq.remoting import (
     SerializeType,
 )
 from raftmq.remoting.codec import raw_command
+from raftmq.transport.awaited import Awaited
 
 if TYPE_CHECKING:
     from raftmq.broker.address import BrokerAddress
@@ -512,16 +512,9 @@ class SendProcessor:
         stored all the same) and (physical offset, queue offset) of each; BadRequest
         with the refusal's code when they are not stored."""
         records = self._records(messages)
-        finished = trio.Event()
-        outcome: list = []
-
-        def done(code: Code | PutStatus, placed) -> None:
-            outcome[:] = [code, placed]
-            finished.set()
-
-        self.store.commitlog.put_nowait(records, done)
-        await finished.wait()
-        code, placed = outcome
+        awaited = Awaited()
+        self.store.commitlog.put_nowait(records, awaited)
+        code, placed = await awaited.result()
         if placed is None:
             response_code, remark = _append_failure(code, self.disk_util)
             raise BadRequest(remark, response_code)
