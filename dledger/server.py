@@ -179,6 +179,10 @@ async def _succeeded(awaited: Awaited):
     return result
 
 
+def _remark(code: Code) -> str:
+    return f"{code.name} ({int(code)})"
+
+
 def _error_of(run) -> BaseException | None:
     """The error `run()` raised, or None: handed to the loop, which stops the replica."""
     try:
@@ -216,8 +220,8 @@ class DLedgerServer:
             config.peers,
             self._on_message,
             self._on_send_failed,
+            None,  # no RPC takes a task of its own: `_on_rpc` answers them all
             self._on_rpc,
-            self._on_rpc_fast,
             check_peer_hosts=config.check_peer_hosts,
             tls=config.peer_tls,
         )
@@ -378,15 +382,20 @@ class DLedgerServer:
         return self.store.get(index)
 
     async def transfer_leadership(self, transferee: str) -> None:
+        """Hand leadership to `transferee`; returns once it leads (DLedgerError if not)."""
         awaited = Awaited()
-        handle = self._new_handle(awaited)
+        self.transfer_leadership_nowait(transferee, awaited)
+        await _succeeded(awaited)
+
+    def transfer_leadership_nowait(self, transferee: str, callback) -> None:
+        """`transfer_leadership` without a task: `callback(code, None)` once it is done,
+        refused or failed (at once when this member is the transferee)."""
+        handle = self._new_handle(callback)
         code = self.replica.transfer_leadership(handle, transferee, self.now_ms())
         self._process()
-        if code is not Code.SUCCESS:
+        if code is not Code.SUCCESS or transferee == self.config.self_id:
             self._callbacks.pop(handle, None)
-            raise DLedgerError(code)
-        if transferee != self.config.self_id:
-            await _succeeded(awaited)
+            callback(code, None)
 
     def _new_handle(self, callback) -> int:
         self._handles += 1
@@ -682,49 +691,42 @@ class DLedgerServer:
                 )
 
     # ------------------------------------------------------------------ client RPCs
-    def _on_rpc_fast(self, request: dict, reply) -> bool:
-        """Appends skip the task-per-request path: queued here, answered on completion."""
-        if (
-            request.get("code") != RpcCode.APPEND
-            or not self.client_appends
-            or request.get("group", self.config.group) != self.config.group
-        ):
-            return False
-        bodies = request.get("bodies")
-        if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
-            return False  # the general handler explains what is wrong
-
-        def answer(code: Code, positions) -> None:
-            if code is Code.SUCCESS:  # the hot path: just what the client reads
-                reply({"code": Code.SUCCESS, "positions": positions})
-            else:
-                reply(self._answer(code))
-
-        self.append_nowait(bodies, answer)
+    def _on_rpc(self, request: dict, reply: Callable[[dict], None]) -> bool:
+        """The peer port's one route: every RPC is checked here once and answered through
+        `reply`, at once or on completion (an append once committed, a leadership
+        transfer once done), without a task per request. Returns True: it takes them
+        all."""
+        try:
+            self._serve_rpc(request, reply)
+        except Exception as exc:  # one bad request must not take the server down
+            log.exception("%s: RPC failed on code %s", self.config.self_id, request.get("code"))
+            reply(self._answer(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
         return True
 
-    async def _on_rpc(self, request: dict) -> dict:
+    def _serve_rpc(self, request: dict, reply: Callable[[dict], None]) -> None:
         code = request.get("code")
         if request.get("group", self.config.group) != self.config.group:
-            return self._answer(Code.UNKNOWN_GROUP, f"this is group {self.config.group}")
-        try:
-            if code == RpcCode.APPEND:
-                if not self.client_appends:
-                    return self._answer(Code.UNSUPPORTED, "this log takes appends from its broker")
-                bodies = request.get("bodies")
-                if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
-                    return self._answer(Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes")
-                positions = await self.append_batch(bodies)
-                return self._answer(Code.SUCCESS, positions=[list(p) for p in positions])
-            if code == RpcCode.GET:
-                index = request.get("index")
-                if not isinstance(index, int):
-                    return self._answer(Code.UNEXPECTED_ARGUMENT, "index must be an integer")
-                try:
-                    e = self.get(index)
-                except IndexError as exc:
-                    return self._answer(Code.INDEX_OUT_OF_RANGE, str(exc))
-                return self._answer(
+            reply(self._answer(Code.UNKNOWN_GROUP, f"this is group {self.config.group}"))
+        elif code == RpcCode.APPEND:
+            bodies = request.get("bodies")
+            if not self.client_appends:
+                reply(self._answer(Code.UNSUPPORTED, "this log takes appends from its broker"))
+            elif not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
+                reply(self._answer(Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes"))
+            else:
+                self.append_nowait(bodies, functools.partial(self._appended, reply))
+        elif code == RpcCode.GET:
+            index = request.get("index")
+            if not isinstance(index, int):
+                reply(self._answer(Code.UNEXPECTED_ARGUMENT, "index must be an integer"))
+                return
+            try:
+                e = self.get(index)
+            except IndexError as exc:
+                reply(self._answer(Code.INDEX_OUT_OF_RANGE, str(exc)))
+                return
+            reply(
+                self._answer(
                     Code.SUCCESS,
                     index=e.index,
                     term=e.term,
@@ -732,17 +734,25 @@ class DLedgerServer:
                     type=int(e.type),
                     body=e.body,
                 )
-            if code in (RpcCode.METADATA, RpcCode.STATUS):
-                return self._answer(Code.SUCCESS, **self.metadata())
-            if code == RpcCode.LEADERSHIP_TRANSFER:
-                transferee = request.get("transfereeId")
-                if not isinstance(transferee, str):
-                    return self._answer(Code.UNEXPECTED_ARGUMENT, "transfereeId must be a string")
-                await self.transfer_leadership(transferee)
-                return self._answer(Code.SUCCESS)
-        except DLedgerError as exc:
-            return self._answer(exc.code, str(exc))
-        return self._answer(Code.UNSUPPORTED, f"unknown request code {code}")
+            )
+        elif code in (RpcCode.METADATA, RpcCode.STATUS):
+            reply(self._answer(Code.SUCCESS, **self.metadata()))
+        elif code == RpcCode.LEADERSHIP_TRANSFER:
+            transferee = request.get("transfereeId")
+            if not isinstance(transferee, str):
+                reply(self._answer(Code.UNEXPECTED_ARGUMENT, "transfereeId must be a string"))
+            else:
+                self.transfer_leadership_nowait(
+                    transferee, lambda code, _result: reply(self._answer(code, _remark(code)))
+                )
+        else:
+            reply(self._answer(Code.UNSUPPORTED, f"unknown request code {code}"))
+
+    def _appended(self, reply: Callable[[dict], None], code: Code, positions) -> None:
+        if code is Code.SUCCESS:  # the hot path: just what the client reads
+            reply({"code": Code.SUCCESS, "positions": positions})
+        else:
+            reply(self._answer(code, _remark(code)))
 
     def _answer(self, code: Code, remark: str = "", **fields) -> dict:
         r = self.replica
