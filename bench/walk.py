@@ -149,7 +149,8 @@ def compiled_calls_seen():
         if module is None or not name.startswith("raftmq.") or name == COMPILED_MODULE:
             continue
         for attr, value in list(vars(module).items()):
-            if getattr(value, "__module__", None) == COMPILED_MODULE and callable(value):
+            compiled = getattr(value, "__module__", None) == COMPILED_MODULE
+            if compiled and callable(value) and not isinstance(value, type):
                 twin = twins.get(value.__name__, COMPILED_FILE)
                 setattr(module, attr, functools.partial(_compiled_call, value, twin))
                 replaced.append((module, attr, value))

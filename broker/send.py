@@ -51,7 +51,7 @@ from raftmq.remoting import (
     ResponseCode,
     SerializeType,
 )
-from raftmq.remoting.codec import raw_command
+from raftmq.remoting.codec import RAW_REQUEST, as_command, raw_command
 from raftmq.transport.awaited import Awaited
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ class SendProcessor:
         SEND_VALUE_NAMES): its record is built from those, and it is decoded only if
         it is left to `send` (or its header needs reading whole)."""
         if not self.role.is_master:
-            return [raw_command(r) if type(r) is tuple else r for r in requests]
+            return [as_command(r) for r in requests]
         left = []
         taken = []
         records = []
@@ -292,13 +292,13 @@ class SendProcessor:
             self.address.store_host_bytes,
         )
         for request in requests:
-            if type(request) is tuple:  # raw: (src, start, end, code, opaque, flag, body, values)
-                fields = SEND_VALUES(request[7])
-                placed = None if fields is None else self._record(fields, request[6], *stamps)
+            if type(request) is RAW_REQUEST:
+                fields = SEND_VALUES(request.values)
+                placed = None if fields is None else self._record(fields, request.body, *stamps)
                 if placed is not None:
                     queue_id, record = placed
                     # its code stands for it: the completion holds no received bytes
-                    taken.append((request[3], queue_id, request[4], _JSON, request[5]))
+                    taken.append((request.code, queue_id, request.opaque, _JSON, request.flag))
                     records.append(record)
                     continue
                 request = raw_command(request)

@@ -147,7 +147,10 @@ class FrameDecoder:
             commands = [decode_payload(src, start, end) for start, end in frames]
         else:
             items, pos = SPLIT_REQUESTS(src, self._max, *self._raw)
-            commands = [decode_payload(src, *item) if len(item) == 2 else item for item in items]
+            # a frame's span (start, end), or its raw request
+            commands = [
+                decode_payload(src, *item) if type(item) is tuple else item for item in items
+            ]
         if src is buf:
             if pos:  # a new buffer: the raw requests returned point into this one
                 self._buf = buf[pos:]

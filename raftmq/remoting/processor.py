@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from raftmq.remoting.codec import raw_command
+from raftmq.remoting.codec import as_command
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import RemotingCommand
 
@@ -83,7 +83,7 @@ def take_inline(
         raise
     except Exception:  # the task path will answer them, with the error if it recurs
         log.exception("inline processor failed on %d requests", len(requests))
-        return [raw_command(r) if type(r) is tuple else r for r in requests]
+        return [as_command(r) for r in requests]
 
 
 class Route:
@@ -198,9 +198,8 @@ class ProcessorTable:
             return requests
         left = []
         batches: dict[InlineProcessor, list] = {}
-        for request in requests:
-            # a raw request (a tuple) is one of a handler's codes
-            handler = handlers.get(request[3] if type(request) is tuple else request.code)
+        for request in requests:  # (a raw request is one of a route's codes)
+            handler = handlers.get(request.code)
             if handler is None:
                 left.append(request)
             else:
