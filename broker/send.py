@@ -269,10 +269,11 @@ class SendProcessor:
         return self._response(request, queue_id, results, code)
 
     def send_inline(self, requests: list, connection: Connection) -> list[RemotingCommand]:
-        """The common sends of one read — one message each, to an existing topic, on the
-        master — without a task: their records go to DLedger as one append, and one
-        completion answers them all in one write. Returns the rest (anything unusual or
-        wrong), which take `send`, the path that explains errors. Everything is built
+        """The send route's batch branch (`remoting.Route`): the common sends of one
+        read — one message each, to an existing topic, on the master — without a task:
+        their records go to DLedger as one append, and one completion answers them all
+        in one write. Returns the rest (anything unusual or wrong), which take `send`,
+        the branch that explains errors. Everything is built
         before the append is queued, so a failure before it leaves every request to
         `send`; once queued, a request has reached the store and is never run again:
         whatever fails after, it is answered once (`_InlineAnswer`).

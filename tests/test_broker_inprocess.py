@@ -60,7 +60,7 @@ async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_pat
         messages = codec.decode_all(response.body)
         assert [m.body for m in messages] == [b"m1", b"m4", b"m7", b"m10"]
         assert [m.msg_id for m in messages] == [e["msgId"] for e in sent if e["queueId"] == "1"]
-        for m in messages:  # the physical offset written by the append hook is the real one
+        for m in messages:  # the physical offset the master wrote into it is the real one
             assert broker.store.message_at(m.physical_offset)[:4] == codec.encode(m)[:4]
 
 
