@@ -115,7 +115,7 @@ def _full(cell) -> bool:
 
 
 def _reentries(sequence: list[str]) -> int:
-    """How many items of `sequence` occurred before it."""
+    """How many items of `sequence` repeat one before them."""
     return len(sequence) - len(set(sequence))
 
 
