@@ -1,4 +1,5 @@
 """`python -m bench dledger|broker|spark [--duration S] [--json PATH]`: raftmq beside its peers.
+(`python -m bench walk` counts the files one send passes through instead: bench/walk.py.)
 
 `dledger` measures the replicated log against PySyncObj; `broker` measures the
 broker group end to end (produce -> ack, produce -> consume, failover) against
@@ -253,7 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--queues", type=int, default=4)
     sp.add_argument("--per-trigger", type=int, default=20_000, help="maxMessagesPerTrigger")
     sp.add_argument("--json", type=Path)
+    wk = sub.add_parser("walk", help="the files one send passes through on the master")
+    wk.add_argument("--sends", type=int, default=7, help="sends walked; the shortest is shown")
     args = parser.parse_args(argv)
+    if args.what == "walk":
+        from bench import walk
+
+        return walk.main(args.sends)
     load_at_start = os.getloadavg()
     if args.what == "broker" and args.stages:
         from bench import stages

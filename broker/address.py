@@ -16,6 +16,17 @@ class BrokerAddress:
         self.group_address = group_address  # groupAddress (broker.group_address)
 
     @property
+    def port(self) -> int:
+        return self._port
+
+    @port.setter
+    def port(self, port: int) -> None:
+        self._port = port
+        # The store host as a record and a msgId hold it (ip bytes + 4-byte port): read
+        # once per send batch, so made once, when the port is known.
+        self.store_host_bytes = pack_host((self.ip, port))
+
+    @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"
 
@@ -31,7 +42,3 @@ class BrokerAddress:
     def store_host(self) -> tuple[str, int]:
         return (self.ip, self.port)
 
-    @property
-    def store_host_bytes(self) -> bytes:
-        """The store host as a record and a msgId hold it (ip bytes + 4-byte port)."""
-        return pack_host(self.store_host)

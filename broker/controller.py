@@ -78,6 +78,7 @@ from raftmq.remoting import (
     RemotingServer,
     RequestCode,
     ResponseCode,
+    Route,
     listen_host,
 )
 
@@ -332,9 +333,13 @@ class BrokerController:
             group_get_tps=self.metrics.group_get_tps,
         )
         locks = LockRequests(self.role, self.locks)
+        # A send's one route: the common sends of a read in one batch (send_inline),
+        # the rest (a topic to create, a retry to dead-letter, an error to explain)
+        # each in a task of its own (send).
+        send_route = Route(answer_refusals(send.send), send.send_inline, SEND_VALUE_NAMES)
         table = {
-            RequestCode.SEND_MESSAGE: send.send,
-            RequestCode.SEND_MESSAGE_V2: send.send,
+            RequestCode.SEND_MESSAGE: send_route,
+            RequestCode.SEND_MESSAGE_V2: send_route,
             RequestCode.SEND_BATCH_MESSAGE: send.send,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.send_back,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
@@ -376,9 +381,9 @@ class BrokerController:
         }
         acl_codes = dict.fromkeys(AccessControl.CODES, acl_disabled)
         table.update(acl_codes if self.acl is None else self.acl.processors())
-        processors = ProcessorTable({code: answer_refusals(h) for code, h in table.items()})
-        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
-            processors.register_inline(code, send.send_inline, SEND_VALUE_NAMES)
+        processors = ProcessorTable(
+            {code: h if isinstance(h, Route) else answer_refusals(h) for code, h in table.items()}
+        )
         return processors if self.acl is None else self.acl.guard(processors)
 
     # ------------------------------------------------------------------ roles

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 from raftmq.broker.headers import BadRequest, boolean, integer, send_header, text
 from raftmq.broker.send_encoding import (
     SEND_FIELDS,
@@ -52,7 +51,8 @@ from raftmq.remoting import (
     ResponseCode,
     SerializeType,
 )
-from raftmq.remoting.codec import raw_command
+from raftmq.remoting.codec import RAW_REQUEST, as_command, raw_command
+from raftmq.transport.awaited import Awaited
 
 if TYPE_CHECKING:
     from raftmq.broker.address import BrokerAddress
@@ -269,10 +269,11 @@ class SendProcessor:
         return self._response(request, queue_id, results, code)
 
     def send_inline(self, requests: list, connection: Connection) -> list[RemotingCommand]:
-        """The common sends of one read — one message each, to an existing topic, on the
-        master — without a task: their records go to DLedger as one append, and one
-        completion answers them all in one write. Returns the rest (anything unusual or
-        wrong), which take `send`, the path that explains errors. Everything is built
+        """The send route's batch branch (`remoting.Route`): the common sends of one
+        read — one message each, to an existing topic, on the master — without a task:
+        their records go to DLedger as one append, and one completion answers them all
+        in one write. Returns the rest (anything unusual or wrong), which take `send`,
+        the branch that explains errors. Everything is built
         before the append is queued, so a failure before it leaves every request to
         `send`; once queued, a request has reached the store and is never run again:
         whatever fails after, it is answered once (`_InlineAnswer`).
@@ -281,7 +282,7 @@ class SendProcessor:
         SEND_VALUE_NAMES): its record is built from those, and it is decoded only if
         it is left to `send` (or its header needs reading whole)."""
         if not self.role.is_master:
-            return [raw_command(r) if type(r) is tuple else r for r in requests]
+            return [as_command(r) for r in requests]
         left = []
         taken = []
         records = []
@@ -292,13 +293,13 @@ class SendProcessor:
             self.address.store_host_bytes,
         )
         for request in requests:
-            if type(request) is tuple:  # raw: (src, start, end, code, opaque, flag, body, values)
-                fields = SEND_VALUES(request[7])
-                placed = None if fields is None else self._record(fields, request[6], *stamps)
+            if type(request) is RAW_REQUEST:
+                fields = SEND_VALUES(request.values)
+                placed = None if fields is None else self._record(fields, request.body, *stamps)
                 if placed is not None:
                     queue_id, record = placed
                     # its code stands for it: the completion holds no received bytes
-                    taken.append((request[3], queue_id, request[4], _JSON, request[5]))
+                    taken.append((request.code, queue_id, request.opaque, _JSON, request.flag))
                     records.append(record)
                     continue
                 request = raw_command(request)
@@ -512,16 +513,9 @@ class SendProcessor:
         stored all the same) and (physical offset, queue offset) of each; BadRequest
         with the refusal's code when they are not stored."""
         records = self._records(messages)
-        finished = trio.Event()
-        outcome: list = []
-
-        def done(code: Code | PutStatus, placed) -> None:
-            outcome[:] = [code, placed]
-            finished.set()
-
-        self.store.commitlog.put_nowait(records, done)
-        await finished.wait()
-        code, placed = outcome
+        awaited = Awaited()
+        self.store.commitlog.put_nowait(records, awaited)
+        code, placed = await awaited.result()
         if placed is None:
             response_code, remark = _append_failure(code, self.disk_util)
             raise BadRequest(remark, response_code)

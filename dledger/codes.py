@@ -61,6 +61,23 @@ class Code(IntEnum):
     LEADER_TRANSFERRING = 506
 
 
+# The codes an append is refused with before any of it is written (the leader's
+# admission, a full disk, entries placed for a position the log no longer ends at);
+# an append that was written fails, if it fails, with TERM_CHANGED or
+# WAIT_QUORUM_ACK_TIMEOUT. A writer that put positions or counters into its entries
+# (the broker's queue offsets) takes them back on these codes only.
+NOT_APPENDED = frozenset(
+    {
+        Code.NOT_LEADER,
+        Code.LEADER_TRANSFERRING,
+        Code.REQUEST_WITH_EMPTY_BODYS,
+        Code.LEADER_PENDING_FULL,
+        Code.DISK_FULL,
+        Code.LEADER_NOT_READY,
+    }
+)
+
+
 class VoteResult(IntEnum):
     UNKNOWN = 0
     ACCEPT = 1

@@ -44,6 +44,7 @@ from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 from raftmq.disk.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, durably, until_room
 from raftmq.disk.filesystem import used_ratio
 from raftmq.process import stages
+from raftmq.transport.awaited import Awaited
 
 log = logging.getLogger(__name__)
 
@@ -104,21 +105,6 @@ class _SyncThread:
         assert self.result is None, "one plan at a time"
         self.result = (plan, error, took_s)
         self.done.set()
-
-
-class _Waiter:
-    """Turns a completion callback into something a task can await."""
-
-    __slots__ = ("code", "event", "positions")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.code = Code.UNKNOWN
-        self.positions = None
-
-    def __call__(self, code: Code, positions) -> None:
-        self.code, self.positions = code, positions
-        self.event.set()
 
 
 def store_dir(config: DLedgerConfig) -> Path:
@@ -185,6 +171,18 @@ class _Effects:
         self.server._complete(completion.handle, completion.code, completion.positions)
 
 
+async def _succeeded(awaited: Awaited):
+    """What a completion `awaited` was called with past its code, or DLedgerError."""
+    code, result = await awaited.result()
+    if code is not Code.SUCCESS:
+        raise DLedgerError(code)
+    return result
+
+
+def _remark(code: Code) -> str:
+    return f"{code.name} ({int(code)})"
+
+
 def _error_of(run) -> BaseException | None:
     """The error `run()` raised, or None: handed to the loop, which stops the replica."""
     try:
@@ -222,8 +220,8 @@ class DLedgerServer:
             config.peers,
             self._on_message,
             self._on_send_failed,
+            None,  # no RPC takes a task of its own: `_on_rpc` answers them all
             self._on_rpc,
-            self._on_rpc_fast,
             check_peer_hosts=config.check_peer_hosts,
             tls=config.peer_tls,
         )
@@ -233,6 +231,9 @@ class DLedgerServer:
         self._callbacks: dict[int, Callable[[Code, list | None], None]] = {}
         self._handles = 0
         self._append_queue: list[tuple[int, list[bytes]]] = []
+        # handle -> (where its first entry was placed, where its last ends): the
+        # appends placed in advance (`append_nowait`), until the leader takes them
+        self._placed_at: dict[int, tuple[int, int]] = {}
         self._append_ready = trio.Event()
         self._processing = False  # inside _process: appends are queued, not made at once
         self._sync_wanted = False
@@ -337,17 +338,30 @@ class DLedgerServer:
         once; TERM_CHANGED when the entries were provably discarded;
         WAIT_QUORUM_ACK_TIMEOUT when the outcome is unknown (they may still commit).
         """
-        waiter = _Waiter()
-        self.append_nowait(list(bodies), waiter)
-        return await self._wait(waiter)
+        awaited = Awaited()
+        self.append_nowait(list(bodies), awaited)
+        return await _succeeded(awaited)
 
-    def append_nowait(self, bodies: list[bytes], callback) -> None:
+    def append_nowait(
+        self, bodies: list[bytes], callback, *, placed: tuple[int, int] | None = None
+    ) -> None:
         """`append_batch` without a task: `callback(code, positions)` runs on completion
         (positions are (index, pos) pairs, None on failure). For hot paths where an
-        awaiting task per request costs more than the append."""
+        awaiting task per request costs more than the append.
+
+        With `placed` (where the first entry goes, where the last ends), the bodies were
+        made for entries at those positions (`entry.places` from the log's end, or from
+        where the caller's append before them ends: a broker writes each message's
+        physical offset into it), and they are written there or not at all. When their
+        turn comes and the log ends elsewhere (a new term's NOOP came first) they are
+        refused LEADER_NOT_READY; when the leader refuses an append placed before them,
+        it refuses them too (it admits a prefix of what it is handed). Either way
+        nothing of them is written (`codes.NOT_APPENDED`)."""
         if stages.ON:
             stages.mark("append queued")
         handle = self._new_handle(callback)
+        if placed is not None:
+            self._placed_at[handle] = placed
         idle = not (self._append_queue or self._plan_in_flight or self._processing)
         if idle and self.started.is_set():
             # An idle log: nothing to batch with (no other append waits, and no fsync
@@ -368,27 +382,25 @@ class DLedgerServer:
         return self.store.get(index)
 
     async def transfer_leadership(self, transferee: str) -> None:
-        waiter = _Waiter()
-        handle = self._new_handle(waiter)
+        """Hand leadership to `transferee`; returns once it leads (DLedgerError if not)."""
+        awaited = Awaited()
+        self.transfer_leadership_nowait(transferee, awaited)
+        await _succeeded(awaited)
+
+    def transfer_leadership_nowait(self, transferee: str, callback) -> None:
+        """`transfer_leadership` without a task: `callback(code, None)` once it is done,
+        refused or failed (at once when this member is the transferee)."""
+        handle = self._new_handle(callback)
         code = self.replica.transfer_leadership(handle, transferee, self.now_ms())
         self._process()
-        if code is not Code.SUCCESS:
+        if code is not Code.SUCCESS or transferee == self.config.self_id:
             self._callbacks.pop(handle, None)
-            raise DLedgerError(code)
-        if transferee != self.config.self_id:
-            await self._wait(waiter)
+            callback(code, None)
 
     def _new_handle(self, callback) -> int:
         self._handles += 1
         self._callbacks[self._handles] = callback
         return self._handles
-
-    @staticmethod
-    async def _wait(waiter: _Waiter):
-        await waiter.event.wait()
-        if waiter.code is not Code.SUCCESS:
-            raise DLedgerError(waiter.code)
-        return waiter.positions
 
     # ------------------------------------------------------------------ events into the core
     def _on_message(self, msg) -> None:
@@ -414,11 +426,41 @@ class DLedgerServer:
     def _append_now(self, queue: list[tuple[int, list[bytes]]]) -> None:
         if stages.ON:
             stages.mark("append started")
+        end_pos = None
+        if self._placed_at:
+            queue, end_pos = self._where_placed(queue)
         codes = self.replica.append_batch(queue, self.now_ms())
         for (handle, _bodies), code in zip(queue, codes, strict=True):
             if code is not Code.SUCCESS:
                 self._complete(handle, code, None)
+        if end_pos is not None and codes and codes[-1] is Code.SUCCESS:
+            assert self.store.end_pos == end_pos, (
+                f"entries placed to end at {end_pos} end at {self.store.end_pos}"
+            )
         self._process()
+
+    def _where_placed(self, queue: list[tuple[int, list[bytes]]]):
+        """The appends of `queue` that may go to the leader, and where the last of them
+        was placed to end (None if unplaced); those placed from a position the log will
+        not end at are refused here (see `append_nowait`). Placed appends come in the
+        order they were placed, each from where the one before ends, so only the first
+        can find the log moved (a new term's NOOP): every one behind it then follows."""
+        placed_at = self._placed_at
+        end_pos = self.store.end_pos
+        kept = []
+        for handle, bodies in queue:
+            at_pos, placed_end = placed_at.pop(handle, (None, None))
+            if at_pos is None:
+                end_pos = None  # unplaced: not checked
+            elif end_pos is None:
+                raise AssertionError("an append placed after an unplaced one in one log")
+            elif at_pos != end_pos:
+                self._complete(handle, Code.LEADER_NOT_READY, None)
+                continue
+            else:
+                end_pos = placed_end
+            kept.append((handle, bodies))
+        return kept, end_pos
 
     async def _timer_loop(self) -> None:
         while True:
@@ -649,49 +691,42 @@ class DLedgerServer:
                 )
 
     # ------------------------------------------------------------------ client RPCs
-    def _on_rpc_fast(self, request: dict, reply) -> bool:
-        """Appends skip the task-per-request path: queued here, answered on completion."""
-        if (
-            request.get("code") != RpcCode.APPEND
-            or not self.client_appends
-            or request.get("group", self.config.group) != self.config.group
-        ):
-            return False
-        bodies = request.get("bodies")
-        if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
-            return False  # the general handler explains what is wrong
-
-        def answer(code: Code, positions) -> None:
-            if code is Code.SUCCESS:  # the hot path: just what the client reads
-                reply({"code": Code.SUCCESS, "positions": positions})
-            else:
-                reply(self._answer(code))
-
-        self.append_nowait(bodies, answer)
+    def _on_rpc(self, request: dict, reply: Callable[[dict], None]) -> bool:
+        """The peer port's one route: every RPC is checked here once and answered through
+        `reply`, at once or on completion (an append once committed, a leadership
+        transfer once done), without a task per request. Returns True: it takes them
+        all."""
+        try:
+            self._serve_rpc(request, reply)
+        except Exception as exc:  # one bad request must not take the server down
+            log.exception("%s: RPC failed on code %s", self.config.self_id, request.get("code"))
+            reply(self._answer(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
         return True
 
-    async def _on_rpc(self, request: dict) -> dict:
+    def _serve_rpc(self, request: dict, reply: Callable[[dict], None]) -> None:
         code = request.get("code")
         if request.get("group", self.config.group) != self.config.group:
-            return self._answer(Code.UNKNOWN_GROUP, f"this is group {self.config.group}")
-        try:
-            if code == RpcCode.APPEND:
-                if not self.client_appends:
-                    return self._answer(Code.UNSUPPORTED, "this log takes appends from its broker")
-                bodies = request.get("bodies")
-                if not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
-                    return self._answer(Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes")
-                positions = await self.append_batch(bodies)
-                return self._answer(Code.SUCCESS, positions=[list(p) for p in positions])
-            if code == RpcCode.GET:
-                index = request.get("index")
-                if not isinstance(index, int):
-                    return self._answer(Code.UNEXPECTED_ARGUMENT, "index must be an integer")
-                try:
-                    e = self.get(index)
-                except IndexError as exc:
-                    return self._answer(Code.INDEX_OUT_OF_RANGE, str(exc))
-                return self._answer(
+            reply(self._answer(Code.UNKNOWN_GROUP, f"this is group {self.config.group}"))
+        elif code == RpcCode.APPEND:
+            bodies = request.get("bodies")
+            if not self.client_appends:
+                reply(self._answer(Code.UNSUPPORTED, "this log takes appends from its broker"))
+            elif not isinstance(bodies, list) or not all(isinstance(b, bytes) for b in bodies):
+                reply(self._answer(Code.UNEXPECTED_ARGUMENT, "bodies must be a list of bytes"))
+            else:
+                self.append_nowait(bodies, functools.partial(self._appended, reply))
+        elif code == RpcCode.GET:
+            index = request.get("index")
+            if not isinstance(index, int):
+                reply(self._answer(Code.UNEXPECTED_ARGUMENT, "index must be an integer"))
+                return
+            try:
+                e = self.get(index)
+            except IndexError as exc:
+                reply(self._answer(Code.INDEX_OUT_OF_RANGE, str(exc)))
+                return
+            reply(
+                self._answer(
                     Code.SUCCESS,
                     index=e.index,
                     term=e.term,
@@ -699,17 +734,25 @@ class DLedgerServer:
                     type=int(e.type),
                     body=e.body,
                 )
-            if code in (RpcCode.METADATA, RpcCode.STATUS):
-                return self._answer(Code.SUCCESS, **self.metadata())
-            if code == RpcCode.LEADERSHIP_TRANSFER:
-                transferee = request.get("transfereeId")
-                if not isinstance(transferee, str):
-                    return self._answer(Code.UNEXPECTED_ARGUMENT, "transfereeId must be a string")
-                await self.transfer_leadership(transferee)
-                return self._answer(Code.SUCCESS)
-        except DLedgerError as exc:
-            return self._answer(exc.code, str(exc))
-        return self._answer(Code.UNSUPPORTED, f"unknown request code {code}")
+            )
+        elif code in (RpcCode.METADATA, RpcCode.STATUS):
+            reply(self._answer(Code.SUCCESS, **self.metadata()))
+        elif code == RpcCode.LEADERSHIP_TRANSFER:
+            transferee = request.get("transfereeId")
+            if not isinstance(transferee, str):
+                reply(self._answer(Code.UNEXPECTED_ARGUMENT, "transfereeId must be a string"))
+            else:
+                self.transfer_leadership_nowait(
+                    transferee, lambda code, _result: reply(self._answer(code, _remark(code)))
+                )
+        else:
+            reply(self._answer(Code.UNSUPPORTED, f"unknown request code {code}"))
+
+    def _appended(self, reply: Callable[[dict], None], code: Code, positions) -> None:
+        if code is Code.SUCCESS:  # the hot path: just what the client reads
+            reply({"code": Code.SUCCESS, "positions": positions})
+        else:
+            reply(self._answer(code, _remark(code)))
 
     def _answer(self, code: Code, remark: str = "", **fields) -> dict:
         r = self.replica

@@ -4,8 +4,8 @@ consumer offsets checked through leader changes.
 The Raft checker (dledger.sim.checks) proves the log safe; users see a broker, so
 this model runs the real broker store on each simulated replica and checks what a
 producer and consumers see. Nothing broker-side is re-implemented: each replica has
-a real `MessageStore` — the `DLedgerCommitLog` whose append hook assigns queue and
-physical offsets on the leader, ConsumeQueue dispatch up to the commit index,
+a real `MessageStore` — the `DLedgerCommitLog` that places records, their queue and
+physical offsets, on the leader, ConsumeQueue dispatch up to the commit index,
 metadata records applied in log order, RocketMQ's pull status rules, recovery of the
 ConsumeQueue files after a crash — over a `SimServer`, the store's replicated-log
 protocol (`broker.store.replicated_log`, which `DLedgerServer` implements) carried
@@ -71,7 +71,10 @@ class SimServer(ReplicatedLog):
     def add_retention_limit(self, limit) -> None:
         """Unused: the simulated log (a MemoryLogStore) has no retention."""
 
-    def append_nowait(self, bodies: list[bytes], callback) -> None:
+    def append_nowait(self, bodies: list[bytes], callback, *, placed=None) -> None:
+        if placed is not None and placed[0] != self.store.end_pos:  # as DLedgerServer refuses
+            callback(Code.LEADER_NOT_READY, None)  # (a new term's NOOP came first)
+            return
         [body] = bodies  # the broker stores one message per entry
         handle = self.cluster.client_append(self.node_id, body)
         outcome = self.cluster.checker.outcomes.get(handle)

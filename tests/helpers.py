@@ -80,12 +80,13 @@ class OneReplicaLog(ReplicatedLog):
     def add_retention_limit(self, limit) -> None:
         """Nothing to hold back: this log has no retention."""
 
-    def append_nowait(self, bodies, callback) -> None:
-        placed = self.store.append_leader(self.TERM, [(EntryType.NORMAL, b) for b in bodies])
+    def append_nowait(self, bodies, callback, *, placed=None) -> None:
+        assert placed is None or placed[0] == self.store.end_pos, "appended at once, as placed"
+        positions = self.store.append_leader(self.TERM, [(EntryType.NORMAL, b) for b in bodies])
         self.replica.committed_index = self.store.end_index
         for handler in self._commit_handlers:
             handler(self.replica.committed_index)
-        callback(Code.SUCCESS, placed)
+        callback(Code.SUCCESS, positions)
 
 
 # ---------------------------------------------------------------- DLedger rules

@@ -9,6 +9,7 @@ import time
 import pytest
 import trio
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
+from raftmq.dledger.codes import NOT_APPENDED, Code
 from raftmq.namesrv.config import NamesrvConfig
 
 from raftmq.config.address import parse_address
@@ -26,6 +27,7 @@ from raftmq.remoting import (
     encode,
 )
 from raftmq.remoting.frames import FrameReader
+from raftmq.transport.awaited import Awaited
 from tests.helpers import create_topic, group, status, wait_for
 from tests.inprocess_broker import InProcessGroup
 
@@ -58,8 +60,27 @@ async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_pat
         messages = codec.decode_all(response.body)
         assert [m.body for m in messages] == [b"m1", b"m4", b"m7", b"m10"]
         assert [m.msg_id for m in messages] == [e["msgId"] for e in sent if e["queueId"] == "1"]
-        for m in messages:  # the physical offset written by the append hook is the real one
+        for m in messages:  # the physical offset the master wrote into it is the real one
             assert broker.store.message_at(m.physical_offset)[:4] == codec.encode(m)[:4]
+
+
+async def test_entries_placed_where_the_log_no_longer_ends_are_refused_unwritten(
+    nursery, tmp_path
+):
+    """The master places its records (their physical offsets) before DLedger has them:
+    DLedger writes them there or refuses them whole, with a code that says nothing was
+    written (so their queue offsets are given back), never at another position."""
+    g = await group(nursery, tmp_path, nodes=1)
+    await create_topic(g, "T")
+    server = g.master().dledger
+    end_index, end_pos = server.store.end_index, server.store.end_pos
+    awaited = Awaited()
+    record = codec.encode(codec.MessageExt(topic="T"))
+    server.append_nowait([record], awaited, placed=(end_pos + 8, end_pos + 8 + 48 + len(record)))
+    code, positions = await awaited.result()
+    assert (code, positions) == (Code.LEADER_NOT_READY, None) and code in NOT_APPENDED
+    assert (server.store.end_index, server.store.end_pos) == (end_index, end_pos)
+    assert (await g.send(g.master(), "T", b"after")).code == ResponseCode.SUCCESS
 
 
 async def test_pull_status_table(nursery, tmp_path):

@@ -34,6 +34,8 @@ from raftmq.broker.store.messagestore import (
 from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
 from raftmq.broker.topic_config_manager import TopicConfigManager
+from raftmq.dledger.codes import Code, EntryType
+from raftmq.dledger.server import DLedgerError
 from raftmq.dledger.store.file import FileLogStore
 
 from raftmq.config.properties import parse_properties
@@ -256,13 +258,48 @@ def test_a_log_reset_past_the_dispatcher_moves_it_to_the_new_beginning(tmp_path)
     store.checkpoint_work()()  # the checkpoint finds the dispatcher's position in the log
 
 
-async def test_a_message_placed_without_a_queue_offset_is_an_error_not_offset_0(tmp_path):
-    """A queue offset is assigned exactly once, when the leader places the message; an
-    append that comes back without one is a broken invariant, never queue offset 0."""
-    broker = Broker(tmp_path)
-    broker.log.store.append_hook = None  # placed behind the CommitLog's back
-    with pytest.raises(AssertionError, match="no queue offset was assigned"):
-        await broker.store.commitlog.put([codec.encode(codec.MessageExt(topic="T"))])
+class _MisplacingLog(OneReplicaLog):
+    """A log that writes an entry of its own before each append it is handed."""
+
+    def append_nowait(self, bodies, callback, *, placed=None) -> None:
+        self.store.append_leader(self.TERM, [(EntryType.NORMAL, b"of its own")])
+        super().append_nowait(bodies, callback)
+
+
+class _RefusingLog(OneReplicaLog):
+    """A log whose leader refuses appends while `refusing` is set (a full pending queue)."""
+
+    refusing = False
+
+    def append_nowait(self, bodies, callback, *, placed=None) -> None:
+        if self.refusing:
+            callback(Code.LEADER_PENDING_FULL, None)
+        else:
+            super().append_nowait(bodies, callback, placed=placed)
+
+
+async def test_a_message_written_elsewhere_than_placed_is_an_error_not_a_wrong_offset(tmp_path):
+    """The leader writes a message's physical offset into it before DLedger has it; a
+    log that wrote it elsewhere is a broken invariant, never a msgId pointing elsewhere."""
+    log = _MisplacingLog()
+    store = MessageStore(log, tmp_path, builtin_topics("C", "b", 4), parse_delay_levels(""))
+    with pytest.raises(AssertionError, match="were written at"):
+        await store.commitlog.put([codec.encode(codec.MessageExt(topic="T"))])
+
+
+async def test_an_append_refused_before_it_was_written_gives_its_queue_offsets_back(tmp_path):
+    """A queue offset is assigned once, when the leader places the message; an append
+    DLedger refuses whole takes none, so the queue stays dense."""
+    log = _RefusingLog()
+    store = MessageStore(log, tmp_path, builtin_topics("C", "b", 4), parse_delay_levels(""))
+    record = codec.encode(codec.MessageExt(topic="T", queue_id=1))
+    assert await store.commitlog.put([record, record]) == [(48, 0), (48 + 48 + len(record), 1)]
+    log.refusing = True
+    with pytest.raises(DLedgerError, match="LEADER_PENDING_FULL"):
+        await store.commitlog.put([record, record])
+    log.refusing = False
+    [(_physical_offset, queue_offset)] = await store.commitlog.put([record])
+    assert queue_offset == 2
 
 
 @pytest.mark.parametrize("segment_kib", [128, 1024])

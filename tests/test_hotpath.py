@@ -445,6 +445,7 @@ def test_plain_json_fields(header):
 
 RAW_CODES = frozenset({10, 310})
 NAMES = send_encoding.SEND_VALUE_NAMES
+RAW_FIELDS = ("src", "start", "end", "code", "opaque", "flag", "body", "values")
 space = st.sampled_from(["", "", "", " ", "\n\t ", "\r"])
 json_string_text = st.one_of(
     st.text(st.characters(max_codepoint=0x7E, min_codepoint=0x20), max_size=6).map(json.dumps),
@@ -563,8 +564,17 @@ def test_plain_request(payload, prefix, as_bytearray):
     if raw is not None:
         command = remoting_codec.raw_command(raw)
         assert command.code in RAW_CODES and not command.flag & 1
-        assert raw[3:7] == (command.code, command.opaque, command.flag, command.body)
-        assert raw[7] == tuple(command.ext_fields.get(name) for name in NAMES)
+        assert (raw.code, raw.opaque, raw.flag, raw.body) == (
+            command.code,
+            command.opaque,
+            command.flag,
+            command.body,
+        )
+        assert raw.values == tuple(command.ext_fields.get(name) for name in NAMES)
+        twin = remoting_codec.RawRequest(*raw.fields())  # the record's own twin
+        assert twin == raw and raw == twin and twin.fields() == raw.fields()
+        assert [getattr(twin, name) for name in RAW_FIELDS] == list(raw.fields())
+        assert raw != remoting_codec.RawRequest(*raw.fields()[:-1], (*raw.values, "x"))
 
 
 @given(st.lists(request_frame(), max_size=5), st.binary(max_size=6), st.booleans())
@@ -584,20 +594,20 @@ def test_plain_request_reads_a_producers_header_itself(monkeypatch):
     monkeypatch.setitem(compiled.TWINS, "plain_request", None)  # a call would fail
     frame = producer_frame(7)
     raw = compiled.plain_request(frame, 4, len(frame), RAW_CODES, NAMES)
-    assert raw[3:7] == (310, 7, 0, b"hello")
-    values = dict(zip(NAMES, raw[7], strict=True))
+    assert (raw.code, raw.opaque, raw.flag, raw.body) == (310, 7, 0, b"hello")
+    values = dict(zip(NAMES, raw.values, strict=True))
     assert (values["b"], values["e"], values["i"], values["topic"]) == (
         "T",
         "3",
         "K\x01v\x02TAGS\x01t",
         None,
     )
-    assert send_encoding.SEND_VALUES(raw[7]) == (
+    assert send_encoding.SEND_VALUES(raw.values) == (
         "T", 3, 0, 0, 1700000000000, 0, "K\x01v\x02TAGS\x01t", False
     )  # fmt: skip
     chunk = frame + frame[:9]
     items, pos = compiled.split_requests(chunk, 1 << 20, RAW_CODES, NAMES)
-    assert (items, pos) == ([(chunk, *raw[1:])], len(frame))
+    assert (items, pos) == ([compiled.RawRequest(chunk, *raw.fields()[1:])], len(frame))
     assert compiled.plain_request(frame, 4, len(frame), frozenset({11}), NAMES) is None
 
 

@@ -34,7 +34,7 @@ from raftmq.remoting import (
     encode,
     frames,
 )
-from raftmq.remoting.codec import decode_payload
+from raftmq.remoting.codec import RAW_REQUEST, decode_payload
 from raftmq.remoting.frames import FrameReader
 
 JSON = SerializeType.JSON
@@ -493,10 +493,10 @@ def test_decoder_leaves_plain_requests_raw(cmds, cuts):
     decoder.end_of_stream()
     assert len(out) == len(cmds)
     for item, cmd in zip(out, cmds, strict=True):
-        if type(item) is tuple:
+        if type(item) is RAW_REQUEST:
             assert cmd.serialize_type == JSON and cmd.code in (10, 310)
             assert not cmd.flag & 1
-            assert item[3:8] == (
+            assert item.fields()[3:8] == (
                 cmd.code,
                 cmd.opaque,
                 cmd.flag,

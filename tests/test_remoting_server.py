@@ -27,6 +27,7 @@ from raftmq.remoting import (
     RemotingTimeoutError,
     RequestCode,
     ResponseCode,
+    Route,
     SerializeType,
     encode,
 )
@@ -455,8 +456,8 @@ async def test_an_inline_handler_that_fails_leaves_what_another_took_answered_on
     def fail_inline(requests, connection):
         raise RuntimeError("injected: the second inline handler failed")
 
-    broker.table.register_inline(ECHO, answer_inline)
-    broker.table.register_inline(BOOM, fail_inline)
+    broker.table.register(ECHO, Route(broker.echo, answer_inline))
+    broker.table.register(BOOM, Route(broker.boom, fail_inline))
     stream = await trio.open_tcp_stream("127.0.0.1", broker.server.port)
     requests = [
         RemotingCommand(code=ECHO, opaque=1),
@@ -488,7 +489,7 @@ async def test_an_inline_handler_whose_invariant_breaks_ends_the_connection_and_
             connection.respond(request, request.make_response(ResponseCode.SUCCESS, "inline"))
         raise AssertionError("injected: an invariant broke after the requests were taken")
 
-    broker.table.register_inline(ECHO, answer_then_break)
+    broker.table.register(ECHO, Route(broker.echo, answer_then_break))
     stream = await trio.open_tcp_stream("127.0.0.1", broker.server.port)
     requests = [RemotingCommand(code=ECHO, opaque=1), RemotingCommand(code=ECHO, opaque=2)]
     await stream.send_all(b"".join(encode(r) for r in requests))

@@ -39,6 +39,7 @@ from raftmq.dledger.server import DLedgerError
 
 from raftmq.disk.durable import durably
 from raftmq.protocol import message as codec
+from raftmq.transport.awaited import Awaited
 
 if TYPE_CHECKING:
     from raftmq.broker.store.classic_log import ClassicLog
@@ -219,16 +220,9 @@ class ClassicCommitLog(RecordReads):
         whatever the status of a stored put (10, 11, 12 all mean stored); a refused one
         (a full disk, a record larger than a file) raises DLedgerError, as the DLedger
         CommitLog's does, storing nothing."""
-        finished = trio.Event()
-        outcome: list = []
-
-        def done(status, placed) -> None:
-            outcome[:] = [status, placed]
-            finished.set()
-
-        self.put_nowait(records, done)
-        await finished.wait()
-        status, placed = outcome
+        awaited = Awaited()
+        self.put_nowait(records, awaited)
+        status, placed = await awaited.result()
         if placed is None:
             code = status if isinstance(status, Code) else Code.UNEXPECTED_ARGUMENT
             raise DLedgerError(code, status.name)

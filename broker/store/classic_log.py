@@ -85,8 +85,6 @@ class ClassicLog:
     received).
     """
 
-    append_hook = None  # the classic commitlog places records itself (`append`)
-
     def __init__(
         self,
         directory: Path,

@@ -3,9 +3,11 @@
 As in RocketMQ's DLedger mode, an entry's body is exactly one serialized CommitLog
 record, and a message's physical offset is the entry's position + 48 (the body's
 first byte in the DLedger data files). The leader writes both offsets into the
-record through the store's append hook, at the moment the entry is placed and
-before its bytes reach the file: queue offsets therefore follow log order exactly
-(an append the replica refuses never consumes one), and since followers store the
+records before it hands them to DLedger: they are placed from the log's end (or
+from where its own appends still in flight end: the master is the only writer of its
+log), and DLedger writes them there or refuses them whole. Queue offsets therefore
+follow log order exactly: an append refused before anything was written
+(`codes.NOT_APPENDED`) gives its queue offsets back, and since followers store the
 leader's bytes at the leader's positions, every replica holds the same offsets and
 the same msgIds.
 
@@ -23,15 +25,15 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 from raftmq.broker.store.consumequeue import ENTRY
 from raftmq.broker.store.replicated_log import LogEntries, ReplicatedLog
-from raftmq.dledger.codes import Code, EntryType
+from raftmq.dledger.codes import NOT_APPENDED, Code, EntryType
 from raftmq.dledger.server import DLedgerError
 from raftmq.dledger.store import entry as dentry
 
 from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
+from raftmq.transport.awaited import Awaited
 
 if TYPE_CHECKING:
     from raftmq.broker.store.classic_log import ClassicLog
@@ -253,59 +255,67 @@ class DLedgerCommitLog(RecordReads):
         self.server = server
         self.store = server.store
         self.next_offsets: dict[tuple[str, int], int] = {}
-        self._assigned: dict[int, int] = {}  # physical offset -> queue offset, until taken
-        self.store.append_hook = self._place
-
-    def _place(self, body_positions: list[int], bodies: list[bytes]) -> list[bytearray]:
-        records, queue_offsets = PLACE_RECORDS(bodies, body_positions, self.next_offsets)
-        self._assigned.update(zip(body_positions, queue_offsets, strict=True))
-        return records
+        self._in_flight = 0  # appends handed to DLedger that it has not answered
+        self._next_pos = 0  # where the next record goes while some are in flight
 
     def reset_offsets(self, table: dict[tuple[str, int], int]) -> None:
-        """Install the offset table of a new term (and forget unclaimed assignments)."""
+        """Install the offset table of a new term."""
         self.next_offsets = dict(table)
-        self._assigned.clear()
 
     async def put(self, records: list[bytes]) -> list[tuple[int, int]]:
         """Append records as one request; returns (physical offset, queue offset) of
         each once a quorum has it on disk. Raises dledger's DLedgerError."""
-        appended = trio.Event()
-        outcome: list = []
-
-        def finished(code: Code, placed) -> None:
-            outcome[:] = [code, placed]
-            appended.set()
-
-        self.server.append_nowait(records, finished)
-        await appended.wait()
-        code, placed = outcome
+        awaited = Awaited()
+        self.put_nowait(records, awaited)
+        code, placed = await awaited.result()
         if code is not Code.SUCCESS:
             raise DLedgerError(code)
-        return self._claim(placed)
+        return placed
 
     def put_nowait(self, records: list[bytes], done: Callable[[Code, list | None], None]) -> None:
-        """`put` with a callback: `done(code, [(physical offset, queue offset)] or None)`."""
+        """`put` with a callback: `done(code, [(physical offset, queue offset)] or None)`.
 
-        def finished(code: Code, placed) -> None:
-            done(code, self._claim(placed) if code is Code.SUCCESS else None)
+        The records are placed here, as the log's next entries: each is given its
+        physical offset and the next offset of its queue, once."""
+        at_pos = self._next_pos if self._in_flight else self.store.end_pos
+        sizes = [BODY_OFFSET + len(record) for record in records]
+        positions = dentry.places(at_pos, sizes, self.store.segment_size)
+        body_positions = [pos + BODY_OFFSET for pos in positions]
+        placed, queue_offsets = PLACE_RECORDS(records, body_positions, self.next_offsets)
+        end_pos = positions[-1] + sizes[-1]
+        self._next_pos = end_pos
+        self._in_flight += 1
 
-        self.server.append_nowait(records, finished)
+        def finished(code: Code, entries) -> None:
+            self._in_flight -= 1
+            if code is Code.SUCCESS:
+                if entries[0][1] + BODY_OFFSET != body_positions[0]:
+                    raise AssertionError(
+                        f"messages placed at physical offset {body_positions[0]} were "
+                        f"written at {entries[0][1] + BODY_OFFSET}"
+                    )
+                done(code, list(zip(body_positions, queue_offsets, strict=True)))
+                return
+            if code in NOT_APPENDED:  # and every append placed after it: start again here
+                self._give_back(placed, queue_offsets)
+                self._next_pos = min(self._next_pos, at_pos)
+            done(code, None)
 
-    def _claim(self, placed: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """(physical offset, queue offset) of appended entries, each claimed once: a queue
-        offset is assigned to a message exactly once, when the leader places it."""
-        assigned = self._assigned
-        claimed = []
-        for _index, pos in placed:
-            physical_offset = pos + BODY_OFFSET
-            queue_offset = assigned.pop(physical_offset, None)
-            if queue_offset is None:
-                raise AssertionError(
-                    f"no queue offset was assigned to the message at physical offset "
-                    f"{physical_offset} (claimed twice, or placed in an earlier term)"
-                )
-            claimed.append((physical_offset, queue_offset))
-        return claimed
+        self.server.append_nowait(placed, finished, placed=(at_pos, end_pos))
+
+    def _give_back(self, records: list[bytearray], queue_offsets: list[int]) -> None:
+        """The queue offsets of placed records DLedger refused to write: each queue's next
+        offset goes back to the lowest it gave them. (DLedger refuses the appends placed
+        after a refused one too, so what is given back is everything assigned since.)"""
+        next_offsets = self.next_offsets
+        for record, queue_offset in zip(records, queue_offsets, strict=True):
+            _total, queue_id, _q, sysflag, _ts, topic, _props = codec.READ_DISPATCH_FIELDS(record)
+            if codec.MessageSysFlag.get_transaction_value(sysflag) in (
+                TRANSACTIONS_WITHOUT_QUEUE_OFFSET
+            ):
+                continue
+            key = (topic, queue_id)
+            next_offsets[key] = min(next_offsets[key], queue_offset)
 
     def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
         """(index, DispatchRequest fields) for entries first..last; None for a NOOP entry."""

@@ -29,18 +29,12 @@ class LogEntries(Protocol):
     """The log's entries as this replica holds them (a `dledger.store.base.LogStore`)."""
 
     begin_index: int  # the first entry held (retention, or a reset, moves it up)
-    # Called as hook(body_positions, bodies) -> bodies of the same lengths for the
-    # entries of each leader append, before their bytes are written: the CommitLog
-    # writes the messages' physical and queue offsets into the records there.
-    append_hook: Callable[[list[int], list[bytes]], list[bytes]] | None
+    segment_size: int  # how entries are placed (`dledger.store.entry.places`)
+    end_pos: int  # the byte position after the last entry held (where the next goes)
 
     @property
     def end_index(self) -> int:
         """The last entry held (begin_index - 1 when none is)."""
-
-    @property
-    def end_pos(self) -> int:
-        """The byte position after the last entry held (the next entry's, roughly)."""
 
     @property
     def empty(self) -> bool: ...
@@ -74,9 +68,18 @@ class ReplicatedLog(Protocol):
     def add_retention_limit(self, limit: Callable[[], int]) -> None:
         """Retention keeps every entry from `limit()` on."""
 
-    def append_nowait(self, bodies: list[bytes], callback: AppendCallback) -> None:
+    def append_nowait(
+        self,
+        bodies: list[bytes],
+        callback: AppendCallback,
+        *,
+        placed: tuple[int, int] | None = None,
+    ) -> None:
         """Append `bodies` as consecutive entries; `callback(code, positions)` once they
-        are committed (Code.SUCCESS) or refused or lost (another code, None)."""
+        are committed (Code.SUCCESS) or refused or lost (another code, None). With
+        `placed` (where the first goes, where the last ends), they were made for those
+        positions: written there or refused whole, with a code of
+        `dledger.codes.NOT_APPENDED`."""
 
 
 class CommitLog(Protocol):

@@ -255,9 +255,7 @@ class SimCluster:
         body = body if body is not None else f"v{handle}".encode()
         self.appends[handle] = body
         code = node.replica.append(handle, [body], self.now_ms)
-        if code is Code.SUCCESS:  # the store's append hook may have rewritten the body
-            self.appends[handle] = node.store.get(node.store.end_index).body
-        else:
+        if code is not Code.SUCCESS:
             self._completed(node.id, handle, code, None)
         self._drain(node)
         return handle

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import mmap
-from collections.abc import Callable
 
 import attrs
 from raftmq.dledger.codes import EntryType
@@ -133,12 +132,6 @@ class LogStore(abc.ABC):
     end_pos: int
     end_chain: int
     generation: int
-    # Called as hook(body_positions, bodies) -> bodies, each of the same length, for the
-    # NORMAL entries of each leader append, once their positions are known and before
-    # their bytes are written: DLedger's AppendHook (one call per append instead of per
-    # entry), through which RocketMQ writes a message's physical offset (entry pos + 48)
-    # into the message itself. Followers store the leader's bytes.
-    append_hook: Callable[[list[int], list[bytes]], list[bytes]] | None = None
     # Set by `close()`. The log's owner closes it on the way out, also after a disk
     # failure, while other tasks may still be unwinding: they check this rather than
     # read from a store whose files are gone.
@@ -178,35 +171,14 @@ class LogStore(abc.ABC):
         `max_bytes` (and, for a file store, within one segment).
         """
 
-    def _hooked_bodies(
-        self, items: list[tuple[EntryType, bytes]], positions: list[int]
-    ) -> list[bytes]:
-        """The bodies of `items` (entries at `positions`) as a leader writes them: the
-        NORMAL ones through `append_hook`, in one call."""
-        bodies = [body for _type, body in items]
-        hook = self.append_hook
-        if hook is None:
-            return bodies
-        normal = [k for k, (entry_type, _body) in enumerate(items) if entry_type == NORMAL]
-        if len(normal) == len(items):  # the common case: a batch of messages
-            hooked = hook([pos + codec.HEADER_SIZE for pos in positions], bodies)
-        else:
-            hooked = hook(
-                [positions[k] + codec.HEADER_SIZE for k in normal], [bodies[k] for k in normal]
-            )
-            for k, body in zip(normal, hooked, strict=True):
-                bodies[k] = body
-            hooked = bodies
-        assert len(hooked) == len(bodies) and list(map(len, hooked)) == list(map(len, bodies)), (
-            "the append hook changed the number or lengths of the bodies"
-        )
-        return hooked
-
     @abc.abstractmethod
     def append_leader(
         self, term: int, items: list[tuple[EntryType, bytes]]
     ) -> list[tuple[int, int]]:
-        """Append entries of `term` at the end; returns their (index, pos)."""
+        """Append entries of `term` at the end, their bodies as given; returns their
+        (index, pos). The positions are `entry.places(end_pos, sizes, segment_size)`,
+        which is how a writer that puts positions into its bodies (the broker's
+        CommitLog: a message's physical offset) places them before handing them over."""
 
     @abc.abstractmethod
     def append_encoded(self, blob: bytes) -> int:

@@ -254,8 +254,7 @@ class FileLogStore(LogStore):
     def _reserve(self, first_index: int, count: int, last_pos: int) -> None:
         """Open every data and index segment an append of `count` entries from
         `first_index`, the last at `last_pos`, writes to, before it writes a byte: a
-        disk too full for a new segment (DiskFull) then leaves the log as it was, and
-        the append hook (which assigns queue offsets) has not run."""
+        disk too full for a new segment (DiskFull) then leaves the log as it was."""
         seg_size, index_size = self.segment_size, self.index_segment_size
         start = self.end_pos - self.end_pos % seg_size
         while start <= last_pos:
@@ -314,7 +313,7 @@ class FileLogStore(LogStore):
         sizes = [_HEADER_SIZE + len(body) for _type, body in items]
         positions = codec.places(self.end_pos, sizes, self.segment_size)
         self._reserve(first, len(items), positions[-1])
-        bodies = self._hooked_bodies(items, positions)
+        bodies = [body for _type, body in items]
         chain, write_pos = self.end_chain, self.end_pos
         index_parts = []
         for lo, hi in self._runs(items, positions):
@@ -324,7 +323,6 @@ class FileLogStore(LogStore):
             blob, index_bytes, chain = codec.ENCODE_ENTRIES(
                 items[lo][0], bodies[lo:hi], first + lo, term, pos, chain
             )
-            assert len(blob) == sum(sizes[lo:hi]), "an entry's size changed in the hook"
             self._write_data(pos, blob)
             index_parts.append(index_bytes)
             write_pos = pos + len(blob)

@@ -91,8 +91,7 @@ class MemoryLogStore(LogStore):
         chain = self.end_chain
         sizes = [codec.HEADER_SIZE + len(body) for _type, body in items]
         positions = codec.places(self.end_pos, sizes, self.segment_size)
-        bodies = self._hooked_bodies(items, positions)
-        for (entry_type, _body), body, pos in zip(items, bodies, positions, strict=True):
+        for (entry_type, body), pos in zip(items, positions, strict=True):
             blob, chain = codec.ENCODE(entry_type, index, term, pos, body, chain)
             self._encoded.append(blob)
             self._meta.append((term, pos, chain))

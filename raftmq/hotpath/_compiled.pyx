@@ -1430,6 +1430,43 @@ cdef int _header_key(const uint8_t *p, Py_ssize_t size):
     return _KEY_OTHER
 
 
+cdef class RawRequest:
+    """A request left undecoded for a server's hot path (remoting.codec.RawRequest,
+    whose fields and meaning it has): its frame, what the hot path reads of it."""
+
+    cdef readonly object src
+    cdef readonly Py_ssize_t start
+    cdef readonly Py_ssize_t end
+    cdef readonly object code
+    cdef readonly object opaque
+    cdef readonly object flag
+    cdef readonly bytes body
+    cdef readonly tuple values
+
+    def __init__(self, src, start, end, code, opaque, flag, body, values):
+        self.src = src
+        self.start = start
+        self.end = end
+        self.code = code
+        self.opaque = opaque
+        self.flag = flag
+        self.body = body
+        self.values = values
+
+    def fields(self):
+        """Its fields, in order: what equality compares."""
+        return (self.src, self.start, self.end, self.code, self.opaque, self.flag, self.body,
+                self.values)
+
+    def __eq__(self, other):
+        fields = getattr(other, "fields", None)
+        return NotImplemented if fields is None else self.fields() == fields()
+
+    def __repr__(self):
+        return ("RawRequest(code=%r, opaque=%r, flag=%r, body=%d bytes, values=%r)"
+                % (self.code, self.opaque, self.flag, len(self.body), self.values))
+
+
 cdef object _plain_request(object src, const uint8_t *p, Py_ssize_t start, Py_ssize_t end,
                            object codes, tuple names):
     """plain_request of the frame p[start:end], or NotImplemented where the twin decides
@@ -1439,6 +1476,7 @@ cdef object _plain_request(object src, const uint8_t *p, Py_ssize_t start, Py_ss
     cdef int key, seen = 0
     cdef int64_t number, code = 0, opaque = 0, flag = 0
     cdef bint escaped, have_language = False
+    cdef RawRequest raw
     cdef list values
     if end - start < 4:
         return None
@@ -1522,8 +1560,16 @@ cdef object _plain_request(object src, const uint8_t *p, Py_ssize_t start, Py_ss
         return NotImplemented
     if flag & _FLAG_RESPONSE or code not in codes:
         return None
-    return (src, start, end, code, opaque, flag,
-            PyBytes_FromStringAndSize(<const char *>p + n, end - n), tuple(values))
+    raw = RawRequest.__new__(RawRequest)
+    raw.src = src
+    raw.start = start
+    raw.end = end
+    raw.code = code
+    raw.opaque = opaque
+    raw.flag = flag
+    raw.body = PyBytes_FromStringAndSize(<const char *>p + n, end - n)
+    raw.values = tuple(values)
+    return raw
 
 
 cdef Py_ssize_t _ext_values(const uint8_t *p, Py_ssize_t i, Py_ssize_t n, tuple names,

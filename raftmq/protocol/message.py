@@ -687,9 +687,10 @@ def read_store_timestamp(buf, offset: int = 0) -> int:
 def read_dispatch_fields(buf, offset: int = 0) -> tuple[int, int, int, int, int, str, bytes]:
     """(TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, topic, raw properties)
     of the V1 record at `offset`, read where `encode` put them: what the broker's
-    append hook and dispatcher need, once per message on every replica, where `decode`
-    would cost too much. Only the magic is checked, as the records read this way are
-    ones the broker itself encoded; MessageFormatError for anything but a V1 message."""
+    leader placing records and its dispatcher need, once per message on every
+    replica, where `decode` would cost too much. Only the magic is checked, as the
+    records read this way are ones the broker itself encoded; MessageFormatError for
+    anything but a V1 message."""
     total, magic, _crc, queue_id, _flag, queue_offset, _phys, sysflag = _DISPATCH_HEAD.unpack_from(
         buf, offset
     )

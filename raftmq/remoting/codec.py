@@ -42,6 +42,7 @@ header that is not an object with integer fields.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 
@@ -55,7 +56,10 @@ from raftmq.remoting.errors import RemotingError
 __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_HEADER_BYTES",
+    "RAW_REQUEST",
+    "RawRequest",
     "RemotingError",
+    "as_command",
     "check_frame_length",
     "decode",
     "decode_payload",
@@ -416,16 +420,42 @@ def _plain_json_command(header: dict) -> RemotingCommand | None:
     )
 
 
-def plain_request(src, start: int, end: int, codes, names: tuple[str, ...]) -> tuple | None:
-    """The frame `src[start:end]` (no length field) as a raw request, if it is a request
-    whose code is in `codes` with a plain JSON header (see _decode_json); else None,
-    for `decode_payload`. Never raises: a malformed frame is `decode_payload`'s to report.
+@dataclasses.dataclass(slots=True, eq=False)
+class RawRequest:
+    """What a server's hot path needs of a request without the dict and the
+    RemotingCommand (`plain_request`): its frame `src[start:end]` (no length field), its
+    code, opaque, flag and body, and the values of the ext fields the server named
+    (None where absent). `raw_command` decodes it when needed. Where the extension is
+    built, RAW_REQUEST is its cdef class of the same fields (tests/test_hotpath.py
+    holds the two equal), and every raw request is made of it."""
 
-    A raw request is what a server's hot path needs of such a frame without the dict
-    and the RemotingCommand: (src, start, end, code, opaque, flag, body, the values of
-    the ext fields `names`, None where absent). `raw_command` decodes it when needed.
-    Compiled where the build allows (PLAIN_REQUEST), for the compact ASCII headers
-    clients send; anything else it hands to this function."""
+    src: bytes | bytearray
+    start: int
+    end: int
+    code: int
+    opaque: int
+    flag: int
+    body: bytes
+    values: tuple[str | None, ...]
+
+    def fields(self) -> tuple:
+        """Its fields, in order: what equality compares."""
+        return dataclasses.astuple(self)
+
+    def __eq__(self, other) -> bool:
+        fields = getattr(other, "fields", None)
+        return NotImplemented if fields is None else self.fields() == fields()
+
+
+RAW_REQUEST = compiled_or("RawRequest", RawRequest)
+
+
+def plain_request(src, start: int, end: int, codes, names: tuple[str, ...]) -> RawRequest | None:
+    """The frame `src[start:end]` (no length field) as a raw request (RAW_REQUEST), if
+    it is a request whose code is in `codes` with a plain JSON header (see
+    _decode_json); else None, for `decode_payload`. Never raises: a malformed frame is
+    `decode_payload`'s to report. Compiled where the build allows (PLAIN_REQUEST), for
+    the compact ASCII headers clients send; anything else it hands to this function."""
     if end - start < 4:
         return None
     (ori,) = _U32.unpack_from(src, start)
@@ -443,15 +473,21 @@ def plain_request(src, start: int, end: int, codes, names: tuple[str, ...]) -> t
     if flag & FLAG_RESPONSE or code not in codes:
         return None
     body = bytes(src[header_end:end])
-    return (src, start, end, code, opaque, flag, body, tuple([ext.get(name) for name in names]))
+    values = tuple([ext.get(name) for name in names])
+    return RAW_REQUEST(src, start, end, code, opaque, flag, body, values)
 
 
 PLAIN_REQUEST = compiled_or("plain_request", plain_request)
 
 
-def raw_command(raw: tuple) -> RemotingCommand:
+def raw_command(raw: RawRequest) -> RemotingCommand:
     """The command a raw request (`plain_request`) is, decoded as any frame is."""
-    return decode_payload(raw[0], raw[1], raw[2])
+    return decode_payload(raw.src, raw.start, raw.end)
+
+
+def as_command(request: RemotingCommand | RawRequest) -> RemotingCommand:
+    """`request` as a command: a raw one decoded, a command as it is."""
+    return raw_command(request) if type(request) is RAW_REQUEST else request
 
 
 def _decode_json_exactly(data, start: int, end: int) -> RemotingCommand:

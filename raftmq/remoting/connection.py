@@ -327,10 +327,8 @@ class Connection:
                 if commands is None:
                     return "closed by the peer"
                 requests = []
-                for command in commands:
-                    if type(command) is tuple:  # a raw request, for `inline`
-                        requests.append(command)
-                    elif command.flag & FLAG_RESPONSE:
+                for command in commands:  # (a raw request is a request: its flag says so)
+                    if command.flag & FLAG_RESPONSE:
                         on_response(command)
                     else:
                         requests.append(command)

@@ -110,7 +110,10 @@ class FrameDecoder(framing.FrameSplitter):
             commands = [decode_payload(src, start, end) for start, end in frames]
         else:
             items, pos = SPLIT_REQUESTS(src, self._max, *self._raw)
-            commands = [decode_payload(src, *item) if len(item) == 2 else item for item in items]
+            # a frame's span (start, end), or its raw request
+            commands = [
+                decode_payload(src, *item) if type(item) is tuple else item for item in items
+            ]
         return commands, pos
 
 

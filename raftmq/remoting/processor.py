@@ -12,11 +12,13 @@ REQUEST_CODE_NOT_SUPPORTED with Java's exact remark.
 
 A connection hands its requests to a `Dispatcher`: a processor that may also take
 requests synchronously, in the read loop, all those of one read at a time (`inline`).
-`ProcessorTable` is one; a plain processor becomes one through `as_dispatcher`. Its
-inline handlers may also take requests raw (`raw_fields`): the frames of their codes
-with a plain JSON header are not decoded into commands, only the ext fields they name
-are read (`codec.plain_request`), and a handler decodes one (`codec.raw_command`)
-only to leave it to its processor.
+`ProcessorTable` is one; a plain processor becomes one through `as_dispatcher`. A
+code's processor may be a `Route`: one handling in two branches, the batch of a read
+taken synchronously and what it leaves answered in a task each. A route's batch
+branch may take requests raw (`raw_fields`): the frames of its codes with a plain
+JSON header are not decoded into commands, only the ext fields it names are read
+(`codec.plain_request`), and it decodes one (`codec.raw_command`) only to leave it to
+its task branch.
 
 Whatever a processor raises that it did not turn into an answer itself is a bug,
 answered by `system_error`, the one place that maps an exception to SYSTEM_ERROR.
@@ -28,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from raftmq.remoting.codec import raw_command
+from raftmq.remoting.codec import as_command
 from raftmq.remoting.codes import ResponseCode
 from raftmq.remoting.command import RemotingCommand
 
@@ -39,6 +41,7 @@ __all__ = [
     "Dispatcher",
     "Processor",
     "ProcessorTable",
+    "Route",
     "as_dispatcher",
     "not_supported",
     "system_error",
@@ -80,7 +83,36 @@ def take_inline(
         raise
     except Exception:  # the task path will answer them, with the error if it recurs
         log.exception("inline processor failed on %d requests", len(requests))
-        return [raw_command(r) if type(r) is tuple else r for r in requests]
+        return [as_command(r) for r in requests]
+
+
+class Route:
+    """One request code's handling, in two branches of one route.
+
+    `batch(requests, connection)` gets every request of one read that has the code (or
+    another the route is registered for), in order, synchronously, from the
+    connection's read loop: it answers those it takes through `connection` later and
+    returns the rest, as commands, which `processor` answers in a task each (the cases
+    that wait or explain: a topic to create, an error's remark). For the hot path of a
+    server (sends), where a task and an event per request cost more than the work
+    itself, and one batch per read costs less than one call per request. With
+    `raw_names` (the same for every route of a table), the requests come to `batch`
+    raw when their header is plain JSON (`codec.plain_request`, with the values of
+    those ext fields)."""
+
+    __slots__ = ("batch", "processor", "raw_names")
+
+    def __init__(
+        self, processor: Processor, batch: InlineProcessor, raw_names: tuple[str, ...] | None = None
+    ) -> None:
+        self.processor = processor
+        self.batch = batch
+        self.raw_names = raw_names
+
+    async def __call__(
+        self, request: RemotingCommand, connection: Connection
+    ) -> RemotingCommand | None:
+        return await self.processor(request, connection)
 
 
 @runtime_checkable
@@ -117,7 +149,7 @@ class ProcessorTable:
     """A dispatcher that routes each request by code; unknown codes are not supported.
 
     table = ProcessorTable({RequestCode.HEART_BEAT: heartbeat})
-    table.register(RequestCode.SEND_MESSAGE_V2, send)
+    table.register(RequestCode.SEND_MESSAGE_V2, Route(send, send_batch))
     RemotingServer("0.0.0.0", 10911, table)
     """
 
@@ -126,36 +158,26 @@ class ProcessorTable:
         processors: Mapping[int, Processor] | None = None,
         default: Processor | None = None,
     ) -> None:
-        self._table: dict[int, Processor] = dict(processors or {})
+        self._table: dict[int, Processor] = {}
         self._inline: dict[int, InlineProcessor] = {}
         self._raw_codes: set[int] = set()
         self._raw_names: tuple[str, ...] | None = None
         self.default = default
+        for code, processor in (processors or {}).items():
+            self.register(code, processor)
 
     def register(self, code: int, processor: Processor) -> None:
-        self._table[int(code)] = processor
-
-    def register_inline(
-        self, code: int, handler: InlineProcessor, raw_names: tuple[str, ...] | None = None
-    ) -> None:
-        """A synchronous first try for `code`, called from the connection's read loop.
-
-        It gets every request of one read that has its code (or another code it is
-        registered for), in order, and returns those it did not take, which go to the
-        task-per-request processor; it answers the others through `connection` later.
-        For the hot path of a server (sends), where a task and an event per request
-        cost more than the work itself, and one batch per read costs less than one
-        call per request.
-
-        With `raw_names` (the same for every code of a table), the requests of `code`
-        with a plain JSON header come to `handler` raw (`codec.plain_request`, with
-        the values of those ext fields), and the requests it returns are commands.
-        """
-        self._inline[int(code)] = handler
-        if raw_names is not None:
-            assert self._raw_names in (None, raw_names), "one set of raw ext field names"
-            self._raw_names = raw_names
-            self._raw_codes.add(int(code))
+        """`processor` answers `code` (one processor, or one `Route`, per code)."""
+        code = int(code)
+        self._table[code] = processor
+        self._inline.pop(code, None)
+        self._raw_codes.discard(code)
+        if isinstance(processor, Route):
+            self._inline[code] = processor.batch
+            if processor.raw_names is not None:
+                assert self._raw_names in (None, processor.raw_names), "one set of raw names"
+                self._raw_names = processor.raw_names
+                self._raw_codes.add(code)
 
     @property
     def raw_fields(self) -> tuple[frozenset[int], tuple[str, ...]] | None:
@@ -176,9 +198,8 @@ class ProcessorTable:
             return requests
         left = []
         batches: dict[InlineProcessor, list] = {}
-        for request in requests:
-            # a raw request (a tuple) is one of a handler's codes
-            handler = handlers.get(request[3] if type(request) is tuple else request.code)
+        for request in requests:  # (a raw request is one of a route's codes)
+            handler = handlers.get(request.code)
             if handler is None:
                 left.append(request)
             else:
