@@ -144,42 +144,75 @@ def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | No
 
 
 class _Effects:
-    """The server's I/O behind the core's `Handoff`."""
+    """The server's I/O behind the core's `Handoff`.
 
-    __slots__ = ("server",)
+    It owns what only the effects use: the handlers registered for role changes and
+    commits, and the term and vote waiting to be saved (`hard_state_to_save`, taken by
+    the server's save task). What the server owns it is handed: the peer transport, and
+    calls to start a group commit (`sync`) and to complete a client's request."""
 
-    def __init__(self, server: DLedgerServer) -> None:
-        self.server = server
+    __slots__ = (
+        "_complete",
+        "_hard_state",
+        "_hard_state_ready",
+        "_self_id",
+        "_sync",
+        "_transport",
+        "commit_handlers",
+        "role_handlers",
+    )
+
+    def __init__(
+        self,
+        self_id: str,
+        transport: PeerTransport,
+        sync: Callable[[], None],
+        complete: Callable[[int, Code, list | None], None],
+    ) -> None:
+        self._self_id = self_id
+        self._transport = transport
+        self._sync = sync
+        self._complete = complete
+        self.role_handlers: list[Callable[[int, Role], None]] = []
+        self.commit_handlers: list[Callable[[int], None]] = []
+        self._hard_state: tuple[int, str | None] | None = None
+        self._hard_state_ready = trio.Event()
 
     def save_hard_state(self, term: int, vote_for: str | None) -> None:
-        assert self.server._hard_state_to_save is None, "the hand-off never overlaps saves"
-        self.server._hard_state_to_save = (term, vote_for)
-        self.server._hard_state_ready.set()
+        assert self._hard_state is None, "the hand-off never overlaps saves"
+        self._hard_state = (term, vote_for)
+        self._hard_state_ready.set()
+
+    async def hard_state_to_save(self) -> tuple[int, str | None]:
+        """The next (term, vote) the hand-off asks to be saved, once it asks."""
+        await self._hard_state_ready.wait()
+        self._hard_state_ready = trio.Event()
+        hard_state, self._hard_state = self._hard_state, None
+        return hard_state
 
     def send(self, msg) -> None:
         if stages.ON:
             stages.mark(f"send {type(msg).__name__}")
-        self.server.transport.send(msg)
+        self._transport.send(msg)
 
     def sync(self) -> None:
         if stages.ON:
             stages.mark("fsync wanted")
-        self.server._want_sync()
+        self._sync()
 
     def role_changed(self, term: int, role: Role) -> None:
-        server = self.server
-        log.info("%s: %s in term %d", server.config.self_id, role.name, term)
-        for handler in server._role_handlers:
+        log.info("%s: %s in term %d", self._self_id, role.name, term)
+        for handler in self.role_handlers:
             handler(term, role)
 
     def committed(self, index: int) -> None:
         if stages.ON:
             stages.mark("committed")
-        for handler in self.server._commit_handlers:
+        for handler in self.commit_handlers:
             handler(index)
 
     def completed(self, completion: Completion) -> None:
-        self.server._complete(completion.handle, completion.code, completion.positions)
+        self._complete(completion.handle, completion.code, completion.positions)
 
 
 def _error_of(run) -> BaseException | None:
@@ -213,7 +246,6 @@ class DLedgerServer:
         self.replica = Replica(
             config, self.store, rng or random.Random(), term, vote, self.now_ms()
         )
-        self._handoff = Handoff(self.replica, _Effects(self))
         self.transport = PeerTransport(
             config.self_id,
             config.peers,
@@ -224,8 +256,8 @@ class DLedgerServer:
             check_peer_hosts=config.check_peer_hosts,
             tls=config.peer_tls,
         )
-        self._role_handlers: list[Callable[[int, Role], None]] = []
-        self._commit_handlers: list[Callable[[int], None]] = []
+        self._effects = _Effects(config.self_id, self.transport, self._want_sync, self._complete)
+        self._handoff = Handoff(self.replica, self._effects)
         self._retention_limits: list[Callable[[], int]] = []
         self._callbacks: dict[int, Callable[[Code, list | None], None]] = {}
         self._handles = 0
@@ -238,8 +270,6 @@ class DLedgerServer:
         )
         self._deadline_moved = trio.Event()
         self._armed_deadline_ms = float("inf")
-        self._hard_state_to_save: tuple[int, str | None] | None = None
-        self._hard_state_ready = trio.Event()
         self.fsync_seconds_family, self._fsync_seconds = fsync_histogram(config)
         self._retention_due = trio.Event()  # the disk is over diskSpaceRatioToCheckExpired
         self.started = trio.Event()
@@ -284,11 +314,11 @@ class DLedgerServer:
 
     def add_role_change_handler(self, handler: Callable[[int, Role], None]) -> None:
         """Called with (term, role) on every role change, in order (RocketMQ's hook)."""
-        self._role_handlers.append(handler)
+        self._effects.role_handlers.append(handler)
 
     def add_commit_handler(self, handler: Callable[[int], None]) -> None:
         """Called with the new committed index whenever it moves."""
-        self._commit_handlers.append(handler)
+        self._effects.commit_handlers.append(handler)
 
     # ------------------------------------------------------------------ public API
     def add_retention_limit(self, limit: Callable[[], int]) -> None:
@@ -449,10 +479,7 @@ class DLedgerServer:
         """Persist the term and vote the hand-off asks for, then let it release the
         outputs that waited for them."""
         while True:
-            await self._hard_state_ready.wait()
-            self._hard_state_ready = trio.Event()
-            term, vote = self._hard_state_to_save
-            self._hard_state_to_save = None
+            term, vote = await self._effects.hard_state_to_save()
             await until_room(
                 functools.partial(functools.partial, self.term_vote.save, term, vote),
                 what="while saving the term and vote",
