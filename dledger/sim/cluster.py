@@ -260,14 +260,21 @@ class SimCluster:
     # ------------------------------------------------------------------ clients
     def client_append(self, node_id: str | None = None, body: bytes | None = None) -> int | None:
         """Send one append to `node_id` (default: the current leader); returns its handle."""
+        return self.client_append_batch(node_id, None if body is None else [body])
+
+    def client_append_batch(
+        self, node_id: str | None = None, bodies: list[bytes] | None = None
+    ) -> int | None:
+        """Send one append of `bodies`, an entry each, to `node_id` (default: the current
+        leader); returns its handle. Its acknowledgment is checked at its last entry."""
         node = self.nodes[node_id] if node_id else self.leader()
         if node is None or not node.alive or node.paused:
             return None
         self._handles += 1
         handle = self._handles
-        body = body if body is not None else f"v{handle}".encode()
-        self.appends[handle] = body
-        code = node.replica.append(handle, [body], self.now)
+        bodies = bodies if bodies is not None else [f"v{handle}".encode()]
+        self.appends[handle] = bodies[-1]
+        code = node.replica.append(handle, bodies, self.now)
         if code is Code.SUCCESS:  # the store's append hook may have rewritten the body
             self.appends[handle] = node.store.get(node.store.end_index).body
         else:
