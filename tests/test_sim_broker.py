@@ -40,6 +40,26 @@ def test_five_brokers_keep_messages_and_offsets(schedule, seed):
     note(summary(run_broker(schedule, seed)))
 
 
+def test_a_leader_behind_a_paused_and_partitioned_stretch_dispatches_in_time_to_serve():
+    """Slow fsyncs, a pause and partitions left n1 leading a log of ~2,500 batched
+    entries, ~800 of them undispatched at the heal; dispatching at most 16 per event
+    of its replica (a heartbeat's every 100 ms), it was not yet master when the probe
+    came 4 s later. Found by hypothesis (long profile)."""
+    faults = (
+        Fault(0.0, "crash", (0,)),
+        Fault(12.0, "pause", (1,)),
+        Fault(12.0, "partition", (2,)),
+        Fault(62.0, "resume", (1,)),
+        Fault(665.0, "restart", (0,)),
+        Fault(1032.0, "partition", (0,)),
+        Fault(2642.0, "resume", (0, 1)),
+        Fault(5523.0, "crash", (1,)),
+    )
+    conditions = NetworkConditions(drop=0.0, duplicate=0.0, min_delay_ms=0.1, max_delay_ms=0.5)
+    model = run_broker(Schedule(3, faults, conditions, slow_fsync_chance=0.3), 0)
+    assert model.masters >= 2, summary(model)
+
+
 # n1 leads term 0, appends its NOOP and stops before reading the acknowledgments; n3
 # leads term 1 and commits sends; n1 is resumed at the end. Found by hypothesis.
 RESUMED_LEADER = Schedule(
