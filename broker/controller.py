@@ -45,6 +45,7 @@ from raftmq.broker.headers import BadRequest
 from raftmq.broker.locks import LockRequests, QueueLocks
 from raftmq.broker.metawriter import MetaWriter
 from raftmq.broker.metrics import BrokerCollector, ClassicHACollector
+from raftmq.broker.promotion import Promotion
 from raftmq.broker.pull import PullProcessor
 from raftmq.broker.registration import Registration
 from raftmq.broker.role import BrokerRole
@@ -215,6 +216,7 @@ class BrokerController:
         self.schedule = ScheduleService(
             self.role, self.store, self.meta, self.sender.put, self.broker_addr
         )
+        self.promotion = Promotion(self.store, self.role, resets=(self.schedule.reset,))
         self.transactions = TransactionalMessages(
             self.role,
             self.store,
@@ -427,9 +429,7 @@ class BrokerController:
         else:
             while not self.store.caught_up():
                 await self.store.wait_dispatch(0.05)
-            self.store.take_over_offsets()
-            self.schedule.reset()
-            self.role.become_master(0)
+            self.promotion.take_over(0)
         log.warning(
             "%s: %s (brokerId %d)", self.config.broker_name, self.config.broker_role,
             self.role.broker_id,
@@ -438,16 +438,13 @@ class BrokerController:
 
     async def _become_master(self, term: int, elected_at: float) -> None:
         assert self.dledger is not None
-        replica, store = self.dledger.replica, self.store
         while True:
-            if replica.role is not Role.LEADER or replica.term != term:
+            promoted = self.promotion.try_lead(self.dledger.replica, term, self.dledger.now_ms())
+            if promoted is None:
                 return  # lost it meanwhile; the next event decides
-            if store.caught_up() and replica.holds_lease(self.dledger.now_ms()):
+            if promoted:
                 break
-            await store.wait_dispatch(0.05)
-        store.take_over_offsets()
-        self.schedule.reset()
-        self.role.become_master(term)
+            await self.store.wait_dispatch(0.05)
         if self.group_listener is not None:
             self.group_listener.claim()
         await self.registration.register_now()

@@ -31,6 +31,7 @@ from pathlib import Path
 import trio
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
+from raftmq.dledger.core.group_commit import GroupCommitSchedule
 from raftmq.dledger.core.output import Completion, Handoff
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.metrics import fsync_histogram
@@ -52,10 +53,6 @@ SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
 RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
 DISK_CHECK_INTERVAL_S = 0.1  # DLedger's CleanSpaceService period
-# A group commit runs on the loop's own thread while fsyncs take less than this and it
-# covers at most INLINE_FSYNC_MAX_ENTRIES new entries (see `_fsync_inline`).
-INLINE_FSYNC_MAX_S = 0.010
-INLINE_FSYNC_MAX_ENTRIES = 4
 
 
 class DLedgerError(Exception):
@@ -88,8 +85,8 @@ class _SyncThread:
 
     @staticmethod
     def run_here(plan) -> tuple[BaseException | None, float]:
-        """Run `plan` on the loop's own thread, blocking it (see
-        DLedgerServer._fsync_inline for when): the error it raised, and its seconds."""
+        """Run `plan` on the loop's own thread, blocking it (`core.group_commit` says
+        when): the error it raised, and its seconds."""
         started = time.perf_counter()
         error = _error_of(plan.run)
         return error, time.perf_counter() - started
@@ -133,42 +130,75 @@ def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | No
 
 
 class _Effects:
-    """The server's I/O behind the core's `Handoff`."""
+    """The server's I/O behind the core's `Handoff`.
 
-    __slots__ = ("server",)
+    It owns what only the effects use: the handlers registered for role changes and
+    commits, and the term and vote waiting to be saved (`hard_state_to_save`, taken by
+    the server's save task). What the server owns it is handed: the peer transport, and
+    calls to start a group commit (`sync`) and to complete a client's request."""
 
-    def __init__(self, server: DLedgerServer) -> None:
-        self.server = server
+    __slots__ = (
+        "_complete",
+        "_hard_state",
+        "_hard_state_ready",
+        "_self_id",
+        "_sync",
+        "_transport",
+        "commit_handlers",
+        "role_handlers",
+    )
+
+    def __init__(
+        self,
+        self_id: str,
+        transport: PeerTransport,
+        sync: Callable[[], None],
+        complete: Callable[[int, Code, list | None], None],
+    ) -> None:
+        self._self_id = self_id
+        self._transport = transport
+        self._sync = sync
+        self._complete = complete
+        self.role_handlers: list[Callable[[int, Role], None]] = []
+        self.commit_handlers: list[Callable[[int], None]] = []
+        self._hard_state: tuple[int, str | None] | None = None
+        self._hard_state_ready = trio.Event()
 
     def save_hard_state(self, term: int, vote_for: str | None) -> None:
-        assert self.server._hard_state_to_save is None, "the hand-off never overlaps saves"
-        self.server._hard_state_to_save = (term, vote_for)
-        self.server._hard_state_ready.set()
+        assert self._hard_state is None, "the hand-off never overlaps saves"
+        self._hard_state = (term, vote_for)
+        self._hard_state_ready.set()
+
+    async def hard_state_to_save(self) -> tuple[int, str | None]:
+        """The next (term, vote) the hand-off asks to be saved, once it asks."""
+        await self._hard_state_ready.wait()
+        self._hard_state_ready = trio.Event()
+        hard_state, self._hard_state = self._hard_state, None
+        return hard_state
 
     def send(self, msg) -> None:
         if stages.ON:
             stages.mark(f"send {type(msg).__name__}")
-        self.server.transport.send(msg)
+        self._transport.send(msg)
 
     def sync(self) -> None:
         if stages.ON:
             stages.mark("fsync wanted")
-        self.server._want_sync()
+        self._sync()
 
     def role_changed(self, term: int, role: Role) -> None:
-        server = self.server
-        log.info("%s: %s in term %d", server.config.self_id, role.name, term)
-        for handler in server._role_handlers:
+        log.info("%s: %s in term %d", self._self_id, role.name, term)
+        for handler in self.role_handlers:
             handler(term, role)
 
     def committed(self, index: int) -> None:
         if stages.ON:
             stages.mark("committed")
-        for handler in self.server._commit_handlers:
+        for handler in self.commit_handlers:
             handler(index)
 
     def completed(self, completion: Completion) -> None:
-        self.server._complete(completion.handle, completion.code, completion.positions)
+        self._complete(completion.handle, completion.code, completion.positions)
 
 
 async def _succeeded(awaited: Awaited):
@@ -214,7 +244,6 @@ class DLedgerServer:
         self.replica = Replica(
             config, self.store, rng or random.Random(), term, vote, self.now_ms()
         )
-        self._handoff = Handoff(self.replica, _Effects(self))
         self.transport = PeerTransport(
             config.self_id,
             config.peers,
@@ -225,8 +254,8 @@ class DLedgerServer:
             check_peer_hosts=config.check_peer_hosts,
             tls=config.peer_tls,
         )
-        self._role_handlers: list[Callable[[int, Role], None]] = []
-        self._commit_handlers: list[Callable[[int], None]] = []
+        self._effects = _Effects(config.self_id, self.transport, self._want_sync, self._complete)
+        self._handoff = Handoff(self.replica, self._effects)
         self._retention_limits: list[Callable[[], int]] = []
         self._callbacks: dict[int, Callable[[Code, list | None], None]] = {}
         self._handles = 0
@@ -236,15 +265,12 @@ class DLedgerServer:
         self._placed_at: dict[int, tuple[int, int]] = {}
         self._append_ready = trio.Event()
         self._processing = False  # inside _process: appends are queued, not made at once
-        self._sync_wanted = False
         self._sync_thread: _SyncThread | None = None  # with ackAfterFsync, while serving
-        self._plan_in_flight = False
-        self._last_fsync_s = 0.0  # how long the last group commit's fsyncs took
-        self._last_plan_end = -1  # the end index the last group commit covered
+        self._group_commit = GroupCommitSchedule(
+            config.ack_after_fsync, config.flush_file_interval_ms, self.now_ms()
+        )
         self._deadline_moved = trio.Event()
         self._armed_deadline_ms = float("inf")
-        self._hard_state_to_save: tuple[int, str | None] | None = None
-        self._hard_state_ready = trio.Event()
         self.fsync_seconds_family, self._fsync_seconds = fsync_histogram(config)
         self._retention_due = trio.Event()  # the disk is over diskSpaceRatioToCheckExpired
         self.started = trio.Event()
@@ -289,11 +315,11 @@ class DLedgerServer:
 
     def add_role_change_handler(self, handler: Callable[[int, Role], None]) -> None:
         """Called with (term, role) on every role change, in order (RocketMQ's hook)."""
-        self._role_handlers.append(handler)
+        self._effects.role_handlers.append(handler)
 
     def add_commit_handler(self, handler: Callable[[int], None]) -> None:
         """Called with the new committed index whenever it moves."""
-        self._commit_handlers.append(handler)
+        self._effects.commit_handlers.append(handler)
 
     # ------------------------------------------------------------------ public API
     def add_retention_limit(self, limit: Callable[[], int]) -> None:
@@ -362,7 +388,7 @@ class DLedgerServer:
         handle = self._new_handle(callback)
         if placed is not None:
             self._placed_at[handle] = placed
-        idle = not (self._append_queue or self._plan_in_flight or self._processing)
+        idle = not (self._append_queue or self._group_commit.in_flight or self._processing)
         if idle and self.started.is_set():
             # An idle log: nothing to batch with (no other append waits, and no fsync
             # runs that a batch would wait behind anyway), so append now instead of
@@ -495,10 +521,7 @@ class DLedgerServer:
         """Persist the term and vote the hand-off asks for, then let it release the
         outputs that waited for them."""
         while True:
-            await self._hard_state_ready.wait()
-            self._hard_state_ready = trio.Event()
-            term, vote = self._hard_state_to_save
-            self._hard_state_to_save = None
+            term, vote = await self._effects.hard_state_to_save()
             await until_room(
                 functools.partial(functools.partial, self.term_vote.save, term, vote),
                 what="while saving the term and vote",
@@ -507,52 +530,36 @@ class DLedgerServer:
             self._process()
 
     def _want_sync(self) -> None:
-        """Group commit: start a plan now unless one is running; a request made while
-        one runs starts the next as soon as it ends, covering everything since."""
-        if self._sync_thread is None:  # page-cache mode: the flush task syncs on its clock
+        """The core waits for what it appended to be durable: group commit."""
+        if self._sync_thread is None:  # stopped: a plan still running reports to no one
             return
-        self._sync_wanted = True
-        if not self._plan_in_flight:
-            self._sync_wanted = False
-            plan = self.store.sync_plan()
-            self._plan_in_flight = True
-            if stages.ON:
-                stages.mark("fsync started")
-            new_entries = plan.end_index - self._last_plan_end
-            self._last_plan_end = plan.end_index
-            if not self._fsync_inline(new_entries, plan.end_index):
-                self._sync_thread.submit(plan)
-                return
-            error, took_s = self._sync_thread.run_here(plan)
-            if error is None and not self.config.record_synced_lengths:
-                # Reported here, not by a hop to the group-commit task: an answer that
-                # waits for this fsync (a follower's ack, the leader's commit) leaves
-                # with the effects of this step. (The hand-off holds what this makes
-                # until the output being carried out is done, so effects keep order.)
-                self._plan_in_flight = False
-                self._synced(plan, took_s)
-            else:  # an error stops the replica from its task; synced lengths may wait
-                self._sync_thread.report(plan, error, took_s)
+        self._group_commit.wanted()
+        self._start_fsync()
 
-    def _fsync_inline(self, new_entries: int, end_index: int) -> bool:
-        """Whether a plan ending at `end_index`, covering `new_entries` entries since the
-        last, runs on the loop's own thread, blocking it, instead of a worker.
-
-        On an idle log (a single send: few new entries, and every entry before them
-        committed, so no other append is under way) nothing else waits for the loop
-        meanwhile, and the two thread hand-offs (a worker to wake, then the loop to wake
-        from it) cost 100-400 µs on a busy two-core machine against an fsync of
-        ~100-400. Under load the loop must keep reading, appending and pushing while a
-        worker fsyncs: one inline fsync per append, with the next appends waiting in
-        the socket behind it, made a group commit of every single entry (3.8k appends/s
-        against 51k with 256 in flight). A slow disk (the last fsync over
-        INLINE_FSYNC_MAX_S) keeps fsyncs on the worker, so heartbeats and votes are
-        answered while one is stuck."""
-        return (
-            new_entries <= INLINE_FSYNC_MAX_ENTRIES
-            and self.replica.committed_index >= end_index - new_entries
-            and self._last_fsync_s < INLINE_FSYNC_MAX_S
+    def _start_fsync(self) -> None:
+        """Start the fsync the group-commit schedule says is due, if any: on the loop's
+        own thread or on the group-commit thread (see `core.group_commit`)."""
+        fsync = self._group_commit.next(
+            self.store.end_index, self.replica.committed_index, self.now_ms()
         )
+        if fsync is None:
+            return
+        plan = self.store.sync_plan()
+        assert plan.end_index == fsync.end_index, "the plan covers what the schedule decided"
+        if stages.ON:
+            stages.mark("fsync started")
+        if not fsync.inline:
+            self._sync_thread.submit(plan)
+            return
+        error, took_s = self._sync_thread.run_here(plan)
+        if error is None and not self.config.record_synced_lengths:
+            # Reported here, not by a hop to the group-commit task: an answer that
+            # waits for this fsync (a follower's ack, the leader's commit) leaves
+            # with the effects of this step. (The hand-off holds what this makes
+            # until the output being carried out is done, so effects keep order.)
+            self._synced(plan, took_s)
+        else:  # an error stops the replica from its task; synced lengths may wait
+            self._sync_thread.report(plan, error, took_s)
 
     async def _sync_loop(self) -> None:
         """Group commit: reports each plan's completion to the core, and stops the
@@ -563,7 +570,6 @@ class DLedgerServer:
             await thread.done.wait()
             thread.done = trio.Event()
             (plan, error, took_s), thread.result = thread.result, None
-            self._plan_in_flight = False
             if isinstance(error, OSError):
                 raise DiskFailure(
                     f"fsync failed ({error}); stopping before anything depends on it"
@@ -579,27 +585,32 @@ class DLedgerServer:
             self._synced(plan, took_s)
 
     def _synced(self, plan, took_s: float) -> None:
-        """A group commit's fsyncs completed: the entries it covers are persisted."""
+        """A group commit's fsyncs completed: the entries it covers are persisted, and
+        the next group commit starts if one was asked for meanwhile."""
         if stages.ON:
             stages.mark("fsync done")
+        self._group_commit.finished(took_s, plan.syncs, self.now_ms())
         if plan.syncs:
             self._fsync_seconds.observe(took_s)
-            self._last_fsync_s = took_s
         self.replica.persisted(plan.end_index, plan.generation, self.now_ms())
         self._process()
-        if self._sync_wanted:
-            self._want_sync()
+        self._start_fsync()
 
     async def _flush_loop(self) -> None:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""
+        schedule = self._group_commit
         while True:
-            await trio.sleep(self.config.flush_file_interval_ms / 1000)
+            await trio.sleep_until(schedule.deadline_ms / 1000.0)
+            fsync = schedule.next(self.store.end_index, self.replica.committed_index, self.now_ms())
+            assert fsync is not None and not fsync.inline, "a due flush runs on a worker"
             plan = self.store.sync_plan()
             started = time.perf_counter()
             await durably(plan.run)
+            took_s = time.perf_counter() - started
             if plan.syncs:
-                self._fsync_seconds.observe(time.perf_counter() - started)
+                self._fsync_seconds.observe(took_s)
             self._record_synced()
+            schedule.finished(took_s, plan.syncs, self.now_ms())
 
     def _record_synced(self) -> None:
         """With recordSyncedLengths, write how much of each data file is fsynced.

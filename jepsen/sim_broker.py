@@ -3,20 +3,26 @@ consumer offsets checked through leader changes.
 
 The Raft checker (dledger.sim.checks) proves the log safe; users see a broker, so
 this model runs the real broker store on each simulated replica and checks what a
-producer and consumers see. Nothing broker-side is re-implemented: each replica has
-a real `MessageStore` — the `DLedgerCommitLog` that places records, their queue and
-physical offsets, on the leader, ConsumeQueue dispatch up to the commit index,
-metadata records applied in log order, RocketMQ's pull status rules, recovery of the
-ConsumeQueue files after a crash — over a `SimServer`, the store's replicated-log
-protocol (`broker.store.replicated_log`, which `DLedgerServer` implements) carried
-out by the simulator. ConsumeQueue files live in a temporary
-directory; every crash is a power cut for them as for the log: each file keeps what
-the last dispatch checkpoint fsynced plus a random part of what came after (the
-store's recovery cuts the queues back to the checkpoint and the recovered log).
+producer and consumers see. Each replica has a real `MessageStore` — the
+`DLedgerCommitLog` that places records, their queue and physical offsets, on the leader,
+ConsumeQueue dispatch up to the commit index, metadata records applied in log order,
+RocketMQ's pull status rules, recovery of the ConsumeQueue files after a crash — over
+a `SimServer`, the store's replicated-log protocol (`broker.store.replicated_log`,
+which `DLedgerServer` implements) carried out by the simulator, and becomes master
+through the broker's own `Promotion` (commit and dispatch everything of its term,
+hold the lease, rebuild the queue offset table, take brokerId 0). What stands in for
+the broker: dispatch runs a random number of entries after each event of its replica
+instead of in a task, and a master becomes a slave when its replica no longer leads
+in the master's term, where `BrokerController` is told by a role-change callback.
+ConsumeQueue files live in a temporary directory; every crash is a power cut for them
+as for the log: each file keeps what the last dispatch checkpoint fsynced plus a
+random part of what came after (the store's recovery cuts the queues back to the
+checkpoint and the recovered log).
 
-The workload: a producer sends to a master (a leader whose queues are final, as
-`BrokerController` decides), acknowledged with (queue, queue offset) only once
-committed; two consumer groups pull per queue from any replica, commit offsets
+The workload: a producer sends batches (several messages to one queue per append, as
+SEND_BATCH_MESSAGE does, and several appends in flight) to a master, each message
+acknowledged with (queue, queue offset) only once committed; two consumer groups
+pull per queue from any replica, commit offsets
 through the master (acknowledged once applied there, as `MetaWriter.write` is) and
 read them back from the current leader. Checked as it happens: every pulled message
 was sent, is committed, sits at the offset it was pulled from, and no offset ever
@@ -35,6 +41,8 @@ import tempfile
 from pathlib import Path
 
 from raftmq.broker.metawriter import meta_message
+from raftmq.broker.promotion import Promotion
+from raftmq.broker.role import BrokerRole
 from raftmq.broker.store.commitlog import BODY_OFFSET
 from raftmq.broker.store.consumequeue import ENTRY_SIZE
 from raftmq.broker.store.messagestore import GetStatus, MessageStore, parse_delay_levels
@@ -50,7 +58,9 @@ TOPIC = "SimTopic"
 QUEUES = 4
 GROUPS = ("g0", "g1")
 PULL_BATCH = 8
-DISPATCH_CHUNK = (1, 16)  # entries dispatched per event: followers and new leaders lag a little
+DISPATCH_CHUNK = (1, 64)  # entries dispatched per event (a step sends ~5): replicas lag a little
+SENDS_PER_STEP = (1, 3)  # appends a producer sends per workload step, not waiting for answers
+BATCH_MESSAGES = (1, 4)  # messages per append
 CHECKPOINT_CHANCE = 0.02  # per workload step: a random replica takes a dispatch checkpoint
 
 
@@ -75,8 +85,7 @@ class SimServer(ReplicatedLog):
         if placed is not None and placed[0] != self.store.end_pos:  # as DLedgerServer refuses
             callback(Code.LEADER_NOT_READY, None)  # (a new term's NOOP came first)
             return
-        [body] = bodies  # the broker stores one message per entry
-        handle = self.cluster.client_append(self.node_id, body)
+        handle = self.cluster.client_append_batch(self.node_id, bodies)
         outcome = self.cluster.checker.outcomes.get(handle)
         if outcome is None:
             self.callbacks[handle] = callback
@@ -85,22 +94,24 @@ class SimServer(ReplicatedLog):
 
 
 class Broker:
-    """One replica's broker: the real message store and the master role."""
+    """One replica's broker: the real message store, role and promotion."""
 
     def __init__(self, cluster, node, root: Path, port: int) -> None:
         self.server = SimServer(cluster, node)
         self.store = MessageStore(
             self.server, root, builtin_topics("sim", "broker-sim", QUEUES), parse_delay_levels("1s")
         )
+        replica = node.replica
+        slave_id = 1 + cluster.ids.index(node.id)
+        self.role = BrokerRole("broker-sim", node.id, slave_id, lambda: replica.leader_id)
+        self.promotion = Promotion(self.store, self.role)  # no delayed delivery here
         self.host = ("127.0.0.1", port)
-        self.master_term: int | None = None
         # acknowledged once applied here: (META_TOPIC offset, group, queue, offset)
         self.commits: list[tuple[int, str, int, int]] = []
 
     @property
     def is_master(self) -> bool:
-        r = self.server.replica
-        return r.role is Role.LEADER and r.term == self.master_term
+        return self.role.is_master
 
     def close(self) -> None:
         """What a crash leaves: every queue's entries written, not fsynced (the power
@@ -192,16 +203,11 @@ class BrokerModel:
         broker = self._broker(node)
         store = broker.store
         store.dispatch_some(self.rng.randint(*DISPATCH_CHUNK))
-        replica = node.replica
-        if broker.master_term is not None and not broker.is_master:
-            broker.master_term = None
-        elif (
-            broker.master_term is None
-            and replica.holds_lease(self.cluster.now_ms)
-            and store.caught_up()
-        ):
-            store.take_over_offsets()
-            broker.master_term = replica.term
+        replica, role = node.replica, broker.role
+        if role.is_master:
+            if replica.role is not Role.LEADER or replica.term != role.term:
+                role.become_slave(replica.term)  # the broker's role-change callback
+        elif broker.promotion.try_lead(replica, replica.term, self.cluster.now_ms):
             self.masters += 1
             self._check_new_master(node.id, broker)
         if broker.commits:
@@ -220,7 +226,8 @@ class BrokerModel:
 
     # ------------------------------------------------------------------ workload
     def step(self) -> None:
-        self.send(self._masters())
+        for _ in range(self.rng.randint(*SENDS_PER_STEP)):
+            self.send(self._masters())
         serving = self._serving()
         if serving:
             node_id, broker = self.rng.choice(serving)
@@ -234,39 +241,48 @@ class BrokerModel:
 
     def probe(self, node_id: str):
         broker = self._broker(self.cluster.nodes[node_id])
-        body = self.send([broker] if broker.is_master else [])
-        return lambda: body in self.acked_bodies
+        bodies = self.send([broker] if broker.is_master else [])
+        return lambda: bool(bodies) and all(body in self.acked_bodies for body in bodies)
 
     def _masters(self) -> list[Broker]:
         """Every broker that believes it is master: a zombie among them, clients may pick."""
         return [b for _id, b in self._serving() if b.is_master]
 
-    def send(self, masters: list[Broker]) -> bytes | None:
-        """Send a new message to one of `masters`; returns its body (None: no master)."""
+    def send(self, masters: list[Broker]) -> list[bytes]:
+        """Send a batch of new messages to one queue of one of `masters`, as one append;
+        returns their bodies (none: no master)."""
         if not masters:
-            return None
+            return []
         broker = self.rng.choice(masters)
         queue = self.rng.randrange(QUEUES)
-        body = f"m{len(self.sent)}".encode()
-        self.sent[body] = queue
         now_ms = int(self.cluster.now_ms)
-        msg = codec.MessageExt(
-            topic=TOPIC,
-            body=body,
-            queue_id=queue,
-            born_timestamp=now_ms,
-            store_timestamp=now_ms,
-            born_host=("10.0.0.1", 5000),
-            store_host=broker.host,
-        )
+        bodies = []
+        records = []
+        for _ in range(self.rng.randint(*BATCH_MESSAGES)):
+            body = f"m{len(self.sent)}".encode()
+            self.sent[body] = queue
+            bodies.append(body)
+            msg = codec.MessageExt(
+                topic=TOPIC,
+                body=body,
+                queue_id=queue,
+                born_timestamp=now_ms,
+                store_timestamp=now_ms,
+                born_host=("10.0.0.1", 5000),
+                store_host=broker.host,
+            )
+            records.append(codec.encode(msg))
 
         def done(code: Code, placed) -> None:
             if code is Code.SUCCESS:
-                [(_phys, offset)] = placed
-                self._acknowledged(body, queue, offset)
+                offsets = [offset for _phys, offset in placed]
+                if offsets != list(range(offsets[0], offsets[0] + len(bodies))):
+                    self._fail(f"a batch to queue {queue} acknowledged at offsets {offsets}")
+                for body, offset in zip(bodies, offsets, strict=True):
+                    self._acknowledged(body, queue, offset)
 
-        broker.store.commitlog.put_nowait([codec.encode(msg)], done)
-        return body
+        broker.store.commitlog.put_nowait(records, done)
+        return bodies
 
     def _acknowledged(self, body: bytes, queue: int, offset: int) -> None:
         other = self.acked.setdefault((queue, offset), body)
@@ -370,7 +386,7 @@ class BrokerModel:
                 self._fail(f"{what} {node_id} lost {group}'s acknowledged offset {value}")
 
     def _check_new_master(self, node_id: str, broker: Broker) -> None:
-        self._check_holds(node_id, broker, f"new master (term {broker.master_term})")
+        self._check_holds(node_id, broker, f"new master (term {broker.role.term})")
 
     def check_final(self) -> None:
         """After healing: dense offsets in every committed log, queues equal to the log and

@@ -460,7 +460,15 @@ def schedules(draw, size: int):
         max_delay_ms=draw(st.sampled_from([0.5, 2.0, 20.0])),
     )
     hard_state_fsync_ms = draw(st.sampled_from([None, (0.2, 2.0), (1.0, 10.0)]))
-    return Schedule(size, tuple(faults), conditions, hard_state_fsync_ms=hard_state_fsync_ms)
+    # slow fsyncs move group commits off the loop, and an inline one blocks its node
+    slow_fsync_chance = draw(st.sampled_from([0.0, 0.05, 0.3]))
+    return Schedule(
+        size,
+        tuple(faults),
+        conditions,
+        hard_state_fsync_ms=hard_state_fsync_ms,
+        slow_fsync_chance=slow_fsync_chance,
+    )
 
 
 def majority_power_cut(isolated: int) -> Schedule:

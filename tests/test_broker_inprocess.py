@@ -552,7 +552,7 @@ async def test_inline_sends_whose_append_path_fails_after_the_append_are_stored_
     monkeypatch.setattr(commitlog, "put_nowait", put_nowait)
     monkeypatch.setattr(server.transport, "send", send_failing_once)
     # idle: the batch is appended and pushed at once, inside put_nowait
-    await wait_for(lambda: not (server._append_queue or server._plan_in_flight))
+    await wait_for(lambda: not (server._append_queue or server._group_commit.in_flight))
     born_ms = int(time.time() * 1000)
     bodies = [b"once %d" % n for n in range(5)]
     requests = [

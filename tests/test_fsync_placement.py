@@ -16,9 +16,10 @@ import trio
 from raftmq.dledger import cli as dledger_cli
 from raftmq.dledger.client import DLedgerClient
 from raftmq.dledger.codes import Code, Role
+from raftmq.dledger.core.group_commit import INLINE_FSYNC_MAX_ENTRIES, INLINE_FSYNC_MAX_S
 from raftmq.dledger.net.codec import RpcCode
 from raftmq.dledger.net.rpc_client import RpcClient
-from raftmq.dledger.server import INLINE_FSYNC_MAX_ENTRIES, INLINE_FSYNC_MAX_S, DLedgerServer
+from raftmq.dledger.server import DLedgerServer
 
 from raftmq.client.producer import encode_batch
 from raftmq.config.address import parse_peers

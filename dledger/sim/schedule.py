@@ -35,6 +35,7 @@ class Schedule:
     duration_ms: float = 6000.0
     heal_ms: float = 4000.0
     hard_state_fsync_ms: tuple[float, float] | None = None  # see SimCluster
+    slow_fsync_chance: float = 0.0  # see SimCluster
 
 
 class Appends:
@@ -77,6 +78,7 @@ def run(
         variant,
         stores=stores,
         hard_state_fsync_ms=schedule.hard_state_fsync_ms,
+        slow_fsync_chance=schedule.slow_fsync_chance,
     )
     client = workload(cluster)
     ids = cluster.ids
