@@ -124,8 +124,8 @@ def test_the_simulator_runs_the_group_commit_schedule_inline_and_on_a_worker(dec
     real_dispatch = cluster._dispatch
 
     def dispatch(node, kind, data) -> None:
-        if cluster.now < node.busy_until_ms:
-            handled_while_busy.append((node.id, kind, cluster.now))
+        if cluster.now_ms < node.busy_until_ms:
+            handled_while_busy.append((node.id, kind, cluster.now_ms))
         real_dispatch(node, kind, data)
 
     cluster._dispatch = dispatch
@@ -133,8 +133,8 @@ def test_the_simulator_runs_the_group_commit_schedule_inline_and_on_a_worker(dec
     for step in range(400):
         for _ in range(1 + step % 3 * 4):  # single appends and bursts
             handles.append(cluster.client_append(leader.id))
-        cluster.run_until(cluster.now + 2)
-    cluster.run_until(cluster.now + 200)
+        cluster.run_until(cluster.now_ms + 2)
+    cluster.run_until(cluster.now_ms + 200)
     assert all(cluster.checker.outcomes.get(h) is not None for h in handles)
     schedules = {id(node.group_commit) for node in cluster.nodes.values()}
     mine = [fsync for schedule, fsync in decisions if id(schedule) in schedules]
