@@ -15,8 +15,9 @@ Each part owns its own fields. The replica owns what they share — term and vot
 role and leader, the log and its commit and persisted indexes, the output — and
 changes it only here: the role changes, `next_term` and `vote`, `set_committed`,
 `log_truncated`, `after_local_append`, `out_of_room`. What is done because time
-passed is one table, `_TIMERS`, from which both `tick` and `next_deadline_ms` are
-derived.
+passed is one table, `_TIMERS` (`timers.TimerTable`), from which both `tick` and
+`next_deadline_ms` are derived; each part writes its own timers' deadlines there when
+its state changes, so asking for the next deadline asks no part.
 
 Two departures from DLedger, both for safety: term and vote are durable before any
 message that depends on them leaves (see `Output`), and a follower that learns its
@@ -32,7 +33,6 @@ import random
 
 from raftmq.dledger.codes import Code, EntryType, Role, VoteResult
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.dledger.core import timers
 from raftmq.dledger.core.election import Election, VoteRound, is_quorum
 from raftmq.dledger.core.follower import FollowerReplication
 from raftmq.dledger.core.heartbeat import Heartbeats
@@ -49,7 +49,7 @@ from raftmq.dledger.core.messages import (
 from raftmq.dledger.core.output import Completion, Output
 from raftmq.dledger.core.pending import PendingAppends
 from raftmq.dledger.core.replication import LeaderReplication
-from raftmq.dledger.core.timers import Timer
+from raftmq.dledger.core.timers import Timer, TimerTable
 from raftmq.dledger.core.transfer import LeadershipTransfer
 from raftmq.dledger.store.base import LogStore
 
@@ -75,6 +75,7 @@ class Replica:
         self.peers = [p for p in config.peer_ids if p != self.self_id]
         self._other_members = frozenset(self.peers)
         self.peer_count = len(config.peer_ids)
+        self.quorum = self.peer_count // 2 + 1
         self.term = term
         self.vote_for = vote_for
         # (term, vote) as last handed to the driver to make durable (`_save_hard_state`)
@@ -89,7 +90,8 @@ class Replica:
         self._out = Output()
         self._seq = 0
         self._now_ms = now_ms
-        self.pending = PendingAppends()
+        self.timers = TimerTable(self._TIMERS)  # written by the parts below, from here on
+        self.pending = PendingAppends(self.timers.due_ms)
         self.election = Election(self, term, vote_for, now_ms)
         self.heartbeats = Heartbeats(self, now_ms)
         self.replication = LeaderReplication(self)
@@ -105,10 +107,6 @@ class Replica:
         return out
 
     @property
-    def quorum(self) -> int:
-        return self.peer_count // 2 + 1
-
-    @property
     def lease_ms(self) -> float:
         """maxHeartBeatLeak beats: how long a follower waits for its leader, and how
         long a leader leads without hearing a quorum."""
@@ -116,11 +114,11 @@ class Replica:
 
     def next_deadline_ms(self) -> float:
         """The earliest time `tick` has something to do."""
-        return timers.next_deadline_ms(self, self._TIMERS)
+        return self.timers.next_deadline_ms(self.role)
 
     def tick(self, now_ms: float) -> None:
         self._now_ms = now_ms
-        timers.fire_due(self, self._TIMERS, now_ms)
+        self.timers.fire_due(self, now_ms)
         self._check_invariants()
 
     def receive(self, msg, now_ms: float) -> None:
@@ -372,7 +370,7 @@ class Replica:
         self.election.become_candidate(term, self.role is Role.CANDIDATE, now_ms)
         self._set_role(Role.CANDIDATE)
         if campaign_at_once:
-            self.election.need_increase_term_immediately = True
+            self.election.campaign_at_once()
 
     def change_to_follower(self, leader: str, now_ms: float) -> None:
         if self.role is Role.LEADER:
@@ -402,7 +400,8 @@ class Replica:
         self.transfers.start_leading(now_ms)
         self._set_role(Role.LEADER)
         self._append_noop()
-        timers.fire_due(self, self._LEADER_TIMERS, now_ms)  # heartbeats and COMPAREs go out now
+        # heartbeats and COMPAREs go out now
+        self.timers.fire_due(self, now_ms, self._LEADER_TIMERS)
         self.replication.advance_commit()
 
     def _append_noop(self) -> None:
@@ -442,37 +441,31 @@ class Replica:
         Timer(
             "heartbeat round",
             Role.LEADER,
-            lambda r: r.heartbeats.round_due_ms(),
             lambda r, now_ms: r.heartbeats.finish_round(now_ms),
         ),
         Timer(
             "heartbeat",
             Role.LEADER,
-            lambda r: r.heartbeats.heartbeat_due_ms(),
             lambda r, now_ms: r.heartbeats.send_heartbeats(now_ms),
         ),
         Timer(
             "commit push",
             Role.LEADER,
-            lambda r: r.replication.commit_push_due_ms(),
             lambda r, now_ms: r.replication.send_commit_updates(now_ms),
         ),
         Timer(
             "lease",
             Role.LEADER,
-            lambda r: r.heartbeats.lease_expiry_ms(),
             lambda r, now_ms: r.heartbeats.lose_lease(now_ms),
         ),
         Timer(
             "preferred leader",
             Role.LEADER,
-            lambda r: r.transfers.preferred_check_due_ms(),
             lambda r, now_ms: r.transfers.check_preferred_leader(now_ms),
         ),
         Timer(
             "replication",
             Role.LEADER,
-            lambda r: r.replication.replication_due_ms(),
             lambda r, now_ms: r.replication.replicate_all(now_ms),
         ),
     )
@@ -481,31 +474,26 @@ class Replica:
         Timer(
             "leader lost",
             Role.FOLLOWER,
-            lambda r: r.heartbeats.leader_lost_ms(),
             lambda r, now_ms: r.heartbeats.lose_leader(now_ms),
         ),
         Timer(
             "campaign",
             Role.CANDIDATE,
-            lambda r: r.election.campaign_due_ms(),
             lambda r, now_ms: r.election.campaign(now_ms),
         ),
         Timer(
             "vote round",
             Role.CANDIDATE,
-            lambda r: r.election.round_due_ms(),
             lambda r, now_ms: r.election.finish_round(now_ms),
         ),
         Timer(
             "pending appends",
             None,
-            lambda r: r.pending.deadline_ms,
             lambda r, now_ms: r._expire_pending(now_ms),
         ),
         Timer(
             "transfer",
             None,
-            lambda r: r.transfers.transfer_due_ms(),
             lambda r, now_ms: r.transfers.check_transfer(now_ms),
         ),
     )

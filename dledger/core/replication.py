@@ -9,6 +9,8 @@ to the leader's own term.
 
 from __future__ import annotations
 
+import math
+
 from raftmq.dledger.codes import Code, PushType, Role
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.core.progress import Progress
@@ -22,12 +24,19 @@ class LeaderReplication:
     """The leader's side of replication: one `Progress` per follower (`progress`), and
     when a COMMIT push is due. The log, the commit index and the persisted index are
     the replica's: read there; the commit index moves through `Replica.set_committed`.
+    Writes its two timers' deadlines into the replica's timer table: the COMMIT push,
+    and replication's, the earliest of each follower's (`_due_ms_by_peer`), which is
+    worked out again whenever that follower's progress moves or the log grows (every
+    leader append is followed by `replicate_all`).
     """
 
     def __init__(self, replica) -> None:
         self._r = replica
+        self._due_ms = replica.timers.due_ms
         self.progress: dict[str, Progress] = {}
-        self._commit_push_at_ms: float | None = None
+        self._due_ms_by_peer: dict[str, float] = {}
+        self._set_commit_push(math.inf)
+        self._rearm_all()
 
     # ------------------------------------------------------------------ role changes
     def start_leading(self) -> None:
@@ -35,19 +44,43 @@ class LeaderReplication:
         r = self._r
         window = r.config.max_pending_pushes
         self.progress = {p: Progress.for_new_leader(r.store.end_index, window) for p in r.peers}
+        self._rearm_all()
 
     def stop_leading(self) -> None:
         self.progress.clear()
-        self._commit_push_at_ms = None
+        self._rearm_all()
+        self._set_commit_push(math.inf)
 
     def peer_answered(self, peer: str, now_ms: float) -> None:
         """`peer` answered a beat: replication to it resumes if a push had failed."""
         prog = self.progress.get(peer)
         if prog is not None and prog.resume():
             self._replicate(peer, prog, now_ms)
+            self._rearm(peer, prog)
 
     def send_failed(self, msg: PushRequest) -> None:
-        self.progress[msg.remote_id].stall()
+        prog = self.progress[msg.remote_id]
+        prog.stall()
+        self._rearm(msg.remote_id, prog)
+
+    # ------------------------------------------------------------------ the timers' deadlines
+    def _rearm(self, peer: str, prog: Progress) -> None:
+        """`peer`'s progress moved: when the leader next has something to send it or a
+        push to it times out, and so the earliest of all."""
+        r = self._r
+        due_ms = prog.deadline_ms(r.store.end_index, r.config.max_push_timeout_ms)
+        by_peer = self._due_ms_by_peer
+        by_peer[peer] = math.inf if due_ms is None else due_ms
+        self._due_ms["replication"] = min(by_peer.values())
+
+    def _rearm_all(self) -> None:
+        self._due_ms_by_peer.clear()
+        self._due_ms["replication"] = math.inf
+        for peer, prog in self.progress.items():
+            self._rearm(peer, prog)
+
+    def _set_commit_push(self, at_ms: float) -> None:
+        self._due_ms["commit push"] = at_ms
 
     def match_index(self, peer: str) -> int | None:
         """How far `peer` holds our log durably, if it is a follower of ours."""
@@ -64,16 +97,7 @@ class LeaderReplication:
             return
         for peer, prog in self.progress.items():
             self._replicate(peer, prog, now_ms)
-
-    def replication_due_ms(self) -> float | None:
-        """The earliest time a follower has something to be sent or a push times out."""
-        end, timeout_ms = self._r.store.end_index, self._r.config.max_push_timeout_ms
-        deadlines = [
-            d
-            for prog in self.progress.values()
-            if (d := prog.deadline_ms(end, timeout_ms)) is not None
-        ]
-        return min(deadlines, default=None)
+            self._rearm(peer, prog)
 
     def _push(self, peer: str, prog: Progress, push_type: PushType, pre_index: int, **extra) -> int:
         r = self._r
@@ -158,6 +182,12 @@ class LeaderReplication:
 
     # ------------------------------------------------------------------ answers
     def on_push_response(self, resp: PushResponse, now_ms: float) -> None:
+        self._on_push_response(resp, now_ms)
+        prog = self.progress.get(resp.local_id)
+        if prog is not None:
+            self._rearm(resp.local_id, prog)
+
+    def _on_push_response(self, resp: PushResponse, now_ms: float) -> None:
         r = self._r
         store = r.store
         if r.role is not Role.LEADER:
@@ -257,16 +287,13 @@ class LeaderReplication:
 
     def arm_commit_push(self, now_ms: float) -> None:
         """The commit index moved: tell idle followers after COMMIT_LINGER_MS."""
-        if self._commit_push_at_ms is None:
-            self._commit_push_at_ms = now_ms + COMMIT_LINGER_MS
-
-    def commit_push_due_ms(self) -> float | None:
-        return self._commit_push_at_ms
+        if self._due_ms["commit push"] == math.inf:
+            self._set_commit_push(now_ms + COMMIT_LINGER_MS)
 
     def send_commit_updates(self, now_ms: float) -> None:
         """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
         r = self._r
-        self._commit_push_at_ms = None
+        self._set_commit_push(math.inf)
         for peer, prog in self.progress.items():
             if (
                 prog.state is PushType.APPEND
