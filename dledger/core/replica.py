@@ -89,7 +89,6 @@ class Replica:
         self.disk_full = False
         self._out = Output()
         self._seq = 0
-        self._now_ms = now_ms
         self.timers = TimerTable(self._TIMERS)  # written by the parts below, from here on
         self.pending = PendingAppends(self.timers.due_ms)
         self.election = Election(self, term, vote_for, now_ms)
@@ -117,7 +116,6 @@ class Replica:
         return self.timers.next_deadline_ms(self.role)
 
     def tick(self, now_ms: float) -> None:
-        self._now_ms = now_ms
         self.timers.fire_due(self, now_ms)
         self._check_invariants()
 
@@ -127,7 +125,6 @@ class Replica:
         quorum or a lease. Requests from strangers get DLedger's refusals."""
         if msg.KIND < 0 and msg.local_id not in self._other_members:
             return
-        self._now_ms = now_ms
         handler = self._HANDLERS.get(type(msg))
         if handler is not None:
             handler(self, msg, now_ms)
@@ -153,7 +150,6 @@ class Replica:
         Returns, per request, SUCCESS when accepted for replication — its outcome then
         arrives as a Completion — or the code to answer with at once.
         """
-        self._now_ms = now_ms
         codes = []
         items = []
         accepted = []
@@ -178,7 +174,7 @@ class Replica:
             self.pending.add(handle, self.term, positions[offset : offset + count], deadline_ms)
             offset += count
         self.replication.replicate_all(now_ms)
-        self.replication.advance_commit()
+        self.replication.advance_commit(now_ms)
         self._check_invariants()
         return codes
 
@@ -207,12 +203,11 @@ class Replica:
         """The driver's disk check: whether the store's filesystem is over diskFullRatio.
         Back under it, a leader whose NOOP found no room appends it now, so that what
         it inherited commits."""
-        self._now_ms = now_ms
         self.disk_full = full
         if not full and self.role is Role.LEADER and self.store.end_term < self.term:
             self._append_noop()
             self.replication.replicate_all(now_ms)
-            self.replication.advance_commit()
+            self.replication.advance_commit(now_ms)
         self._check_invariants()
 
     def retention_floor(self, now_ms: float, keep_ms: float) -> int:
@@ -232,13 +227,12 @@ class Replica:
 
     def persisted(self, index: int, generation: int, now_ms: float) -> None:
         """The driver's fsync covering entries up to `index` of store `generation` completed."""
-        self._now_ms = now_ms
         if generation != self.store.generation or index <= self.persisted_index:
             return
         self.persisted_index = min(index, self.store.end_index)
         self.follower.flush_deferred_acks()
         if self.role is Role.LEADER:
-            self.replication.advance_commit()
+            self.replication.advance_commit(now_ms)
         self._check_invariants()
 
     # ------------------------------------------------------------------ what the parts share
@@ -280,26 +274,22 @@ class Replica:
         return -1
 
     def set_committed(self, index: int) -> None:
-        """The commit index only rises, and only to an entry we hold: as leader, one
-        of our own term that a quorum holds durably (Raft's commit rule); as follower,
-        one our log agrees with the leader's up to."""
+        """The commit index only rises, and only to an entry we hold: as leader, what
+        Raft's commit rule found (`LeaderReplication.advance_commit`, where the
+        followers' match indexes are); as follower, one our log agrees with the
+        leader's up to. The appends it covers are answered (every entry past the commit
+        index before is still in the log, so its term can be read there)."""
         assert self.committed_index < index <= self.store.end_index, (
             self.committed_index,
             index,
             self.store.end_index,
         )
-        if self.role is Role.LEADER:
-            holders = self.replication.holders(index) + (self.persisted_index >= index)
-            assert holders >= self.quorum, (index, holders)
-            assert self.store.term_at(index) == self.term, (index, self.term)
-        else:
+        if self.role is not Role.LEADER:
             verified = self.follower.leader_verified_index
             assert index <= verified, (index, verified)
         self.committed_index = index
         self._out.committed_index = index
-        self._out.completions.extend(self.pending.resolve(index, self.entry_term))
-        if self.role is Role.LEADER:
-            self.replication.arm_commit_push(self._now_ms)
+        self._out.completions.extend(self.pending.resolve(index, self.store.term_at))
 
     def log_truncated(self, new_end: int) -> None:
         """Our log was cut to end at `new_end`: what was durable past it is gone, and so
@@ -402,7 +392,7 @@ class Replica:
         self._append_noop()
         # heartbeats and COMPAREs go out now
         self.timers.fire_due(self, now_ms, self._LEADER_TIMERS)
-        self.replication.advance_commit()
+        self.replication.advance_commit(now_ms)
 
     def _append_noop(self) -> None:
         """A NOOP of our own term lets everything inherited commit without waiting for a

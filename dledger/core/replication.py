@@ -87,10 +87,6 @@ class LeaderReplication:
         prog = self.progress.get(peer)
         return None if prog is None else prog.match_index
 
-    def holders(self, index: int) -> int:
-        """How many followers hold our log up to `index` durably."""
-        return sum(p.match_index >= index for p in self.progress.values())
-
     # ------------------------------------------------------------------ pushes
     def replicate_all(self, now_ms: float) -> None:
         if self._r.role is not Role.LEADER:
@@ -207,7 +203,7 @@ class LeaderReplication:
             if not prog.inflight.free(resp.seq):
                 return
             if resp.code == Code.SUCCESS:
-                self._matched(prog, resp.index)
+                self._matched(prog, resp.index, now_ms)
                 self._replicate(resp.local_id, prog, now_ms)
             elif resp.code == Code.INCONSISTENT_STATE:
                 # from our beginning at the lowest, unless its log ends before that
@@ -223,9 +219,9 @@ class LeaderReplication:
             prog.stall()
             return
         if resp.type == PushType.COMPARE:
-            self._on_compare_response(prog, resp)
+            self._on_compare_response(prog, resp, now_ms)
         elif resp.code == Code.SUCCESS:  # TRUNCATE done: the follower is a prefix of our log
-            self._matched(prog, resp.index)
+            self._matched(prog, resp.index, now_ms)
             prog.become_replicate(resp.index + 1)
         else:
             # A refused TRUNCATE: compare again, but at the follower's next heartbeat
@@ -236,14 +232,14 @@ class LeaderReplication:
             return
         self._replicate(resp.local_id, prog, now_ms)
 
-    def _on_compare_response(self, prog: Progress, resp: PushResponse) -> None:
+    def _on_compare_response(self, prog: Progress, resp: PushResponse, now_ms: float) -> None:
         store = self._r.store
         compare_index = prog.next_index - 1
         if resp.code == Code.SUCCESS:
             if resp.end_index > compare_index:
                 prog.become_probe(PushType.TRUNCATE, prog.next_index)
             else:
-                self._matched(prog, compare_index)
+                self._matched(prog, compare_index, now_ms)
                 prog.become_replicate(compare_index + 1)
             return
         if resp.code != Code.INCONSISTENT_STATE:
@@ -266,15 +262,16 @@ class LeaderReplication:
             next_index = max(resp.begin_index, store.begin_index - 1)
         prog.become_probe(PushType.COMPARE, next_index)
 
-    def _matched(self, prog: Progress, index: int) -> None:
+    def _matched(self, prog: Progress, index: int, now_ms: float) -> None:
         assert index <= self._r.store.end_index, (index, self._r.store.end_index)
         if prog.matched(index):
-            self.advance_commit()
+            self.advance_commit(now_ms)
 
     # ------------------------------------------------------------------ commit
-    def advance_commit(self) -> None:
+    def advance_commit(self, now_ms: float) -> None:
         """Raft's commit rule: the highest index a quorum holds durably (our own
-        persisted index counted), once it is of our own term."""
+        persisted index counted), once it is of our own term. A new commit index is
+        told to idle followers after COMMIT_LINGER_MS."""
         r = self._r
         if r.role is not Role.LEADER:
             return
@@ -284,11 +281,8 @@ class LeaderReplication:
         candidate = matches[r.quorum - 1]
         if candidate > r.committed_index and r.store.term_at(candidate) == r.term:
             r.set_committed(candidate)
-
-    def arm_commit_push(self, now_ms: float) -> None:
-        """The commit index moved: tell idle followers after COMMIT_LINGER_MS."""
-        if self._due_ms["commit push"] == math.inf:
-            self._set_commit_push(now_ms + COMMIT_LINGER_MS)
+            if self._due_ms["commit push"] == math.inf:
+                self._set_commit_push(now_ms + COMMIT_LINGER_MS)
 
     def send_commit_updates(self, now_ms: float) -> None:
         """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
