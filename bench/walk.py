@@ -297,7 +297,7 @@ async def walk_sends(master, others: list, client, request_factory, sends: int) 
     master's (the other members, the name server, the client)."""
     local = client.connection.local_address
     (served,) = [c for c in master.server.connections if c.remote_address == local]
-    reader, writer = served._reader, served._writer._out
+    reader, writer = served._reader, served._writer
     master_ids = reachable(master)
     other_ids = set().union(*(reachable(o) for o in others)) - master_ids
     walks = []

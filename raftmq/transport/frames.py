@@ -13,7 +13,9 @@ messages a second.
   gives it `split(src) -> (frames, bytes they take)`, which checks each declared
   length as soon as it reads it, so a hostile one costs nothing.
 - `FrameReader` feeds a splitter from a stream, a chunk at a time.
-- `FrameWriter` queues encoded frames on a BatchWriter.
+- A protocol's `FrameWriter` is a BatchWriter: its `write` checks the writer is open,
+  encodes one frame and queues the chunks (`BatchWriter.queue`), with nothing between
+  the protocol and the batching.
 
 Closing is synchronous, and the stream is its owner's: `close()` stops taking frames
 and lets `run()` send what is queued, then return; `abort()` drops the queue; whoever
@@ -33,9 +35,8 @@ import trio
 
 from raftmq.process import stages
 from raftmq.transport.idle import FrameStart
-from raftmq.transport.writer import BatchWriter
 
-__all__ = ["RECEIVE_CHUNK", "FrameReader", "FrameSplitter", "FrameWriter"]
+__all__ = ["RECEIVE_CHUNK", "FrameReader", "FrameSplitter"]
 
 RECEIVE_CHUNK = 256 * 1024
 
@@ -149,40 +150,3 @@ class FrameReader:
         frames = splitter.feed(data)
         self.frame_start.note(splitter.buffered_bytes > 0, bool(frames))
         return frames
-
-
-class FrameWriter:
-    """Queues frames synchronously; `run()` sends everything queued in one `send_all`.
-
-    A protocol's writer encodes its frames and hands them to `_write`. `write` never
-    blocks, so a state machine or a processor can send without awaiting, and frames
-    written while a send is in flight leave together in the next one. The owner runs
-    `run()` in a nursery and ends it with `close()` (flush first) or `abort()` (drop
-    the queue); the stream stays the owner's to close. On a stream error `run()` raises
-    after marking the writer closed, so later writes fail fast with
-    trio.ClosedResourceError. The queue is unbounded; `pending_bytes` lets the owner
-    apply its own limit.
-    """
-
-    def __init__(self, stream: trio.abc.SendStream, stage: str) -> None:
-        self._out = out = BatchWriter(stream, stage)
-        self.run = out.run
-        self.close = out.close
-        self.abort = out.abort
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._out.pending_bytes
-
-    @property
-    def closed(self) -> bool:
-        return self._out.closed
-
-    def _check_open(self) -> None:
-        """trio.ClosedResourceError once closed, before anything is encoded."""
-        if self._out.closed:
-            raise trio.ClosedResourceError("frame writer is closed")
-
-    def _write(self, *chunks) -> None:
-        """Queue one frame's encoded chunks, back to back."""
-        self._out.write(*chunks)
