@@ -15,6 +15,7 @@ Reading in batches, buffering partial frames, writing in batches and closing are
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import trio
@@ -81,7 +82,9 @@ class FrameSplitter(framing.FrameSplitter):
     Buffering is `transport.frames.FrameSplitter`'s."""
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        super().__init__(lambda src: split_frames(src, max_frame_bytes), FrameError)
+        super().__init__(
+            functools.partial(split_frames, max_frame_bytes=max_frame_bytes), FrameError
+        )
 
 
 class FrameReader(framing.FrameReader):

@@ -34,7 +34,6 @@ from collections.abc import Callable
 import trio
 
 from raftmq.process import stages
-from raftmq.transport.idle import FrameStart
 
 __all__ = ["RECEIVE_CHUNK", "FrameReader", "FrameSplitter"]
 
@@ -105,8 +104,10 @@ class FrameReader:
 
     Stops at a clean end of stream; raises the splitter's error for a malformed frame or
     a stream that ends inside one. Stream errors (trio.BrokenResourceError, ...) pass
-    through. `frame_start` notes when the partial frame held began, for a deadline on
-    completing it (`transport.idle.close_when_stalled`).
+    through. `frame_began_s` is when the partial frame it holds began (trio's clock;
+    None when it holds none), for a deadline on completing it
+    (`transport.idle.close_when_stalled`): one clock read per chunk that leaves a new
+    partial frame behind.
     """
 
     def __init__(
@@ -121,7 +122,7 @@ class FrameReader:
         self._stage = stage  # the `stages.mark` of each chunk read
         self._receive_size = receive_size
         self._ready: deque = deque()
-        self.frame_start = FrameStart()
+        self.frame_began_s: float | None = None
 
     def __aiter__(self) -> FrameReader:
         return self
@@ -148,5 +149,8 @@ class FrameReader:
             splitter.end_of_stream()
             return None
         frames = splitter.feed(data)
-        self.frame_start.note(splitter.buffered_bytes > 0, bool(frames))
+        if not splitter.buffered_bytes:
+            self.frame_began_s = None
+        elif frames or self.frame_began_s is None:  # what remains is a frame begun now
+            self.frame_began_s = trio.current_time()
         return frames
