@@ -123,7 +123,7 @@ class LeaderReplication:
         cfg = self._r.config
         timeout_ms = cfg.max_push_timeout_ms
         if prog.state is PushType.APPEND:
-            if prog.inflight and now_ms >= prog.inflight.oldest_sent_ms + timeout_ms:
+            if now_ms >= prog.inflight.oldest_sent_ms + timeout_ms:  # inf: none out
                 prog.resend_unacknowledged()
             while prog.next_index <= store.end_index and not prog.inflight.full:
                 blob, count = store.read_encoded(prog.next_index, cfg.max_batch_push_bytes)
