@@ -203,7 +203,7 @@ class Election:
         r = self._r
         cfg = r.config
         wait_ms = 2 * cfg.heartbeat_interval_ms + r.rand(0, cfg.max_vote_interval_ms)
-        self.round = VoteRound(r.term, r.next_seq(), now_ms + wait_ms, r.peer_count)
+        self.round = VoteRound(r.term, next(r.seqs), now_ms + wait_ms, r.peer_count)
         self.vote_rounds_started += 1
         request = VoteRequest(
             cfg.group,

@@ -97,7 +97,7 @@ class Heartbeats:
     def send_heartbeats(self, now_ms: float) -> None:
         r = self._r
         self._beat_sent(now_ms)
-        seq = r.next_seq()
+        seq = next(r.seqs)
         self._round = HeartbeatRound(seq, now_ms + max(1, r.config.heartbeat_interval_ms - 10))
         self._round_changed()
         # An answer can extend the lease only from when its beat left: beats older than a

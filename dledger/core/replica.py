@@ -29,6 +29,7 @@ NOOP so inherited entries commit promptly.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from raftmq.dledger.codes import Code, EntryType, Role, VoteResult
@@ -88,7 +89,7 @@ class Replica:
         # found no room; appends are refused (DISK_FULL) while it holds.
         self.disk_full = False
         self._out = Output()
-        self._seq = 0
+        self.seqs = itertools.count(1)  # numbers the requests we send (`next(r.seqs)`)
         self.timers = TimerTable(self._TIMERS)  # written by the parts below, from here on
         self.pending = PendingAppends(self.timers.due_ms)
         self.election = Election(self, term, vote_for, now_ms)
@@ -238,10 +239,6 @@ class Replica:
     # ------------------------------------------------------------------ what the parts share
     def rand(self, low: float, high: float) -> float:
         return low + self.rng.random() * (high - low)
-
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
 
     def send(self, msg) -> None:
         self._out.messages.append(msg)

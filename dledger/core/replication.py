@@ -97,7 +97,7 @@ class LeaderReplication:
 
     def _push(self, peer: str, prog: Progress, push_type: PushType, pre_index: int, **extra) -> int:
         r = self._r
-        seq = r.next_seq()
+        seq = next(r.seqs)
         r.send(
             PushRequest(
                 r.config.group,

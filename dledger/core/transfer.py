@@ -96,7 +96,7 @@ class LeadershipTransfer:
                 transfer_id=r.self_id,
                 transferee_id=transferee,
                 take_leadership_ledger_index=r.store.end_index,
-                seq=r.next_seq(),
+                seq=next(r.seqs),
             )
         )
         self._rearm()
