@@ -174,8 +174,7 @@ class Replica:
         for handle, count in accepted:
             self.pending.add(handle, self.term, positions[offset : offset + count], deadline_ms)
             offset += count
-        self.replication.replicate_all(now_ms)
-        self.replication.advance_commit(now_ms)
+        self.replication.log_grew(now_ms)
         self._check_invariants()
         return codes
 
@@ -207,8 +206,7 @@ class Replica:
         self.disk_full = full
         if not full and self.role is Role.LEADER and self.store.end_term < self.term:
             self._append_noop()
-            self.replication.replicate_all(now_ms)
-            self.replication.advance_commit(now_ms)
+            self.replication.log_grew(now_ms)
         self._check_invariants()
 
     def retention_floor(self, now_ms: float, keep_ms: float) -> int:

@@ -88,6 +88,13 @@ class LeaderReplication:
         return None if prog is None else prog.match_index
 
     # ------------------------------------------------------------------ pushes
+    def log_grew(self, now_ms: float) -> None:
+        """Entries were appended to our log: push them to every follower, and commit
+        them at once if that is already a quorum (a group of one, or acks that do not
+        wait for the disk)."""
+        self.replicate_all(now_ms)
+        self.advance_commit(now_ms)
+
     def replicate_all(self, now_ms: float) -> None:
         if self._r.role is not Role.LEADER:
             return
