@@ -46,14 +46,21 @@ class PendingAppends:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, handle: int, term: int, positions: list, deadline_ms: float) -> None:
-        """Entries at `positions` ((index, pos) each) were appended for request `handle`."""
+    def add(
+        self, term: int, requests: list[tuple[int, int]], positions: list, deadline_ms: float
+    ) -> None:
+        """One append of `requests` ((handle, entry count) each, in log order) wrote entries
+        at `positions` ((index, pos) each) in `term`: each request waits for its own."""
         queue = self._queue
         assert not queue or queue[-1].deadline_ms <= deadline_ms
-        queue.append(
-            _Pending(handle, term, positions[0][0], positions[-1][0], deadline_ms, positions)
-        )
-        if len(queue) == 1:
+        was_empty = not queue
+        offset = 0
+        for handle, count in requests:
+            mine = positions[offset : offset + count]
+            queue.append(_Pending(handle, term, mine[0][0], mine[-1][0], deadline_ms, mine))
+            offset += count
+        assert offset == len(positions), (offset, len(positions))
+        if was_empty:
             self._oldest_changed()
 
     def resolve(self, committed_index: int, term_at: Callable[[int], int]) -> list[Completion]:

@@ -154,8 +154,9 @@ class Replica:
         codes = []
         items = []
         accepted = []
+        waiting = len(self.pending)
         for handle, bodies in requests:
-            code = self._admit(bodies, len(accepted))
+            code = self._admit(bodies, waiting + len(accepted))
             codes.append(code)
             if code is Code.SUCCESS:
                 accepted.append((handle, len(bodies)))
@@ -170,22 +171,20 @@ class Replica:
             return [Code.DISK_FULL if code is Code.SUCCESS else code for code in codes]
         self.after_local_append()
         deadline_ms = now_ms + self.config.max_wait_ack_time_ms
-        offset = 0
-        for handle, count in accepted:
-            self.pending.add(handle, self.term, positions[offset : offset + count], deadline_ms)
-            offset += count
+        self.pending.add(self.term, accepted, positions, deadline_ms)
         self.replication.log_grew(now_ms)
         self._check_invariants()
         return codes
 
-    def _admit(self, bodies: list[bytes], already: int) -> Code:
+    def _admit(self, bodies: list[bytes], waiting: int) -> Code:
+        """Whether one request may be appended now, `waiting` appends already pending."""
         if self.role is not Role.LEADER:
             return Code.NOT_LEADER
         if self.transfers.current is not None:
             return Code.LEADER_TRANSFERRING
         if not bodies:
             return Code.REQUEST_WITH_EMPTY_BODYS
-        if len(self.pending) + already >= self.config.max_pending_requests:
+        if waiting >= self.config.max_pending_requests:
             return Code.LEADER_PENDING_FULL
         if self.disk_full:
             return Code.DISK_FULL
