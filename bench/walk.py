@@ -192,6 +192,18 @@ class Walk:
         moves = [str(Path(e.file).parent) for e in self.entries]
         return [layer for k, layer in enumerate(moves) if k == 0 or moves[k - 1] != layer]
 
+    def reentries_by_layer_pair(self) -> collections.Counter:
+        """(calling layer, layer re-entered) -> how many re-entries: where the back and
+        forth is. A callback from outside the project calls from "(callback)"."""
+        pairs: collections.Counter = collections.Counter()
+        seen: set[str] = set()
+        for e in self.entries:
+            if e.file in seen:
+                caller = str(Path(e.caller).parent) if e.caller else "(callback)"
+                pairs[caller, str(Path(e.file).parent)] += 1
+            seen.add(e.file)
+        return pairs
+
     def render(self) -> str:
         lines = [
             f"{len(self.files)} files, {len(self.entries)} entries, {self.reentries} re-entries"
@@ -297,7 +309,7 @@ async def walk_sends(master, others: list, client, request_factory, sends: int) 
     master's (the other members, the name server, the client)."""
     local = client.connection.local_address
     (served,) = [c for c in master.server.connections if c.remote_address == local]
-    reader, writer = served._reader, served._writer._out
+    reader, writer = served._reader, served._writer
     master_ids = reachable(master)
     other_ids = set().union(*(reachable(o) for o in others)) - master_ids
     walks = []
@@ -374,6 +386,11 @@ def report(walks: list[Walk]) -> str:
         "files in order: " + " -> ".join(best.files),
         f"layers, as control moves ({len(set(best.layers))} layers,"
         f" {_reentries(best.layers)} re-entries): " + " -> ".join(best.layers),
+        "re-entries by layer pair (caller -> re-entered): "
+        + ", ".join(
+            f"{caller} -> {layer} {count}"
+            for (caller, layer), count in best.reentries_by_layer_pair().most_common()
+        ),
     ]
     return "\n".join(lines)
 

@@ -24,7 +24,7 @@ def test_inflights_hold_at_most_capacity_and_free_in_any_order():
     assert not window.free(1)  # a duplicate answer is not ours any more
     assert not window.free(99)
     window.clear()
-    assert not window and not window.full
+    assert not window and not window.full and window.oldest_sent_ms == math.inf  # none out
 
 
 def test_inflights_refuse_a_push_beyond_capacity():

@@ -37,13 +37,13 @@ async def test_writes_while_idle_leave_in_one_send():
     stream = RecordingStream()
     w = BatchWriter(stream)
     for i in range(100):
-        w.write(b"h%d:" % i, b"body")
+        w.queue(b"h%d:" % i, b"body")
     assert w.pending_bytes == len(b"".join(b"h%d:body" % i for i in range(100)))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(w.run)
         await trio.sleep(0.001)  # the first batch is in flight
-        w.write(b"late1")
-        w.write(b"late2")
+        w.queue(b"late1")
+        w.queue(b"late2")
         w.close()
     assert stream.sends == [b"".join(b"h%d:body" % i for i in range(100)), b"late1late2"]
     assert w.pending_bytes == 0
@@ -52,11 +52,11 @@ async def test_writes_while_idle_leave_in_one_send():
 async def test_close_flushes_then_run_returns():
     stream = RecordingStream()
     w = BatchWriter(stream)
-    w.write(b"a")
+    w.queue(b"a")
     w.close()
     assert w.closed
     with pytest.raises(trio.ClosedResourceError):
-        w.write(b"b")
+        w.queue(b"b")
     await w.run()  # returns on its own after sending what was queued
     assert stream.sends == [b"a"]
     assert not stream.closed  # close() leaves the stream to its owner
@@ -65,24 +65,24 @@ async def test_close_flushes_then_run_returns():
 async def test_abort_drops_the_queue():
     stream = RecordingStream()
     w = BatchWriter(stream)
-    w.write(b"dropped")
+    w.queue(b"dropped")
     w.abort()
     assert w.pending_bytes == 0
     await w.run()
     assert stream.sends == []
     with pytest.raises(trio.ClosedResourceError):
-        w.write(b"x")
+        w.queue(b"x")
 
 
 async def test_stream_error_marks_writer_closed():
     w = BatchWriter(RecordingStream(fail=True))
-    w.write(b"doomed")
+    w.queue(b"doomed")
     with pytest.raises(trio.BrokenResourceError):
         await w.run()
     assert w.closed
     assert w.pending_bytes == 0
     with pytest.raises(trio.ClosedResourceError):
-        w.write(b"after")
+        w.queue(b"after")
 
 
 async def _socket_pair():
@@ -107,7 +107,7 @@ async def test_write_to_an_idle_socket_leaves_at_once():
     async with trio.open_nursery() as nursery:
         nursery.start_soon(w.run)
         await trio.testing.wait_all_tasks_blocked()
-        w.write(b"head:", b"body")
+        w.queue(b"head:", b"body")
         # no checkpoint since the write: only `write` itself can have sent it
         assert _received(peer) == b"head:body"
         assert w.pending_bytes == 0
@@ -122,7 +122,7 @@ async def test_a_wrapped_socket_stream_is_written_through():
     async with trio.open_nursery() as nursery:
         nursery.start_soon(w.run)
         await trio.testing.wait_all_tasks_blocked()
-        w.write(b"answer")
+        w.queue(b"answer")
         assert _received(peer) == b"answer"
         w.close()
     await stream.aclose()
@@ -145,9 +145,9 @@ async def test_what_the_socket_does_not_take_follows_in_order():
         async with trio.open_nursery() as writing:
             writing.start_soon(w.run)
             await trio.testing.wait_all_tasks_blocked()
-            w.write(b"first", big)
+            w.queue(b"first", big)
             assert w.pending_bytes > 0  # queued for the task behind what the kernel took
-            w.write(b"second")  # never overtakes the queued rest of the first write
+            w.queue(b"second")  # never overtakes the queued rest of the first write
             nursery.start_soon(trio.to_thread.run_sync, drain)
             w.close()  # run() sends the rest, then returns
         await stream.aclose()  # the owner's: the drain sees the end
@@ -170,7 +170,7 @@ async def test_no_write_through_after_the_stream_closed():
         await trio.testing.wait_all_tasks_blocked()
         await stream.aclose()  # its descriptor number may now belong to another file
         spare = socket.socketpair()  # likely given the freed number
-        w.write(b"must not reach anyone")
+        w.queue(b"must not reach anyone")
     assert ended
     assert _received(spare[1]) == b""
     for sock in (peer, *spare):

@@ -1,14 +1,16 @@
 """`tick` and `next_deadline_ms` come from one timer table (`core.timers`), so they
 cannot disagree: a tick before the next deadline does nothing, and a tick at it does
-something and moves the deadline on."""
+something and moves the deadline on. The parts write their deadlines into the table
+when their state changes; asking for the next one reads the table only."""
 
 import copy
+import math
 import random
 
 import attrs
+import pytest
 from raftmq.dledger.codes import Role
-from raftmq.dledger.core import timers
-from raftmq.dledger.core.timers import Timer
+from raftmq.dledger.core.timers import Timer, TimerTable
 from raftmq.dledger.sim.cluster import NetworkConditions
 from raftmq.dledger.sim.schedule import Appends, Fault, Schedule, run
 
@@ -34,30 +36,45 @@ def step_down(r):
     r.role = Role.CANDIDATE
 
 
-TABLE = (
-    Timer("beat", Role.LEADER, lambda r: 100.0, record("beat")),
-    Timer("lease", Role.LEADER, lambda r: 50.0, record("lease", then=step_down)),
-    Timer("after lease", Role.LEADER, lambda r: 0.0, record("after lease")),
-    Timer("campaign", Role.CANDIDATE, lambda r: 0.0, record("campaign")),
-    Timer("unarmed", None, lambda r: None, record("unarmed")),
-    Timer("any role", None, lambda r: 70.0, record("any role")),
+TIMERS = (
+    Timer("beat", Role.LEADER, record("beat")),
+    Timer("lease", Role.LEADER, record("lease", then=step_down)),
+    Timer("after lease", Role.LEADER, record("after lease")),
+    Timer("campaign", Role.CANDIDATE, record("campaign")),
+    Timer("unarmed", None, record("unarmed")),
+    Timer("any role", None, record("any role")),
 )
+DUE_MS = {"beat": 100.0, "lease": 50.0, "after lease": 0.0, "campaign": 0.0, "any role": 70.0}
+
+
+def table() -> TimerTable:
+    timers = TimerTable(TIMERS)
+    timers.due_ms.update(DUE_MS)
+    return timers
 
 
 def test_next_deadline_is_the_earliest_armed_timer_of_the_role():
-    assert timers.next_deadline_ms(Clock(Role.LEADER), TABLE) == 0.0
-    assert timers.next_deadline_ms(Clock(Role.FOLLOWER), TABLE) == 70.0
-    assert timers.next_deadline_ms(Clock(Role.FOLLOWER), TABLE[:1]) == float("inf")
+    assert table().next_deadline_ms(Role.LEADER) == 0.0
+    assert table().next_deadline_ms(Role.FOLLOWER) == 70.0
+    assert TimerTable(TIMERS[:1]).next_deadline_ms(Role.FOLLOWER) == math.inf
 
 
 def test_due_timers_fire_in_table_order_and_a_role_lost_midway_stops_its_timers():
     r = Clock(Role.LEADER)
-    timers.fire_due(r, TABLE, 80.0)
+    timers = table()
+    timers.fire_due(r, 80.0)
     # the lease stepped the leader down: its later timers and the candidate's wait
     assert r.fired == [("lease", 80.0), ("any role", 80.0)]
     r.fired.clear()
-    timers.fire_due(r, TABLE, 80.0)
+    timers.fire_due(r, 80.0)
     assert r.fired == [("campaign", 80.0), ("any role", 80.0)]
+
+
+def test_a_misspelt_deadline_is_caught():
+    timers = table()
+    timers.due_ms["beta"] = 1.0
+    with pytest.raises(AssertionError, match="beta"):
+        timers.next_deadline_ms(Role.LEADER)
 
 
 class DeadlineProbe:

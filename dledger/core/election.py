@@ -9,6 +9,8 @@ leader answers REJECT_ALREADY_HAS_LEADER.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 from raftmq.dledger.codes import ParseResult, Role, VoteResult
 from raftmq.dledger.core.messages import VoteRequest, VoteResponse
@@ -84,13 +86,19 @@ class Election:
     move to the next term at once, the last round's result, when the next round starts
     and the round in progress. The term and vote are the replica's: it changes them
     (`next_term`, `vote`), and saves them before anything that depends on them leaves.
+    The round, when the next one is due and whether to move on at once decide its two
+    timers' deadlines (the campaign, the round's end): setting any of them writes those
+    into the replica's timer table.
     """
 
     def __init__(self, replica, term: int, vote_for: str | None, now_ms: float) -> None:
         self._r = replica
+        self._due_ms = replica.timers.due_ms
+        self._round: VoteRound | None = None
+        self._next_vote_ms = math.inf
+        self._need_increase_term_immediately = False
         cfg = replica.config
         self.known_max_term = term
-        self.need_increase_term_immediately = False
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         # A restart that finds our own vote for this term: we may have led it, and a crash
         # may have cost us entries of it that followers kept, so we must never lead it
@@ -98,8 +106,51 @@ class Election:
         # term at once either: a live leader would be deposed by our higher term.
         self.never_lead_term = term if vote_for == cfg.self_id else -1
         self.next_vote_ms = now_ms + replica.rand(0, cfg.max_vote_interval_ms)
-        self.round: VoteRound | None = None
         self.vote_rounds_started = 0  # for monitoring (dledger.metrics)
+
+    # ------------------------------------------------------------------ the timers' deadlines
+    @property
+    def round(self) -> VoteRound | None:
+        """The vote round in progress."""
+        return self._round
+
+    @round.setter
+    def round(self, vote_round: VoteRound | None) -> None:
+        self._round = vote_round
+        self._rearm()
+
+    @property
+    def next_vote_ms(self) -> float:
+        """When the next round starts (after the vote gap)."""
+        return self._next_vote_ms
+
+    @next_vote_ms.setter
+    def next_vote_ms(self, at_ms: float) -> None:
+        self._next_vote_ms = at_ms
+        self._rearm()
+
+    @property
+    def need_increase_term_immediately(self) -> bool:
+        """Move to the next term at the next campaign, without waiting out a gap."""
+        return self._need_increase_term_immediately
+
+    @need_increase_term_immediately.setter
+    def need_increase_term_immediately(self, at_once: bool) -> None:
+        self._need_increase_term_immediately = at_once
+        self._rearm()
+
+    def _rearm(self) -> None:
+        """A campaign is due when no round runs (at once if asked to move on at once);
+        a round ends at its deadline."""
+        due_ms = self._due_ms
+        vote_round = self._round
+        if vote_round is not None:
+            due_ms["campaign"] = math.inf
+            due_ms["vote round"] = vote_round.deadline_ms
+        else:
+            at_once = self._need_increase_term_immediately
+            due_ms["campaign"] = -math.inf if at_once else self._next_vote_ms
+            due_ms["vote round"] = math.inf
 
     # ------------------------------------------------------------------ role changes
     def become_candidate(self, term: int, was_candidate: bool, now_ms: float) -> None:
@@ -117,12 +168,11 @@ class Election:
     def forget_round(self) -> None:
         self.round = None
 
-    # ------------------------------------------------------------------ candidate
-    def campaign_due_ms(self) -> float | None:
-        if self.round is not None:
-            return None
-        return float("-inf") if self.need_increase_term_immediately else self.next_vote_ms
+    def campaign_at_once(self) -> None:
+        """A newer term was heard of: campaign in the next term at the next tick."""
+        self.need_increase_term_immediately = True
 
+    # ------------------------------------------------------------------ candidate
     def campaign(self, now_ms: float) -> None:
         """The vote gap ran out: move to the next term if the last round says so, then
         start a round (or, after adopting a newer term, wait one more gap)."""
@@ -140,9 +190,6 @@ class Election:
             return
         self._start_round(now_ms)
 
-    def round_due_ms(self) -> float | None:
-        return self.round.deadline_ms if self.round is not None else None
-
     def vote_gap_ms(self) -> float:
         r = self._r
         cfg = r.config
@@ -156,7 +203,7 @@ class Election:
         r = self._r
         cfg = r.config
         wait_ms = 2 * cfg.heartbeat_interval_ms + r.rand(0, cfg.max_vote_interval_ms)
-        self.round = VoteRound(r.term, r.next_seq(), now_ms + wait_ms, r.peer_count)
+        self.round = VoteRound(r.term, next(r.seqs), now_ms + wait_ms, r.peer_count)
         self.vote_rounds_started += 1
         request = VoteRequest(
             cfg.group,

@@ -32,42 +32,74 @@ class Heartbeats:
     Owns the times they keep: when the leader was last heard (`last_leader_heartbeat_ms`),
     when each peer last answered a beat of this leader's term (`last_ack_ms`, the beat's
     send time), the beats in flight and the round being counted. The term, role and
-    leader are the replica's: read there, changed through its role changes.
+    leader are the replica's: read there, changed through its role changes. Writes the
+    deadlines of its four timers (the round, the next beat, the lease, the leader lost)
+    into the replica's timer table whenever what they derive from changes.
     """
 
     def __init__(self, replica, now_ms: float) -> None:
         self._r = replica
-        self.last_leader_heartbeat_ms = now_ms
+        self._due_ms = replica.timers.due_ms
         self.last_ack_ms: dict[str, float] = {}
         self._beats_sent_ms: dict[int, float] = {}  # seq -> send time, for a lease's span
         self._round: HeartbeatRound | None = None
-        self._last_sent_ms = float("-inf")
+        self._beat_sent(float("-inf"))
+        self.heard_leader(now_ms)
+
+    # ------------------------------------------------------------------ the timers' deadlines
+    def _beat_sent(self, sent_ms: float) -> None:
+        """The next beat is due an interval after `sent_ms` (-inf: at once)."""
+        self._due_ms["heartbeat"] = sent_ms + self._r.config.heartbeat_interval_ms
+
+    def _round_changed(self) -> None:
+        """A round ends at its deadline, or at once when every peer has answered."""
+        hb_round = self._round
+        if hb_round is None:
+            due_ms = math.inf
+        elif len(hb_round.answers) >= len(self._r.peers):
+            due_ms = -math.inf
+        else:
+            due_ms = hb_round.deadline_ms
+        self._due_ms["heartbeat round"] = due_ms
+
+    def _acks_changed(self) -> None:
+        """DLedger's step-down: the leader holds its lease while a quorum (itself counted)
+        has answered within `lease_ms`; it is lost the moment after that runs out."""
+        r = self._r
+        needed = r.quorum - 1
+        expiry_ms = math.inf
+        if needed:
+            heard_ms = sorted(self.last_ack_ms.values(), reverse=True)
+            expiry_ms = math.nextafter(heard_ms[needed - 1] + r.lease_ms, math.inf)
+        self._due_ms["lease"] = expiry_ms
 
     # ------------------------------------------------------------------ role changes
     def start_leading(self, now_ms: float) -> None:
         """A new leader counts every peer as heard now and beats at once."""
         self.last_ack_ms = dict.fromkeys(self._r.peers, now_ms)
-        self._last_sent_ms = float("-inf")
+        self._acks_changed()
+        self._beat_sent(float("-inf"))
 
     def stop_leading(self) -> None:
         self._round = None
+        self._round_changed()
 
     def heard_leader(self, now_ms: float) -> None:
+        """Our leader spoke: we wait a lease for it again."""
         self.last_leader_heartbeat_ms = now_ms
+        self._due_ms["leader lost"] = now_ms + self._r.lease_ms
 
     def heard_within(self, peer: str, now_ms: float, span_ms: float) -> bool:
         """Whether `peer` answered a beat of this leader sent within `span_ms` of `now_ms`."""
         return now_ms <= self.last_ack_ms.get(peer, float("-inf")) + span_ms
 
     # ------------------------------------------------------------------ leader
-    def heartbeat_due_ms(self) -> float:
-        return self._last_sent_ms + self._r.config.heartbeat_interval_ms
-
     def send_heartbeats(self, now_ms: float) -> None:
         r = self._r
-        self._last_sent_ms = now_ms
-        seq = r.next_seq()
+        self._beat_sent(now_ms)
+        seq = next(r.seqs)
         self._round = HeartbeatRound(seq, now_ms + max(1, r.config.heartbeat_interval_ms - 10))
+        self._round_changed()
         # An answer can extend the lease only from when its beat left: beats older than a
         # lease could not extend it past now, so they are forgotten.
         sent_at_ms = self._beats_sent_ms
@@ -77,40 +109,23 @@ class Heartbeats:
         for peer in r.peers:
             r.send(HeartBeatRequest(r.config.group, r.self_id, peer, r.self_id, r.term, seq=seq))
 
-    def round_due_ms(self) -> float | None:
-        """A round ends at its deadline, or at once when every peer has answered."""
-        hb_round = self._round
-        if hb_round is None:
-            return None
-        if len(hb_round.answers) >= len(self._r.peers):
-            return float("-inf")
-        return hb_round.deadline_ms
-
     def finish_round(self, now_ms: float) -> None:
         r = self._r
         hb_round, self._round = self._round, None
+        self._round_changed()
         answers = list(hb_round.answers.values())
         success = 1 + answers.count(Code.SUCCESS)
         if is_quorum(success, r.peer_count):
             return
         if is_quorum(success + answers.count(Code.TERM_NOT_READY), r.peer_count):
-            self._last_sent_ms = float("-inf")  # resend at once
+            self._beat_sent(float("-inf"))  # resend at once
         elif Code.INCONSISTENT_LEADER in answers:
             r.change_to_candidate(r.term, now_ms)
 
     def send_failed(self, msg: HeartBeatRequest) -> None:
         if self._round and msg.seq == self._round.seq:
             self._round.answers[msg.remote_id] = Code.NETWORK_ERROR
-
-    def lease_expiry_ms(self) -> float | None:
-        """DLedger's step-down: the leader holds its lease while a quorum (itself counted)
-        has answered within `lease_ms`; it is lost the moment after that runs out."""
-        r = self._r
-        needed = r.quorum - 1
-        if needed == 0:
-            return None
-        heard_ms = sorted(self.last_ack_ms.values(), reverse=True)
-        return math.nextafter(heard_ms[needed - 1] + r.lease_ms, math.inf)
+            self._round_changed()
 
     def holds_lease(self, now_ms: float) -> bool:
         """Whether this replica leads with its lease at `now_ms`: DLedger's step-down rule
@@ -120,8 +135,7 @@ class Heartbeats:
         one (a broker must not become master) until a quorum has answered again."""
         if self._r.role is not Role.LEADER:
             return False
-        expiry_ms = self.lease_expiry_ms()
-        return expiry_ms is None or now_ms < expiry_ms
+        return now_ms < self._due_ms["lease"]
 
     def lose_lease(self, now_ms: float) -> None:
         self._r.change_to_candidate(self._r.term, now_ms)
@@ -141,6 +155,7 @@ class Heartbeats:
             if sent_ms is not None:
                 heard_ms = self.last_ack_ms.get(resp.local_id, float("-inf"))
                 self.last_ack_ms[resp.local_id] = max(heard_ms, sent_ms)
+                self._acks_changed()
             r.replication.peer_answered(resp.local_id, now_ms)
         if self._round and resp.seq == self._round.seq:
             self._round.answers[resp.local_id] = Code(resp.code)
@@ -148,9 +163,6 @@ class Heartbeats:
                 self.finish_round(now_ms)
 
     # ------------------------------------------------------------------ follower
-    def leader_lost_ms(self) -> float:
-        return self.last_leader_heartbeat_ms + self._r.lease_ms
-
     def lose_leader(self, now_ms: float) -> None:
         self._r.change_to_candidate(self._r.term, now_ms)
 
@@ -174,6 +186,6 @@ class Heartbeats:
             r.change_to_follower(leader, now_ms)
             return Code.SUCCESS
         if r.leader_id == leader and r.role is Role.FOLLOWER:
-            self.last_leader_heartbeat_ms = now_ms
+            self.heard_leader(now_ms)
             return Code.SUCCESS
         return Code.INCONSISTENT_LEADER

@@ -10,6 +10,7 @@ the transitions it makes and the bookkeeping that goes with each cannot be forgo
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import attrs
@@ -23,37 +24,42 @@ class Inflights:
 
     At most `capacity` are outstanding (DLedger's maxPendingSize). Answers may come
     back in any order; a push whose answer is lost is noticed through the oldest
-    send time, which the leader's push timeout watches.
+    send time, which the leader's push timeout watches. What the dispatcher asks on
+    every push, whether the window is `full` and when the oldest push left
+    (`oldest_sent_ms`, inf when none is out), are fields kept by the changes here.
     """
 
-    __slots__ = ("_sent_ms", "capacity")
+    __slots__ = ("_sent_ms", "capacity", "full", "oldest_sent_ms")
 
     def __init__(self, capacity: int) -> None:
         assert capacity > 0, capacity
         self.capacity = capacity
         self._sent_ms: OrderedDict[int, float] = OrderedDict()  # seq -> sent at
+        self._changed()
 
     def __len__(self) -> int:
         return len(self._sent_ms)
 
-    @property
-    def full(self) -> bool:
-        return len(self._sent_ms) >= self.capacity
-
-    @property
-    def oldest_sent_ms(self) -> float:
-        return next(iter(self._sent_ms.values()))
+    def _changed(self) -> None:
+        sent_ms = self._sent_ms
+        self.full = len(sent_ms) >= self.capacity
+        self.oldest_sent_ms = next(iter(sent_ms.values())) if sent_ms else math.inf
 
     def add(self, seq: int, sent_ms: float) -> None:
         assert not self.full and seq not in self._sent_ms, seq
         self._sent_ms[seq] = sent_ms
+        self._changed()
 
     def free(self, seq: int) -> bool:
         """The answer to push `seq` arrived; False if it is not ours (stale or forgotten)."""
-        return self._sent_ms.pop(seq, None) is not None
+        if self._sent_ms.pop(seq, None) is None:
+            return False
+        self._changed()
+        return True
 
     def clear(self) -> None:
         self._sent_ms.clear()
+        self._changed()
 
 
 @attrs.define(slots=True)
@@ -152,7 +158,8 @@ class Progress:
         if self.state is PushType.APPEND:
             if self.next_index <= end_index and not self.inflight.full:
                 return float("-inf")
-            return self.inflight.oldest_sent_ms + push_timeout_ms if self.inflight else None
+            oldest_sent_ms = self.inflight.oldest_sent_ms
+            return None if oldest_sent_ms == math.inf else oldest_sent_ms + push_timeout_ms
         if self.probing:
             return self.probe_sent_ms + push_timeout_ms
         return float("-inf")

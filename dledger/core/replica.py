@@ -15,8 +15,9 @@ Each part owns its own fields. The replica owns what they share — term and vot
 role and leader, the log and its commit and persisted indexes, the output — and
 changes it only here: the role changes, `next_term` and `vote`, `set_committed`,
 `log_truncated`, `after_local_append`, `out_of_room`. What is done because time
-passed is one table, `_TIMERS`, from which both `tick` and `next_deadline_ms` are
-derived.
+passed is one table, `_TIMERS` (`timers.TimerTable`), from which both `tick` and
+`next_deadline_ms` are derived; each part writes its own timers' deadlines there when
+its state changes, so asking for the next deadline asks no part.
 
 Two departures from DLedger, both for safety: term and vote are durable before any
 message that depends on them leaves (see `Output`), and a follower that learns its
@@ -28,11 +29,11 @@ NOOP so inherited entries commit promptly.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from raftmq.dledger.codes import Code, EntryType, Role, VoteResult
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.dledger.core import timers
 from raftmq.dledger.core.election import Election, VoteRound, is_quorum
 from raftmq.dledger.core.follower import FollowerReplication
 from raftmq.dledger.core.heartbeat import Heartbeats
@@ -49,7 +50,7 @@ from raftmq.dledger.core.messages import (
 from raftmq.dledger.core.output import Completion, Output
 from raftmq.dledger.core.pending import PendingAppends
 from raftmq.dledger.core.replication import LeaderReplication
-from raftmq.dledger.core.timers import Timer
+from raftmq.dledger.core.timers import Timer, TimerTable
 from raftmq.dledger.core.transfer import LeadershipTransfer
 from raftmq.dledger.store.base import LogStore
 
@@ -75,6 +76,7 @@ class Replica:
         self.peers = [p for p in config.peer_ids if p != self.self_id]
         self._other_members = frozenset(self.peers)
         self.peer_count = len(config.peer_ids)
+        self.quorum = self.peer_count // 2 + 1
         self.term = term
         self.vote_for = vote_for
         # (term, vote) as last handed to the driver to make durable (`_save_hard_state`)
@@ -87,9 +89,9 @@ class Replica:
         # found no room; appends are refused (DISK_FULL) while it holds.
         self.disk_full = False
         self._out = Output()
-        self._seq = 0
-        self._now_ms = now_ms
-        self.pending = PendingAppends()
+        self.seqs = itertools.count(1)  # numbers the requests we send (`next(r.seqs)`)
+        self.timers = TimerTable(self._TIMERS)  # written by the parts below, from here on
+        self.pending = PendingAppends(self.timers.due_ms)
         self.election = Election(self, term, vote_for, now_ms)
         self.heartbeats = Heartbeats(self, now_ms)
         self.replication = LeaderReplication(self)
@@ -105,10 +107,6 @@ class Replica:
         return out
 
     @property
-    def quorum(self) -> int:
-        return self.peer_count // 2 + 1
-
-    @property
     def lease_ms(self) -> float:
         """maxHeartBeatLeak beats: how long a follower waits for its leader, and how
         long a leader leads without hearing a quorum."""
@@ -116,11 +114,10 @@ class Replica:
 
     def next_deadline_ms(self) -> float:
         """The earliest time `tick` has something to do."""
-        return timers.next_deadline_ms(self, self._TIMERS)
+        return self.timers.next_deadline_ms(self.role)
 
     def tick(self, now_ms: float) -> None:
-        self._now_ms = now_ms
-        timers.fire_due(self, self._TIMERS, now_ms)
+        self.timers.fire_due(self, now_ms)
         self._check_invariants()
 
     def receive(self, msg, now_ms: float) -> None:
@@ -129,7 +126,6 @@ class Replica:
         quorum or a lease. Requests from strangers get DLedger's refusals."""
         if msg.KIND < 0 and msg.local_id not in self._other_members:
             return
-        self._now_ms = now_ms
         handler = self._HANDLERS.get(type(msg))
         if handler is not None:
             handler(self, msg, now_ms)
@@ -155,12 +151,12 @@ class Replica:
         Returns, per request, SUCCESS when accepted for replication — its outcome then
         arrives as a Completion — or the code to answer with at once.
         """
-        self._now_ms = now_ms
         codes = []
         items = []
         accepted = []
+        waiting = len(self.pending)
         for handle, bodies in requests:
-            code = self._admit(bodies, len(accepted))
+            code = self._admit(bodies, waiting + len(accepted))
             codes.append(code)
             if code is Code.SUCCESS:
                 accepted.append((handle, len(bodies)))
@@ -175,23 +171,20 @@ class Replica:
             return [Code.DISK_FULL if code is Code.SUCCESS else code for code in codes]
         self.after_local_append()
         deadline_ms = now_ms + self.config.max_wait_ack_time_ms
-        offset = 0
-        for handle, count in accepted:
-            self.pending.add(handle, self.term, positions[offset : offset + count], deadline_ms)
-            offset += count
-        self.replication.replicate_all(now_ms)
-        self.replication.advance_commit()
+        self.pending.add(self.term, accepted, positions, deadline_ms)
+        self.replication.log_grew(now_ms)
         self._check_invariants()
         return codes
 
-    def _admit(self, bodies: list[bytes], already: int) -> Code:
+    def _admit(self, bodies: list[bytes], waiting: int) -> Code:
+        """Whether one request may be appended now, `waiting` appends already pending."""
         if self.role is not Role.LEADER:
             return Code.NOT_LEADER
         if self.transfers.current is not None:
             return Code.LEADER_TRANSFERRING
         if not bodies:
             return Code.REQUEST_WITH_EMPTY_BODYS
-        if len(self.pending) + already >= self.config.max_pending_requests:
+        if waiting >= self.config.max_pending_requests:
             return Code.LEADER_PENDING_FULL
         if self.disk_full:
             return Code.DISK_FULL
@@ -209,12 +202,10 @@ class Replica:
         """The driver's disk check: whether the store's filesystem is over diskFullRatio.
         Back under it, a leader whose NOOP found no room appends it now, so that what
         it inherited commits."""
-        self._now_ms = now_ms
         self.disk_full = full
         if not full and self.role is Role.LEADER and self.store.end_term < self.term:
             self._append_noop()
-            self.replication.replicate_all(now_ms)
-            self.replication.advance_commit()
+            self.replication.log_grew(now_ms)
         self._check_invariants()
 
     def retention_floor(self, now_ms: float, keep_ms: float) -> int:
@@ -234,22 +225,17 @@ class Replica:
 
     def persisted(self, index: int, generation: int, now_ms: float) -> None:
         """The driver's fsync covering entries up to `index` of store `generation` completed."""
-        self._now_ms = now_ms
         if generation != self.store.generation or index <= self.persisted_index:
             return
         self.persisted_index = min(index, self.store.end_index)
         self.follower.flush_deferred_acks()
         if self.role is Role.LEADER:
-            self.replication.advance_commit()
+            self.replication.advance_commit(now_ms)
         self._check_invariants()
 
     # ------------------------------------------------------------------ what the parts share
     def rand(self, low: float, high: float) -> float:
         return low + self.rng.random() * (high - low)
-
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
 
     def send(self, msg) -> None:
         self._out.messages.append(msg)
@@ -282,26 +268,22 @@ class Replica:
         return -1
 
     def set_committed(self, index: int) -> None:
-        """The commit index only rises, and only to an entry we hold: as leader, one
-        of our own term that a quorum holds durably (Raft's commit rule); as follower,
-        one our log agrees with the leader's up to."""
+        """The commit index only rises, and only to an entry we hold: as leader, what
+        Raft's commit rule found (`LeaderReplication.advance_commit`, where the
+        followers' match indexes are); as follower, one our log agrees with the
+        leader's up to. The appends it covers are answered (every entry past the commit
+        index before is still in the log, so its term can be read there)."""
         assert self.committed_index < index <= self.store.end_index, (
             self.committed_index,
             index,
             self.store.end_index,
         )
-        if self.role is Role.LEADER:
-            holders = self.replication.holders(index) + (self.persisted_index >= index)
-            assert holders >= self.quorum, (index, holders)
-            assert self.store.term_at(index) == self.term, (index, self.term)
-        else:
+        if self.role is not Role.LEADER:
             verified = self.follower.leader_verified_index
             assert index <= verified, (index, verified)
         self.committed_index = index
         self._out.committed_index = index
-        self._out.completions.extend(self.pending.resolve(index, self.entry_term))
-        if self.role is Role.LEADER:
-            self.replication.arm_commit_push(self._now_ms)
+        self._out.completions.extend(self.pending.resolve(index, self.store.term_at))
 
     def log_truncated(self, new_end: int) -> None:
         """Our log was cut to end at `new_end`: what was durable past it is gone, and so
@@ -372,7 +354,7 @@ class Replica:
         self.election.become_candidate(term, self.role is Role.CANDIDATE, now_ms)
         self._set_role(Role.CANDIDATE)
         if campaign_at_once:
-            self.election.need_increase_term_immediately = True
+            self.election.campaign_at_once()
 
     def change_to_follower(self, leader: str, now_ms: float) -> None:
         if self.role is Role.LEADER:
@@ -402,8 +384,9 @@ class Replica:
         self.transfers.start_leading(now_ms)
         self._set_role(Role.LEADER)
         self._append_noop()
-        timers.fire_due(self, self._LEADER_TIMERS, now_ms)  # heartbeats and COMPAREs go out now
-        self.replication.advance_commit()
+        # heartbeats and COMPAREs go out now
+        self.timers.fire_due(self, now_ms, self._LEADER_TIMERS)
+        self.replication.advance_commit(now_ms)
 
     def _append_noop(self) -> None:
         """A NOOP of our own term lets everything inherited commit without waiting for a
@@ -442,37 +425,31 @@ class Replica:
         Timer(
             "heartbeat round",
             Role.LEADER,
-            lambda r: r.heartbeats.round_due_ms(),
             lambda r, now_ms: r.heartbeats.finish_round(now_ms),
         ),
         Timer(
             "heartbeat",
             Role.LEADER,
-            lambda r: r.heartbeats.heartbeat_due_ms(),
             lambda r, now_ms: r.heartbeats.send_heartbeats(now_ms),
         ),
         Timer(
             "commit push",
             Role.LEADER,
-            lambda r: r.replication.commit_push_due_ms(),
             lambda r, now_ms: r.replication.send_commit_updates(now_ms),
         ),
         Timer(
             "lease",
             Role.LEADER,
-            lambda r: r.heartbeats.lease_expiry_ms(),
             lambda r, now_ms: r.heartbeats.lose_lease(now_ms),
         ),
         Timer(
             "preferred leader",
             Role.LEADER,
-            lambda r: r.transfers.preferred_check_due_ms(),
             lambda r, now_ms: r.transfers.check_preferred_leader(now_ms),
         ),
         Timer(
             "replication",
             Role.LEADER,
-            lambda r: r.replication.replication_due_ms(),
             lambda r, now_ms: r.replication.replicate_all(now_ms),
         ),
     )
@@ -481,31 +458,26 @@ class Replica:
         Timer(
             "leader lost",
             Role.FOLLOWER,
-            lambda r: r.heartbeats.leader_lost_ms(),
             lambda r, now_ms: r.heartbeats.lose_leader(now_ms),
         ),
         Timer(
             "campaign",
             Role.CANDIDATE,
-            lambda r: r.election.campaign_due_ms(),
             lambda r, now_ms: r.election.campaign(now_ms),
         ),
         Timer(
             "vote round",
             Role.CANDIDATE,
-            lambda r: r.election.round_due_ms(),
             lambda r, now_ms: r.election.finish_round(now_ms),
         ),
         Timer(
             "pending appends",
             None,
-            lambda r: r.pending.deadline_ms,
             lambda r, now_ms: r._expire_pending(now_ms),
         ),
         Timer(
             "transfer",
             None,
-            lambda r: r.transfers.transfer_due_ms(),
             lambda r, now_ms: r.transfers.check_transfer(now_ms),
         ),
     )

@@ -9,6 +9,8 @@ to the leader's own term.
 
 from __future__ import annotations
 
+import math
+
 from raftmq.dledger.codes import Code, PushType, Role
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.core.progress import Progress
@@ -22,12 +24,19 @@ class LeaderReplication:
     """The leader's side of replication: one `Progress` per follower (`progress`), and
     when a COMMIT push is due. The log, the commit index and the persisted index are
     the replica's: read there; the commit index moves through `Replica.set_committed`.
+    Writes its two timers' deadlines into the replica's timer table: the COMMIT push,
+    and replication's, the earliest of each follower's (`_due_ms_by_peer`), which is
+    worked out again whenever that follower's progress moves or the log grows (every
+    leader append is followed by `replicate_all`).
     """
 
     def __init__(self, replica) -> None:
         self._r = replica
+        self._due_ms = replica.timers.due_ms
         self.progress: dict[str, Progress] = {}
-        self._commit_push_at_ms: float | None = None
+        self._due_ms_by_peer: dict[str, float] = {}
+        self._set_commit_push(math.inf)
+        self._rearm_all()
 
     # ------------------------------------------------------------------ role changes
     def start_leading(self) -> None:
@@ -35,49 +44,67 @@ class LeaderReplication:
         r = self._r
         window = r.config.max_pending_pushes
         self.progress = {p: Progress.for_new_leader(r.store.end_index, window) for p in r.peers}
+        self._rearm_all()
 
     def stop_leading(self) -> None:
         self.progress.clear()
-        self._commit_push_at_ms = None
+        self._rearm_all()
+        self._set_commit_push(math.inf)
 
     def peer_answered(self, peer: str, now_ms: float) -> None:
         """`peer` answered a beat: replication to it resumes if a push had failed."""
         prog = self.progress.get(peer)
         if prog is not None and prog.resume():
             self._replicate(peer, prog, now_ms)
+            self._rearm(peer, prog)
 
     def send_failed(self, msg: PushRequest) -> None:
-        self.progress[msg.remote_id].stall()
+        prog = self.progress[msg.remote_id]
+        prog.stall()
+        self._rearm(msg.remote_id, prog)
+
+    # ------------------------------------------------------------------ the timers' deadlines
+    def _rearm(self, peer: str, prog: Progress) -> None:
+        """`peer`'s progress moved: when the leader next has something to send it or a
+        push to it times out, and so the earliest of all."""
+        r = self._r
+        due_ms = prog.deadline_ms(r.store.end_index, r.config.max_push_timeout_ms)
+        by_peer = self._due_ms_by_peer
+        by_peer[peer] = math.inf if due_ms is None else due_ms
+        self._due_ms["replication"] = min(by_peer.values())
+
+    def _rearm_all(self) -> None:
+        self._due_ms_by_peer.clear()
+        self._due_ms["replication"] = math.inf
+        for peer, prog in self.progress.items():
+            self._rearm(peer, prog)
+
+    def _set_commit_push(self, at_ms: float) -> None:
+        self._due_ms["commit push"] = at_ms
 
     def match_index(self, peer: str) -> int | None:
         """How far `peer` holds our log durably, if it is a follower of ours."""
         prog = self.progress.get(peer)
         return None if prog is None else prog.match_index
 
-    def holders(self, index: int) -> int:
-        """How many followers hold our log up to `index` durably."""
-        return sum(p.match_index >= index for p in self.progress.values())
-
     # ------------------------------------------------------------------ pushes
+    def log_grew(self, now_ms: float) -> None:
+        """Entries were appended to our log: push them to every follower, and commit
+        them at once if that is already a quorum (a group of one, or acks that do not
+        wait for the disk)."""
+        self.replicate_all(now_ms)
+        self.advance_commit(now_ms)
+
     def replicate_all(self, now_ms: float) -> None:
         if self._r.role is not Role.LEADER:
             return
         for peer, prog in self.progress.items():
             self._replicate(peer, prog, now_ms)
-
-    def replication_due_ms(self) -> float | None:
-        """The earliest time a follower has something to be sent or a push times out."""
-        end, timeout_ms = self._r.store.end_index, self._r.config.max_push_timeout_ms
-        deadlines = [
-            d
-            for prog in self.progress.values()
-            if (d := prog.deadline_ms(end, timeout_ms)) is not None
-        ]
-        return min(deadlines, default=None)
+            self._rearm(peer, prog)
 
     def _push(self, peer: str, prog: Progress, push_type: PushType, pre_index: int, **extra) -> int:
         r = self._r
-        seq = r.next_seq()
+        seq = next(r.seqs)
         r.send(
             PushRequest(
                 r.config.group,
@@ -103,7 +130,7 @@ class LeaderReplication:
         cfg = self._r.config
         timeout_ms = cfg.max_push_timeout_ms
         if prog.state is PushType.APPEND:
-            if prog.inflight and now_ms >= prog.inflight.oldest_sent_ms + timeout_ms:
+            if now_ms >= prog.inflight.oldest_sent_ms + timeout_ms:  # inf: none out
                 prog.resend_unacknowledged()
             while prog.next_index <= store.end_index and not prog.inflight.full:
                 blob, count = store.read_encoded(prog.next_index, cfg.max_batch_push_bytes)
@@ -158,6 +185,12 @@ class LeaderReplication:
 
     # ------------------------------------------------------------------ answers
     def on_push_response(self, resp: PushResponse, now_ms: float) -> None:
+        self._on_push_response(resp, now_ms)
+        prog = self.progress.get(resp.local_id)
+        if prog is not None:
+            self._rearm(resp.local_id, prog)
+
+    def _on_push_response(self, resp: PushResponse, now_ms: float) -> None:
         r = self._r
         store = r.store
         if r.role is not Role.LEADER:
@@ -177,7 +210,7 @@ class LeaderReplication:
             if not prog.inflight.free(resp.seq):
                 return
             if resp.code == Code.SUCCESS:
-                self._matched(prog, resp.index)
+                self._matched(prog, resp.index, now_ms)
                 self._replicate(resp.local_id, prog, now_ms)
             elif resp.code == Code.INCONSISTENT_STATE:
                 # from our beginning at the lowest, unless its log ends before that
@@ -193,9 +226,9 @@ class LeaderReplication:
             prog.stall()
             return
         if resp.type == PushType.COMPARE:
-            self._on_compare_response(prog, resp)
+            self._on_compare_response(prog, resp, now_ms)
         elif resp.code == Code.SUCCESS:  # TRUNCATE done: the follower is a prefix of our log
-            self._matched(prog, resp.index)
+            self._matched(prog, resp.index, now_ms)
             prog.become_replicate(resp.index + 1)
         else:
             # A refused TRUNCATE: compare again, but at the follower's next heartbeat
@@ -206,14 +239,14 @@ class LeaderReplication:
             return
         self._replicate(resp.local_id, prog, now_ms)
 
-    def _on_compare_response(self, prog: Progress, resp: PushResponse) -> None:
+    def _on_compare_response(self, prog: Progress, resp: PushResponse, now_ms: float) -> None:
         store = self._r.store
         compare_index = prog.next_index - 1
         if resp.code == Code.SUCCESS:
             if resp.end_index > compare_index:
                 prog.become_probe(PushType.TRUNCATE, prog.next_index)
             else:
-                self._matched(prog, compare_index)
+                self._matched(prog, compare_index, now_ms)
                 prog.become_replicate(compare_index + 1)
             return
         if resp.code != Code.INCONSISTENT_STATE:
@@ -236,15 +269,16 @@ class LeaderReplication:
             next_index = max(resp.begin_index, store.begin_index - 1)
         prog.become_probe(PushType.COMPARE, next_index)
 
-    def _matched(self, prog: Progress, index: int) -> None:
+    def _matched(self, prog: Progress, index: int, now_ms: float) -> None:
         assert index <= self._r.store.end_index, (index, self._r.store.end_index)
         if prog.matched(index):
-            self.advance_commit()
+            self.advance_commit(now_ms)
 
     # ------------------------------------------------------------------ commit
-    def advance_commit(self) -> None:
+    def advance_commit(self, now_ms: float) -> None:
         """Raft's commit rule: the highest index a quorum holds durably (our own
-        persisted index counted), once it is of our own term."""
+        persisted index counted), once it is of our own term. A new commit index is
+        told to idle followers after COMMIT_LINGER_MS."""
         r = self._r
         if r.role is not Role.LEADER:
             return
@@ -254,19 +288,13 @@ class LeaderReplication:
         candidate = matches[r.quorum - 1]
         if candidate > r.committed_index and r.store.term_at(candidate) == r.term:
             r.set_committed(candidate)
-
-    def arm_commit_push(self, now_ms: float) -> None:
-        """The commit index moved: tell idle followers after COMMIT_LINGER_MS."""
-        if self._commit_push_at_ms is None:
-            self._commit_push_at_ms = now_ms + COMMIT_LINGER_MS
-
-    def commit_push_due_ms(self) -> float | None:
-        return self._commit_push_at_ms
+            if self._due_ms["commit push"] == math.inf:
+                self._set_commit_push(now_ms + COMMIT_LINGER_MS)
 
     def send_commit_updates(self, now_ms: float) -> None:
         """Tell idle followers the commit index (busy ones learned it from APPEND pushes)."""
         r = self._r
-        self._commit_push_at_ms = None
+        self._set_commit_push(math.inf)
         for peer, prog in self.progress.items():
             if (
                 prog.state is PushType.APPEND

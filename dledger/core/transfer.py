@@ -8,6 +8,8 @@ short vote gaps, and answers the old leader when the campaign is decided.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.core.messages import LeadershipTransferRequest, LeadershipTransferResponse
@@ -31,16 +33,38 @@ class LeadershipTransfer:
     """Owns the transfer in progress (`current`), the term a transferee campaigns in
     (`term_to_take_leadership`) and when the leader next looks for a preferred peer.
     The role and term are the replica's: a transferee campaigns through its role
-    changes, and the replica reports every role change (`role_changed`)."""
+    changes, and the replica reports every role change (`role_changed`). Each event it
+    handles ends by writing its two timers' deadlines (the transfer, the preferred
+    leader check) into the replica's timer table."""
 
     def __init__(self, replica, now_ms: float) -> None:
         self._r = replica
+        self._due_ms = replica.timers.due_ms
         self.current: Transfer | None = None
         self.term_to_take_leadership = -1
-        self._next_preferred_check_ms = now_ms
+        self._due_ms["preferred leader"] = now_ms
+        self._rearm()
 
     def start_leading(self, now_ms: float) -> None:
-        self._next_preferred_check_ms = now_ms + self._r.config.check_preferred_leader_interval_ms
+        self._next_preferred_check(now_ms)
+
+    def _next_preferred_check(self, now_ms: float) -> None:
+        """The leader looks for a preferred peer again an interval after `now_ms`."""
+        interval_ms = self._r.config.check_preferred_leader_interval_ms
+        self._due_ms["preferred leader"] = now_ms + interval_ms
+
+    def _rearm(self) -> None:
+        """A transfer times out at its deadline; a transferee that has caught up moves on
+        at once. Called after every change to the transfer in progress and after every
+        push a transferee receives (what grows its log)."""
+        t = self.current
+        if t is None:
+            due_ms = math.inf
+        elif t.handle is None and t.target_term < 0 and self._r.store.end_index >= t.take_index:
+            due_ms = -math.inf
+        else:
+            due_ms = t.deadline_ms
+        self._due_ms["transfer"] = due_ms
 
     def taking_leadership(self) -> bool:
         """Whether we campaign in this term to take over from a leader that asked us."""
@@ -72,9 +96,10 @@ class LeadershipTransfer:
                 transfer_id=r.self_id,
                 transferee_id=transferee,
                 take_leadership_ledger_index=r.store.end_index,
-                seq=r.next_seq(),
+                seq=next(r.seqs),
             )
         )
+        self._rearm()
         return Code.SUCCESS
 
     def _election_span_ms(self) -> float:
@@ -104,17 +129,11 @@ class LeadershipTransfer:
         r = self._r
         r.send(LeadershipTransferResponse(*r.answer_header(to), code, seq=seq))
 
-    def transfer_due_ms(self) -> float | None:
-        """A transfer times out at its deadline; a transferee that has caught up moves on
-        at once."""
-        t = self.current
-        if t is None:
-            return None
-        if t.handle is None and t.target_term < 0 and self._r.store.end_index >= t.take_index:
-            return float("-inf")
-        return t.deadline_ms
-
     def check_transfer(self, now_ms: float) -> None:
+        self._check_transfer(now_ms)
+        self._rearm()
+
+    def _check_transfer(self, now_ms: float) -> None:
         r = self._r
         t = self.current
         if t is None:
@@ -153,22 +172,21 @@ class LeadershipTransfer:
         if code is not None:
             self.current = None
             self._answer_transfer(t.reply_to, t.reply_seq, code)
+            self._rearm()
 
     def on_transfer_response(self, resp: LeadershipTransferResponse, now_ms: float) -> None:
         t = self.current
         if t is None or t.handle is None or resp.local_id != t.transferee:
             return
         self.current = None
+        self._rearm()
         self._r.complete(Completion(t.handle, Code(resp.code)))
-
-    def preferred_check_due_ms(self) -> float:
-        return self._next_preferred_check_ms
 
     def check_preferred_leader(self, now_ms: float) -> None:
         """Every checkPreferredLeaderInterval: hand over to a preferred peer that is
         alive and close enough behind."""
         r = self._r
-        self._next_preferred_check_ms = now_ms + r.config.check_preferred_leader_interval_ms
+        self._next_preferred_check(now_ms)
         preferred = r.config.preferred_leader_ids
         if self.current is not None or not preferred or r.self_id in preferred:
             return

@@ -15,6 +15,7 @@ Reading in batches, buffering partial frames, writing in batches and closing are
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import trio
@@ -22,6 +23,7 @@ from raftmq.dledger.net.codec import FrameError
 
 from raftmq.transport import frames as framing
 from raftmq.transport.frames import RECEIVE_CHUNK
+from raftmq.transport.writer import BatchWriter
 
 __all__ = [
     "HEADER_SIZE",
@@ -80,7 +82,9 @@ class FrameSplitter(framing.FrameSplitter):
     Buffering is `transport.frames.FrameSplitter`'s."""
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        super().__init__(lambda src: split_frames(src, max_frame_bytes), FrameError)
+        super().__init__(
+            functools.partial(split_frames, max_frame_bytes=max_frame_bytes), FrameError
+        )
 
 
 class FrameReader(framing.FrameReader):
@@ -101,11 +105,12 @@ class FrameReader(framing.FrameReader):
         super().__init__(stream, FrameSplitter(max_frame_bytes), "peer read", receive_size)
 
 
-class FrameWriter(framing.FrameWriter):
+class FrameWriter(BatchWriter):
     """Queues frames synchronously; `run()` sends everything queued in one `send_all`.
 
-    `transport.frames.FrameWriter` with this module's frame header: `close()` lets
-    `run()` flush first, `abort()` drops the queue; the stream is the owner's. The
+    `transport.writer.BatchWriter` with this module's frame header: `close()` lets
+    `run()` flush first, `abort()` drops the queue; the stream is the owner's. Once
+    closed, a write raises trio.ClosedResourceError before anything is encoded. The
     peer transport drops messages to a peer whose `pending_bytes` grow past its limit.
     """
 
@@ -115,8 +120,9 @@ class FrameWriter(framing.FrameWriter):
 
     def write(self, channel: int, payload) -> None:
         """Queue one frame; FrameError if it is too large for the peer to accept."""
-        self._check_open()
+        if self.closed:
+            raise trio.ClosedResourceError("frame writer is closed")
         length = len(payload)
         if length > self._max:
             raise FrameError(f"frame of {length} bytes exceeds the {self._max}-byte limit")
-        self._write(_HEADER.pack(length, channel), payload)
+        self.queue(_HEADER.pack(length, channel), payload)

@@ -450,7 +450,7 @@ class PeerTransport:
         sender = None  # the member this connection speaks for, from its first peer message
         reader = FrameReader(stream, self.max_frame_bytes)
         nursery.start_soon(
-            close_when_stalled, reader.frame_start, self.frame_deadline_s, self._stalled(nursery)
+            close_when_stalled, reader, self.frame_deadline_s, self._stalled(nursery)
         )
         try:
             async for channel, payload in reader:

@@ -280,7 +280,7 @@ class Connection:
                         if self._frame_deadline_s is not None:
                             io.start_soon(
                                 close_when_stalled,
-                                self._reader.frame_start,
+                                self._reader,
                                 self._frame_deadline_s,
                                 lambda: self.close(
                                     f"a frame not completed within {self._frame_deadline_s} s"

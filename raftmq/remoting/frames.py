@@ -27,6 +27,7 @@ from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.errors import RemotingError
 from raftmq.transport import frames as framing
 from raftmq.transport.frames import RECEIVE_CHUNK
+from raftmq.transport.writer import BatchWriter
 
 __all__ = [
     "FrameDecoder",
@@ -138,27 +139,27 @@ class FrameReader(framing.FrameReader):
         super().__init__(stream, FrameDecoder(max_frame_bytes, raw), "remoting read", receive_size)
 
 
-class FrameWriter(framing.FrameWriter):
+class FrameWriter(BatchWriter):
     """Queues commands synchronously; `run()` sends everything queued in one `send_all`.
 
-    `transport.frames.FrameWriter` with the remoting encoding: `close()` lets `run()`
-    flush first, `abort()` drops the queue; the stream is the owner's.
+    `transport.writer.BatchWriter` with the remoting encoding: `close()` lets `run()`
+    flush first, `abort()` drops the queue; the stream is the owner's. Once closed, a
+    write raises trio.ClosedResourceError before anything is encoded.
     """
 
     def __init__(self, stream: trio.abc.SendStream, max_frame_bytes: int = MAX_FRAME_BYTES):
         super().__init__(stream, "remoting written")
         self._max = max_frame_bytes
 
-    def write_encoded(self, frames: bytes) -> None:
-        """Queue frames encoded elsewhere (`hotpath.send_responses`), sent as they are."""
-        self._check_open()
-        self._write(frames)
+    # Frames encoded elsewhere (`hotpath.send_responses`) are queued as they are.
+    write_encoded = BatchWriter.queue
 
     def write(self, command: RemotingCommand) -> None:
         """Queue one command; RemotingError if it cannot be encoded or is too large."""
-        self._check_open()
+        if self.closed:
+            raise trio.ClosedResourceError("frame writer is closed")
         prefix = encode_prefix(command, self._max)
         if command.body:
-            self._write(prefix, command.body)
+            self.queue(prefix, command.body)
         else:
-            self._write(prefix)
+            self.queue(prefix)

@@ -13,7 +13,9 @@ messages a second.
   gives it `split(src) -> (frames, bytes they take)`, which checks each declared
   length as soon as it reads it, so a hostile one costs nothing.
 - `FrameReader` feeds a splitter from a stream, a chunk at a time.
-- `FrameWriter` queues encoded frames on a BatchWriter.
+- A protocol's `FrameWriter` is a BatchWriter: its `write` checks the writer is open,
+  encodes one frame and queues the chunks (`BatchWriter.queue`), with nothing between
+  the protocol and the batching.
 
 Closing is synchronous, and the stream is its owner's: `close()` stops taking frames
 and lets `run()` send what is queued, then return; `abort()` drops the queue; whoever
@@ -32,10 +34,8 @@ from collections.abc import Callable
 import trio
 
 from raftmq.process import stages
-from raftmq.transport.idle import FrameStart
-from raftmq.transport.writer import BatchWriter
 
-__all__ = ["RECEIVE_CHUNK", "FrameReader", "FrameSplitter", "FrameWriter"]
+__all__ = ["RECEIVE_CHUNK", "FrameReader", "FrameSplitter"]
 
 RECEIVE_CHUNK = 256 * 1024
 
@@ -104,8 +104,10 @@ class FrameReader:
 
     Stops at a clean end of stream; raises the splitter's error for a malformed frame or
     a stream that ends inside one. Stream errors (trio.BrokenResourceError, ...) pass
-    through. `frame_start` notes when the partial frame held began, for a deadline on
-    completing it (`transport.idle.close_when_stalled`).
+    through. `frame_began_s` is when the partial frame it holds began (trio's clock;
+    None when it holds none), for a deadline on completing it
+    (`transport.idle.close_when_stalled`): one clock read per chunk that leaves a new
+    partial frame behind.
     """
 
     def __init__(
@@ -120,7 +122,7 @@ class FrameReader:
         self._stage = stage  # the `stages.mark` of each chunk read
         self._receive_size = receive_size
         self._ready: deque = deque()
-        self.frame_start = FrameStart()
+        self.frame_began_s: float | None = None
 
     def __aiter__(self) -> FrameReader:
         return self
@@ -147,42 +149,8 @@ class FrameReader:
             splitter.end_of_stream()
             return None
         frames = splitter.feed(data)
-        self.frame_start.note(splitter.buffered_bytes > 0, bool(frames))
+        if not splitter.buffered_bytes:
+            self.frame_began_s = None
+        elif frames or self.frame_began_s is None:  # what remains is a frame begun now
+            self.frame_began_s = trio.current_time()
         return frames
-
-
-class FrameWriter:
-    """Queues frames synchronously; `run()` sends everything queued in one `send_all`.
-
-    A protocol's writer encodes its frames and hands them to `_write`. `write` never
-    blocks, so a state machine or a processor can send without awaiting, and frames
-    written while a send is in flight leave together in the next one. The owner runs
-    `run()` in a nursery and ends it with `close()` (flush first) or `abort()` (drop
-    the queue); the stream stays the owner's to close. On a stream error `run()` raises
-    after marking the writer closed, so later writes fail fast with
-    trio.ClosedResourceError. The queue is unbounded; `pending_bytes` lets the owner
-    apply its own limit.
-    """
-
-    def __init__(self, stream: trio.abc.SendStream, stage: str) -> None:
-        self._out = out = BatchWriter(stream, stage)
-        self.run = out.run
-        self.close = out.close
-        self.abort = out.abort
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._out.pending_bytes
-
-    @property
-    def closed(self) -> bool:
-        return self._out.closed
-
-    def _check_open(self) -> None:
-        """trio.ClosedResourceError once closed, before anything is encoded."""
-        if self._out.closed:
-            raise trio.ClosedResourceError("frame writer is closed")
-
-    def _write(self, *chunks) -> None:
-        """Queue one frame's encoded chunks, back to back."""
-        self._out.write(*chunks)

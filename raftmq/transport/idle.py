@@ -16,8 +16,9 @@ per `receive_some` (one per chunk, not per frame), so the read path keeps its sh
 The idle limit does not stop a peer that sends a frame's header and then trickles the
 rest a byte a minute: it is never idle for long. So a frame must also complete within
 a deadline once its first byte has arrived: the frame readers note when the frame they
-hold a part of began (`FrameStart`, one clock read per chunk that leaves a new partial
-frame behind), and `close_when_stalled` closes the connection past the deadline.
+hold a part of began (`transport.frames.FrameReader.frame_began_s`, one clock read per
+chunk that leaves a new partial frame behind), and `close_when_stalled` closes the
+connection past the deadline.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Callable
 
 import trio
 
-__all__ = ["ConnectionCap", "FrameStart", "ReceiveClock", "close_when_idle", "close_when_stalled"]
+__all__ = ["ConnectionCap", "ReceiveClock", "close_when_idle", "close_when_stalled"]
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +65,13 @@ async def close_when_idle(clock: ReceiveClock, idle_s: float, close: Callable[[]
         await trio.sleep_until(due)
 
 
-class FrameStart:
-    """When the frame a reader holds part of began (trio's clock), or None when it holds
-    no partial frame. A reader calls `note` after each chunk it parses."""
-
-    __slots__ = ("began_s",)
-
-    def __init__(self) -> None:
-        self.began_s: float | None = None
-
-    def note(self, partial: bool, completed_any: bool) -> None:
-        """After a chunk: does a partial frame remain, and did the chunk complete any
-        frame (then what remains is a new frame, begun now)?"""
-        if not partial:
-            self.began_s = None
-        elif completed_any or self.began_s is None:
-            self.began_s = trio.current_time()
-
-
-async def close_when_stalled(start: FrameStart, deadline_s: float, close: Callable[[], None]):
-    """Call `close()` once a frame has been incomplete for `deadline_s` after its first
-    byte arrived; run it as a task beside the connection and cancel it when the
-    connection ends. Looks every `deadline_s / 2` while no frame is under way."""
+async def close_when_stalled(reader, deadline_s: float, close: Callable[[], None]):
+    """Call `close()` once a frame `reader` (a transport.frames.FrameReader) holds part
+    of has been incomplete for `deadline_s` after its first byte arrived; run it as a
+    task beside the connection and cancel it when the connection ends. Looks every
+    `deadline_s / 2` while no frame is under way."""
     while True:
-        began = start.began_s
+        began = reader.frame_began_s
         if began is None:
             await trio.sleep(deadline_s / 2)
             continue

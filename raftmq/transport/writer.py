@@ -2,7 +2,9 @@
 
 Throughput comes from batching: everything written while the previous `send_all`
 was in flight goes out together in the next one — one syscall per batch instead of
-per message. Framing is the caller's: `write` takes already-encoded chunks.
+per message. Framing is the caller's: `queue` takes already-encoded chunks, and a
+protocol's frame writer is a BatchWriter whose `write` encodes a frame and queues it
+(raftmq.remoting.frames, raftmq.dledger.net.frames).
 
 Latency comes from not waiting: a write to an idle writer over a plain socket (its
 task not inside a send, nothing queued) goes to the kernel at once, from `write`
@@ -28,7 +30,7 @@ __all__ = ["BatchWriter"]
 class BatchWriter:
     """Queues bytes synchronously; `run()` sends everything queued in one `send_all`.
 
-    `write` never blocks, so a state machine or a processor can hand out messages
+    `queue` never blocks, so a state machine or a processor can hand out messages
     without awaiting. The owner runs `run()` in a nursery. Ending it:
 
     - `close()` refuses further writes; `run()` sends what is queued, then returns;
@@ -36,9 +38,10 @@ class BatchWriter:
     - cancelling `run()`, or a stream error in it, marks the writer closed and drops
       the queue (the error propagates).
 
-    After any of these, `write` raises trio.ClosedResourceError. The stream is the
-    owner's: it closes it once `run()` has returned (transport.frames says why). The
-    queue is unbounded; `pending_bytes` lets the owner apply its own limit.
+    After any of these, `closed` is True and `queue` raises trio.ClosedResourceError.
+    The stream is the owner's: it closes it once `run()` has returned (transport.frames
+    says why). The queue is unbounded; `pending_bytes` lets the owner apply its own
+    limit.
     """
 
     def __init__(self, stream: trio.abc.SendStream, stage: str = "written") -> None:
@@ -46,7 +49,7 @@ class BatchWriter:
         self._stage = stage  # the `stages.mark` of each batch sent
         self._pending = bytearray()
         self._wake = trio.Event()
-        self._closed = False
+        self.closed = False
         self._running = False
         self._sending = False  # the task is inside send_all: writes must queue behind it
         self._socket = _plain_socket(stream)  # for writing through; None for TLS and others
@@ -55,13 +58,9 @@ class BatchWriter:
     def pending_bytes(self) -> int:
         return len(self._pending)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def write(self, *chunks) -> None:
+    def queue(self, *chunks) -> None:
         """Queue `chunks` (bytes-like) back to back; they leave in the same batch."""
-        if self._closed:
+        if self.closed:
             raise trio.ClosedResourceError("writer is closed")
         pending = self._pending
         if not (pending or self._sending) and self._running and self._socket is not None:
@@ -98,12 +97,12 @@ class BatchWriter:
 
     def close(self) -> None:
         """Refuse further writes; a running `run()` flushes the queue and returns."""
-        self._closed = True
+        self.closed = True
         self._wake.set()
 
     def abort(self) -> None:
         """Refuse further writes and drop the queue; `run()` returns without sending it."""
-        self._closed = True
+        self.closed = True
         self._pending = bytearray()
         self._wake.set()
 
@@ -124,7 +123,7 @@ class BatchWriter:
                         self._sending = False
                     if stages.ON:
                         stages.mark(self._stage)
-                elif self._closed:
+                elif self.closed:
                     return
                 else:
                     await self._wake.wait()
