@@ -12,9 +12,15 @@ A SIGHUP that was ignored when the process started (`nohup`) stays ignored.
 
 from __future__ import annotations
 
+import gc
 import signal
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import trio
+
+T = TypeVar("T")
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
@@ -67,3 +73,21 @@ class InterruptOnStopSignals:
     @property
     def exit_status(self) -> int:
         return 128 + self.received
+
+    def run(self, async_fn: Callable[..., Awaitable[T]], *args) -> T | None:
+        """`trio.run(async_fn, *args)`, or None if a stop signal interrupted it.
+
+        The interrupt can land between a coroutine's creation and its first await
+        (trio's connection attempts make several), and that coroutine, which will
+        never run, printed "coroutine ... was never awaited" when collected at exit: a
+        second message after the one line that says the command was stopped. What an
+        interrupted run left behind is collected here, with that warning ignored."""
+        with warnings.catch_warnings():
+            try:
+                return trio.run(async_fn, *args)
+            except* KeyboardInterrupt:  # bare, or inside a nursery's group
+                warnings.filterwarnings(
+                    "ignore", message="coroutine .* was never awaited", category=RuntimeWarning
+                )
+            gc.collect()
+        return None

@@ -11,23 +11,15 @@ from __future__ import annotations
 import sys
 import tempfile
 
-import trio
-
 from raftmq.process.signals import InterruptOnStopSignals
 from raftmq.tools.broker_drill import run_drill, summary
 
 
 def main() -> int:
     stop = InterruptOnStopSignals().install()
-    interrupted = False
-    try:
-        with tempfile.TemporaryDirectory(prefix="raftmq-demo-") as tmp:
-            tally = trio.run(
-                run_drill, tmp, 2000, 16, 4, lambda text: print(f"  {text}", flush=True)
-            )
-    except* KeyboardInterrupt:  # bare, or inside a nursery's group
-        interrupted = True
-    if interrupted:
+    with tempfile.TemporaryDirectory(prefix="raftmq-demo-") as tmp:
+        tally = stop.run(run_drill, tmp, 2000, 16, 4, lambda text: print(f"  {text}", flush=True))
+    if tally is None:
         print("\ndemo interrupted: its name server and brokers are stopped", file=sys.stderr)
         return stop.exit_status
     print()

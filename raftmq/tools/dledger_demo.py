@@ -12,8 +12,6 @@ from __future__ import annotations
 import sys
 import tempfile
 
-import trio
-
 from raftmq.process.signals import InterruptOnStopSignals
 from raftmq.tools.dledger_drill import run_drill
 from raftmq.tools.dledger_local import LocalGroup
@@ -38,12 +36,11 @@ async def drill() -> int:
 
 def main() -> int:
     stop = InterruptOnStopSignals().install()
-    status = None
-    try:
-        status = trio.run(drill)
-    except* KeyboardInterrupt:  # bare, or inside a nursery's group
+    status = stop.run(drill)
+    if status is None:
         print("\ndemo interrupted: its dledger servers are stopped", file=sys.stderr)
-    return stop.exit_status if status is None else status
+        return stop.exit_status
+    return status
 
 
 if __name__ == "__main__":
