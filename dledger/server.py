@@ -33,7 +33,7 @@ from pathlib import Path
 import trio
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.dledger.core.group_commit import GroupCommitSchedule
+from raftmq.dledger.core.group_commit import Fsync, GroupCommitSchedule
 from raftmq.dledger.core.output import Ready
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.metrics import fsync_histogram
@@ -504,15 +504,15 @@ class DLedgerServer:
             stages.mark("fsync wanted")
         if self._sync_thread is None:  # stopped: a plan still running reports to no one
             return
-        self._group_commit.wanted()
-        self._start_fsync()
-
-    def _start_fsync(self) -> None:
-        """Start the fsync the group-commit schedule says is due, if any: on the loop's
-        own thread or on the group-commit thread (see `core.group_commit`)."""
-        fsync = self._group_commit.next(
-            self.store.end_index, self.replica.committed_index, self.now_ms()
+        self._start_fsync(
+            self._group_commit.wanted(
+                self.store.end_index, self.replica.committed_index, self.now_ms()
+            )
         )
+
+    def _start_fsync(self, fsync: Fsync | None) -> None:
+        """Start `fsync`, the group commit the schedule says is due, if any: on the loop's
+        own thread or on the group-commit thread (see `core.group_commit`)."""
         if fsync is None:
             return
         plan = self.store.sync_plan()
@@ -560,12 +560,18 @@ class DLedgerServer:
         the next group commit starts if one was asked for meanwhile."""
         if stages.ON:
             stages.mark("fsync done")
-        self._group_commit.finished(took_s, plan.syncs, self.now_ms())
-        if plan.syncs:
+        syncs = plan.syncs
+        wanted = self._group_commit.finished(took_s, syncs, self.now_ms())
+        if syncs:
             self._fsync_seconds.observe(took_s)
         self.replica.persisted(plan.end_index, plan.generation, self.now_ms())
         self._process()
-        self._start_fsync()
+        if wanted:  # while this one ran (none is due if the Readies above started it)
+            self._start_fsync(
+                self._group_commit.next(
+                    self.store.end_index, self.replica.committed_index, self.now_ms()
+                )
+            )
 
     async def _flush_loop(self) -> None:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""

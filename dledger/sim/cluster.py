@@ -32,7 +32,7 @@ import random
 import attrs
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import PAGE_CACHE, DLedgerConfig
-from raftmq.dledger.core.group_commit import INLINE_FSYNC_MAX_S, GroupCommitSchedule
+from raftmq.dledger.core.group_commit import INLINE_FSYNC_MAX_S, Fsync, GroupCommitSchedule
 from raftmq.dledger.core.messages import REQUESTS
 from raftmq.dledger.core.output import Ready
 from raftmq.dledger.core.replica import Replica
@@ -314,7 +314,10 @@ class SimCluster:
         is due (one asked for while the last ran, or page-cache mode's flush), then arm
         its next tick."""
         self._take_ready(node)
-        self._start_fsync(node)
+        replica = node.replica
+        self._start_fsync(
+            node, node.group_commit.next(node.store.end_index, replica.committed_index, self.now_ms)
+        )
         self._schedule_tick(node)
 
     def _take_ready(self, node: SimNode) -> None:
@@ -336,8 +339,9 @@ class SimCluster:
             for msg in out.messages:
                 self._send(node.id, msg)
             if out.needs_sync:
-                node.group_commit.wanted()
-                self._start_fsync(node)
+                end_index, committed_index = node.store.end_index, node.replica.committed_index
+                fsync = node.group_commit.wanted(end_index, committed_index, self.now_ms)
+                self._start_fsync(node, fsync)
             for term, role in out.role_changes:
                 self.checker.role_changed(node.id, term, role)
             if out.committed_index is not None:
@@ -368,11 +372,9 @@ class SimCluster:
         for observer in self.observers:
             observer.completed(node_id, handle, code, positions)
 
-    def _start_fsync(self, node: SimNode) -> None:
-        """Start the fsync the node's group-commit schedule says is due, if any; one it
+    def _start_fsync(self, node: SimNode, fsync: Fsync | None) -> None:
+        """Start `fsync`, the group commit the node's schedule says is due, if any; one it
         runs inline blocks the node until it ends."""
-        replica = node.replica
-        fsync = node.group_commit.next(node.store.end_index, replica.committed_index, self.now_ms)
         if fsync is None:
             return
         plan = node.store.sync_plan()
