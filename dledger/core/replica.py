@@ -169,7 +169,7 @@ class Replica:
         codes = []
         items = []
         accepted = []
-        waiting = len(self.pending)
+        waiting = self.pending.waiting
         for handle, bodies in requests:
             code = self._admit(bodies, waiting + len(accepted))
             codes.append(code)
