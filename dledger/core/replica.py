@@ -255,6 +255,10 @@ class Replica:
     def send(self, msg) -> None:
         self._out.messages.append(msg)
 
+    def send_all(self, msgs: list) -> None:
+        """Send `msgs`, in order (a round of pushes: one call, not one per push)."""
+        self._out.messages += msgs
+
     def complete(self, completion: Completion) -> None:
         self._out.completions.append(completion)
 
