@@ -1,15 +1,16 @@
 """The trio driver: runs one `Replica` against real files, sockets and time.
 
 It feeds the core every event (a peer's message, a deadline, a client append, an
-fsync completing) and supplies the I/O for the core's `Handoff`, which carries out
-each `Output` in order: a changed term or vote is fsynced (in a worker thread)
-before any message leaves, entries are fsynced by a group-commit thread — one fsync
-covers everything appended since the last — and only then do the acknowledgments
-that depend on them go out. The core's request to fsync hands the plan to that
-thread at once (no task to wake, no thread to borrow from a pool), because on a
-single send every such hop is latency the client waits for. The simulator drives
-its replicas through the same `Handoff`, so the order it checks is the order this
-server keeps.
+fsync completing, a term and vote saved), then takes the core's `Ready` in one call
+and carries it out in the order it lists: messages, fsyncs, role changes, commits,
+completions, then the save of a changed term or vote (in a worker thread), which the
+messages that depend on it wait for in the core. Entries are fsynced by a
+group-commit thread — one fsync covers everything appended since the last — and only
+then do the acknowledgments that depend on them go out. The core's request to fsync
+hands the plan to that thread at once (no task to wake, no thread to borrow from a
+pool), because on a single send every such hop is latency the client waits for. The
+simulator takes the same `Ready` from its replicas, so the order it checks is the
+order this server keeps.
 
 Client appends that arrive together are appended together: RPC tasks queue them
 and one batcher hands them to the core in a single call, so a burst costs one
@@ -18,6 +19,7 @@ write, one push per follower and one fsync, not one of each per entry.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -31,8 +33,8 @@ from pathlib import Path
 import trio
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.dledger.core.group_commit import GroupCommitSchedule
-from raftmq.dledger.core.output import Completion, Handoff
+from raftmq.dledger.core.group_commit import Fsync, GroupCommitSchedule
+from raftmq.dledger.core.output import Ready
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.metrics import fsync_histogram
 from raftmq.dledger.net.codec import RpcCode
@@ -129,78 +131,6 @@ def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | No
     return store, TermVoteFile(base / "currterm"), checkpoint
 
 
-class _Effects:
-    """The server's I/O behind the core's `Handoff`.
-
-    It owns what only the effects use: the handlers registered for role changes and
-    commits, and the term and vote waiting to be saved (`hard_state_to_save`, taken by
-    the server's save task). What the server owns it is handed: the peer transport, and
-    calls to start a group commit (`sync`) and to complete a client's request."""
-
-    __slots__ = (
-        "_complete",
-        "_hard_state",
-        "_hard_state_ready",
-        "_self_id",
-        "_sync",
-        "_transport",
-        "commit_handlers",
-        "role_handlers",
-    )
-
-    def __init__(
-        self,
-        self_id: str,
-        transport: PeerTransport,
-        sync: Callable[[], None],
-        complete: Callable[[int, Code, list | None], None],
-    ) -> None:
-        self._self_id = self_id
-        self._transport = transport
-        self._sync = sync
-        self._complete = complete
-        self.role_handlers: list[Callable[[int, Role], None]] = []
-        self.commit_handlers: list[Callable[[int], None]] = []
-        self._hard_state: tuple[int, str | None] | None = None
-        self._hard_state_ready = trio.Event()
-
-    def save_hard_state(self, term: int, vote_for: str | None) -> None:
-        assert self._hard_state is None, "the hand-off never overlaps saves"
-        self._hard_state = (term, vote_for)
-        self._hard_state_ready.set()
-
-    async def hard_state_to_save(self) -> tuple[int, str | None]:
-        """The next (term, vote) the hand-off asks to be saved, once it asks."""
-        await self._hard_state_ready.wait()
-        self._hard_state_ready = trio.Event()
-        hard_state, self._hard_state = self._hard_state, None
-        return hard_state
-
-    def send(self, msg) -> None:
-        if stages.ON:
-            stages.mark(f"send {type(msg).__name__}")
-        self._transport.send(msg)
-
-    def sync(self) -> None:
-        if stages.ON:
-            stages.mark("fsync wanted")
-        self._sync()
-
-    def role_changed(self, term: int, role: Role) -> None:
-        log.info("%s: %s in term %d", self._self_id, role.name, term)
-        for handler in self.role_handlers:
-            handler(term, role)
-
-    def committed(self, index: int) -> None:
-        if stages.ON:
-            stages.mark("committed")
-        for handler in self.commit_handlers:
-            handler(index)
-
-    def completed(self, completion: Completion) -> None:
-        self._complete(completion.handle, completion.code, completion.positions)
-
-
 async def _succeeded(awaited: Awaited):
     """What a completion `awaited` was called with past its code, or DLedgerError."""
     code, result = await awaited.result()
@@ -254,8 +184,11 @@ class DLedgerServer:
             check_peer_hosts=config.check_peer_hosts,
             tls=config.peer_tls,
         )
-        self._effects = _Effects(config.self_id, self.transport, self._want_sync, self._complete)
-        self._handoff = Handoff(self.replica, self._effects)
+        self._role_handlers: list[Callable[[int, Role], None]] = []
+        self._commit_handlers: list[Callable[[int], None]] = []
+        self._readies: collections.deque[Ready] = collections.deque()  # taken, not carried out
+        self._hard_state_to_save: tuple[int, str | None] | None = None  # for _hard_state_loop
+        self._hard_state_wanted = trio.Event()
         self._retention_limits: list[Callable[[], int]] = []
         self._callbacks: dict[int, Callable[[Code, list | None], None]] = {}
         self._handles = 0
@@ -264,12 +197,13 @@ class DLedgerServer:
         # appends placed in advance (`append_nowait`), until the leader takes them
         self._placed_at: dict[int, tuple[int, int]] = {}
         self._append_ready = trio.Event()
-        self._processing = False  # inside _process: appends are queued, not made at once
+        self._processing = False  # carrying out Readies: appends are queued, not made at once
         self._sync_thread: _SyncThread | None = None  # with ackAfterFsync, while serving
         self._group_commit = GroupCommitSchedule(
             config.ack_after_fsync, config.flush_file_interval_ms, self.now_ms()
         )
         self._deadline_moved = trio.Event()
+        self._next_deadline_ms = self.replica.next_deadline_ms()  # as of the last Ready
         self._armed_deadline_ms = float("inf")
         self.fsync_seconds_family, self._fsync_seconds = fsync_histogram(config)
         self._retention_due = trio.Event()  # the disk is over diskSpaceRatioToCheckExpired
@@ -315,11 +249,11 @@ class DLedgerServer:
 
     def add_role_change_handler(self, handler: Callable[[int, Role], None]) -> None:
         """Called with (term, role) on every role change, in order (RocketMQ's hook)."""
-        self._effects.role_handlers.append(handler)
+        self._role_handlers.append(handler)
 
     def add_commit_handler(self, handler: Callable[[int], None]) -> None:
         """Called with the new committed index whenever it moves."""
-        self._effects.commit_handlers.append(handler)
+        self._commit_handlers.append(handler)
 
     # ------------------------------------------------------------------ public API
     def add_retention_limit(self, limit: Callable[[], int]) -> None:
@@ -490,7 +424,7 @@ class DLedgerServer:
 
     async def _timer_loop(self) -> None:
         while True:
-            deadline_ms = self.replica.next_deadline_ms()
+            deadline_ms = self._next_deadline_ms
             self._armed_deadline_ms = deadline_ms
             with trio.move_on_at(deadline_ms / 1000.0):
                 await self._deadline_moved.wait()
@@ -501,16 +435,49 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ effects out of the core
     def _process(self) -> None:
-        # An append from inside an effect (a completion's callback) is queued: the
-        # effects of one output leave before the next output is made.
-        outer, self._processing = self._processing, True
+        """Take the core's `Ready` and carry it out. One taken while another is being
+        carried out (an effect fed the core: an inline fsync completing, a callback)
+        waits until that one is done, so effects leave in the order the core made
+        them; an append from inside an effect is queued for the append task."""
+        ready = self.replica.ready()
+        self._next_deadline_ms = ready.next_deadline_ms
+        self._readies.append(ready)
+        if self._processing:
+            return
+        self._processing = True
         try:
-            self._handoff.drain()
+            while self._readies:
+                self._carry_out(self._readies.popleft())
         finally:
-            self._processing = outer
-        if self.replica.next_deadline_ms() < self._armed_deadline_ms:
+            self._processing = False
+        if self._next_deadline_ms < self._armed_deadline_ms:
             self._armed_deadline_ms = float("-inf")
             self._deadline_moved.set()
+
+    def _carry_out(self, ready: Ready) -> None:
+        """Do what `ready` lists, in its order (see `Ready`)."""
+        for out in ready.outputs:
+            for msg in out.messages:
+                if stages.ON:
+                    stages.mark(f"send {type(msg).__name__}")
+                self.transport.send(msg)
+            if out.needs_sync:
+                self._want_sync()
+            for term, role in out.role_changes:
+                log.info("%s: %s in term %d", self.config.self_id, role.name, term)
+                for handler in self._role_handlers:
+                    handler(term, role)
+            if out.committed_index is not None:
+                if stages.ON:
+                    stages.mark("committed")
+                for handler in self._commit_handlers:
+                    handler(out.committed_index)
+            for completion in out.completions:
+                self._complete(completion.handle, completion.code, completion.positions)
+        if ready.save is not None:
+            assert self._hard_state_to_save is None, "the core never overlaps saves"
+            self._hard_state_to_save = ready.save
+            self._hard_state_wanted.set()
 
     def _complete(self, handle: int, code: Code, positions) -> None:
         callback = self._callbacks.pop(handle, None)
@@ -518,30 +485,34 @@ class DLedgerServer:
             callback(code, positions)
 
     async def _hard_state_loop(self) -> None:
-        """Persist the term and vote the hand-off asks for, then let it release the
-        outputs that waited for them."""
+        """Persist the term and vote a Ready asks for, then tell the core, whose next
+        Ready releases the outputs that waited for them."""
         while True:
-            term, vote = await self._effects.hard_state_to_save()
+            await self._hard_state_wanted.wait()
+            self._hard_state_wanted = trio.Event()
+            (term, vote), self._hard_state_to_save = self._hard_state_to_save, None
             await until_room(
                 functools.partial(functools.partial, self.term_vote.save, term, vote),
                 what="while saving the term and vote",
             )
-            self._handoff.hard_state_saved()
+            self.replica.hard_state_saved()
             self._process()
 
     def _want_sync(self) -> None:
         """The core waits for what it appended to be durable: group commit."""
+        if stages.ON:
+            stages.mark("fsync wanted")
         if self._sync_thread is None:  # stopped: a plan still running reports to no one
             return
-        self._group_commit.wanted()
-        self._start_fsync()
-
-    def _start_fsync(self) -> None:
-        """Start the fsync the group-commit schedule says is due, if any: on the loop's
-        own thread or on the group-commit thread (see `core.group_commit`)."""
-        fsync = self._group_commit.next(
-            self.store.end_index, self.replica.committed_index, self.now_ms()
+        self._start_fsync(
+            self._group_commit.wanted(
+                self.store.end_index, self.replica.committed_index, self.now_ms()
+            )
         )
+
+    def _start_fsync(self, fsync: Fsync | None) -> None:
+        """Start `fsync`, the group commit the schedule says is due, if any: on the loop's
+        own thread or on the group-commit thread (see `core.group_commit`)."""
         if fsync is None:
             return
         plan = self.store.sync_plan()
@@ -555,8 +526,8 @@ class DLedgerServer:
         if error is None and not self.config.record_synced_lengths:
             # Reported here, not by a hop to the group-commit task: an answer that
             # waits for this fsync (a follower's ack, the leader's commit) leaves
-            # with the effects of this step. (The hand-off holds what this makes
-            # until the output being carried out is done, so effects keep order.)
+            # with the effects of this step. (The Ready this makes waits until the
+            # one being carried out is done, so effects keep order.)
             self._synced(plan, took_s)
         else:  # an error stops the replica from its task; synced lengths may wait
             self._sync_thread.report(plan, error, took_s)
@@ -589,12 +560,18 @@ class DLedgerServer:
         the next group commit starts if one was asked for meanwhile."""
         if stages.ON:
             stages.mark("fsync done")
-        self._group_commit.finished(took_s, plan.syncs, self.now_ms())
-        if plan.syncs:
+        syncs = plan.syncs
+        wanted = self._group_commit.finished(took_s, syncs, self.now_ms())
+        if syncs:
             self._fsync_seconds.observe(took_s)
         self.replica.persisted(plan.end_index, plan.generation, self.now_ms())
         self._process()
-        self._start_fsync()
+        if wanted:  # while this one ran (none is due if the Readies above started it)
+            self._start_fsync(
+                self._group_commit.next(
+                    self.store.end_index, self.replica.committed_index, self.now_ms()
+                )
+            )
 
     async def _flush_loop(self) -> None:
         """Page-cache mode: acks went out already; flush every flushFileInterval."""

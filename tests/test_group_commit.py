@@ -35,15 +35,14 @@ def fsync_mode() -> GroupCommitSchedule:
 def test_one_fsync_at_a_time_and_the_next_covers_what_came_meanwhile():
     schedule = fsync_mode()
     assert schedule.next(0, -1, 0.0) is None  # nothing asked for
-    schedule.wanted()
-    assert schedule.next(0, -1, 0.0) == Fsync(0, inline=True)
+    assert schedule.wanted(0, -1, 0.0) == Fsync(0, inline=True)
     assert schedule.in_flight
-    schedule.wanted()  # entries 1 and 2, appended while it runs
+    assert schedule.wanted(2, 0, 1.0) is None  # entries 1 and 2, appended while it runs
     assert schedule.next(2, 0, 1.0) is None
-    schedule.finished(QUICK_S, True, 1.0)
+    assert schedule.finished(QUICK_S, True, 1.0)  # one was wanted meanwhile
     assert not schedule.in_flight
     assert schedule.next(2, 0, 1.0) == Fsync(2, inline=True)
-    schedule.finished(QUICK_S, True, 2.0)
+    assert not schedule.finished(QUICK_S, True, 2.0)
     assert schedule.next(2, 2, 2.0) is None  # asked for once, started once
 
 
@@ -53,18 +52,15 @@ def test_an_fsync_runs_inline_only_on_an_idle_log():
     the plan's size alone, and every group commit covered one entry."""
     schedule = fsync_mode()
     last = INLINE_FSYNC_MAX_ENTRIES - 1
-    schedule.wanted()
-    assert schedule.next(last, -1, 0.0) == Fsync(last, inline=True)  # the first entries
+    assert schedule.wanted(last, -1, 0.0) == Fsync(last, inline=True)  # the first entries
     schedule.finished(QUICK_S, True, 0.1)
-    schedule.wanted()
-    assert schedule.next(last + 1, last, 0.2) == Fsync(last + 1, inline=True)  # one new
+    assert schedule.wanted(last + 1, last, 0.2) == Fsync(last + 1, inline=True)  # one new
     schedule.finished(QUICK_S, True, 0.3)
-    schedule.wanted()  # one new entry, but the one before it is not yet committed
-    assert schedule.next(last + 2, last, 0.4) == Fsync(last + 2, inline=False)
+    # one new entry, but the one before it is not yet committed
+    assert schedule.wanted(last + 2, last, 0.4) == Fsync(last + 2, inline=False)
     schedule.finished(QUICK_S, True, 0.5)
-    schedule.wanted()  # a group larger than an idle log makes
-    many = last + 2 + INLINE_FSYNC_MAX_ENTRIES + 1
-    assert schedule.next(many, last + 2, 0.6) == Fsync(many, inline=False)
+    many = last + 2 + INLINE_FSYNC_MAX_ENTRIES + 1  # a group larger than an idle log makes
+    assert schedule.wanted(many, last + 2, 0.6) == Fsync(many, inline=False)
 
 
 def test_a_slow_fsync_keeps_the_next_off_the_loop_until_one_is_quick_again():
@@ -73,8 +69,7 @@ def test_a_slow_fsync_keeps_the_next_off_the_loop_until_one_is_quick_again():
 
     def next_inline(took_s: float, synced: bool) -> bool:
         nonlocal end
-        schedule.wanted()
-        fsync = schedule.next(end, end - 1, 0.0)
+        fsync = schedule.wanted(end, end - 1, 0.0)
         schedule.finished(took_s, synced, 0.0)
         end += 1
         return fsync.inline
@@ -88,7 +83,7 @@ def test_a_slow_fsync_keeps_the_next_off_the_loop_until_one_is_quick_again():
 def test_page_cache_mode_flushes_on_a_worker_every_interval_from_the_last_flush():
     schedule = GroupCommitSchedule(False, FLUSH_MS, 0.0)
     with pytest.raises(AssertionError):
-        schedule.wanted()  # acknowledgments wait for no fsync: the core asks for none
+        schedule.wanted(5, 5, 0.0)  # acknowledgments wait for no fsync: the core asks for none
     assert schedule.deadline_ms == FLUSH_MS
     assert schedule.next(5, 5, FLUSH_MS - 1) is None
     assert schedule.next(5, 5, FLUSH_MS) == Fsync(5, inline=False)

@@ -1,130 +1,111 @@
-"""The one hand-off from the core to a driver (`core.output.Handoff`): no message
-leaves before the term and vote it depends on are durable, and effects leave in the
-order the core produced them. The trio server and the simulator both rely on it."""
+"""The core's `Ready` (`core.output`): no message leaves before the term and vote it
+depends on are durable (`Handoff`), and a driver carries out Readies in the order the
+core made them, even when an effect feeds the core again. The trio server and the
+simulator both take it."""
+
+import random
 
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.core.output import Completion, Handoff, Output
+from raftmq.dledger.sim.cluster import SimCluster
 
 
-class Core:
-    """A stand-in replica whose outputs are queued by the test."""
-
-    def __init__(self) -> None:
-        self.outputs: list[Output] = []
-
-    def take_output(self) -> Output:
-        return self.outputs.pop(0) if self.outputs else Output()
-
-
-class Recorder:
-    """Effects that record what was done; saves complete when the test says so."""
-
-    def __init__(self, saves_at_once: bool = False) -> None:
-        self.done: list = []
-        self.saves_at_once = saves_at_once
-        self.handoff: Handoff | None = None
-        self.on_complete = None
-
-    def save_hard_state(self, term, vote_for):
-        self.done.append(("save", term, vote_for))
-        if self.saves_at_once:
-            self.handoff.hard_state_saved()
-
-    def send(self, msg):
-        self.done.append(("send", msg))
-
-    def sync(self):
-        self.done.append(("sync",))
-
-    def role_changed(self, term, role):
-        self.done.append(("role", term, role))
-
-    def committed(self, index):
-        self.done.append(("commit", index))
-
-    def completed(self, completion):
-        self.done.append(("complete", completion.handle))
-        if self.on_complete:
-            self.on_complete()
-
-
-def wired(saves_at_once=False):
-    core, effects = Core(), Recorder(saves_at_once)
-    handoff = Handoff(core, effects)
-    effects.handoff = handoff
-    return core, effects, handoff
-
-
-def test_an_output_without_hard_state_is_carried_out_at_once_in_order():
-    core, effects, handoff = wired()
-    core.outputs.append(
-        Output(
-            messages=["m1", "m2"],
-            needs_sync=True,
-            completions=[Completion(7, Code.SUCCESS)],
-            role_changes=[(3, Role.LEADER)],
-            committed_index=4,
-        )
+def test_an_output_without_hard_state_is_released_at_once_with_the_deadline():
+    handoff = Handoff()
+    out = Output(
+        messages=["m1", "m2"],
+        needs_sync=True,
+        completions=[Completion(7, Code.SUCCESS)],
+        role_changes=[(3, Role.LEADER)],
+        committed_index=4,
     )
-    handoff.drain()
-    assert effects.done == [
-        ("send", "m1"),
-        ("send", "m2"),
-        ("sync",),
-        ("role", 3, Role.LEADER),
-        ("commit", 4),
-        ("complete", 7),
-    ]
-    handoff.drain()  # nothing new
-    assert len(effects.done) == 6 and not handoff.saving
+    ready = handoff.ready(out, 250.0)
+    assert ready.outputs == [out] and ready.save is None and ready.next_deadline_ms == 250.0
+    ready = handoff.ready(Output(), 300.0)  # nothing new
+    assert ready.outputs == [] and ready.save is None and not handoff.saving
 
 
 def test_messages_wait_for_their_term_and_vote_and_later_outputs_wait_behind_them():
-    core, effects, handoff = wired()
-    core.outputs += [Output(hard_state=(2, "n1"), messages=["vote"]), Output(messages=["later"])]
-    handoff.drain()
-    assert effects.done == [("save", 2, "n1")] and handoff.saving
-    handoff.drain()  # no hard state of its own, but it may not overtake the vote
-    assert effects.done == [("save", 2, "n1")]
+    handoff = Handoff()
+    vote, later = Output(hard_state=(2, "n1"), messages=["vote"]), Output(messages=["later"])
+    ready = handoff.ready(vote, 0.0)
+    assert ready.outputs == [] and ready.save == (2, "n1") and handoff.saving
+    ready = handoff.ready(later, 0.0)  # no hard state of its own, but it may not overtake
+    assert ready.outputs == [] and ready.save is None
     handoff.hard_state_saved()
-    assert effects.done == [("save", 2, "n1"), ("send", "vote"), ("send", "later")]
-    assert not handoff.saving
+    ready = handoff.ready(Output(), 0.0)
+    assert ready.outputs == [vote, later] and ready.save is None and not handoff.saving
 
 
 def test_outputs_held_during_a_save_go_out_behind_one_save_of_the_latest_hard_state():
-    core, effects, handoff = wired()
-    core.outputs += [
-        Output(hard_state=(2, None), messages=["a"]),
-        Output(hard_state=(2, "n0"), messages=["b"]),
-        Output(hard_state=(3, None), messages=["c"]),
-    ]
-    for _ in range(3):
-        handoff.drain()
+    handoff = Handoff()
+    a = Output(hard_state=(2, None), messages=["a"])
+    b = Output(hard_state=(2, "n0"), messages=["b"])
+    c = Output(hard_state=(3, None), messages=["c"])
+    assert handoff.ready(a, 0.0).save == (2, None)
+    assert handoff.ready(b, 0.0).save is None and handoff.ready(c, 0.0).save is None
     handoff.hard_state_saved()
-    assert effects.done == [("save", 2, None), ("send", "a"), ("save", 3, None)]
+    ready = handoff.ready(Output(), 0.0)
+    assert ready.outputs == [a] and ready.save == (3, None)  # carried out, then saved
     handoff.hard_state_saved()
-    assert effects.done[3:] == [("send", "b"), ("send", "c")]
+    assert handoff.ready(Output(), 0.0).outputs == [b, c]
 
 
-def test_a_save_that_completes_at_once_releases_at_once():
-    core, effects, handoff = wired(saves_at_once=True)
-    core.outputs += [Output(hard_state=(5, "n2"), messages=["ack"]), Output(messages=["next"])]
-    handoff.drain()
-    handoff.drain()
-    assert effects.done == [("save", 5, "n2"), ("send", "ack"), ("send", "next")]
+def test_a_save_that_completes_at_once_releases_with_the_next_ready():
+    handoff = Handoff()
+    ack, following = Output(hard_state=(5, "n2"), messages=["ack"]), Output(messages=["next"])
+    assert handoff.ready(ack, 0.0).save == (5, "n2")
+    handoff.hard_state_saved()
+    assert handoff.ready(following, 0.0).outputs == [ack, following]
 
 
-def test_an_effect_that_feeds_the_core_is_carried_out_after_the_current_ones():
-    core, effects, handoff = wired()
-    core.outputs.append(
-        Output(completions=[Completion(1, Code.SUCCESS), Completion(2, Code.SUCCESS)])
-    )
+class Recording(SimCluster):
+    """A simulated group that records, in order, what its members send."""
 
-    def append_again():  # a completion's callback appends: the core has a new output
-        effects.on_complete = None
-        core.outputs.append(Output(messages=["push"]))
-        handoff.drain()
+    def __init__(self, *args) -> None:
+        self.done: list = []
+        super().__init__(*args)
 
-    effects.on_complete = append_again
-    handoff.drain()
-    assert effects.done == [("complete", 1), ("complete", 2), ("send", "push")]
+    def _send(self, src, msg):
+        self.done.append(("send", src, type(msg).__name__))
+        super()._send(src, msg)
+
+
+class AppendOnFirstCompletion:
+    """An observer whose first completion appends again: an effect that feeds the core
+    while a Ready is being carried out."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.fed = False
+
+    def after_event(self, node) -> None:
+        """Nothing to do between events."""
+
+    def completed(self, node_id, handle, code, positions) -> None:
+        self.cluster.done.append(("complete", node_id, handle))
+        if not self.fed:
+            self.fed = True
+            self.cluster.client_append(node_id)
+
+
+def test_a_ready_made_by_an_effect_is_carried_out_after_the_current_one():
+    cluster = Recording(3, random.Random(3))
+    leader, _ = cluster.run_until_leader()
+    cluster.run_until(cluster.now_ms + 300)
+    followers = [n for n in cluster.ids if n != leader.id]
+    for follower in followers:  # the pushes of both appends are lost: resent as one
+        cluster.block_one_way(leader.id, follower)
+    first, second = cluster.client_append(), cluster.client_append()
+    cluster.run_until(cluster.now_ms + 20)
+    cluster.heal()
+    cluster.done = []
+    cluster.observers.append(AppendOnFirstCompletion(cluster))
+    cluster.run_until(cluster.now_ms + 1000)  # one answer commits both
+    done = [d for d in cluster.done if d[1] == leader.id and d[-1] != "HeartBeatRequest"]
+    done = done[done.index(("complete", leader.id, first)) :]  # after the resent pushes
+    assert done[:3] == [
+        ("complete", leader.id, first),
+        ("complete", leader.id, second),  # before the pushes of the append the first made
+        ("send", leader.id, "PushRequest"),
+    ], done

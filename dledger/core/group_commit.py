@@ -5,8 +5,10 @@ Both drivers run these decisions, the trio server with fsync durations it measur
 the simulator with durations its virtual disk draws, so the schedule the simulator
 checks is the one production keeps. A driver feeds three events — the core wants an
 fsync (`wanted`), an fsync finished (`finished`), time passed (`next` at
-`deadline_ms`) — and asks `next` what to start: an `Fsync` covering the log up to its
-end, on the loop's own thread or on a worker, or nothing yet.
+`deadline_ms`) — and learns what to start: an `Fsync` covering the log up to its end,
+on the loop's own thread or on a worker, or nothing yet. `wanted` answers that at
+once, and `finished` says whether `next` has one to start, so a driver asks no more
+than it must on a send's path.
 
 The rules:
 
@@ -83,10 +85,12 @@ class GroupCommitSchedule:
             return float("inf")
         return self._next_flush_ms
 
-    def wanted(self) -> None:
-        """The core appended entries and waits for them to be durable."""
+    def wanted(self, end_index: int, committed_index: int, now_ms: float) -> Fsync | None:
+        """The core appended entries and waits for them to be durable: what to start now
+        (`next`); while one runs, the next starts once it has `finished`."""
         assert self._ack_after_fsync, "in page-cache mode the core waits for no fsync"
         self._wanted = True
+        return self.next(end_index, committed_index, now_ms)
 
     def next(self, end_index: int, committed_index: int, now_ms: float) -> Fsync | None:
         """What to start now, given the log's end and commit index: an `Fsync`, which
@@ -111,12 +115,14 @@ class GroupCommitSchedule:
         self._in_flight = True
         return Fsync(end_index, inline)
 
-    def finished(self, took_s: float, synced: bool, now_ms: float) -> None:
+    def finished(self, took_s: float, synced: bool, now_ms: float) -> bool:
         """The fsync `next` started has completed in `took_s` seconds; `synced` is
         False when its plan found nothing dirty (its duration says nothing of the disk).
-        A failed fsync is not reported: it stops the replica."""
+        A failed fsync is not reported: it stops the replica. Returns whether one was
+        wanted meanwhile, which `next` now starts."""
         assert self._in_flight, "no fsync in flight"
         self._in_flight = False
         if synced:
             self._last_fsync_s = took_s
         self._next_flush_ms = now_ms + self._flush_interval_ms
+        return self._wanted

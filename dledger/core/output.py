@@ -1,13 +1,13 @@
-"""What one step of the replica asks its driver to do, and the one place that does it.
+"""What the replica asks its driver to do: one `Ready` per drain, as etcd's `Ready`.
 
-Like etcd's `Ready`: the hard state (term, vote) is made durable first, then the
-messages are sent, so no vote or term is ever announced that a crash could take back.
-`Handoff` sequences that for every driver; a driver supplies only its I/O.
+After feeding the replica an event the driver takes `Replica.ready()` in one call:
+the outputs it may carry out now, the term and vote to make durable, the next
+deadline. The hard state is made durable before any message that depends on it
+leaves, so no vote or term is ever announced that a crash could take back:
+`Handoff` holds every output behind the save it waits for, for every driver.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import attrs
 from raftmq.dledger.codes import Code, Role
@@ -42,93 +42,65 @@ class Output:
         )
 
 
-class Effects(Protocol):
-    """The I/O a driver supplies to carry out a replica's effects (see `Handoff`)."""
+@attrs.define(slots=True)
+class Ready:
+    """Everything a driver has to do after an event, taken in one call (`Replica.ready`).
 
-    def save_hard_state(self, term: int, vote_for: str | None) -> None:
-        """Start making (term, vote) durable; call `Handoff.hard_state_saved` once it is
-        (at once, from inside this call, if the save completes synchronously)."""
+    The driver carries it out in this order: each of `outputs` in turn (its messages
+    sent, then the fsync it wants started, its role changes, its commit index and its
+    completions), then the save of `save`, (term, vote), if any, reporting
+    `Replica.hard_state_saved` once it is durable; the outputs that wait for that save
+    come in a later Ready. `next_deadline_ms` is when the replica next wants a `tick`.
+    A Ready taken while another is being carried out (an effect fed the replica) is
+    carried out after it, so effects leave in the order the replica made them.
+    """
 
-    def send(self, msg) -> None: ...
-
-    def sync(self) -> None:
-        """Entries were appended: fsync them (the driver then reports `persisted`)."""
-
-    def role_changed(self, term: int, role: Role) -> None: ...
-
-    def committed(self, index: int) -> None: ...
-
-    def completed(self, completion: Completion) -> None: ...
+    outputs: list[Output]
+    save: tuple[int, str | None] | None
+    next_deadline_ms: float
 
 
 class Handoff:
-    """The one interpreter of a replica's `Output`s; the trio server and the simulator
-    both drive their replica through it and supply only the I/O (`Effects`).
+    """The rule that no term or vote leaves before it is durable, for every driver.
 
-    It carries out the rule that no term or vote leaves before it is durable: an output
-    that changes the hard state is held, with every output after it, until the save
-    completes; saves are not overlapped, and the outputs held during one are released
-    behind one save of the latest hard state among them. Everything else is carried
-    out at once, in the order `Output` lists it.
+    An output that changes the hard state is held, with every output after it, until
+    the save completes; saves are not overlapped, and the outputs held during one are
+    released behind one save of the latest hard state among them. Everything else is
+    released at once, in the order the replica made it. No I/O: the replica hands it
+    each output in `Replica.ready` and reports the driver's saves.
     """
 
-    __slots__ = ("_held", "_releasing", "_saving", "effects", "replica")
+    __slots__ = ("_held", "_released", "_saving")
 
-    def __init__(self, replica, effects: Effects) -> None:
-        self.replica = replica
-        self.effects = effects
+    def __init__(self) -> None:
         self._held: list[Output] = []  # behind a save, in order, not yet part of one
         self._saving: list[Output] | None = None  # released when the save in progress completes
-        self._releasing = False
+        self._released: list[Output] = []  # the save completed: go out with the next Ready
 
     @property
     def saving(self) -> bool:
         """A save is in progress (outputs wait for `hard_state_saved`)."""
         return self._saving is not None
 
-    def drain(self) -> None:
-        """Take the replica's latest output and carry it out, or hold it behind a save."""
-        out = self.replica.take_output()
+    def ready(self, out: Output, next_deadline_ms: float) -> Ready:
+        """The Ready of the replica's latest output `out`: what a completed save released,
+        then what may go now, or the save everything held waits for."""
         if out:
             self._held.append(out)
-            self._pump()
-
-    def hard_state_saved(self) -> None:
-        """The save the driver was asked for completed: release what waited for it."""
-        assert self._saving is not None, "no save in progress"
-        released, self._saving = self._saving, None
-        self._release(released)
-        self._pump()
-
-    def _pump(self) -> None:
-        while self._saving is None and not self._releasing and self._held:
+        outputs, self._released = self._released, []
+        save = None
+        if self._saving is None and self._held:
             batch, self._held = self._held, []
-            latest = next((o.hard_state for o in reversed(batch) if o.hard_state is not None), None)
-            if latest is None:
-                self._release(batch)
+            save = next((o.hard_state for o in reversed(batch) if o.hard_state is not None), None)
+            if save is None:
+                outputs += batch
             else:
                 self._saving = batch
-                self.effects.save_hard_state(*latest)
+        return Ready(outputs, save, next_deadline_ms)
 
-    def _release(self, outputs: list[Output]) -> None:
-        # An effect may feed the replica again (a completion that appends); the output
-        # that makes is held until these are done, so effects leave in order.
-        self._releasing = True
-        try:
-            for out in outputs:
-                self._carry_out(out)
-        finally:
-            self._releasing = False
-
-    def _carry_out(self, out: Output) -> None:
-        effects = self.effects
-        for msg in out.messages:
-            effects.send(msg)
-        if out.needs_sync:
-            effects.sync()
-        for term, role in out.role_changes:
-            effects.role_changed(term, role)
-        if out.committed_index is not None:
-            effects.committed(out.committed_index)
-        for completion in out.completions:
-            effects.completed(completion)
+    def hard_state_saved(self) -> None:
+        """The save the last Ready asked for completed: what waited for it goes out with
+        the next Ready."""
+        assert self._saving is not None, "no save in progress"
+        self._released += self._saving
+        self._saving = None

@@ -30,21 +30,20 @@ class _Pending:
 class PendingAppends:
     """Oldest first; deadlines grow with arrival, so the first one expires first. The
     oldest one's is the "pending appends" timer's deadline, written into `due_ms` (the
-    replica's timer table) whenever the oldest changes."""
+    replica's timer table) whenever the queue changes, as is how many wait (`waiting`,
+    which the leader reads to admit each append)."""
 
-    __slots__ = ("_due_ms", "_queue")
+    __slots__ = ("_due_ms", "_queue", "waiting")
 
     def __init__(self, due_ms: dict[str, float]) -> None:
         self._queue: deque[_Pending] = deque()
         self._due_ms = due_ms
-        self._oldest_changed()
+        self._changed()
 
-    def _oldest_changed(self) -> None:
+    def _changed(self) -> None:
         queue = self._queue
+        self.waiting = len(queue)
         self._due_ms["pending appends"] = queue[0].deadline_ms if queue else math.inf
-
-    def __len__(self) -> int:
-        return len(self._queue)
 
     def add(
         self, term: int, requests: list[tuple[int, int]], positions: list, deadline_ms: float
@@ -53,15 +52,13 @@ class PendingAppends:
         at `positions` ((index, pos) each) in `term`: each request waits for its own."""
         queue = self._queue
         assert not queue or queue[-1].deadline_ms <= deadline_ms
-        was_empty = not queue
         offset = 0
         for handle, count in requests:
             mine = positions[offset : offset + count]
             queue.append(_Pending(handle, term, mine[0][0], mine[-1][0], deadline_ms, mine))
             offset += count
         assert offset == len(positions), (offset, len(positions))
-        if was_empty:
-            self._oldest_changed()
+        self._changed()
 
     def resolve(self, committed_index: int, term_at: Callable[[int], int]) -> list[Completion]:
         """Answer every append whose last entry is now committed."""
@@ -72,7 +69,7 @@ class PendingAppends:
             committed = term_at(p.last) == p.term
             code = Code.SUCCESS if committed else Code.TERM_CHANGED
             done.append(Completion(p.handle, code, p.positions if committed else None))
-        self._oldest_changed()
+        self._changed()
         return done
 
     def drop_lost(self, term_at: Callable[[int], int]) -> list[Completion]:
@@ -85,7 +82,7 @@ class PendingAppends:
             else:
                 kept.append(p)
         self._queue = kept
-        self._oldest_changed()
+        self._changed()
         return done
 
     def expire(self, now_ms: float) -> list[Completion]:
@@ -94,5 +91,5 @@ class PendingAppends:
         queue = self._queue
         while queue and queue[0].deadline_ms <= now_ms:
             done.append(Completion(queue.popleft().handle, Code.WAIT_QUORUM_ACK_TIMEOUT))
-        self._oldest_changed()
+        self._changed()
         return done

@@ -1,8 +1,9 @@
 """One DLedger replica as a deterministic state machine (no I/O, no clock, no threads).
 
 The driver feeds it events — `tick(now_ms)`, `receive(message, now_ms)`, `append(...)`,
-`persisted(index, generation, now_ms)`, `transfer_leadership(...)` — and after each
-one takes an `Output` of effects to carry out (through `output.Handoff`). Time is
+`persisted(index, generation, now_ms)`, `hard_state_saved()`, `transfer_leadership(...)`
+— and after each one takes, in one call, a `Ready` of everything to do (`ready()`:
+the outputs it may carry out, the term and vote to save, the next deadline). Time is
 milliseconds supplied by the caller and randomness comes from the `random.Random`
 it is given, so the simulator replays any schedule exactly.
 
@@ -20,7 +21,7 @@ passed is one table, `_TIMERS` (`timers.TimerTable`), from which both `tick` and
 its state changes, so asking for the next deadline asks no part.
 
 Two departures from DLedger, both for safety: term and vote are durable before any
-message that depends on them leaves (see `Output`), and a follower that learns its
+message that depends on them leaves (see `output.Handoff`), and a follower that learns its
 leader from a heartbeat records it as its vote, closing DLedger's two-leaders-in-one-
 term window. Replication uses Raft's commit rule: an entry is committed once a quorum
 holds it durably and it belongs to the leader's own term; a new leader appends a
@@ -47,7 +48,7 @@ from raftmq.dledger.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raftmq.dledger.core.output import Completion, Output
+from raftmq.dledger.core.output import Completion, Handoff, Output, Ready
 from raftmq.dledger.core.pending import PendingAppends
 from raftmq.dledger.core.replication import LeaderReplication
 from raftmq.dledger.core.timers import Timer, TimerTable
@@ -89,6 +90,7 @@ class Replica:
         # found no room; appends are refused (DISK_FULL) while it holds.
         self.disk_full = False
         self._out = Output()
+        self._handoff = Handoff()  # holds outputs behind the saves of term and vote
         self.seqs = itertools.count(1)  # numbers the requests we send (`next(r.seqs)`)
         self.timers = TimerTable(self._TIMERS)  # written by the parts below, from here on
         self.pending = PendingAppends(self.timers.due_ms)
@@ -102,7 +104,20 @@ class Replica:
         self.leaders_seen = 0  # leaders recognised (ourselves included), one per term at most
 
     # ------------------------------------------------------------------ public surface
+    def ready(self) -> Ready:
+        """Everything the driver has to do since the last Ready, in one record: the
+        outputs it may carry out now (none that a save of term and vote still holds),
+        the save to start, and the next deadline."""
+        return self._handoff.ready(self.take_output(), self.next_deadline_ms())
+
+    def hard_state_saved(self) -> None:
+        """The save of term and vote the last Ready asked for is durable: what waited
+        for it goes out with the next Ready."""
+        self._handoff.hard_state_saved()
+
     def take_output(self) -> Output:
+        """The effects of the events since the last take, none held back: what the
+        protocol did, for tests of its rules (a driver takes `ready`)."""
         out, self._out = self._out, Output()
         return out
 
@@ -154,7 +169,7 @@ class Replica:
         codes = []
         items = []
         accepted = []
-        waiting = len(self.pending)
+        waiting = self.pending.waiting
         for handle, bodies in requests:
             code = self._admit(bodies, waiting + len(accepted))
             codes.append(code)
@@ -239,6 +254,10 @@ class Replica:
 
     def send(self, msg) -> None:
         self._out.messages.append(msg)
+
+    def send_all(self, msgs: list) -> None:
+        """Send `msgs`, in order (a round of pushes: one call, not one per push)."""
+        self._out.messages += msgs
 
     def complete(self, completion: Completion) -> None:
         self._out.completions.append(completion)

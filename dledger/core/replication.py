@@ -27,7 +27,9 @@ class LeaderReplication:
     Writes its two timers' deadlines into the replica's timer table: the COMMIT push,
     and replication's, the earliest of each follower's (`_due_ms_by_peer`), which is
     worked out again whenever that follower's progress moves or the log grows (every
-    leader append is followed by `replicate_all`).
+    leader append is followed by `replicate_all`). The pushes one event makes are sent
+    together at its end (`_send_pushes`), one hand-over to the replica per event
+    rather than one per push.
     """
 
     def __init__(self, replica) -> None:
@@ -35,6 +37,7 @@ class LeaderReplication:
         self._due_ms = replica.timers.due_ms
         self.progress: dict[str, Progress] = {}
         self._due_ms_by_peer: dict[str, float] = {}
+        self._pushes: list[PushRequest] = []  # made by the event being handled, in order
         self._set_commit_push(math.inf)
         self._rearm_all()
 
@@ -57,6 +60,7 @@ class LeaderReplication:
         if prog is not None and prog.resume():
             self._replicate(peer, prog, now_ms)
             self._rearm(peer, prog)
+            self._send_pushes()
 
     def send_failed(self, msg: PushRequest) -> None:
         prog = self.progress[msg.remote_id]
@@ -101,11 +105,18 @@ class LeaderReplication:
         for peer, prog in self.progress.items():
             self._replicate(peer, prog, now_ms)
             self._rearm(peer, prog)
+        self._send_pushes()
+
+    def _send_pushes(self) -> None:
+        """Hand the replica the pushes this event made, in the order they were made."""
+        if self._pushes:
+            self._r.send_all(self._pushes)
+            self._pushes = []
 
     def _push(self, peer: str, prog: Progress, push_type: PushType, pre_index: int, **extra) -> int:
         r = self._r
         seq = next(r.seqs)
-        r.send(
+        self._pushes.append(
             PushRequest(
                 r.config.group,
                 r.self_id,
@@ -189,6 +200,7 @@ class LeaderReplication:
         prog = self.progress.get(resp.local_id)
         if prog is not None:
             self._rearm(resp.local_id, prog)
+        self._send_pushes()
 
     def _on_push_response(self, resp: PushResponse, now_ms: float) -> None:
         r = self._r
@@ -302,3 +314,4 @@ class LeaderReplication:
                 and prog.next_index > r.store.end_index
             ):
                 self._push(peer, prog, PushType.COMMIT, prog.match_index)
+        self._send_pushes()

@@ -10,10 +10,11 @@ hard state its last completed save wrote and whatever the store's last completed
 fsync covered — optionally plus a prefix of the writes since, as a page cache that
 flushed part of its dirty data would. With `stores=sim.disk.FileStores` each log is the
 real file store over a simulated disk, and a crash tears its files and runs its
-recovery. Each replica's outputs are carried out by the core's `Handoff`, the same one
-the trio server uses, which holds every message behind a save of the term and vote it
-depends on; given `hard_state_fsync_ms`, those saves take simulated time, during which
-a crash loses them along with what they held.
+recovery. After every event the simulator takes the replica's `Ready`, as the trio
+server does, and carries it out in the same order; the core holds every message in
+it behind a save of the term and vote it depends on. Given `hard_state_fsync_ms`,
+those saves take simulated time, during which a crash loses them along with what they
+held.
 
 Group commits follow the server's `GroupCommitSchedule`, fed the fsync durations the
 simulated disk draws: given `slow_fsync_chance`, now and then one is slow (past the
@@ -24,15 +25,16 @@ until the fsync ends, as they wait in a socket behind a blocked loop.
 
 from __future__ import annotations
 
+import collections
 import heapq
 import random
 
 import attrs
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import PAGE_CACHE, DLedgerConfig
-from raftmq.dledger.core.group_commit import INLINE_FSYNC_MAX_S, GroupCommitSchedule
+from raftmq.dledger.core.group_commit import INLINE_FSYNC_MAX_S, Fsync, GroupCommitSchedule
 from raftmq.dledger.core.messages import REQUESTS
-from raftmq.dledger.core.output import Completion, Handoff
+from raftmq.dledger.core.output import Ready
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.sim.checks import Checker, InvariantViolation
 from raftmq.dledger.sim.disk import MemoryStores
@@ -82,47 +84,8 @@ class SimNode:
         self.busy_until_ms = 0.0  # an fsync on the node's own thread blocks it until then
         self.tick_version = 0
         self.held: list = []  # events that arrived while paused
-        self.handoff: Handoff | None = None  # set once the node's effects exist (see _boot)
-
-
-class _Effects:
-    """The simulated I/O behind one node's `Handoff`."""
-
-    __slots__ = ("cluster", "node")
-
-    def __init__(self, cluster: SimCluster, node: SimNode) -> None:
-        self.cluster = cluster
-        self.node = node
-
-    def save_hard_state(self, term: int, vote_for: str | None) -> None:
-        cluster, node = self.cluster, self.node
-        if cluster.hard_state_fsync_ms is None:
-            node.hard_state = (term, vote_for)
-            node.handoff.hard_state_saved()
-            return
-        delay = cluster.rng.uniform(*cluster.hard_state_fsync_ms)
-        event = (node.id, (node.handoff, (term, vote_for)))
-        cluster._push_event(cluster.now_ms + delay, "hard_state_saved", event)
-        if cluster.variant.send_before_hard_state:
-            node.handoff.hard_state_saved()
-
-    def send(self, msg) -> None:
-        self.cluster._send(self.node.id, msg)
-
-    def sync(self) -> None:
-        self.node.group_commit.wanted()
-        self.cluster._start_fsync(self.node)
-
-    def role_changed(self, term: int, role: Role) -> None:
-        self.cluster.checker.role_changed(self.node.id, term, role)
-
-    def committed(self, index: int) -> None:
-        self.cluster.checker.committed(self.node.id, index)
-
-    def completed(self, completion: Completion) -> None:
-        self.cluster._completed(
-            self.node.id, completion.handle, completion.code, completion.positions
-        )
+        self.readies: collections.deque[Ready] = collections.deque()  # taken, not carried out
+        self.carrying_out = False
 
 
 class SimCluster:
@@ -182,7 +145,6 @@ class SimCluster:
             self.now_ms,
         )
         node = SimNode(node_id, replica, store, hard_state, self.now_ms)
-        node.handoff = Handoff(replica, _Effects(self, node))
         self.nodes[node_id] = node
         self._schedule_tick(node)
         return node
@@ -340,31 +302,79 @@ class SimCluster:
                 schedule.finished(took_ms / 1000.0, plan.syncs, self.now_ms)
                 replica.persisted(plan.end_index, plan.generation, self.now_ms)
         elif kind == "hard_state_saved":
-            handoff, hard_state = data
-            if handoff is node.handoff:  # not a save from before a crash
+            saved_by, hard_state = data
+            if saved_by is replica:  # not a save from before a crash
                 node.hard_state = hard_state
                 if not self.variant.send_before_hard_state:
-                    handoff.hard_state_saved()
+                    replica.hard_state_saved()
         self._drain(node)
 
     def _drain(self, node: SimNode) -> None:
-        """Carry out the replica's output through its hand-off, start the fsync its
-        group-commit schedule says is due (one asked for while the last ran, or
-        page-cache mode's flush), then arm its next tick."""
-        node.handoff.drain()
-        self._start_fsync(node)
+        """Carry out the replica's Ready, start the fsync its group-commit schedule says
+        is due (one asked for while the last ran, or page-cache mode's flush), then arm
+        its next tick."""
+        self._take_ready(node)
+        replica = node.replica
+        self._start_fsync(
+            node, node.group_commit.next(node.store.end_index, replica.committed_index, self.now_ms)
+        )
         self._schedule_tick(node)
+
+    def _take_ready(self, node: SimNode) -> None:
+        """Take the replica's Ready and carry it out; one taken while another is being
+        carried out (an effect fed the replica) waits until that one is done."""
+        node.readies.append(node.replica.ready())
+        if node.carrying_out:
+            return
+        node.carrying_out = True
+        try:
+            while node.readies:
+                self._carry_out(node, node.readies.popleft())
+        finally:
+            node.carrying_out = False
+
+    def _carry_out(self, node: SimNode, ready: Ready) -> None:
+        """Do what `ready` lists, in its order (see `Ready`), with simulated I/O."""
+        for out in ready.outputs:
+            for msg in out.messages:
+                self._send(node.id, msg)
+            if out.needs_sync:
+                end_index, committed_index = node.store.end_index, node.replica.committed_index
+                fsync = node.group_commit.wanted(end_index, committed_index, self.now_ms)
+                self._start_fsync(node, fsync)
+            for term, role in out.role_changes:
+                self.checker.role_changed(node.id, term, role)
+            if out.committed_index is not None:
+                self.checker.committed(node.id, out.committed_index)
+            for completion in out.completions:
+                self._completed(node.id, completion.handle, completion.code, completion.positions)
+        if ready.save is not None:
+            self._save_hard_state(node, ready.save)
+
+    def _save_hard_state(self, node: SimNode, hard_state: tuple[int, str | None]) -> None:
+        """Save (term, vote) at once, or after a drawn `hard_state_fsync_ms`; the outputs
+        that waited for it go out with the replica's next Ready."""
+        if self.hard_state_fsync_ms is None:
+            node.hard_state = hard_state
+            node.replica.hard_state_saved()
+            self._take_ready(node)
+            return
+        delay = self.rng.uniform(*self.hard_state_fsync_ms)
+        self._push_event(
+            self.now_ms + delay, "hard_state_saved", (node.id, (node.replica, hard_state))
+        )
+        if self.variant.send_before_hard_state:
+            node.replica.hard_state_saved()
+            self._take_ready(node)
 
     def _completed(self, node_id: str, handle: int, code: Code, positions) -> None:
         self.checker.completed(node_id, handle, code, positions)
         for observer in self.observers:
             observer.completed(node_id, handle, code, positions)
 
-    def _start_fsync(self, node: SimNode) -> None:
-        """Start the fsync the node's group-commit schedule says is due, if any; one it
+    def _start_fsync(self, node: SimNode, fsync: Fsync | None) -> None:
+        """Start `fsync`, the group commit the node's schedule says is due, if any; one it
         runs inline blocks the node until it ends."""
-        replica = node.replica
-        fsync = node.group_commit.next(node.store.end_index, replica.committed_index, self.now_ms)
         if fsync is None:
             return
         plan = node.store.sync_plan()
