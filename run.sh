@@ -31,6 +31,21 @@ bootstrap() {
     fi
 }
 
+# bootstrap_python5: the official RocketMQ 5.x Python client in a venv of its own,
+# tests/python5/.venv (its top-level package `rocketmq` is also the C++ client's, which
+# the test venv holds), again only when its requirements change.
+bootstrap_python5() {
+    local dir=tests/python5
+    local stamp=$dir/.venv/.installed-$(sha1sum "$dir/requirements.txt" | cut -c1-12)
+    if [ ! -f "$stamp" ]; then
+        echo "run.sh: installing $dir/requirements.txt into $dir/.venv (first run only)" >&2
+        python3 -m venv "$dir/.venv"
+        "$dir/.venv/bin/python" -m pip install --quiet -r "$dir/requirements.txt"
+        rm -f "$dir"/.venv/.installed-*
+        touch "$stamp"
+    fi
+}
+
 # What the tests need from outside Python; a missing one skips its tests (with the
 # reason, shown by -rs) and is named here first. `.ci/run` installs them all (as root).
 report_missing_tools() {
@@ -39,6 +54,8 @@ report_missing_tools() {
     [ -f tests/ali_ons/node_modules/ali-ons/package.json ] ||
         missing+=("ali-ons: npm ci in tests/ali_ons (tests/test_ali_ons.py)")
     command -v java >/dev/null || missing+=("Java 17+ (tests/test_spark_source.py)")
+    command -v mvn >/dev/null && command -v javac >/dev/null ||
+        missing+=("a JDK and Maven (tests/test_java_client.py)")
     command -v strace >/dev/null || missing+=("strace (the jepsen fsync-EIO tests)")
     command -v go >/dev/null || missing+=("Go (tests/test_bench_remoting_pub.py)")
     command -v chromedriver >/dev/null ||
@@ -59,14 +76,27 @@ case "$cmd" in
         ;;
     test)
         bootstrap test "[dev,bench,spark]"
+        bootstrap_python5
         "$venv/bin/ruff" check .
         report_missing_tools
+        # The in-process tests run two at a time (pytest-xdist): most of their time is
+        # spent waiting on timers, not on a core. So do the real-process tests that time
+        # nothing (marked untimed; a file's tests stay on one worker, sharing its
+        # fixtures). The other real-process tests run one at a time after them: what they
+        # measure (failover gaps, latencies) is part of what they check, and a second
+        # test's load would blur it.
         if [ "${1:-}" = fast ]; then
-            # everything that starts no real process, but the few slow ones: well under a minute
+            # everything that starts no real process, but the few slow ones: about 2 minutes
             shift
-            exec "$venv/bin/python" -m pytest -q -rs -m "not processes and not slow" "$@"
+            exec "$venv/bin/python" -m pytest -q -rs -n 2 -m "not processes and not slow" "$@"
         fi
-        exec "$venv/bin/python" -m pytest -q -rs "$@"
+        # (exit status 5: the arguments chose no test of that tier)
+        status=0
+        "$venv/bin/python" -m pytest -q -rs -n 2 -m "not processes" "$@" || [ $? = 5 ] || status=1
+        "$venv/bin/python" -m pytest -q -rs -n 2 --dist loadfile -m "processes and untimed" "$@" ||
+            [ $? = 5 ] || status=1
+        "$venv/bin/python" -m pytest -q -rs -m "processes and not untimed" "$@" || [ $? = 5 ] || status=1
+        exit $status
         ;;
     bench)
         bootstrap test "[dev,bench,spark]"

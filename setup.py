@@ -1,9 +1,10 @@
 """What pyproject.toml cannot say: the package-dir mapping and the compiled hot path.
 
-`dledger/`, `broker/` and `namesrv/` live at the top of the repository (the layout the
-project's brief names) but install inside the one import package `raftmq`, as
-`raftmq.dledger`, `raftmq.broker` and `raftmq.namesrv`, so installing raftmq adds no
-generic top-level name to site-packages. The editable install maps them the same way.
+`dledger/`, `broker/`, `namesrv/` and `controller/` live at the top of the repository (the
+layout the project's brief names) but install inside the one import package `raftmq`, as
+`raftmq.dledger`, `raftmq.broker`, `raftmq.namesrv` and `raftmq.controller`, so installing
+raftmq adds no generic top-level name to site-packages. The editable install maps them the
+same way.
 
 The extension (`raftmq.hotpath._compiled`) is optional: where it cannot be built, the
 install still succeeds and `raftmq.hotpath` runs its pure-Python twins, saying so once.
@@ -12,7 +13,7 @@ install still succeeds and `raftmq.hotpath` runs its pure-Python twins, saying s
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
-MAPPED = ("dledger", "broker", "namesrv")  # top-level directories installed under raftmq
+MAPPED = ("dledger", "broker", "namesrv", "controller")  # top-level directories under raftmq
 
 packages = find_packages(include=["raftmq", "raftmq.*", "pyspark_rocketmq", "pyspark_rocketmq.*"])
 package_dir = {"raftmq": "raftmq", "pyspark_rocketmq": "pyspark_rocketmq"}

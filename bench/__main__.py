@@ -3,7 +3,10 @@
 
 `dledger` measures the replicated log against PySyncObj; `broker` measures the
 broker group end to end (produce -> ack, produce -> consume, failover) against
-NATS JetStream R3 with `sync_interval: always`; `spark` measures the rows/s a
+NATS JetStream R3 with `sync_interval: always` and Apache RocketMQ 4.9.7's Java brokers
+(DLedger mode and classic SYNC_MASTER + SLAVE, each with SYNC_FLUSH and its defaults),
+every system loaded alike (`--connections`, one warm-up), then prints raftmq's ratios
+against the issue's targets; `spark` measures the rows/s a
 local[2] streaming query reads through the Spark source beside our own PullConsumer.
 `broker --scale` measures how the broker's cost grows instead (bench/scale_bench.py):
 with the message size, the sends in flight, 1,000 topics, a growing log and a backlog.
@@ -47,7 +50,9 @@ BROKER_COLUMNS = [
     ("system", "system"),
     ("generator", "load generator"),
     ("size", "size B"),
+    ("connections", "conns"),
     ("acked_per_s", "acked/s"),
+    ("errors", "errors"),
     ("p50_ms", "p50 ms"),
     ("p99_ms", "p99 ms"),
     ("single_p50_ms", "single p50 ms"),
@@ -58,8 +63,28 @@ BROKER_COLUMNS = [
     ("peak_rss_mib", "RSS MiB/node"),
     ("cpu_leader_us", "CPU µs/msg leader"),
     ("cpu_follower_us", "per follower"),
+    ("cpu_namesrv_us", "namesrv"),
     ("cpu_generator_us", "generator"),
     ("cpu_puller_us", "puller"),
+]
+
+#: `bench broker --grpc`: the same group through mqproxy, sends then receive+ack, in a
+#: table of its own below the remoting rows (bench/broker_bench.py measure_grpc).
+GRPC_COLUMNS = [
+    ("system", "system"),
+    ("size", "size B"),
+    ("acked_per_s", "sends/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("received_acked_per_s", "recv+ack/s"),
+    ("cpu_proxy_us", "CPU µs/msg send: proxy"),
+    ("cpu_leader_us", "master"),
+    ("cpu_follower_us", "per follower"),
+    ("cpu_generator_us", "generator"),
+    ("receive_cpu_proxy_us", "recv+ack: proxy"),
+    ("receive_cpu_leader_us", "master"),
+    ("receive_cpu_follower_us", "per follower"),
+    ("receive_cpu_generator_us", "generator"),
 ]
 
 
@@ -76,7 +101,7 @@ SPARK_COLUMNS = [
 def _cell(key: str, value) -> str:
     if value is None:
         return "-"
-    if key.endswith("_per_s") or key == "failover_ms" or key.startswith("cpu_"):
+    if key.endswith("_per_s") or key == "failover_ms" or key.startswith(("cpu_", "receive_cpu_")):
         return f"{round(value):,}"
     if isinstance(value, float):
         return f"{value:.2f}" if value < 10 else f"{value:.1f}"
@@ -140,7 +165,9 @@ def run_dledger(args) -> list[dict]:
 
 
 def run_broker(args) -> list[dict]:
-    from bench import broker_bench, nats_jetstream
+    """Per size: raftmq's rows, then each peer's (NATS, Apache RocketMQ's four), a row
+    per count of connections each."""
+    from bench import broker_bench
 
     generators, fallback = broker_bench.generators(args.generator)
     if fallback:
@@ -150,18 +177,122 @@ def run_broker(args) -> list[dict]:
         for k, generator in enumerate(generators):
             print(f"raftmq broker ({generator}), {size} B ...", file=sys.stderr, flush=True)
             trials = args.failover_trials if k == 0 else 0  # failover: once per size
-            row = _measured(
+            measured = _measured(
                 broker_bench.SYSTEM, "size", size, trio.run, broker_bench.measure,
-                size, args.duration, args.window, trials, generator,
+                size, args.duration, args.window, trials, generator, args.connections,
             )  # fmt: skip
-            if fallback:
-                row["notes"] += f"; {fallback}"
-            rows.append(row)
-        if args.no_peer:
-            continue
-        print(f"NATS JetStream, {size} B ...", file=sys.stderr, flush=True)
-        rows.append(_measured(nats_jetstream.SYSTEM, "size", size, _nats_row, size, args))
+            for row in measured if isinstance(measured, list) else [measured]:
+                if fallback:
+                    row["notes"] += f"; {fallback}"
+                rows.append(row)
+        if args.grpc:
+            print(f"{broker_bench.GRPC_SYSTEM}, {size} B ...", file=sys.stderr, flush=True)
+            rows.append(
+                _measured(
+                    broker_bench.GRPC_SYSTEM, "size", size, trio.run, broker_bench.measure_grpc,
+                    size, args.duration, args.window,
+                )
+            )  # fmt: skip
+        if "nats" in args.peers:
+            print(f"NATS JetStream, {size} B ...", file=sys.stderr, flush=True)
+            rows += _listed(_measured("NATS JetStream", "size", size, _nats_rows, size, args))
+        if "rocketmq" in args.peers:
+            rows += _java_rows(size, args)
     return rows
+
+
+def _listed(measured: list[dict] | dict) -> list[dict]:
+    """A measurement's rows: its list, or the one row naming its failure."""
+    return measured if isinstance(measured, list) else [measured]
+
+
+def _java_rows(size: int, args) -> list[dict]:
+    """Apache RocketMQ's rows for `size`, by the same Go generator as raftmq's (failover
+    trials at 1 KiB only: a JVM takes 10-20 s to start again after each kill)."""
+    from bench import broker_bench
+
+    rows = []
+    for system in broker_bench.JAVA_SYSTEMS:
+        print(f"{system.name}, {size} B ...", file=sys.stderr, flush=True)
+        trials = args.failover_trials if size == 1024 else 0
+        rows += _listed(
+            _measured(
+                system.name, "size", size, trio.run, broker_bench.measure, size,
+                args.duration, args.window, trials, broker_bench.GO, args.connections, system,
+            )
+        )  # fmt: skip
+    return rows
+
+
+def ratios(rows: list[dict]) -> list[str]:
+    """raftmq's rows against each peer's of the same size and connections, and its own
+    latency, each against the issue's target, met or missed."""
+    from bench import broker_bench
+
+    lines = []
+    ours = [r for r in rows if r["system"] == broker_bench.SYSTEM and "error" not in r]
+    for row in ours:
+        where = f"{row['size']} B, {row['connections']} conns"
+        for peer in rows:
+            same = (peer.get("size"), peer.get("connections")) == (row["size"], row["connections"])
+            target = _ratio_target(peer["system"], row["size"])
+            if not same or target is None or not peer.get("acked_per_s"):
+                continue
+            ratio = row["acked_per_s"] / peer["acked_per_s"]
+            lines.append(
+                f"{where}: raftmq / {peer['system']}: {ratio:.2f}x "
+                f"(target >= {target:g}x: {_met(ratio >= target)})"
+            )
+        for key, title, bound in (
+            ("p99_ms", "p99", TARGET_P99_MS),
+            ("single_p50_ms", "single-send p50", TARGET_SINGLE_P50_MS),
+        ):
+            if row.get(key) is not None:
+                lines.append(
+                    f"{where}: raftmq {title} {row[key]:.2f} ms "
+                    f"(target <= {bound:g} ms: {_met(row[key] <= bound)})"
+                )
+    return lines
+
+
+#: The issue's targets on this 2-vCPU machine: raftmq's acked/s over each peer's.
+TARGET_OVER_DLEDGER = 3.0
+TARGET_OVER_CLASSIC = 1.5
+TARGET_OVER_NATS = {128: 1.2, 1024: 1.5}
+TARGET_P99_MS = 10.0
+TARGET_SINGLE_P50_MS = 0.6
+
+
+def _ratio_target(system: str, size: int) -> float | None:
+    """The ratio raftmq's acked/s should reach over `system`'s at `size`, if any."""
+    from bench import broker_bench, nats_jetstream
+
+    if system == nats_jetstream.SYSTEM:
+        return TARGET_OVER_NATS.get(size)
+    if system.startswith(broker_bench.ROCKETMQ):
+        return TARGET_OVER_DLEDGER if " DLedger " in system else TARGET_OVER_CLASSIC
+    return None
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def _peers(text: str) -> tuple[str, ...]:
+    peers = tuple(p for p in text.split(",") if p)
+    if not set(peers) <= {"nats", "rocketmq"}:
+        raise argparse.ArgumentTypeError(f"peers are nats and rocketmq, not {text!r}")
+    return peers
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"counts of connections, 1,4 say, not {text!r}")
+    return counts
 
 
 def _sizes(text: str) -> list[int]:
@@ -193,17 +324,22 @@ def run_scale(args, load_at_start: tuple[float, float, float]) -> int:
     return 1 if any(t.errors() for t in tables) else 0
 
 
-def _nats_row(size: int, args) -> dict:
+def _nats_rows(size: int, args) -> list[dict]:
     from bench import nats_jetstream
 
     nats_jetstream.ensure_installed()
     with tempfile.TemporaryDirectory(prefix="bench-nats-") as tmp:
-        row = nats_jetstream.run_throughput(size, args.window, args.duration, Path(tmp))
+        rows = nats_jetstream.run_throughput(
+            size, args.window, args.duration, Path(tmp), args.connections
+        )
+        failover = None
         if size == 1024 and args.failover_trials:
             failover = nats_jetstream.run_failover(args.failover_trials, Path(tmp))
+    for row in rows:
+        row["peak_rss_mib"] = max(row["peak_rss_mib"])
+        if failover:
             row["failover_ms"] = failover["failover_ms"]
-    row["peak_rss_mib"] = max(row["peak_rss_mib"])
-    return row
+    return rows
 
 
 def run_spark(args) -> list[dict]:
@@ -224,12 +360,29 @@ def main(argv: list[str] | None = None) -> int:
     br.add_argument("--duration", type=float, default=10.0, help="seconds per load phase")
     br.add_argument("--window", type=int, default=256, help="sends in flight")
     br.add_argument("--failover-trials", type=int, default=5)
-    br.add_argument("--no-peer", action="store_true", help="skip NATS (not installed here)")
+    br.add_argument(
+        "--peers",
+        type=_peers,
+        default="nats,rocketmq",
+        help="peers measured beside raftmq: nats (JetStream), rocketmq (Apache's Java brokers)",
+    )
+    br.add_argument("--no-peer", action="store_const", const=(), dest="peers", help="no peer")
+    br.add_argument(
+        "--connections",
+        type=_counts,
+        default="1,4",
+        help="connections the window is split over, a row per count, for every system",
+    )
     br.add_argument(
         "--generator",
         choices=("auto", "go", "python", "both"),
         default="auto",
         help="raftmq's load generator: Go where it can be built (auto), or each in turn",
+    )
+    br.add_argument(
+        "--grpc",
+        action="store_true",
+        help="also the gRPC path: sends and receive+ack through mqproxy (Go generator)",
     )
     br.add_argument(
         "--stages",
@@ -278,10 +431,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows, columns, size_key = run_dledger(args), COLUMNS, "payload"
     print(f"\n{machine(load_at_start)}\n")
-    print(table(rows, columns))
+    grpc_rows = []
+    if args.what == "broker":
+        from bench.broker_bench import GRPC_SYSTEM
+
+        grpc_rows = [row for row in rows if row["system"] == GRPC_SYSTEM]
+    print(table([row for row in rows if row not in grpc_rows], columns))
+    if grpc_rows:
+        print(f"\n{table(grpc_rows, GRPC_COLUMNS)}")
     for row in rows:
         if row.get("notes"):
-            print(f"\n{row['system']} {row[size_key]} B: {row['notes']}")
+            conns = f", {row['connections']} conns" if "connections" in row else ""
+            print(f"\n{row['system']} {row[size_key]} B{conns}: {row['notes']}")
+    if args.what == "broker":
+        print("\nraftmq against the targets, in this run:\n")
+        print("\n".join(ratios(rows)) or "(no rows to compare)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 1 if any("error" in row for row in rows) else 0

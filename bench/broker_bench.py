@@ -19,10 +19,18 @@ Go toolchain can be had, so that the generators' CPU is comparable; else the sam
 pipelined generator in Python, in this process. Each row names the generator that ran,
 and CPU per message is counted per role: master, followers, name server, generator and
 (with the Go generator) this process, which runs the pullers.
+
+The same generator, unchanged, loads Apache RocketMQ 4.9.7's Java brokers and name
+server (`JAVA_SYSTEMS`, started by bench/java_brokers.py as the tests start them): its
+DLedger mode and its classic SYNC_MASTER + SLAVE, each with flushDiskType=SYNC_FLUSH
+and with its defaults, with the same window, connections and warm-up (`measure`'s
+`system`). Every system gets the same warm-up (WARMUP_S at the measured window), and a
+row per count of connections.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -30,12 +38,14 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
 
 from bench import cpu, gotools
 from bench.dledger_bench import percentile
+from bench.java_brokers import BENCH_PROFILE, MixedClassicGroup, MixedDLedgerGroup
 from bench.rss import peak_rss_mib
 from raftmq.config.address import parse_address
 from raftmq.protocol.headers import send_header_v2
@@ -53,6 +63,12 @@ TOPIC = "BenchTopic"
 QUEUES = 8
 SYSTEM = "raftmq broker R3 (SYNC_FLUSH, fsync on a quorum)"
 CONNECTIONS = 4
+#: Every system's warm-up before its measured phases: this long at the measured window
+#: (the Go generators warm up again at the start of each run: go_warmup_s). A JVM
+#: compiles its hot paths in the first seconds: after 2 s, RocketMQ's DLedger rows were
+#: still compiling in the first measured phase (flow-control refusals, a leader's CPU
+#: per message 1.4-2.3x that of the next phase).
+WARMUP_S = 10.0
 GO = "go"
 PYTHON = "python"
 GO_GENERATOR = gotools.GoTool("remoting_pub")
@@ -94,10 +110,15 @@ def _send_request(queue_id: int, body: bytes, topic: str = TOPIC) -> RemotingCom
 
 
 async def _produce(
-    address: str, size: int, window: int, duration_s: float, spread: Spread = SPREAD
+    address: str,
+    size: int,
+    window: int,
+    duration_s: float,
+    spread: Spread = SPREAD,
+    connections: int = CONNECTIONS,
 ) -> tuple:
-    """Closed loop: `window` sends always in flight, over the queues of `spread` in turn;
-    returns (acked/s, latencies ms, errors).
+    """Closed loop: `window` sends always in flight over `connections`, over the queues
+    of `spread` in turn; returns (acked/s, latencies ms, errors).
 
     Pipelined like NATS's Go publisher in the same run: each connection writes its
     share of the window at once and answers every response with a new request in
@@ -108,7 +129,7 @@ async def _produce(
     padding = os.urandom(max(0, size - _BORN.size))
     latencies: list[float] = []
     errors = [0]
-    shares = [window // CONNECTIONS + (k < window % CONNECTIONS) for k in range(CONNECTIONS)]
+    shares = [window // connections + (k < window % connections) for k in range(connections)]
     deadline = trio.current_time() + duration_s
 
     async def connection(share: int, first: int) -> None:
@@ -118,7 +139,7 @@ async def _produce(
             for queue_id in range(spread.queues)
         ]
         sent_at: dict[int, float] = {}
-        next_opaque = [first * len(headers) // CONNECTIONS]  # connections start apart
+        next_opaque = [first * len(headers) // connections]  # connections start apart
 
         def requests(count: int) -> bytes:
             frames = []
@@ -271,87 +292,217 @@ def generators(choice: str) -> tuple[list[str], str | None]:
     return ([GO, PYTHON] if choice == "both" else [choice]), None
 
 
+@dataclass(frozen=True)
+class System:
+    """A system the remoting generator measures: its rows' name (what an acknowledgement
+    means in it), how its group starts in a directory, whether this process pulls from
+    it in a second load phase, and why it has no failover figure, if it has none."""
+
+    name: str
+    group: Callable[[str], LocalCluster]
+    consume: bool = False
+    no_failover: str | None = None
+
+
+RAFTMQ = System(SYSTEM, LocalCluster, consume=True)
+
+
+def _java_dledger(flush_disk_type: str) -> Callable[[str], LocalCluster]:
+    """Apache RocketMQ's DLedger mode: three Java brokers and its name server."""
+    return functools.partial(
+        MixedDLedgerGroup, java={"n0", "n1", "n2"}, profile=BENCH_PROFILE,
+        flush_disk_type=flush_disk_type, java_namesrv=True,
+    )  # fmt: skip
+
+
+def _java_classic(flush_disk_type: str) -> Callable[[str], LocalCluster]:
+    """Apache RocketMQ's classic HA: a Java SYNC_MASTER, one Java SLAVE, its name server."""
+    return functools.partial(
+        MixedClassicGroup, java={"n0", "n1"}, slaves=1, master_role="SYNC_MASTER",
+        profile=BENCH_PROFILE, flush_disk_type=flush_disk_type, java_namesrv=True,
+    )  # fmt: skip
+
+
+ROCKETMQ = "Apache RocketMQ 4.9.7"
+_CLASSIC_FAILOVER = "4.9's classic HA has no failover: a SLAVE never takes writes"
+#: Apache RocketMQ's Java brokers, each labelled with what its acknowledgement means.
+#: DLedger 0.3.1.2 acknowledges on a quorum's append to the page cache and flushes every
+#: 10 ms; flushDiskType does not reach it (DLedgerCommitLog never takes the flush path).
+#: A SYNC_MASTER acknowledges once its SLAVE has the bytes (in its page cache), and with
+#: SYNC_FLUSH once its own fsync (group commit) is done too.
+JAVA_SYSTEMS = (
+    System(
+        f"{ROCKETMQ} DLedger R3 SYNC_FLUSH (no effect: quorum page cache)",
+        _java_dledger("SYNC_FLUSH"),
+    ),
+    System(
+        f"{ROCKETMQ} DLedger R3 defaults (ASYNC_FLUSH: quorum page cache)",
+        _java_dledger("ASYNC_FLUSH"),
+    ),
+    System(
+        f"{ROCKETMQ} SYNC_MASTER+SLAVE SYNC_FLUSH (master fsync, slave page cache)",
+        _java_classic("SYNC_FLUSH"),
+        no_failover=_CLASSIC_FAILOVER,
+    ),
+    System(
+        f"{ROCKETMQ} SYNC_MASTER+SLAVE defaults (ASYNC_FLUSH: both page caches)",
+        _java_classic("ASYNC_FLUSH"),
+        no_failover=_CLASSIC_FAILOVER,
+    ),
+)
+#: RocketMQ DLedger's default election timing (reference dledger.md): heartbeats every
+#: 2 s, a follower stands after 3 missed (6 s), then votes after 300-1000 ms gaps.
+JAVA_DLEDGER_ELECTION = "DLedger defaults: 2 s heartbeats, a candidate after 6 s silent"
+
+
 async def measure(
-    size: int, duration_s: float, window: int, failover_trials: int, generator: str = GO
-) -> dict:
-    """One row: a load phase with `generator` (GO or PYTHON), the same load again while
-    the pullers consume, a single-send phase with the same generator, RSS, then
-    `failover_trials` kills."""
+    size: int,
+    duration_s: float,
+    window: int,
+    failover_trials: int,
+    generator: str = GO,
+    connections: Sequence[int] = (CONNECTIONS,),
+    system: System = RAFTMQ,
+    warmup_s: float = WARMUP_S,
+) -> list[dict]:
+    """A row per count of `connections`, of one group of `system` started for them all:
+    after the warm-up every system gets (`warmup_s` at `window` over the first count), a
+    load phase with `generator` (GO or PYTHON) over each count, with raftmq the same
+    load again while the pullers consume, then a single-send phase with the same
+    generator, RSS, and `failover_trials` kills."""
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
-        async with LocalCluster(tmp) as cluster:
+        async with system.group(tmp) as cluster:
             await cluster.create_topic(TOPIC, QUEUES)
             master = await cluster.wait_master()
             address = cluster.broker_addrs[master]
             roles = _roles(cluster, master)
-            await _sends(generator, address, size, 16, 1.0)  # warm up, before the pullers
-            # Sends alone, as the NATS row measures its publisher: acked/s, latency, CPU.
-            load, cpu_figures = await _load(generator, roles, address, size, window, duration_s)
-            stop = trio.Event()
-            consumed: dict = {}
-            async with trio.open_nursery() as nursery:  # the same load, consumed meanwhile
-                nursery.start_soon(_consume, address, stop, consumed)
-                consuming, consuming_cpu = await _load(
-                    generator, roles, address, size, window, duration_s
-                )
-                stop.set()
-            consumed["acked_consuming_per_s"] = consuming["acked_per_s"]
+            # before the pullers, the same for every system
+            await _sends(generator, address, size, window, warmup_s, connections=connections[0])
+            phases = [
+                await _phases(system, generator, roles, address, size, window, duration_s, n)
+                for n in connections
+            ]
             single = await _sends(generator, address, size, 1, min(duration_s, 3.0))
             rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
-            failovers = await _failover_trials(cluster, failover_trials)
+            trials = 0 if system.no_failover else failover_trials
+            failovers = await _failover_trials(cluster, trials)
+    rows = []
+    for n, (load, cpu_figures, consumed, puller_us) in zip(connections, phases, strict=True):
+        rows.append(
+            {
+                **_row(system.name, generator, size, window, load),
+                "connections": n,
+                "errors": load["errors"],
+                "single_p50_ms": single["p50_ms"],
+                **consumed,
+                "failover_ms": statistics.median(failovers) if failovers else None,
+                "failover_trials_ms": [round(f) for f in failovers],
+                "peak_rss_mib": max((r for r in rss if r is not None), default=None),
+                **cpu.columns(cpu_figures),
+                "cpu_puller_us": puller_us,
+                "notes": _notes(system, generator, n, load, single),
+            }
+        )
+    return rows
+
+
+async def _phases(
+    system: System,
+    generator: str,
+    roles: dict[str, int],
+    address: str,
+    size: int,
+    window: int,
+    duration_s: float,
+    connections: int,
+) -> tuple[dict, dict[str, float], dict, float | None]:
+    """The load phase over `connections` (sends alone, as the NATS row measures its
+    publisher: acked/s, latency, CPU), and for a system that is pulled from the same
+    load again while the pullers consume: consumed/s, e2e and the pullers' CPU."""
+    run = (address, size, window, duration_s)
+    load, cpu_figures = await _load(generator, roles, *run, connections=connections)
+    if not system.consume:
+        return load, cpu_figures, {}, None
+    stop = trio.Event()
+    consumed: dict = {}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_consume, address, stop, consumed)
+        consuming, consuming_cpu = await _load(generator, roles, *run, connections=connections)
+        stop.set()
+    consumed["acked_consuming_per_s"] = consuming["acked_per_s"]
+    return load, cpu_figures, consumed, consuming_cpu.get("puller")
+
+
+def _notes(system: System, generator: str, connections: int, load: dict, single: dict) -> str:
+    """What a row's figures came from."""
     if generator == GO:
-        notes = (
-            f"load from the Go generator (bench/remoting_pub, {CONNECTIONS} connections); "
-            "consumed/s, e2e and the puller CPU from a second load phase while this "
-            "process pulls from the master"
-        )
+        notes = f"load from the Go generator (bench/remoting_pub, connections: {connections})"
+        if system.consume:
+            notes += (
+                "; consumed/s, e2e and the puller CPU from a second load phase while this "
+                "process pulls from the master"
+            )
     else:
-        notes = (
-            f"load from the Python generator in this process ({CONNECTIONS} connections); "
-            "consumed/s and e2e from a second load phase while this process also pulls"
-        )
+        notes = f"load from the Python generator in this process (connections: {connections})"
+        if system.consume:
+            notes += "; consumed/s and e2e from a second load phase while this process also pulls"
     notes += f"; single-send rate {single['acked_per_s']:.0f}/s"
+    if system in JAVA_SYSTEMS:
+        notes += (
+            f"; JVMs: each broker {_flags(BENCH_PROFILE.broker_flags)}, the name server "
+            f"{_flags(BENCH_PROFILE.namesrv_flags)}; RocketMQ's default thread pools"
+        )
+    if system.no_failover:
+        notes += f"; no failover figure: {system.no_failover}"
+    elif system in JAVA_SYSTEMS:
+        notes += f"; failover with {JAVA_DLEDGER_ELECTION}"
     if load.get("first_error"):
-        notes += f"; first error: {load['first_error']}"
+        notes += f"; {load['errors']} errors, the first: {load['first_error']}"
+    return notes
+
+
+def _flags(flags: Sequence[str]) -> str:
+    """The sizing flags of a JVM (heap, direct memory, GC), for a row's notes."""
+    return " ".join(f for f in flags if f.startswith(("-Xm", "-XX:Max", "-XX:+Use")))
+
+
+def _row(system: str, generator: str, size: int, window: int, load: dict) -> dict:
+    """A row's first columns: what ran and the sends' rate and latency."""
     return {
-        "system": SYSTEM,
+        "system": system,
         "generator": generator,
         "size": size,
         "window": window,
         "acked_per_s": load["acked_per_s"],
         "p50_ms": load["p50_ms"],
         "p99_ms": load["p99_ms"],
-        "errors": load["errors"],
-        "single_p50_ms": single["p50_ms"],
-        **consumed,
-        "failover_ms": statistics.median(failovers) if failovers else None,
-        "failover_trials_ms": [round(f) for f in failovers],
-        "peak_rss_mib": max((r for r in rss if r is not None), default=None),
-        **cpu.columns(cpu_figures),
-        "cpu_puller_us": consuming_cpu.get("puller"),
-        "notes": notes,
     }
 
 
-async def _load(generator: str, roles: dict[str, int], *run) -> tuple[dict, dict[str, float]]:
+async def _load(
+    generator: str, roles: dict[str, int], *run, connections: int = CONNECTIONS
+) -> tuple[dict, dict[str, float]]:
     """A measured load phase from `generator`: its figures, and CPU per message per role."""
     if generator == GO:
-        return await trio.to_thread.run_sync(_go_load, *run, roles)
-    return await _python_load(roles, *run)
+        return await trio.to_thread.run_sync(
+            functools.partial(_go_load, *run, roles, connections=connections)
+        )
+    return await _python_load(roles, *run, connections=connections)
 
 
-async def _python_load(roles: dict[str, int], *run) -> tuple[dict, dict[str, float]]:
+async def _python_load(
+    roles: dict[str, int], *run, connections: int = CONNECTIONS
+) -> tuple[dict, dict[str, float]]:
     """The load phase from this process (`_python_run(*run)`): its figures, and CPU per
     message per role."""
     meter = cpu.CpuMeter({**roles, "generator": os.getpid()})
-    load = await _python_run(*run)
+    load = await _python_run(*run, connections=connections)
     return load, meter.per_message_us(load["acked"])
 
 
-async def _python_run(
-    address: str, size: int, window: int, duration_s: float, spread: Spread = SPREAD
-) -> dict:
-    """`_produce`'s figures under the names the Go generator prints."""
-    rate, latencies, errors = await _produce(address, size, window, duration_s, spread)
+async def _python_run(*run, **options) -> dict:
+    """`_produce(*run, **options)`'s figures under the names the Go generator prints."""
+    rate, latencies, errors = await _produce(*run, **options)
     return {
         "acked": len(latencies),
         "acked_per_s": rate,
@@ -361,19 +512,16 @@ async def _python_run(
     }
 
 
-async def _sends(
-    generator: str,
-    address: str,
-    size: int,
-    window: int,
-    duration_s: float,
-    spread: Spread = SPREAD,
-) -> dict:
-    """`window` sends in flight from `generator` (GO or PYTHON), CPU not measured: the
-    warm-up, and the single-send phase (window 1)."""
+async def _sends(generator: str, *run, connections: int = CONNECTIONS) -> dict:
+    """Sends from `generator` (GO or PYTHON) as `_go_run(*run)` makes them (address,
+    size, window, seconds, perhaps a spread) over `connections` (at most the window),
+    CPU not measured: the warm-up, and the single-send phase (window 1)."""
+    connections = min(connections, run[2])
     if generator == GO:
-        return await trio.to_thread.run_sync(_go_run, address, size, window, duration_s, spread)
-    return await _python_run(address, size, window, duration_s, spread)
+        return await trio.to_thread.run_sync(
+            functools.partial(_go_run, *run, connections=connections)
+        )
+    return await _python_run(*run, connections=connections)
 
 
 def _go_load(
@@ -383,24 +531,38 @@ def _go_load(
     duration_s: float,
     roles: dict[str, int],
     spread: Spread = SPREAD,
+    connections: int = CONNECTIONS,
 ) -> tuple[dict, dict[str, float]]:
     """The load phase from the Go generator (run in a thread while the pullers run in
     this process): its figures, and CPU per message per role over its measured window."""
-    warmup_s = _go_warmup_s(duration_s)
-    meters: list[cpu.CpuMeter] = []
-
-    def measure_window(generator_pid: int) -> None:
-        # The generator's warm-up and window start when it starts, give or take its
-        # connection set-up (milliseconds).
-        meter = cpu.CpuMeter({**roles, "generator": generator_pid, "puller": os.getpid()})
-        time.sleep(warmup_s)
-        meter.restart()
-        time.sleep(duration_s)
-        meter.stop()
-        meters.append(meter)
-
-    load = _go_run(address, size, window, duration_s, spread, during=measure_window)
+    during, meters = _metered(
+        duration_s,
+        lambda pid: [cpu.CpuMeter({**roles, "generator": pid, "puller": os.getpid()})],
+    )
+    load = _go_run(
+        address, size, window, duration_s, spread, connections=connections, during=during
+    )
     return load, meters[0].per_message_us(int(load["acked"]))
+
+
+def _metered(duration_s: float, meters_for) -> tuple:
+    """A Go generator's `during`, and the list its meters land in: `meters_for(pid)`'s
+    meters (CpuMeter, ThreadMeter), restarted after the generator's warm-up and stopped
+    after its measured window. The warm-up and window start when the generator starts,
+    give or take its connection set-up (milliseconds)."""
+    meters: list = []
+
+    def during(generator_pid: int) -> None:
+        started = meters_for(generator_pid)
+        time.sleep(go_warmup_s(duration_s))
+        for meter in started:
+            meter.restart()
+        time.sleep(duration_s)
+        for meter in started:
+            meter.stop()
+        meters.extend(started)
+
+    return during, meters
 
 
 def _go_run(
@@ -409,11 +571,13 @@ def _go_run(
     window: int,
     duration_s: float,
     spread: Spread = SPREAD,
+    *,
     during=None,
+    connections: int = CONNECTIONS,
 ) -> dict:
     """Run the Go generator once; the JSON it prints (acked, acked_per_s, errors,
     first_error, p50_ms, p99_ms, max_ms)."""
-    warmup_s = _go_warmup_s(duration_s)
+    warmup_s = go_warmup_s(duration_s)
     args = [
         f"-addr={address}",
         f"-topic={spread.topic}",
@@ -421,15 +585,16 @@ def _go_run(
         f"-queues={spread.queues}",
         f"-size={size}",
         f"-window={window}",
-        f"-conns={CONNECTIONS}",
+        f"-conns={connections}",
         f"-warmup={warmup_s}s",
         f"-duration={duration_s}s",
     ]
     return GO_GENERATOR.run(args, timeout_s=warmup_s + duration_s + 60.0, during=during)
 
 
-def _go_warmup_s(duration_s: float) -> float:
-    """As NATS's publisher: a short warm-up, so connection set-up does not dilute the rate."""
+def go_warmup_s(duration_s: float) -> float:
+    """The Go generators' own warm-up in each run (remoting_pub's, nats_pub's), so
+    connection set-up does not dilute the rate."""
     return min(1.0, max(0.2, duration_s * 0.2))
 
 
@@ -441,3 +606,115 @@ def _roles(cluster: LocalCluster, master: str) -> dict[str, int]:
         if node != master:
             roles[f"follower {node}"] = cluster.pid(node)
     return roles
+
+
+# ---------------------------------------------------------------- the gRPC path
+GRPC_SYSTEM = "raftmq broker R3 through mqproxy (gRPC)"
+GRPC_GENERATOR = gotools.GoModule("grpc_pub")
+#: Messages per ReceiveMessage; `window` // RECEIVE_BATCH long polls are kept open, so
+#: about `window` messages are in flight between receipt and acknowledgement.
+RECEIVE_BATCH = 32
+GRPC_GROUP = "BENCH_CG"
+
+
+async def measure_grpc(size: int, duration_s: float, window: int) -> dict:
+    """The gRPC rows' figures: the same group behind an `mqproxy`, the Go generator
+    (bench/grpc_pub) speaking apache.rocketmq.v2 to it.  First `window` SendMessage
+    calls in flight (sends/s, p50/p99, CPU per message per role), then the backlog they
+    left received (ReceiveMessage, long-polled, RECEIVE_BATCH at a time) and each message
+    acknowledged by its own AckMessage (received+acked/s, CPU per message per role).
+    The proxy's CPU is also split by thread (the main thread, gRPC's)."""
+    with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
+        async with LocalCluster(tmp) as cluster:
+            await cluster.create_topic(TOPIC, QUEUES)
+            master = await cluster.wait_master()
+            endpoint = await cluster.start_proxy()
+            roles = {"proxy": cluster.pid("proxy"), **_roles(cluster, master)}
+            run = (endpoint, cluster.broker_name, size)
+            warm = await trio.to_thread.run_sync(_grpc_run, "send", *run, 16, 1.0)
+            sends, send_cpu, send_threads = await trio.to_thread.run_sync(
+                _grpc_load, roles, "send", *run, window, duration_s
+            )
+            receives, receive_cpu, receive_threads = await trio.to_thread.run_sync(
+                _grpc_load, roles, "receive", *run, max(1, window // RECEIVE_BATCH), duration_s
+            )
+            stored = await _stored(cluster, master)
+    notes = (
+        f"load from the Go generator (bench/grpc_pub, {CONNECTIONS} HTTP/2 connections to "
+        f"mqproxy); receive+ack: {max(1, window // RECEIVE_BATCH)} long polls of "
+        f"{RECEIVE_BATCH}, one AckMessage per message, over the backlog the sends left; "
+        f"proxy CPU µs/msg by thread, sends {send_threads}, receive+ack {receive_threads}"
+    )
+    if receives["empty"]:
+        notes += f"; the backlog ran out ({receives['empty']} empty polls)"
+    for phase in (sends, receives):
+        if phase.get("first_error"):
+            notes += f"; first error: {phase['first_error']}"
+    return {
+        **_row(GRPC_SYSTEM, GO, size, window, sends),
+        "errors": warm["errors"] + sends["errors"],
+        "sent": warm["sent"] + sends["sent"],  # the warm-up's too: each is stored
+        "stored": stored,
+        "received_acked_per_s": receives["acked_per_s"],
+        "received": receives["received"],
+        "receive_errors": receives["errors"],
+        "ack_p99_ms": receives["p99_ms"],
+        "cpu_proxy_us": send_cpu.get("proxy"),
+        **cpu.columns(send_cpu),
+        **{f"receive_{k}": v for k, v in cpu.columns(receive_cpu).items()},
+        "receive_cpu_proxy_us": receive_cpu.get("proxy"),
+        "cpu_proxy_threads_us": send_threads,
+        "receive_cpu_proxy_threads_us": receive_threads,
+        "notes": notes,
+    }
+
+
+def _grpc_load(roles: dict[str, int], *run) -> tuple[dict, dict[str, float], dict[str, float]]:
+    """A measured phase of the gRPC generator, `_grpc_run(*run)` (its last argument the
+    measured seconds): its figures, CPU per message per role, and the proxy's CPU per
+    message per thread, over its measured window."""
+    during, meters = _metered(
+        run[-1],
+        lambda pid: [cpu.CpuMeter({**roles, "generator": pid}), cpu.ThreadMeter(roles["proxy"])],
+    )
+    load = _grpc_run(*run, during=during)
+    acked = int(load["acked"])
+    return load, meters[0].per_message_us(acked), meters[1].per_message_us(acked)
+
+
+def _grpc_run(
+    mode: str,
+    endpoint: str,
+    broker_name: str,
+    size: int,
+    window: int,
+    duration_s: float,
+    during=None,
+) -> dict:
+    """Run bench/grpc_pub once in `mode` (send or receive); the JSON it prints."""
+    warmup_s = go_warmup_s(duration_s)
+    args = [
+        f"-mode={mode}",
+        f"-addr={endpoint}",
+        f"-topic={TOPIC}",
+        f"-group={GRPC_GROUP}",
+        f"-broker={broker_name}",
+        f"-size={size}",
+        f"-window={window}",
+        f"-batch={RECEIVE_BATCH}",
+        f"-conns={CONNECTIONS}",
+        f"-warmup={warmup_s}s",
+        f"-duration={duration_s}s",
+    ]
+    return GRPC_GENERATOR.run(args, timeout_s=warmup_s + duration_s + 60.0, during=during)
+
+
+async def _stored(cluster: LocalCluster, master: str) -> int:
+    """Messages in the topic's queues at the master (their max offsets summed)."""
+    total = 0
+    for queue_id in range(QUEUES):
+        ext = {"topic": TOPIC, "queueId": queue_id}
+        response = await cluster.broker_call(master, RequestCode.GET_MAX_OFFSET, ext)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        total += int(response.ext_fields["offset"])
+    return total

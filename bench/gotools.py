@@ -62,6 +62,39 @@ def apt_install(packages: tuple[str, ...]) -> None:
         subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
 
 
+def run_tool(binary: Path, args: list[str], timeout_s: float, during=None) -> dict[str, Any]:
+    """Run a built tool to completion and return the JSON it prints; ``during(pid)``, if
+    given, runs while the tool does (it samples the processes' CPU)."""
+    cmd = [str(binary), *args]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=die_with_parent,
+    )
+    try:
+        if during is not None:
+            during(proc.pid)
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {stderr.strip()}")
+    return json.loads(stdout)
+
+
+def shared_digest() -> hashlib._Hash:
+    """A hash of the shared Go packages' source, which every tool's binary name covers."""
+    digest = hashlib.sha256()
+    for shared in sorted(SHARED_GOPATH.rglob("*.go")):
+        digest.update(shared.read_bytes())
+    return digest
+
+
 @dataclass(frozen=True)
 class GoTool:
     """``bench/<name>/main.go`` and what its build needs besides the Go toolchain:
@@ -76,9 +109,8 @@ class GoTool:
 
     def binary(self) -> Path:
         """The built tool, named by its sources' hash so that an edit is never stale."""
-        digest = hashlib.sha256(self.source.read_bytes())
-        for shared in sorted(SHARED_GOPATH.rglob("*.go")):
-            digest.update(shared.read_bytes())
+        digest = shared_digest()
+        digest.update(self.source.read_bytes())
         return cache_dir() / f"{self.name}-{digest.hexdigest()[:12]}"
 
     def missing(self) -> str | None:
@@ -121,25 +153,61 @@ class GoTool:
         return out
 
     def run(self, args: list[str], timeout_s: float, during=None) -> dict[str, Any]:
-        """Run the tool to completion and return the JSON it prints; ``during(pid)``, if
-        given, runs while the tool does (it samples the processes' CPU)."""
-        cmd = [str(self.build()), *args]
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=die_with_parent,
-        )
+        """`run_tool` of the built tool."""
+        return run_tool(self.build(), args, timeout_s, during)
+
+
+@dataclass(frozen=True)
+class GoModule:
+    """``bench/<name>/``, a Go module of its own (``go.mod`` and ``go.sum`` committed)
+    built in module mode: for a peer that is someone else's Go library, such as Apache
+    RocketMQ's Go client, fetched from the Go module proxy at the versions ``go.sum``
+    pins (once; Go's module cache keeps them). Built into the cache like a GoTool. A module
+    may use the shared packages (``raftmqbench/report``) through a ``replace`` to
+    ``../gopath/src/...`` in its go.mod."""
+
+    name: str
+
+    @property
+    def directory(self) -> Path:
+        return Path(__file__).resolve().with_name(self.name)
+
+    def binary(self) -> Path:
+        """The built program, named by a hash of the module's files and the shared ones."""
+        digest = shared_digest()
+        for path in sorted([*self.directory.glob("*.go"), self.directory / "go.mod",
+                            self.directory / "go.sum"]):  # fmt: skip
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        return cache_dir() / f"{self.name}-{digest.hexdigest()[:12]}"
+
+    def build(self) -> Path:
+        """Build into the cache unless built; raises RuntimeError without a Go toolchain,
+        CalledProcessError when the build fails (a module the proxy did not serve)."""
+        out = self.binary()
+        if out.exists():
+            return out
+        if shutil.which("go") is None:
+            raise RuntimeError(
+                f"no Go toolchain to build bench/{self.name} (apt-get install {GO_PACKAGE})"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+        env = {**os.environ, "GO111MODULE": "on", "GOFLAGS": "-mod=readonly -buildvcs=false"}
         try:
-            if during is not None:
-                during(proc.pid)
-            stdout, stderr = proc.communicate(timeout=timeout_s)
+            subprocess.run(
+                ["go", "build", "-o", str(tmp), "."], cwd=self.directory, env=env, check=True
+            )
+            os.replace(tmp, out)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed: {stderr.strip()}")
-        return json.loads(stdout)
+            tmp.unlink(missing_ok=True)
+        return out
+
+    def run(self, args: list[str], timeout_s: float, during=None) -> dict[str, Any]:
+        """`run_tool` of the built program."""
+        return run_tool(self.build(), args, timeout_s, during)
+
+
+if __name__ == "__main__":  # python -m bench.gotools NAME: build bench/NAME (a Go module)
+    import sys
+
+    print(GoModule(sys.argv[1]).build())

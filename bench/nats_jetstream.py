@@ -16,10 +16,11 @@ What runs:
   Python client would have measured itself; this one used about a fifth of a core at
   23k publishes/s of 1 KiB here, while the three servers used 1.2 cores.
 
-``run_throughput``: a fresh cluster, a stream with 3 replicas on file storage, and one
-publisher connection to the server that leads the stream (as a RocketMQ producer sends
-to the master broker) keeping ``window`` asynchronous publishes in flight.  Latency is
-PublishAsync to PubAck; acks in the warm-up are not counted.  Peak RSS per server is the
+``run_throughput``: a fresh cluster, a stream with 3 replicas on file storage, and the
+publisher's connections to the server that leads the stream (as a RocketMQ producer
+sends to the master broker) keeping ``window`` asynchronous publishes in flight between
+them, after the warm-up every system of ``bench broker`` gets.  Latency is PublishAsync
+to PubAck; acks in the warm-ups are not counted.  Peak RSS per server is the
 kernel's VmHWM, read before the servers are killed.
 
 ``run_failover``: per trial, kill -9 of the server that leads the stream, then the time
@@ -44,11 +45,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import cpu, gotools
+from bench.broker_bench import WARMUP_S, go_warmup_s
 from bench.rss import peak_rss_mib
 
 VERSION = "2.15.1"
@@ -267,46 +270,69 @@ def _run_pub(args: list[str], timeout: float, during=None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- measurement
 
 
-def run_throughput(size: int, window: int, duration_s: float, workdir: Path) -> dict:
-    """Acknowledged publishes/s and latency with ``window`` in flight; see the module doc."""
-    # As peer_pysyncobj: a short warm-up, so connection set-up does not dilute the rate.
-    warmup_s = min(1.0, max(0.2, duration_s * 0.2))
-    load_before = os.getloadavg()[0]
+def run_throughput(
+    size: int, window: int, duration_s: float, workdir: Path, connections: Sequence[int] = (1,)
+) -> list[dict]:
+    """Acknowledged publishes/s and latency with ``window`` in flight over each of
+    ``connections`` in turn, one row each, after the warm-up every system of ``bench
+    broker`` gets (WARMUP_S at the window, the first count of connections); see the
+    module doc."""
     with _Cluster(Path(workdir)) as cluster:
         cluster.create_stream()
         leader = cluster.settled_leader()
-        roles = {"leader": cluster.pid(leader)}
-        roles |= {f"follower {_NAMES[i]}": cluster.pid(i) for i in range(3) if i != leader}
-        meters: list[cpu.CpuMeter] = []
-
-        def measure_window(publisher_pid: int) -> None:
-            # The publisher's warm-up and window start when it starts, give or take
-            # its connection set-up (milliseconds).
-            meter = cpu.CpuMeter({**roles, "generator": publisher_pid})
-            time.sleep(warmup_s)
-            meter.restart()
-            time.sleep(duration_s)
-            meter.stop()
-            meters.append(meter)
-
-        out = _run_pub(
-            [
-                "-mode=pub",
-                f"-url={cluster.url(leader)}",
-                f"-size={size}",
-                f"-window={window}",
-                f"-warmup={warmup_s}s",
-                f"-duration={duration_s}s",
-            ],
-            timeout=warmup_s + duration_s + 120.0,
-            during=measure_window,
-        )
+        address = cluster.url(leader)
+        _pub(address, size, window, WARMUP_S, connections[0])
+        rows = [_measured_pub(cluster, leader, size, window, duration_s, n) for n in connections]
         rss = [peak_rss_mib(cluster.pid(i)) for i in range(3)]
+    return [{**row, "peak_rss_mib": rss} for row in rows]
+
+
+def _pub(
+    url: str, size: int, window: int, duration_s: float, connections: int, during=None
+) -> dict[str, Any]:
+    """One pub run of the Go publisher: `window` in flight over `connections`."""
+    warmup_s = go_warmup_s(duration_s)
+    return _run_pub(
+        [
+            "-mode=pub",
+            f"-url={url}",
+            f"-size={size}",
+            f"-window={window}",
+            f"-conns={connections}",
+            f"-warmup={warmup_s}s",
+            f"-duration={duration_s}s",
+        ],
+        timeout=warmup_s + duration_s + 120.0,
+        during=during,
+    )
+
+
+def _measured_pub(
+    cluster: _Cluster, leader: int, size: int, window: int, duration_s: float, connections: int
+) -> dict:
+    """A measured load phase: its row, CPU per message per role over the window."""
+    warmup_s = go_warmup_s(duration_s)
+    load_before = os.getloadavg()[0]
+    roles = {"leader": cluster.pid(leader)}
+    roles |= {f"follower {_NAMES[i]}": cluster.pid(i) for i in range(3) if i != leader}
+    meters: list[cpu.CpuMeter] = []
+
+    def measure_window(publisher_pid: int) -> None:
+        # The publisher's warm-up and window start when it starts, give or take
+        # its connection set-up (milliseconds).
+        meter = cpu.CpuMeter({**roles, "generator": publisher_pid})
+        time.sleep(warmup_s)
+        meter.restart()
+        time.sleep(duration_s)
+        meter.stop()
+        meters.append(meter)
+
+    out = _pub(cluster.url(leader), size, window, duration_s, connections, measure_window)
     notes = (
         f"3 nats-server processes on 127.0.0.1 (+ the Go publisher), file storage, fsync "
-        f"before every ack; one connection to the stream leader's server, {window} "
-        f"PublishAsync in flight, os-random {size} B payloads, {duration_s:g} s after a "
-        f"{warmup_s:g} s warm-up; {out['acked']} acked in the window, {out['errors']} "
+        f"before every ack; connections to the stream leader's server: {connections}, "
+        f"{window} PublishAsync in flight, os-random {size} B payloads, {duration_s:g} s "
+        f"after a {warmup_s:g} s warm-up; {out['acked']} acked in the window, {out['errors']} "
         f"errors, max {out['max_ms']:.1f} ms; 1-min load average before the run "
         f"{load_before:.2f}"
     )
@@ -317,11 +343,11 @@ def run_throughput(size: int, window: int, duration_s: float, workdir: Path) -> 
         "generator": "go (nats.go)",
         "size": size,
         "window": window,
+        "connections": connections,
         "acked_per_s": float(out["acked_per_s"]),
         "p50_ms": float(out["p50_ms"]) if out["p50_ms"] is not None else None,
         "p99_ms": float(out["p99_ms"]) if out["p99_ms"] is not None else None,
         "errors": out["errors"],
-        "peak_rss_mib": rss,
         **cpu.columns(meters[0].per_message_us(int(out["acked"]))),
         "notes": notes,
     }
@@ -398,7 +424,7 @@ def _main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ensure_installed()
     with tempfile.TemporaryDirectory(prefix="bench-nats-") as tmp:
-        row = run_throughput(args.size, args.window, args.duration, Path(tmp))
+        (row,) = run_throughput(args.size, args.window, args.duration, Path(tmp))
         failover = run_failover(args.failover_trials, Path(tmp)) if args.failover_trials else None
     rss = "/".join("-" if r is None else f"{r:.0f}" for r in row["peak_rss_mib"])
     print(

@@ -9,7 +9,11 @@ same run, on the same data:
 - `spark.read.format("rocketmq")...count()`: a batch read in Spark `local[2]`, after a
   small read that starts the Python workers (Spark reuses them for every job);
 - a `local[2]` streaming query, trigger availableNow, from earliest to the noop sink:
-  the rate a user's stream gets, micro-batch planning included.
+  the rate a user's stream gets, micro-batch planning included;
+- the sink: the topic's bodies written back to another topic by a batch write (at
+  least once), and by a streaming query, availableNow, `per_trigger` messages per
+  micro-batch, in exactly-once mode (half messages, a batch record, END_TRANSACTION
+  per row). Its rows/s counts the messages the output topic holds at the end.
 
 Rows/s is messages over the wall time from the start of each read to its end (for the
 stream, from `start()` until the query terminates; the SparkSession starts before).
@@ -27,9 +31,12 @@ from pathlib import Path
 import trio
 
 from raftmq.client import Message, MessageQueue, Producer, PullConsumer, PullStatus
+from raftmq.client.spark.exactly_once import RECORDS_TOPIC
 from raftmq.tools.broker_local import LocalCluster
 
 TOPIC = "SparkBench"
+WRITTEN = TOPIC + "Written"  # the batch write's output
+WRITTEN_ONCE = TOPIC + "WrittenOnce"  # the exactly-once stream's
 SEND_BATCH = 64
 SENDERS = 8
 
@@ -74,21 +81,26 @@ async def _pull_consumer(namesrv: str) -> tuple[int, float]:
         return total, time.perf_counter() - started
 
 
-def _spark_session():
+def spark_session(app_name: str = "raftmq-spark-bench", jvm_options: str | None = None):
+    """A local[2] session with the rocketmq source registered; its Python workers run
+    this interpreter (they need its raftmq and pyarrow). `jvm_options` for the driver's
+    JVM (the tests' short-lived ones start faster with the client compiler)."""
     from pyspark.sql import SparkSession
 
     from raftmq.client.spark import RocketMQSource
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
-        .appName("raftmq-spark-bench")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    if jvm_options is not None:
+        builder = builder.config("spark.driver.extraJavaOptions", jvm_options)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(RocketMQSource)
     return spark
@@ -126,6 +138,39 @@ def _spark_stream(spark, namesrv: str, checkpoint: Path, per_trigger: int | None
     return sum(p["numInputRows"] for p in batches), elapsed, len(batches)
 
 
+async def _held(namesrv: str, topic: str) -> int:
+    """How many messages `topic` holds (its queues' max offsets, summed)."""
+    async with PullConsumer(namesrv, "bench-count") as consumer:
+        return sum([await consumer.max_offset(mq) for mq in await consumer.fetch_queues(topic)])
+
+
+def _spark_write(spark, namesrv: str) -> tuple[int, float]:
+    started = time.perf_counter()
+    df = spark.read.format("rocketmq").option("nameSrvAddr", namesrv).option("topic", TOPIC)
+    (
+        df.load().select("body").write.format("rocketmq").mode("append")
+        .option("nameSrvAddr", namesrv).option("topic", WRITTEN).save()
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    return trio.run(_held, namesrv, WRITTEN), elapsed
+
+
+def _spark_write_once(spark, namesrv: str, checkpoint: Path, per_trigger: int):
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("rocketmq").option("nameSrvAddr", namesrv)
+        .option("topic", TOPIC).option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", str(per_trigger)).load()
+        .select("body").writeStream.format("rocketmq").option("nameSrvAddr", namesrv)
+        .option("topic", WRITTEN_ONCE).option("exactlyOnce", "true")
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    return trio.run(_held, namesrv, WRITTEN_ONCE), elapsed, len(batches)
+
+
 def measure(messages: int, size: int, queues: int, per_trigger: int) -> list[dict]:
     def row(reader: str, rows: int, seconds: float, batches: int | None = None) -> dict:
         if rows != messages:
@@ -144,7 +189,7 @@ def measure(messages: int, size: int, queues: int, per_trigger: int) -> list[dic
             namesrv = cluster.namesrv_addr
             rows = [row("PullConsumer (trio, 1 process)", *trio.run(_pull_consumer, namesrv))]
             print("starting Spark local[2] ...", file=sys.stderr, flush=True)
-            spark = _spark_session()
+            spark = spark_session()
             try:
                 # the first job starts the Python workers and compiles Spark's code paths
                 _spark_batch(
@@ -159,6 +204,18 @@ def measure(messages: int, size: int, queues: int, per_trigger: int) -> list[dic
                     if limit:
                         name += f", {limit}/trigger"
                     rows.append(row(name, count, seconds, batches))
+                for topic, queue_count in (
+                    (WRITTEN, queues),
+                    (WRITTEN_ONCE, queues),
+                    (RECORDS_TOPIC, 1),
+                ):
+                    trio.run(cluster.create_topic, topic, queue_count)
+                rows.append(row("Spark local[2] batch write (sink)", *_spark_write(spark, namesrv)))
+                count, seconds, batches = _spark_write_once(
+                    spark, namesrv, Path(tmp) / "checkpoint-once", per_trigger
+                )
+                name = f"Spark local[2] stream write, exactly once, {per_trigger}/trigger"
+                rows.append(row(name, count, seconds, batches))
             finally:
                 spark.stop()
         finally:

@@ -173,6 +173,7 @@ class Entry:
 @dataclass
 class Walk:
     entries: list[Entry] = field(default_factory=list)
+    resumptions: set[int] = field(default_factory=set)  # len(entries) when trio resumed a task
     unattributed: int = 0  # calls with no owner found (no self of a known object, no caller)
 
     @property
@@ -191,6 +192,20 @@ class Walk:
         in the order control moves between them, consecutive repeats merged."""
         moves = [str(Path(e.file).parent) for e in self.entries]
         return [layer for k, layer in enumerate(moves) if k == 0 or moves[k - 1] != layer]
+
+    def events(self) -> list[list[Entry]]:
+        """The walk cut where trio hands control to the master (a task of its resumed, a
+        callback run): each part is what one event does, e.g. the request's bytes read,
+        a follower's ack received, an fsync finished."""
+        entries = self.entries
+        cuts = [
+            k
+            for k, e in enumerate(entries)
+            if k == 0
+            or (k in self.resumptions and entries[k - 1].caller is not None)
+            or (e.caller is None and entries[k - 1].caller is not None)
+        ]
+        return [entries[a:b] for a, b in zip(cuts, [*cuts[1:], len(entries)], strict=True)]
 
     def reentries_by_layer_pair(self) -> collections.Counter:
         """(calling layer, layer re-entered) -> how many re-entries: where the back and
@@ -278,6 +293,8 @@ class Recorder:
         owner = self._owner(frame)
         self.owner[frame] = owner  # held: a frame is not reused while referenced here
         if _resumed(frame):  # a coroutine or generator resumed: the same call continuing
+            if owner == "master" and self._project_caller(frame) is None:
+                self.walk.resumptions.add(len(self.walk.entries))  # trio resumed it
             return
         if owner is None:
             self.walk.unattributed += 1
@@ -390,6 +407,12 @@ def report(walks: list[Walk]) -> str:
         + ", ".join(
             f"{caller} -> {layer} {count}"
             for (caller, layer), count in best.reentries_by_layer_pair().most_common()
+        ),
+        f"per event ({len(best.events())} events, each begun by trio): "
+        + "; ".join(
+            f"{part[0].file}:{part[0].function} {len({e.file for e in part})} files"
+            f" {_reentries([e.file for e in part])} re-entries"
+            for part in best.events()
         ),
     ]
     return "\n".join(lines)

@@ -41,4 +41,3 @@ class BrokerAddress:
     @property
     def store_host(self) -> tuple[str, int]:
         return (self.ip, self.port)
-

@@ -11,6 +11,9 @@ GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204),
 QUERY_TOPIC_CONSUME_BY_WHO (300) and VIEW_BROKER_STATS_DATA (315, for `statsAll`).
 Every replica answers them from what it holds.
 
+GET_CONSUMER_RUNNING_INFO (307) and INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) ask the
+group's consumers (`consumer_running_info`, `consumer_status`).
+
 CONSUME_MESSAGE_DIRECTLY (309, `mqadmin queryMsgById -g -d`) is passed on: the record
 the msgId names goes, with the request's header and this broker's name, to the named
 consumer's connection, and the consumer's answer (ConsumeMessageDirectlyResult) is the
@@ -30,14 +33,16 @@ objects, `{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}}`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
-from raftmq.broker.headers import integer, json_body, text
+from raftmq.broker.headers import boolean, integer, json_body, text
 from raftmq.broker.store.metadata import META_TOPIC
+from raftmq.broker.transactions import TRANSACTION_TOPICS
 
+from raftmq.protocol import fastjson
+from raftmq.protocol.fastjson import QueueMap, queue_map_body
 from raftmq.protocol.message import MessageFormatError, decode, read_dispatch_fields
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import (
@@ -65,22 +70,6 @@ CALL_CLIENT_TIMEOUT_S = 10.0  # Broker2Client.callClient
 STATS_WINDOWS_MS = {"statsMinute": 60_000, "statsHour": 3_600_000, "statsDay": 86_400_000}
 
 
-def _dumps(value) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def queue_map_body(entries: list[tuple[str, str, int, object]], **fields) -> bytes:
-    """A JSON object whose `offsetTable` maps MessageQueue objects, as fastjson writes
-    them (sorted keys), to their values; `fields` are the object's other members.
-    `entries` are (topic, brokerName, queueId, value)."""
-    table = ",".join(
-        _dumps({"brokerName": b, "queueId": q, "topic": t}) + ":" + _dumps(v)
-        for t, b, q, v in entries
-    )
-    rest = "".join(f",{_dumps(k)}:{_dumps(v)}" for k, v in sorted(fields.items()))
-    return ("{" + f'"offsetTable":{{{table}}}' + rest + "}").encode()
-
-
 def _connection(info: ClientInfo) -> dict:
     """A `Connection` of RocketMQ's connection lists."""
     return {
@@ -100,6 +89,7 @@ class AdminQueries:
     stats: BrokerStats
     clients: ClientManager
     broker_name: str = attrs.field(kw_only=True)
+    broker_addr: Callable[[], str] = attrs.field(kw_only=True, default=str)  # advertised, now
     # DLedgerServer.metadata; None for a classic broker, which reports `classic_info`
     dledger_metadata: Callable[[], dict] | None = attrs.field(kw_only=True)
     classic_info: Callable[[], dict[str, str]] = attrs.field(kw_only=True, default=dict)
@@ -205,14 +195,30 @@ class AdminQueries:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the msgId, {msg_id}"
             )
+        ext = {**request.ext_fields, "brokerName": self.broker_name}
+        forwarded = RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, ext_fields=ext)
+        forwarded.body = bytes(record)
+        return await self._call_consumer(request, group, client_id, forwarded)
+
+    async def consumer_running_info(self, request: RemotingCommand, connection: Connection):
+        """GET_CONSUMER_RUNNING_INFO (307, `mqadmin consumerStatus`), passed on to the
+        consumer `clientId` of `consumerGroup` as it came; its ConsumerRunningInfo back."""
+        group, client_id = text(request, "consumerGroup"), text(request, "clientId")
+        forwarded = RemotingCommand(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=dict(request.ext_fields)
+        )
+        return await self._call_consumer(request, group, client_id, forwarded)
+
+    async def _call_consumer(
+        self, request: RemotingCommand, group: str, client_id: str, forwarded: RemotingCommand
+    ) -> RemotingCommand:
+        """AdminBrokerProcessor.callConsumer: `forwarded` to one consumer, its answer as
+        the reply to `request` (10 s at most)."""
         consumer = self.clients.consumer(group, client_id)
         if consumer is None or consumer.connection.closed:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
             )
-        ext = {**request.ext_fields, "brokerName": self.broker_name}
-        forwarded = RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, ext_fields=ext)
-        forwarded.body = bytes(record)
         try:
             answer = await consumer.connection.invoke(forwarded, CALL_CLIENT_TIMEOUT_S)
         except RemotingTimeoutError as exc:
@@ -226,6 +232,47 @@ class AdminQueries:
                 f"invoke consumer <{group}> <{client_id}> Exception: {exc}",
             )
         return request.make_response(answer.code, answer.remark, body=answer.body)
+
+    async def consumer_status(self, request: RemotingCommand, connection: Connection):
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, `mqadmin getConsumerStatus`):
+        GET_CONSUMER_STATUS_FROM_CLIENT (221) to every online member of `group` (or to
+        `clientAddr`, a client id, alone), each member's offsets of `topic` gathered
+        into GetConsumerStatusBody's consumerTable. A member that does not answer is
+        left out, as Broker2Client.getConsumeStatus leaves it."""
+        group, topic = text(request, "group"), text(request, "topic")
+        only = request.ext_fields.get("clientAddr") or ""
+        members = self.clients.groups.get(group, {})
+        if not members:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"No Any Consumer online in the consumer group: [{group}]",
+            )
+        table = {}
+        for client_id, member in sorted(members.items()):
+            if (only and client_id != only) or member.connection.closed:
+                continue
+            ask = RemotingCommand(
+                RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                ext_fields={"topic": topic, "group": group, "clientAddr": client_id},
+            )
+            try:
+                answer = await member.connection.invoke(ask, CALL_CLIENT_TIMEOUT_S)
+                offsets = fastjson.loads(answer.body.decode()).get("messageQueueTable") or []
+                table[client_id] = QueueMap(
+                    (mq["topic"], mq["brokerName"], int(mq["queueId"]), int(offset))
+                    for mq, offset in (offsets if isinstance(offsets, list) else ())
+                )
+            except (RemotingTimeoutError, RemotingConnectError, OSError):
+                continue  # gone or silent
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # an answer that is not a GetConsumerStatusBody (no status)
+        if only and not table:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer <{group}> <{only}> not online or did not answer",
+            )
+        body = fastjson.dumps({"consumerTable": table, "messageQueueTable": QueueMap()})
+        return request.make_response(ResponseCode.SUCCESS, body=body.encode())
 
     async def topic_stats(self, request: RemotingCommand, connection: Connection):
         store = self.store
@@ -256,11 +303,18 @@ class AdminQueries:
         only = request.ext_fields.get("topic")
         entries = []
         topics = set()
-        for (topic, queue_id), offset in sorted(self.offsets.offsets_of_group(group).items()):
+        committed = self.offsets.offsets_of_group(group)
+        pop = self.store.metadata.pop
+        popped = {(t, q): o for (g, t, q), o in pop.offsets.items() if g == group}
+        for topic, queue_id in sorted(committed.keys() | popped.keys()):
             if only and topic != only:
                 continue
             topics.add(topic)
-            consumer_offset = self.offsets.query(group, topic, queue_id) or offset
+            key = (topic, queue_id)
+            if key in popped:  # a POP consumer: its pops have got this far
+                consumer_offset = popped[key]
+            else:
+                consumer_offset = self.offsets.query(group, topic, queue_id) or committed[key]
             progress = {
                 "brokerOffset": self.store.max_offset(topic, queue_id),
                 "consumerOffset": consumer_offset,
@@ -269,11 +323,126 @@ class AdminQueries:
                     0, self.store.store_time_at(topic, queue_id, consumer_offset - 1)
                 ),
             }
+            if key in popped:  # raftmq's: popped and neither acknowledged nor redelivered
+                progress["popInFlight"] = pop.in_flight_count(group, topic, queue_id)
             entries.append((topic, self.broker_name, queue_id, progress))
         # what the group pulled here per second over the last minute, its topics summed
         consume_tps = sum(self.group_get_tps(topic, group) for topic in sorted(topics))
         body = queue_map_body(entries, consumeTps=consume_tps)
         return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def broker_consume_stats(self, request: RemotingCommand, connection: Connection):
+        """GET_BROKER_CONSUME_STATS (317, `mqadmin brokerConsumeStats`): ConsumeStatsList,
+        for every group with offsets here and every topic it has offsets on (order
+        topics only with `isOrder`), each write queue's progress; the groups' total lag.
+        A group online here is shown only on the topics it subscribes to, as in
+        RocketMQ."""
+        only_order = boolean(request, "isOrder")
+        groups: dict[str, set[str]] = {}
+        for group, topic, _queue_id in self.store.metadata.offsets:
+            groups.setdefault(group, set()).add(topic)
+        stats_list, total_diff = [], 0
+        for group, topics in sorted(groups.items()):
+            members = self.clients.groups.get(group, {})
+            subscribed = {str(s.get("topic")) for m in members.values() for s in m.subscriptions}
+            group_stats = []
+            for topic in sorted(topics):
+                config = self.topics.get(topic)
+                if config is None or (only_order and not config.order):
+                    continue
+                if subscribed and topic not in subscribed:
+                    continue
+                entries = []
+                for queue_id in range(config.write_queue_nums):
+                    broker_offset = max(0, self.store.max_offset(topic, queue_id))
+                    consumer_offset = max(0, self.offsets.query(group, topic, queue_id) or 0)
+                    last_ms = max(0, self.store.store_time_at(topic, queue_id, consumer_offset - 1))
+                    total_diff += broker_offset - consumer_offset
+                    progress = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                                "lastTimestamp": last_ms}  # fmt: skip
+                    entries.append((topic, self.broker_name, queue_id, progress))
+                group_stats.append(
+                    {
+                        "consumeTps": self.group_get_tps(topic, group),
+                        "offsetTable": QueueMap(entries),
+                    }
+                )
+            stats_list.append({group: group_stats})
+        body = {"brokerAddr": self.broker_addr(), "consumeStatsList": stats_list,
+                "totalDiff": total_diff}  # fmt: skip
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode())
+
+    async def query_consume_queue(self, request: RemotingCommand, connection: Connection):
+        """QUERY_CONSUME_QUEUE (321, `mqadmin queryCq`): `count` entries of a queue from
+        `index` (physical offset, size, tags code), its bounds, and with a
+        `consumerGroup` the group's subscription here (or that it is not online)."""
+        topic, queue_id = text(request, "topic"), integer(request, "queueId")
+        index, count = integer(request, "index"), integer(request, "count", 10)
+        queue = self.store.queue(topic, queue_id)
+        if queue is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!"
+            )
+        body: dict = {"maxQueueIndex": queue.max_offset, "minQueueIndex": queue.min_offset}
+        group = request.ext_fields.get("consumerGroup")
+        if group:
+            members = self.clients.groups.get(group, {}).values()
+            data = next(
+                (s for m in members for s in m.subscriptions if s.get("topic") == topic), None
+            )
+            if data is None:
+                body["filterData"] = f"{group}@{topic} is not online!"
+            else:
+                body["subscriptionData"] = data
+        if not queue.min_offset <= index < queue.max_offset:
+            return request.make_response(
+                ResponseCode.SUCCESS,
+                f"Index {index} of {queue_id}@{topic} is not exist!",
+                body=fastjson.dumps(body).encode(),
+            )
+        body["queueData"] = [
+            {"physicOffset": offset, "physicSize": size, "tagsCode": tags_code, "eval": False}
+            for offset, size, tags_code in queue.entries(index, max(0, count))
+        ]
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(body).encode())
+
+    async def clean_expired_consume_queue(self, request: RemotingCommand, connection):
+        """CLEAN_EXPIRED_CONSUMEQUEUE (306, `mqadmin cleanExpiredCQ`): drop from every
+        queue the entries whose messages retention deleted from the log. The store does
+        this itself whenever the log's beginning moves; this does it now."""
+        self.store.trim_queues()
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def clean_unused_topic(self, request: RemotingCommand, connection):
+        """CLEAN_UNUSED_TOPIC (316, `mqadmin cleanUnusedTopic`): drop the ConsumeQueues
+        of topics this broker's topic table does not have. A deletion through the log
+        drops them on every replica by itself; this is for the queues left by one
+        from before it did (or by a Java master's, which a slave learns of only by
+        SlaveSynchronize). Each member answers for its own store. The transaction
+        topics stay whatever the table says (RocketMQ keeps its op topic so): their
+        queues are the broker's own state of open transactions, not a user's topic."""
+        for topic in self.store.unused_topics():
+            if topic not in TRANSACTION_TOPICS:
+                self.store.drop_topic(topic)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def producer_info(self, request: RemotingCommand, connection: Connection):
+        """GET_ALL_PRODUCER_INFO (328, `mqadmin producer`): ProducerTableInfo, every
+        producer group's members heartbeating here."""
+        data = {
+            group: [
+                {
+                    "clientId": p.client_id,
+                    "remoteIP": p.connection.remote_address,
+                    "language": p.language,
+                    "version": p.version,
+                    "lastUpdateTimestamp": p.last_update_ms,
+                }
+                for _, p in sorted(members.items())
+            ]
+            for group, members in sorted(self.clients.producers.items())
+        }
+        return request.make_response(ResponseCode.SUCCESS, body=json_body({"data": data}))
 
     async def consumer_connections(self, request: RemotingCommand, connection: Connection):
         """ConsumerConnection: the group's members, their subscriptions and modes."""

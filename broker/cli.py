@@ -14,21 +14,28 @@ in place from a classic one but its old commitlog files differ from the DLedger
 leader's (the message says how; copy the leader's store and start again), 6 when an
 invariant is broken (an AssertionError: a bug; its traceback goes to stderr before the
 line) rather than run on with state it cannot trust.
+
+`--enable-proxy [-pc rmq-proxy.json]` (Apache's local mode) also serves RocketMQ 5's
+gRPC proxy in this process (raftmq.proxy: the same proxy as `mqproxy`, reaching this
+broker and its group over loopback remoting through the broker's name servers) and
+prints "The Proxy boot success. grpcServerPort=N" once it serves.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import logging
 import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 from raftmq.broker.access_control import AclFileError
-from raftmq.broker.config import BrokerConfig, load_broker_config
+from raftmq.broker.config import BrokerConfig, ModesConflict, load_broker_config
 from raftmq.broker.controller import BrokerController
 from raftmq.dledger.store.file import ForeignLog, StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
@@ -37,7 +44,11 @@ from raftmq.disk.durable import DiskFailure
 from raftmq.process.errors import first_leaf
 from raftmq.process.signals import cancel_on_stop_signal
 
+if TYPE_CHECKING:
+    from raftmq.proxy.config import ProxyConfig
+
 EXIT_OK, EXIT_USAGE, EXIT_BIND, EXIT_DISK, EXIT_FOREIGN_LOG, EXIT_INVARIANT = 0, 2, 3, 4, 5, 6
+EXIT_MODES_CONFLICT = 252  # RocketMQ's System.exit(-4): enableControllerMode with DLedger
 
 
 class StoreInUse(OSError):
@@ -66,7 +77,7 @@ def _lock_store(config: BrokerConfig) -> int:
     return fd
 
 
-async def _run(config: BrokerConfig) -> None:
+async def _run(config: BrokerConfig, proxy: ProxyConfig | None = None) -> None:
     _lock_store(config)  # released when the process exits
     try:
         broker = BrokerController(config)  # opens the store: file I/O only, no sockets
@@ -81,6 +92,11 @@ async def _run(config: BrokerConfig) -> None:
             f"serializeType=JSON and name server is {';'.join(config.namesrv_addr)}",
             flush=True,
         )
+        if proxy is not None:
+            from raftmq.proxy.server import serve_proxy  # grpcio only when asked for
+
+            grpc_port, _metrics_port = await nursery.start(serve_proxy, proxy)
+            print(f"The Proxy boot success. grpcServerPort={grpc_port}", flush=True)
 
 
 def _failed(group: BaseExceptionGroup, status: int, what: str = "") -> int:
@@ -98,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("-p", "--printConfigItem", action="store_true", help="print and exit")
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--enable-proxy", action="store_true", help="also serve the gRPC proxy (local mode)"
+    )
+    parser.add_argument("-pc", "--proxyConfigPath", dest="proxy_config", help="rmq-proxy.json")
     args = parser.parse_args(argv)
     overrides = {}
     for item in args.overrides:
@@ -110,11 +130,26 @@ def main(argv: list[str] | None = None) -> int:
         config, warnings = load_broker_config(
             args.config, args.namesrv or os.environ.get("NAMESRV_ADDR"), overrides
         )
+    except ModesConflict as exc:
+        print(f"mqbroker: {exc}", file=sys.stderr)
+        return EXIT_MODES_CONFLICT
     except ValueError as exc:
         print(f"mqbroker: {exc}", file=sys.stderr)
         return EXIT_USAGE
     for warning in warnings:
         print(f"mqbroker: warning: {warning}", file=sys.stderr)
+    proxy = None
+    if args.enable_proxy:
+        from raftmq.proxy.config import load_proxy_config
+
+        try:  # the broker's own name servers
+            namesrv = {"namesrvAddr": ";".join(config.namesrv_addr)}
+            proxy, proxy_warnings = load_proxy_config(args.proxy_config, namesrv)
+        except ValueError as exc:
+            print(f"mqbroker: --enable-proxy: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        for warning in proxy_warnings:
+            print(f"mqbroker: warning: {warning}", file=sys.stderr)
     if args.printConfigItem:
         print(config)
         return EXIT_OK
@@ -122,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     status = EXIT_OK
     tune_for_serving()
     try:
-        trio.run(_run, config)
+        trio.run(_run, config, proxy)
     except* (StoreCorruption, DiskFailure, SyncFailed, StoreUnusable) as group:
         status = _failed(group, EXIT_DISK)
     except* ForeignLog as group:
@@ -132,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     except* StoreInUse as group:
         status = _failed(group, EXIT_BIND)
     except* OSError as group:
-        status = _failed(group, EXIT_BIND, "cannot listen: ")
+        if first_leaf(group).errno == errno.EIO:  # an fsync or write the disk refused
+            status = _failed(group, EXIT_DISK, "disk failure: ")
+        else:
+            status = _failed(group, EXIT_BIND, "cannot listen: ")
     except* AssertionError as group:
         traceback.print_exception(first_leaf(group), file=sys.stderr)
         status = _failed(group, EXIT_INVARIANT, "broken invariant: ")

@@ -84,7 +84,7 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 _DERIVED_DLEDGER_KEYS = frozenset(
     {"group", "selfId", "peers", "storeBaseDir", "storeType", "flushDiskType",
      "preferredLeaderIds", "mappedFileSizeForEntryData", "fileReservedHours",
-     "recordSyncedLengths", "metricsPort"}
+     "cleanResourceInterval", "recordSyncedLengths", "metricsPort"}
 )  # fmt: skip
 DLEDGER_PASSTHROUGH_KEYS = frozenset(
     key.name
@@ -100,6 +100,12 @@ _DLEDGER_FLAGS = frozenset(
 # RocketMQ 4.x keys with no effect here, grouped by why.
 UNUSED_KEYS = frozenset(
     {
+        # controller mode (broker.replicas_manager): heartbeats are oneway on kept
+        # connections, the replica info is asked for each brokerHeartbeatInterval, the
+        # leader is found from the controllers' answers, the SyncStateSet checked every 5 s
+        "sendHeartbeatTimeoutMillis", "syncBrokerMetadataPeriod",
+        "syncControllerMetadataPeriod", "checkSyncStateSetPeriod",
+        "fetchControllerAddrByDnsLookup",
         # trio tasks, not Java thread pools and their queues
         "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
         "processReplyMessageThreadPoolNums", "queryMessageThreadPoolNums",
@@ -136,17 +142,21 @@ UNUSED_KEYS = frozenset(
         "fastFailIfNoBufferInStorePool", "checkCRCOnRecover",
         "readOnlyCommitLogStorePaths", "enableBatchPush",
         # retention by schedule and disk pressure (files go by age: fileReservedTime)
-        "deleteWhen", "cleanFileForciblyEnable",
-        "cleanResourceInterval", "deleteCommitLogFilesInterval",
+        "deleteWhen", "cleanFileForciblyEnable", "deleteCommitLogFilesInterval",
         "deleteConsumeQueueFilesInterval", "destroyMapedFileIntervalForcibly",
         "redeleteHangedFileInterval",
         # reading from slaves
         "offsetCheckInSlave",
+        # RocketMQ 5's TimerLog and TimerWheel and their threads: timer messages here are
+        # buckets by due time with no roll window (docs/timers.md)
+        "timerRollWindowSlot", "timerFlushIntervalMs", "mappedFileSizeTimerLog",
+        "timerGetMessageThreadNum", "timerPutMessageThreadNum", "timerCongestNumEachSlot",
+        "timerSkipUnknownError", "timerInterceptDelayLevel", "timerWarmEnable",
         # the key index is always recovered from the dispatch checkpoint, as safe as
         # RocketMQ's messageIndexSafe=true
         "messageIndexSafe",
         # features raftmq does not have
-        "traceTopicEnable", "msgTraceTopicName", "filterServerNums",
+        "filterServerNums",
         "enableCalcFilterBitMap", "filterSupportRetry",
         "brokerPermission", "clusterTopicEnable", "brokerTopicEnable",
         "fetchNamesrvAddrByAddressServer", "messageStorePlugIn", "commercialEnable",
@@ -191,6 +201,10 @@ class BrokerConfig:
     broker_name: str = "broker-a"
     broker_id: int = 0
     listen_port: int = 10911
+    # RocketMQ's VIP channel: a Java broker also serves on listenPort - 2, and its slaves
+    # sync topics and offsets from their master there. 0: not served (a raftmq slave
+    # syncs on listenPort); a raftmq master followed by Java slaves sets listenPort - 2.
+    fast_listen_port: int = 0
     bind_address: str = "0.0.0.0"
     broker_ip1: str = "127.0.0.1"
     namesrv_addr: tuple[str, ...] = ()
@@ -207,6 +221,10 @@ class BrokerConfig:
     dleger_peers: dict[str, str] | None = None
     dleger_self_id: str | None = None
     preferred_leader_id: str | None = None
+    # ours: a DLedger group's leader hands over by itself when leaders crowd a host
+    # (broker.leader_balance), checked every interval
+    enable_auto_leader_balance: bool = False
+    auto_leader_balance_interval_ms: int = 30_000
     store_path_dledger_commit_log: str | None = None
     mapped_file_size_commit_log: int = 1 << 30
     mapped_file_size_consume_queue: int = DEFAULT_FILE_ENTRIES * ENTRY_SIZE
@@ -226,6 +244,11 @@ class BrokerConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     file_reserved_time: int = 72
     reject_transaction_message: bool = False
+    timer_wheel_enable: bool = True  # RocketMQ 5's timer messages (broker.timer)
+    trace_topic_enable: bool = False  # the broker creates msgTraceTopicName (docs/traces.md)
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    timer_precision_ms: int = 1000  # a timer message goes out < this late
+    timer_max_delay_sec: int = 259_200  # 3 days: a longer delay is refused
     transaction_time_out: int = 6000  # ms before a half message may be checked
     transaction_check_max: int = 15  # checks before a half message is discarded
     transaction_check_interval: int = 60_000  # ms between check runs
@@ -234,6 +257,7 @@ class BrokerConfig:
     disk_max_used_space_ratio: int = 75
     disk_space_warning_level_ratio: int = 90
     file_reserved_hours: float | None = None  # DLedger's key; overrides fileReservedTime + 1
+    clean_resource_interval: int = 10_000  # ms between retention's looks for expired files
     record_synced_lengths: bool = False  # raftmq's, for fault-injection harnesses (jepsen/)
     metrics_port: int = 0  # raftmq's: the Prometheus endpoint's port, 0 for none
     dleger_tls_cert_path: str | None = None
@@ -259,11 +283,28 @@ class BrokerConfig:
     rocketmq_home: str | None = attrs.Factory(_rocketmq_home)
     acl_plain_file: str = "conf/plain_acl.yml"  # RocketMQ's -Drocketmq.acl.plain.file
     dledger_overrides: dict[str, int | bool] = attrs.Factory(dict)
+    # controller mode (RocketMQ 5's ReplicasManager: broker.replicas_manager); times in ms
+    enable_controller_mode: bool = False
+    controller_addr: tuple[str, ...] = ()
+    all_ack_in_sync_state_set: bool = False
+    min_in_sync_replicas: int = 1
+    in_sync_replicas: int = 1
+    ha_max_time_slave_not_catchup: int = 15_000
+    store_path_epoch_file: str | None = None  # default <storePathRootDir>/epochFileCheckpoint
+    store_path_broker_identity: str | None = None  # default <storePathRootDir>/brokerIdentity
+    broker_election_priority: int = 2**31 - 1
+    controller_heart_beat_timeout_mills: int = 10_000
+    broker_heartbeat_interval: int = 1000
 
     @property
     def is_slave(self) -> bool:
-        """A classic slave (in DLedger mode the election decides, not the config)."""
-        return not self.enable_dleger_commit_log and self.broker_role == "SLAVE"
+        """A classic slave (in DLedger and controller mode the election decides, not
+        the config)."""
+        return (
+            not self.enable_dleger_commit_log
+            and not self.enable_controller_mode
+            and self.broker_role == "SLAVE"
+        )
 
     @property
     def ha_port(self) -> int:
@@ -318,6 +359,7 @@ class BrokerConfig:
             file_reserved_hours=self.file_reserved_time + 1
             if self.file_reserved_hours is None
             else self.file_reserved_hours,
+            clean_resource_interval_ms=self.clean_resource_interval,
             disk_space_ratio_to_check_expired=self.disk_max_used_space_ratio / 100,
             disk_full_ratio=self.disk_space_warning_level_ratio / 100,
             record_synced_lengths=self.record_synced_lengths,
@@ -374,8 +416,9 @@ KEYS = KeyTable(
     [
         Key("brokerClusterName", "broker_cluster_name", text),
         Key("brokerName", "broker_name", text),
-        Key("brokerId", "broker_id", integer(0)),
+        Key("brokerId", "broker_id", integer(-1)),  # -1: the controller assigns it
         Key("listenPort", "listen_port", integer(0, 65535)),
+        Key("fastListenPort", "fast_listen_port", integer(0, 65535)),
         Key("bindAddress", "bind_address", ip_address),
         Key("brokerIP1", "broker_ip1", ip_address),  # packed into every msgId: no host names
         Key("namesrvAddr", "namesrv_addr", parse_address_list),
@@ -388,6 +431,8 @@ KEYS = KeyTable(
         Key("dLegerPeers", "dleger_peers", parse_peers),
         Key("dLegerSelfId", "dleger_self_id", _self_id),
         Key("preferredLeaderId", "preferred_leader_id", text),
+        Key("enableAutoLeaderBalance", "enable_auto_leader_balance", boolean),
+        Key("autoLeaderBalanceIntervalMs", "auto_leader_balance_interval_ms", integer(1)),
         Key("storePathDLedgerCommitLog", "store_path_dledger_commit_log", file_path),
         Key("mappedFileSizeCommitLog", "mapped_file_size_commit_log", integer(1)),
         Key("mappedFileSizeConsumeQueue", "mapped_file_size_consume_queue", integer(ENTRY_SIZE)),
@@ -411,12 +456,18 @@ KEYS = KeyTable(
         Key("messageDelayLevel", "message_delay_level", _delay_levels),
         Key("fileReservedTime", "file_reserved_time", integer(0)),
         Key("rejectTransactionMessage", "reject_transaction_message", boolean),
+        Key("timerWheelEnable", "timer_wheel_enable", boolean),
+        Key("traceTopicEnable", "trace_topic_enable", boolean),
+        Key("msgTraceTopicName", "msg_trace_topic_name", text),
+        Key("timerPrecisionMs", "timer_precision_ms", integer(1)),
+        Key("timerMaxDelaySec", "timer_max_delay_sec", integer(1)),
         Key("transactionTimeOut", "transaction_time_out", integer(0)),
         Key("transactionCheckMax", "transaction_check_max", integer(0)),
         Key("transactionCheckInterval", "transaction_check_interval", integer(1)),
         Key("diskMaxUsedSpaceRatio", "disk_max_used_space_ratio", integer(1, 100)),
         Key("diskSpaceWarningLevelRatio", "disk_space_warning_level_ratio", integer(1, 100)),
         Key("fileReservedHours", "file_reserved_hours", _positive_hours),
+        Key("cleanResourceInterval", "clean_resource_interval", integer(1)),
         Key("recordSyncedLengths", "record_synced_lengths", boolean),
         Key("flushIntervalCommitLog", "flush_interval_commit_log", integer(1)),
         Key("syncFlushTimeout", "sync_flush_timeout", integer(1)),
@@ -436,6 +487,21 @@ KEYS = KeyTable(
         Key("aclEnable", "acl_enable", boolean),
         Key("rocketmqHome", "rocketmq_home", file_path),
         Key("rocketmq.acl.plain.file", "acl_plain_file", text),
+        Key("enableControllerMode", "enable_controller_mode", boolean),
+        Key("controllerAddr", "controller_addr", parse_address_list),
+        Key("allAckInSyncStateSet", "all_ack_in_sync_state_set", boolean),
+        Key("minInSyncReplicas", "min_in_sync_replicas", integer(1)),
+        Key("inSyncReplicas", "in_sync_replicas", integer(1)),
+        Key("haMaxTimeSlaveNotCatchup", "ha_max_time_slave_not_catchup", integer(1)),
+        Key("storePathEpochFile", "store_path_epoch_file", file_path),
+        Key("storePathBrokerIdentity", "store_path_broker_identity", file_path),
+        Key("brokerElectionPriority", "broker_election_priority", integer(0)),
+        Key(
+            "controllerHeartBeatTimeoutMills",
+            "controller_heart_beat_timeout_mills",
+            integer(1),
+        ),
+        Key("brokerHeartbeatInterval", "broker_heartbeat_interval", integer(1)),
         *TLS_KEYS,
         *_DLEDGER_PASSTHROUGH,
     ],
@@ -454,8 +520,13 @@ _DLEDGER_ONLY = frozenset(
     {"dLegerGroup", "dLegerPeers", "dLegerSelfId", "preferredLeaderId",
      "storePathDLedgerCommitLog", "recordSyncedLengths", "dLegerTlsCertPath",
      "dLegerTlsKeyPath", "dLegerTlsTrustCertPath", "fileReservedHours", "groupAddress",
-     *DLEDGER_PASSTHROUGH_KEYS}
+     "enableAutoLeaderBalance", "autoLeaderBalanceIntervalMs", *DLEDGER_PASSTHROUGH_KEYS}
 )  # fmt: skip
+
+
+class ModesConflict(ValueError):
+    """enableControllerMode with enableDLegerCommitLog: RocketMQ's BrokerStartup exits
+    with -4 (status 252); so does mqbroker here."""
 
 
 def load_broker_config(
@@ -493,10 +564,32 @@ def load_broker_config(
             "(set rocketmqHome or ROCKETMQ_HOME, or an absolute rocketmq.acl.plain.file)"
         )
 
+    if config.enable_controller_mode:
+        if config.enable_dleger_commit_log:
+            raise ModesConflict(
+                f"{where('enableControllerMode')}: enableControllerMode=true with"
+                " enableDLegerCommitLog=true: a group is replicated by DLedger or by the"
+                " controller's AutoSwitch HA, not both"
+            )
+        if not config.controller_addr:
+            raise ValueError(
+                f"{where('enableControllerMode')}: enableControllerMode=true needs controllerAddr"
+            )
+        for key in sorted({"brokerId", "brokerRole", "haMasterAddress"} & given.keys()):
+            warnings.append(
+                f"{where(key)}: {key}: ignored in controller mode (the controller decides)"
+            )
+        return config, warnings
     if config.enable_dleger_commit_log:
         _check_dledger(config, where)
         for key in sorted(({"brokerId", "brokerRole"} | _CLASSIC_ONLY) & given.keys()):
             warnings.append(f"{where(key)}: {key}: ignored in DLedger mode")
+        if config.enable_auto_leader_balance and config.preferred_leader_id is not None:
+            # the preferred leader check would move back what the balance moved away
+            warnings.append(
+                f"{where('enableAutoLeaderBalance')}: enableAutoLeaderBalance: ignored in a"
+                " group with preferredLeaderId, which pins its leader"
+            )
         if "storePathCommitLog" in given:
             warnings.append(
                 f"{where('storePathCommitLog')}: storePathCommitLog: in DLedger mode the "
@@ -507,6 +600,11 @@ def load_broker_config(
         return config, warnings
     for key in sorted(_DLEDGER_ONLY & given.keys()):
         warnings.append(f"{where(key)}: {key}: ignored, enableDLegerCommitLog is false")
+    if config.broker_id < 0:
+        raise ValueError(
+            f"{where('brokerId')}: brokerId={config.broker_id}: only controller mode"
+            " (enableControllerMode=true) takes its brokerId from the controller"
+        )
     if config.broker_role == "SLAVE" and config.broker_id == 0:
         raise ValueError(f"{where('brokerId')}: brokerId=0: a SLAVE needs brokerId > 0")
     if config.broker_role != "SLAVE" and config.broker_id != 0:
@@ -580,13 +678,6 @@ def config_properties(config: BrokerConfig) -> dict[str, str]:
 
 
 def updated(config: BrokerConfig, changes: dict[str, str], source: str) -> BrokerConfig:
-    """`config` with `changes` ({key: text}) applied; ValueError naming the key when it is
-    unknown, its value does not parse, or it cannot change at run time."""
-    fields, _warnings = KEYS.read_text(changes, source)
-    for name in changes:
-        if name not in RUNTIME_KEYS:
-            raise ValueError(
-                f"{source}: {name}: cannot change at run time (set it in broker.conf and "
-                f"restart); these can: {', '.join(sorted(RUNTIME_KEYS))}"
-            )
-    return attrs.evolve(config, **fields)
+    """`config` with `changes` applied; ValueError naming a key that is unknown, does
+    not parse, or is not in RUNTIME_KEYS."""
+    return KEYS.updated(config, changes, source, RUNTIME_KEYS, "broker.conf")

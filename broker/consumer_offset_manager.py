@@ -39,6 +39,7 @@ class ConsumerOffsetManager:
         self._in_flight: dict[tuple[str, str, int], int] = {}
         self._wake = trio.Event()
         self._flushed = trio.Event()
+        self._stepped_down = 0  # times this broker stopped being master (`forget_pending`)
         # (topic, group) -> messages consumed per minute: how far the commits moved them
         self.consumed = MinuteCounts()
 
@@ -52,11 +53,16 @@ class ConsumerOffsetManager:
         self._dirty[key] = offset
         self._wake.set()
 
-    async def commit_and_wait(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def commit_and_wait(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
+        """Commit and wait for the record; False when this master stepped down first
+        (`forget_pending`): the commit may never have committed, so it is not to be
+        acknowledged."""
+        stepped_down = self._stepped_down
         self.commit(group, topic, queue_id, offset)
         key = (group, topic, queue_id)
         while key in self._dirty or key in self._in_flight:
             await self._flushed.wait()
+        return self._stepped_down == stepped_down
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         key = (group, topic, queue_id)
@@ -74,7 +80,9 @@ class ConsumerOffsetManager:
         return self.metadata.offsets_of_group(group)
 
     def forget_pending(self) -> None:
-        """A master stepping down drops what it had not committed (the client resends)."""
+        """A master stepping down drops what it had not committed; the commits waiting
+        for it are answered as by a slave, and the client commits again to the next."""
+        self._stepped_down += 1
         self._dirty.clear()
         self._in_flight.clear()
         self._flushed.set()

@@ -16,21 +16,38 @@ heartbeat and only logs the compile error.
 Offset policy: a group with no committed offset gets QUERY_NOT_FOUND, always, so
 the client applies its own consumeFromWhere. (Java answers 0 on a young broker,
 which makes CONSUME_FROM_LAST_OFFSET read from the beginning.)
+
+A query is answered from a node that holds every acknowledged offset commit and has
+applied its log to the end (`dispatch_caught_up`): a restarted broker, a new master
+or a slave that had not yet applied the record, or a controller-mode slave the master
+left out of the SyncStateSet (`ReplicasManager.holds_every_acknowledged_record`), once
+answered an offset older than one acknowledged, and the group moved back (found by a
+jepsen run). Such a node waits up to OFFSET_CATCH_UP_S for it. Then a client that
+takes an error for "ask again" (RocketMQ 5's clients, by their version, and ours) gets
+SYSTEM_BUSY with a remark; an older one, which takes any error for "no offset" and
+would start from the queue's end, gets this node's offset, as a RocketMQ slave
+answers: it re-consumes, it does not skip.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
-from raftmq.broker.admin_queries import queue_map_body
+import trio
 from raftmq.broker.headers import BadRequest, boolean, integer, json_body, text
 from raftmq.broker.pull import subscription_filter
 from raftmq.broker.store.metadata import RETRY_PREFIX
 
+from raftmq.protocol.fastjson import queue_map_body
 from raftmq.remoting import Connection, RemotingCommand, RemotingError, RequestCode, ResponseCode
+from raftmq.remoting.codes import LanguageCode, MQVersion
+
+OFFSET_CATCH_UP_S = 1.0  # how long a query waits for this node to hold every commit
+VOUCH_POLL_S = 0.05
 
 if TYPE_CHECKING:
     from raftmq.broker.clients import ClientManager
@@ -51,6 +68,7 @@ class ConsumerRequests:
     groups: SubscriptionGroupManager
     offsets: ConsumerOffsetManager
     property_filter_enabled: bool = attrs.field(kw_only=True)
+    holds_every_acknowledged_record: Callable[[], bool] = attrs.field(kw_only=True)
 
     async def heartbeat(self, request: RemotingCommand, connection: Connection):
         data = _json_body(request, "heartbeat")
@@ -116,12 +134,29 @@ class ConsumerRequests:
         )
 
     async def query_offset(self, request: RemotingCommand, connection: Connection):
+        if not await self._holds_every_commit(OFFSET_CATCH_UP_S) and _asks_again(request):
+            raise BadRequest(
+                f"consumer offsets: this node did not hold every acknowledged commit"
+                f" within {OFFSET_CATCH_UP_S} s (its log not yet applied, or not in the"
+                " SyncStateSet), so a newer commit cannot be ruled out; ask again",
+                ResponseCode.SYSTEM_BUSY,
+            )
         offset = self.offsets.query(
             text(request, "consumerGroup"), text(request, "topic"), integer(request, "queueId")
         )
         if offset is None:
             return request.make_response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe first")
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    async def _holds_every_commit(self, timeout_s: float) -> bool:
+        """Whether this node holds and has applied every acknowledged offset commit,
+        waiting up to `timeout_s` for it."""
+        deadline = trio.current_time() + timeout_s
+        while not self.holds_every_acknowledged_record():
+            if trio.current_time() >= deadline:
+                return False
+            await trio.sleep(VOUCH_POLL_S)
+        return await self.store.dispatch_caught_up(max(0.0, deadline - trio.current_time()))
 
     async def update_offset(self, request: RemotingCommand, connection: Connection):
         if not self.role.is_master:
@@ -133,7 +168,8 @@ class ConsumerRequests:
         if request.is_oneway:
             self.offsets.commit(*args, offset)
             return None
-        await self.offsets.commit_and_wait(*args, offset)
+        if not await self.offsets.commit_and_wait(*args, offset):
+            return self.role.not_master(request)
         return request.make_response(ResponseCode.SUCCESS)
 
     async def max_offset(self, request: RemotingCommand, connection: Connection):
@@ -180,7 +216,8 @@ class ConsumerRequests:
             table[queue_id] = current if keep else wanted
             self.offsets.commit(group, topic, queue_id, table[queue_id])
         for queue_id, offset in table.items():
-            await self.offsets.commit_and_wait(group, topic, queue_id, offset)
+            if not await self.offsets.commit_and_wait(group, topic, queue_id, offset):
+                return self.role.not_master(request)
         broker_name = self.role.broker_name
         body = queue_map_body([(topic, broker_name, q, o) for q, o in table.items()])
         notice = RemotingCommand(
@@ -207,3 +244,11 @@ def _json_object(value: object, what: str) -> dict:
     if not isinstance(value, dict):
         raise BadRequest(f"{what} is not a JSON object")
     return value
+
+
+def _asks_again(request: RemotingCommand) -> bool:
+    """Whether the client reads an error answering QUERY_CONSUMER_OFFSET as "ask
+    again": RocketMQ's clients from 5.0.0 on (only QUERY_NOT_FOUND means "no offset"
+    there) and raftmq's. Older Java clients and the C++ one take any error for "no
+    offset" and apply consumeFromWhere (from the queue's end, by default)."""
+    return request.language == LanguageCode.PYTHON or request.version >= MQVersion.V5_0_0

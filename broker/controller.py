@@ -5,11 +5,12 @@ It builds the DLedger replica (or the classic CommitLog and HA: `classic`), the
 message store on top of it, the role, the
 managers of topics, subscription groups and consumer offsets, each request
 processor (given only the parts it uses), the remoting server, the name-server
-registration and the services only a master runs (delayed delivery, the
-transaction check-back, offset and metadata writes); then it runs them and carries
-out role changes. It holds no request logic of its own. With `metricsPort` it also
-serves Prometheus metrics: the broker's (broker.metrics) and its DLedger member's
-(dledger.metrics) or, on a classic broker, its HA replication's.
+registration and the services only a master runs (delayed delivery, timer
+messages, the transaction check-back, POP's redelivery, offset and metadata
+writes); then it runs them and carries out role changes. It holds no request logic
+of its own. With `metricsPort` it also serves Prometheus metrics: the broker's
+(broker.metrics) and its DLedger member's (dledger.metrics) or, on a classic
+broker, its HA replication's.
 
 Role changes follow RocketMQ's DLedgerRoleChangeHandler, faster and safer:
 - follower or candidate: slave at once (brokerId = selfId number + 1), registered
@@ -40,14 +41,19 @@ from raftmq.broker.clients import ClientManager
 from raftmq.broker.config import BrokerConfig
 from raftmq.broker.consumer_offset_manager import ConsumerOffsetManager
 from raftmq.broker.consumer_requests import ConsumerRequests
+from raftmq.broker.dledger_members import DLedgerMembers
 from raftmq.broker.group_address import GroupListener
 from raftmq.broker.headers import BadRequest
+from raftmq.broker.leader_balance import AutoLeaderBalance
 from raftmq.broker.locks import LockRequests, QueueLocks
 from raftmq.broker.metawriter import MetaWriter
-from raftmq.broker.metrics import BrokerCollector, ClassicHACollector
+from raftmq.broker.metrics import AutoSwitchHACollector, BrokerCollector, ClassicHACollector
+from raftmq.broker.pop import PopProcessor
 from raftmq.broker.promotion import Promotion
 from raftmq.broker.pull import PullProcessor
 from raftmq.broker.registration import Registration
+from raftmq.broker.replicas_manager import ReplicasManager
+from raftmq.broker.revive import ReviveService
 from raftmq.broker.role import BrokerRole
 from raftmq.broker.schedule import ScheduleService
 from raftmq.broker.send import SendProcessor
@@ -61,6 +67,7 @@ from raftmq.broker.store.metadata import builtin_topics
 from raftmq.broker.store.replicated_log import CommitLog
 from raftmq.broker.store.upgrade import UpgradedCommitLog, open_old_log
 from raftmq.broker.subscription_group_manager import SubscriptionGroupManager
+from raftmq.broker.timer import RecallProcessor, TimerConfig, TimerService, to_timer
 from raftmq.broker.topic_config_manager import TopicConfigManager
 from raftmq.broker.transaction_check import TransactionCheckService
 from raftmq.broker.transactions import TransactionalMessages
@@ -149,6 +156,10 @@ class BrokerController:
         metadata = self.store.metadata
         if self.dledger is not None:
             dledger = self.dledger
+            # for a follower the leader restarts at its first entry (retention)
+            dledger.set_state_snapshots(
+                self.store.metadata_snapshot, self.store.install_metadata_snapshot
+            )
             self.role = BrokerRole(
                 config.broker_name,
                 self.self_id,
@@ -161,7 +172,8 @@ class BrokerController:
                 self.self_id,
                 config.broker_id if config.is_slave else 0,
                 lambda: None,
-                master_role=config.broker_role,
+                # controller mode: RocketMQ's role once elected, whatever brokerRole says
+                master_role="SYNC_MASTER" if config.enable_controller_mode else config.broker_role,
                 classic=True,
             )
         # a classic group's master never changes: groupAddress is for DLedger groups only
@@ -183,6 +195,7 @@ class BrokerController:
         )
         if classic is not None:  # a lost master is looked for at once
             classic.client.on_lost = self.registration.register_soon
+            classic.log.add_cut_handler(self.store.cut_back)  # a slave's diverged tail
         self.topics = TopicConfigManager(
             metadata, self.meta, self.registration, config.auto_create_topic_enable
         )
@@ -192,6 +205,9 @@ class BrokerController:
         self.offsets = ConsumerOffsetManager(metadata, self.meta, self.role)
         self.acl = (
             AccessControl(config, metadata, self.meta, self.role) if config.acl_enable else None
+        )
+        timer = TimerConfig(
+            config.timer_wheel_enable, config.timer_precision_ms, config.timer_max_delay_sec
         )
         self.sender = SendProcessor(
             self.role,
@@ -204,9 +220,10 @@ class BrokerController:
             broker_name=config.broker_name,
             max_message_size=config.max_message_size,
             reject_transaction_message=config.reject_transaction_message,
+            timer=timer,
         )
         self.slave_sync = None
-        if classic is not None and config.is_slave:
+        if classic is not None and (config.is_slave or config.enable_controller_mode):
             self.slave_sync = SlaveSynchronize(
                 metadata,
                 lambda: classic.master_addr,
@@ -216,7 +233,35 @@ class BrokerController:
         self.schedule = ScheduleService(
             self.role, self.store, self.meta, self.sender.put, self.broker_addr
         )
-        self.promotion = Promotion(self.store, self.role, resets=(self.schedule.reset,))
+        self.timers = TimerService(
+            self.role, self.store, self.meta, self.sender.put, self.broker_addr, timer
+        )
+        self.recall = RecallProcessor(
+            self.role,
+            self.topics,
+            lambda msg: to_timer(msg, self.store.now_ms(), timer),
+            self.sender.put,
+            self.broker_addr,
+            self.timers,
+            config.broker_name,
+            timer,
+            self.store.now_ms,
+        )
+        self.promotion = Promotion(
+            self.store, self.role, resets=(self.schedule.reset, self.timers.reset)
+        )
+        self.replicas = None  # controller mode's ReplicasManager
+        if classic is not None and config.enable_controller_mode:
+            self.replicas = ReplicasManager(
+                config,
+                classic,
+                self.role,
+                self.promotion,
+                self.registration,
+                self.broker_addr,
+                self.store,
+                on_slave=self._slave_again,
+            )
         self.transactions = TransactionalMessages(
             self.role,
             self.store,
@@ -232,38 +277,70 @@ class BrokerController:
             timeout_ms=config.transaction_time_out,
             check_max=config.transaction_check_max,
         )
+        self.pop = PopProcessor(
+            self.role,
+            self.store,
+            self.topics,
+            self.groups,
+            self.offsets,
+            self.meta,
+            self.stats,
+            broker_name=config.broker_name,
+            property_filter_enabled=config.enable_property_filter,
+        )
+        self.revive = ReviveService(
+            self.role,
+            self.store,
+            self.topics,
+            self.groups,
+            self.meta,
+            self.sender.put,
+            self.broker_addr,
+            self.pop.polling,
+        )
         self._roles_send, self._roles_recv = trio.open_memory_channel(ROLE_EVENTS_BUFFERED)
         if self.dledger is not None:
             self.dledger.add_role_change_handler(self._on_role_change)
         names = {"cluster": config.broker_cluster_name, "broker_name": config.broker_name}
         self.metrics = BrokerCollector(
-            self.role, self.store, self.offsets, self.clients, self.stats, self.broker_addr, **names
+            self.role,
+            self.store,
+            self.offsets,
+            self.clients,
+            self.stats,
+            self.broker_addr,
+            **names,
+            timer_status=self.timers.status,
         )
         processors = self._processors()
-        self.server = RemotingServer(
-            listen_host(config.bind_address),
-            config.listen_port,
-            processors,
-            on_disconnect=self.clients.on_disconnect,
-            tls=config.tls_server,
+
+        def serving(host: str | None, port: int) -> RemotingServer:
+            """The broker's processors served on (host, port)."""
+            return RemotingServer(
+                host, port, processors, on_disconnect=self.clients.on_disconnect,
+                tls=config.tls_server,
+            )  # fmt: skip
+
+        host = listen_host(config.bind_address)
+        self.server = serving(host, config.listen_port)
+        # RocketMQ's VIP channel (fastListenPort), for Java slaves' SlaveSynchronize
+        self.fast_server = (
+            serving(host, config.fast_listen_port) if config.fast_listen_port else None
         )
         self.group_listener = None
         if group_address is not None:
-            self.group_listener = GroupListener(
-                RemotingServer(
-                    *parse_address(group_address),
-                    processors,
-                    on_disconnect=self.clients.on_disconnect,
-                    tls=config.tls_server,
-                )
-            )
+            self.group_listener = GroupListener(serving(*parse_address(group_address)))
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         if self.dledger is not None:  # a classic broker has no DLedger member
             self.registry.register(DLedgerCollector(self.dledger))
         else:
             assert self.classic is not None
-            self.registry.register(ClassicHACollector(self.classic, self.broker_addr, **names))
+            if self.replicas is None:
+                ha = ClassicHACollector(self.classic, self.broker_addr, **names)
+            else:
+                ha = AutoSwitchHACollector(self.classic, self.broker_addr, self.role, **names)
+            self.registry.register(ha)
         self.started = trio.Event()
 
     def _message_store(self, log_server, commitlog: CommitLog | None) -> MessageStore:
@@ -272,7 +349,10 @@ class BrokerController:
             log_server,
             self.root,
             builtin_topics(
-                config.broker_cluster_name, config.broker_name, config.default_topic_queue_nums
+                config.broker_cluster_name,
+                config.broker_name,
+                config.default_topic_queue_nums,
+                config.msg_trace_topic_name if config.trace_topic_enable else None,
             ),
             parse_delay_levels(config.message_delay_level),
             config.queue_file_entries,
@@ -310,6 +390,13 @@ class BrokerController:
                 physical_memory_bytes() * self.config.access_message_in_memory_max_ratio // 100
             ),
         )
+        # controller mode asks its SyncStateSet and lease; a DLedger or classic node holds
+        # every acknowledged record once its log is applied
+        holds_every_record = (
+            (lambda: True)
+            if self.replicas is None
+            else self.replicas.holds_every_acknowledged_record
+        )
         consumer = ConsumerRequests(
             self.role,
             self.clients,
@@ -318,6 +405,7 @@ class BrokerController:
             self.groups,
             self.offsets,
             property_filter_enabled=self.config.enable_property_filter,
+            holds_every_acknowledged_record=holds_every_record,
         )
         admin = AdminRequests(self.role, self.topics, self.groups, self.config)
         queries = AdminQueries(
@@ -328,10 +416,14 @@ class BrokerController:
             self.stats,
             self.clients,
             broker_name=self.config.broker_name,
+            broker_addr=lambda: self.broker_addr.address,
             dledger_metadata=None if self.dledger is None else self.dledger.metadata,
             classic_info=dict if self.classic is None else self.classic.info,
             ha_runtime_info=None if self.classic is None else self.classic.ha_runtime_info,
-            runtime_keys=self.metrics.runtime_keys,
+            runtime_keys=lambda: {
+                **self.metrics.runtime_keys(),
+                **{k: str(v) for k, v in self.timers.status().items()},
+            },
             group_get_tps=self.metrics.group_get_tps,
         )
         locks = LockRequests(self.role, self.locks)
@@ -344,6 +436,7 @@ class BrokerController:
             RequestCode.SEND_MESSAGE_V2: send_route,
             RequestCode.SEND_BATCH_MESSAGE: send.send,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.send_back,
+            RequestCode.RECALL_MESSAGE: self.recall.recall,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.PULL_MESSAGE: pull.pull,
             RequestCode.HEART_BEAT: consumer.heartbeat,
@@ -360,8 +453,10 @@ class BrokerController:
             RequestCode.LOCK_BATCH_MQ: locks.lock,
             RequestCode.UNLOCK_BATCH_MQ: locks.unlock,
             RequestCode.UPDATE_AND_CREATE_TOPIC: admin.create_topic,
+            RequestCode.GET_TOPIC_CONFIG: admin.topic_config,
             RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: admin.all_topics,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.system_topics,
             RequestCode.GET_ALL_CONSUMER_OFFSET: admin.all_consumer_offsets,
             RequestCode.GET_ALL_DELAY_OFFSET: admin.all_delay_offsets,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.create_group,
@@ -373,6 +468,13 @@ class BrokerController:
             RequestCode.QUERY_MESSAGE: queries.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: queries.view_message,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: queries.consume_message_directly,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: queries.consumer_running_info,
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: queries.consumer_status,
+            RequestCode.GET_BROKER_CONSUME_STATS: queries.broker_consume_stats,
+            RequestCode.QUERY_CONSUME_QUEUE: queries.query_consume_queue,
+            RequestCode.GET_ALL_PRODUCER_INFO: queries.producer_info,
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: queries.clean_expired_consume_queue,
+            RequestCode.CLEAN_UNUSED_TOPIC: queries.clean_unused_topic,
             RequestCode.GET_TOPIC_STATS_INFO: queries.topic_stats,
             RequestCode.GET_CONSUME_STATS: queries.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: queries.consumer_connections,
@@ -380,6 +482,26 @@ class BrokerController:
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: queries.topic_consumed_by,
             RequestCode.VIEW_BROKER_STATS_DATA: queries.broker_stats,
             RequestCode.GET_BROKER_HA_STATUS: queries.ha_status,
+            **(
+                {}
+                if self.dledger is None
+                else {RequestCode.DLEDGER_MEMBERS: DLedgerMembers(self.dledger).members}
+            ),
+            **(
+                {}
+                if self.replicas is None
+                else {
+                    RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self.replicas.notified,
+                    RequestCode.GET_BROKER_EPOCH_CACHE: self.replicas.epoch_cache,
+                }
+            ),
+            RequestCode.POP_MESSAGE: self.pop.pop,
+            RequestCode.ACK_MESSAGE: self.pop.ack,
+            RequestCode.BATCH_ACK_MESSAGE: self.pop.batch_ack,
+            RequestCode.PEEK_MESSAGE: self.pop.peek,
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.pop.change_invisible_time,
+            RequestCode.NOTIFICATION: self.pop.notification,
+            RequestCode.POLLING_INFO: self.pop.polling_info,
         }
         acl_codes = dict.fromkeys(AccessControl.CODES, acl_disabled)
         table.update(acl_codes if self.acl is None else self.acl.processors())
@@ -417,9 +539,13 @@ class BrokerController:
         if self.group_listener is not None:  # before any request is answered "not master"
             self.group_listener.release()
         self.role.become_slave(term)
+        self._slave_again()
+        self.registration.register_soon()
+
+    def _slave_again(self) -> None:
+        """What a master leaves behind when it becomes a slave."""
         self.offsets.forget_pending()
         self.locks.clear()
-        self.registration.register_soon()
 
     async def _classic_role(self) -> None:
         """A classic broker's role, from its config: a master once the ConsumeQueues hold
@@ -484,19 +610,42 @@ class BrokerController:
             await nursery.start(self.classic.serve)
         await nursery.start(self.store.run)
         self.broker_addr.port = await nursery.start(self.server.serve)
-        nursery.start_soon(self._role_loop if self.classic is None else self._classic_role)
+        if self.fast_server is not None:
+            await nursery.start(self.fast_server.serve)
+        if self.replicas is not None:  # it registers with the name servers once it has a role
+            await nursery.start(self.replicas.run)
+        else:
+            nursery.start_soon(self._role_loop if self.classic is None else self._classic_role)
+            nursery.start_soon(self.registration.run)
         if self.slave_sync is not None:
             nursery.start_soon(self.slave_sync.run)
         if self.group_listener is not None:
             nursery.start_soon(self.group_listener.run)
-        nursery.start_soon(self.registration.run)
+        if (
+            self.dledger is not None
+            and self.config.enable_auto_leader_balance
+            and self.config.preferred_leader_id is None  # it pins the leader (a warning)
+        ):
+            balance = AutoLeaderBalance(
+                self.config.broker_cluster_name,
+                self.config.broker_name,
+                self.config.namesrv_addr,
+                self.dledger,
+                self.config.auto_leader_balance_interval_ms / 1000,
+                self.config.tls_client,
+            )
+            nursery.start_soon(balance.run)
         nursery.start_soon(self.offsets.run)
         nursery.start_soon(self.schedule.run)
+        nursery.start_soon(self.timers.run)
         nursery.start_soon(self.transaction_check.run)
+        nursery.start_soon(self.revive.run)
         nursery.start_soon(self._expire_loop)
         if self.upgraded is not None:
             nursery.start_soon(
-                self.upgraded.expire_old_files, self.config.file_reserved_time * 3600.0
+                self.upgraded.expire_old_files,
+                self.config.file_reserved_time * 3600.0,
+                self.config.clean_resource_interval / 1000,
             )
         if self.acl is not None:
             nursery.start_soon(self.acl.run)

@@ -1,59 +1,16 @@
 """Reading request headers: extFields are strings on the wire, processors want types.
 
-A missing or malformed field is the client's error, answered with a response code
-and a remark naming the field (never an exception that ends the connection).
-
-The code is MESSAGE_ILLEGAL, where Java answers a header it cannot decode with
-SYSTEM_ERROR: here SYSTEM_ERROR is kept for "the outcome is unknown" (a send whose
-quorum acknowledgment timed out, a broker bug), so a client can tell a request that
-was refused from one that may have taken effect.
+The readers are `raftmq.remoting.fields`' (the controller's too); here is what is the
+broker's own: the send header in either of its spellings.
 """
 
 from __future__ import annotations
 
-import json
-
 from raftmq.protocol.headers import from_send_v2, is_send_v2
-from raftmq.remoting import RemotingCommand, ResponseCode
+from raftmq.remoting import RemotingCommand
+from raftmq.remoting.fields import BadRequest, boolean, integer, json_body, text
 
-
-class BadRequest(Exception):
-    """A request the broker answers with `code` and the message as remark."""
-
-    def __init__(self, remark: str, code: int = ResponseCode.MESSAGE_ILLEGAL) -> None:
-        super().__init__(remark)
-        self.code = code
-
-
-def text(request: RemotingCommand, name: str, default: str | None = None) -> str:
-    value = request.ext_fields.get(name)
-    if value is None:
-        if default is None:
-            raise BadRequest(f"the custom field <{name}> is null")
-        return default
-    return str(value)
-
-
-def integer(request: RemotingCommand, name: str, default: int | None = None) -> int:
-    value = request.ext_fields.get(name)
-    if value is None or value == "":
-        if default is None:
-            raise BadRequest(f"the custom field <{name}> is null")
-        return default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise BadRequest(f"the custom field <{name}> is not a number: {value!r}") from None
-
-
-def boolean(request: RemotingCommand, name: str, default: bool = False) -> bool:
-    value = request.ext_fields.get(name)
-    return default if value is None else str(value).lower() == "true"
-
-
-def json_body(value) -> bytes:
-    """A response body as Java's brokers send it: compact JSON."""
-    return json.dumps(value, separators=(",", ":")).encode()
+__all__ = ["BadRequest", "boolean", "integer", "json_body", "send_header", "text"]
 
 
 def send_header(request: RemotingCommand) -> RemotingCommand:

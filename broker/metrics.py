@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -77,6 +78,8 @@ class BrokerCollector(Collector):
     address: BrokerAddress
     cluster: str = attrs.field(kw_only=True)
     broker_name: str = attrs.field(kw_only=True)
+    # broker.timer's TimerService.status: the timer gauges
+    timer_status: Callable[[], dict[str, int]] = attrs.field(kw_only=True, default=dict)
     rates: Rates = attrs.Factory(Rates)
     boot_ms: int = attrs.Factory(lambda: int(time.time() * 1000))
 
@@ -106,9 +109,29 @@ class BrokerCollector(Collector):
         now_s = trio.current_time()
         counts = self.counts()
         yield from self._runtime(now_s, counts)
+        yield from self._timers()
         if self.role.is_master:
             yield from self._topics(now_s, counts)
             yield from self._groups(now_s, counts)
+            yield from self._pop()
+
+    def _timers(self):
+        """Timer messages (broker.timer). RocketMQ 5 reports its timer backlog as
+        `rocketmq_timer_message_snapshot` and its lag as histograms; here gauges."""
+        own = (self.cluster, self.address.address, self.broker_name)
+        status = self.timer_status()
+        for name, key, text in (
+            ("rocketmq_timer_backlog", "timerBacklog",
+             "Timer messages filed by due time and not yet past the fired progress"),
+            ("rocketmq_timer_in_memory", "timerInMemory",
+             "Timer messages held in memory: the master's heap of what is due soon"),
+            ("rocketmq_timer_lateness_ms", "timerLatenessMs",
+             "How late the last delivery's latest message went out, ms after the time asked"),
+            ("rocketmq_timer_fired_ms", "timerFiredMs",
+             "The replicated firing progress: every message due by then has gone out"),
+        ):  # fmt: skip
+            if key in status:
+                yield _family(name, text, BROKER, [(own, status[key])])
 
     def _rate(self, now_s: float, window_s: float, counts: dict, key) -> float:
         return Rates.per_second(self.rates.base(now_s, window_s), now_s, key, counts.get(key, 0))
@@ -165,10 +188,21 @@ class BrokerCollector(Collector):
                 f"{self._rate(now_s, window_s, counts, key):.2f}" for window_s in RUNTIME_WINDOWS_S
             )
 
+        store = self.store
+        messages = store.dispatched_messages
+        disk_ratio = str(self.disk_ratio())
         return {
             "putTps": rates("broker_put"),
             "getTransferedTps": rates("broker_get"),
-            "commitLogDiskRatio": str(self.disk_ratio()),
+            "commitLogDiskRatio": disk_ratio,
+            # the ConsumeQueues are under the same store root: the same file system
+            "consumeQueueDiskRatio": disk_ratio,
+            # the average size of the messages stored since start (dispatched, on a
+            # slave too), as StoreStatsService's, which counts the master's puts
+            "putMessageAverageSize": str(
+                store.dispatched_message_bytes / messages if messages else 0.0
+            ),
+            "totalMemKBytes": str(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 1024),
         }
 
     def group_get_tps(self, topic: str, group: str) -> float:
@@ -305,6 +339,34 @@ class BrokerCollector(Collector):
             [((*base, t, g), age_ms[t, g]) for (t, g) in lag],
         )
 
+    def _pop(self):
+        """POP consumption: messages in flight per group and topic (a retry topic is its
+        own row), and how many were redelivered and dead-lettered (replicated counts:
+        they carry on across a failover)."""
+        base = self.cluster, self.broker_name
+        state = self.store.metadata.pop
+        in_flight: dict[tuple[str, str], int] = defaultdict(int)
+        for (group, topic, _queue_id), count in state.in_flight_by_queue().items():
+            in_flight[topic, group] += count
+        yield _family(
+            "rocketmq_pop_inflight_messages",
+            "Messages popped and neither acknowledged nor redelivered",
+            GROUP,
+            [((*base, t, g), n) for (t, g), n in sorted(in_flight.items())],
+        )
+        yield _family(
+            "rocketmq_pop_revived_messages",
+            "Popped messages redelivered after their invisible time (to a retry topic or the DLQ)",
+            ("cluster", "broker"),
+            [(base, state.revived)],
+        )
+        yield _family(
+            "rocketmq_pop_dlq_messages",
+            "Popped messages moved to %DLQ%<group> after retryMaxTimes redeliveries",
+            ("cluster", "broker"),
+            [(base, state.dead_lettered)],
+        )
+
     def _oldest_unconsumed_ms(self, topic: str, queue_id: int, offset: int) -> int | None:
         """Store time of the first message at or after `offset` the queue still holds."""
         queue = self.store.queue(topic, queue_id)
@@ -318,7 +380,20 @@ class BrokerCollector(Collector):
 
 
 @attrs.define(eq=False)
-class ClassicHACollector(Collector):
+class _ReplicaCollector(Collector):
+    """A collector of a classic broker's replication, labelled as the broker."""
+
+    replica: ClassicReplica
+    address: BrokerAddress
+    cluster: str = attrs.field(kw_only=True)
+    broker_name: str = attrs.field(kw_only=True)
+
+    def own(self) -> tuple[str, str, str]:
+        return (self.cluster, self.address.address, self.broker_name)
+
+
+@attrs.define(eq=False)
+class ClassicHACollector(_ReplicaCollector):
     """Classic master/slave replication (store.ha), read when scraped.
 
     RocketMQ 5's own metrics have no HA family and the exporter has one,
@@ -329,13 +404,8 @@ class ClassicHACollector(Collector):
     slave's address as the master sees the HA connection (the exporter's is the
     slave's broker address, which the HA protocol does not carry)."""
 
-    replica: ClassicReplica
-    address: BrokerAddress
-    cluster: str = attrs.field(kw_only=True)
-    broker_name: str = attrs.field(kw_only=True)
-
     def collect(self):
-        own = (self.cluster, self.address.address, self.broker_name)
+        own = self.own()
         ha, client = self.replica.ha, self.replica.client
         end = self.replica.log.write_pos
         connections = sorted(
@@ -381,4 +451,44 @@ class ClassicHACollector(Collector):
             "On a slave: 1 while connected to the master's HA port",
             BROKER,
             [(own, 1 if client.connected_to is not None else 0)],
+        )
+
+
+@attrs.define(eq=False)
+class AutoSwitchHACollector(_ReplicaCollector):
+    """Controller mode's replication (AutoSwitch HA), read when scraped: the master
+    epoch the controller last named to this broker, whether it acts as master (elected
+    and not fenced), and, on the master, its SyncStateSet (the brokers a send waits for
+    with allAckInSyncStateSet) and that set's epoch. raftmq's families: RocketMQ 5
+    exports none of these from a broker."""
+
+    role: BrokerRole
+
+    def collect(self):
+        own = self.own()
+        ha = self.replica.ha
+        master = self.role.is_master and ha.fenced is None
+        yield _family(
+            "rocketmq_ha_master_epoch",
+            "The master epoch the controller last named to this broker (0: none yet)",
+            BROKER,
+            [(own, self.role.term)],
+        )
+        yield _family(
+            "rocketmq_ha_is_master", "1 while this broker acts as master", BROKER,
+            [(own, 1 if master else 0)],
+        )  # fmt: skip
+        if not master:
+            return
+        yield _family(
+            "rocketmq_ha_in_sync_replicas",
+            "On a master: members of its SyncStateSet, itself included",
+            BROKER,
+            [(own, len(ha.sync_state.members))],
+        )
+        yield _family(
+            "rocketmq_ha_sync_state_set_epoch",
+            "On a master: the epoch of the SyncStateSet it applies",
+            BROKER,
+            [(own, ha.sync_state.epoch)],
         )

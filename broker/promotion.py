@@ -7,7 +7,7 @@ holds its leader lease: a leader resumed after a pause longer than the lease is 
 LEADER until its timers run, while a newer leader may have committed meanwhile. Then
 it rebuilds the queue offset table from its ConsumeQueues (the next message of each
 queue continues them), restarts what a master runs from replicated progress (delayed
-delivery), and takes brokerId 0.
+delivery, timer messages), and takes brokerId 0.
 
 `BrokerController` calls `try_lead` between its waits for dispatch, and the broker
 simulation (jepsen.sim_broker) after every event of a replica, so the sequence the

@@ -45,7 +45,7 @@ import trio
 from raftmq.broker.headers import BadRequest, integer, text
 from raftmq.broker.sql92 import Sql92Error, Sql92Filter, compile_sql92
 from raftmq.broker.store.messagestore import GetResult, GetStatus
-from raftmq.broker.store.metadata import PERM_READ, SubscriptionGroupConfig
+from raftmq.broker.store.metadata import PERM_READ, SubscriptionGroupConfig, TopicConfig
 
 from raftmq.protocol.message import tags_code
 from raftmq.remoting import Connection, RemotingCommand, ResponseCode
@@ -120,6 +120,22 @@ def _check_supported(expression_type: str | None, property_filter_enabled: bool)
         )
 
 
+def readable_topic(topics: TopicConfigManager, topic: str, what: str) -> TopicConfig:
+    """The topic's config; BadRequest as PullMessageProcessor words it when the topic
+    does not exist (TOPIC_NOT_EXIST) or may not be read (NO_PERMISSION: the internal
+    metadata topic). `what` is the verb of the remark ("pulling", "popping")."""
+    config = topics.get(topic)
+    if config is None:
+        raise BadRequest(
+            f"topic[{topic}] not exist, apply first please!", ResponseCode.TOPIC_NOT_EXIST
+        )
+    if not config.perm & PERM_READ:
+        raise BadRequest(
+            f"the topic[{topic}] {what} message is forbidden", ResponseCode.NO_PERMISSION
+        )
+    return config
+
+
 @attrs.define
 class PullProcessor:
     role: BrokerRole
@@ -156,16 +172,7 @@ class PullProcessor:
         max_nums = integer(request, "maxMsgNums", 32)
         flags = integer(request, "sysFlag", 0)
         suspend_ms = min(integer(request, "suspendTimeoutMillis", 15_000), MAX_SUSPEND_MS)
-        config = self.topics.get(topic)
-        if config is None:
-            return request.make_response(
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please!",
-            )
-        if not config.perm & PERM_READ:
-            return request.make_response(
-                ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
-            )
+        readable_topic(self.topics, topic, "pulling")
         refusal = self.groups.refusal(group)
         if refusal is not None:
             return request.make_response(*refusal)

@@ -35,7 +35,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
-from raftmq.broker.topic_config_manager import topic_config_wrapper
 
 from raftmq.remoting import (
     RemotingClient,
@@ -121,7 +120,7 @@ class Registration:
 
     def _request(self) -> RemotingCommand:
         body = {
-            "topicConfigSerializeWrapper": topic_config_wrapper(self.metadata),
+            "topicConfigSerializeWrapper": self.metadata.topics_wrapper(),
             "filterServerList": [],
         }
         address = self.address.registered(self.role.is_master)

@@ -35,13 +35,21 @@ from raftmq.broker.send_encoding import (
 )
 from raftmq.broker.store.classic_commitlog import PutStatus
 from raftmq.broker.store.metadata import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
+from raftmq.broker.store.timerwheel import TIMER_TOPIC
+from raftmq.broker.timer import (
+    TimerConfig,
+    drop_timer_properties,
+    is_timer,
+    recall_handle_of,
+    to_timer,
+)
 from raftmq.broker.transactions import HALF_TOPIC, TRANSACTION_TOPICS, is_prepared, to_half
 from raftmq.dledger.codes import Code
 
 from raftmq.config.address import parse_address
 from raftmq.disk.filesystem import used_ratio
 from raftmq.protocol import message as codec
-from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
+from raftmq.protocol.message import PROPERTY_RESEND, MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id, pack_host
 from raftmq.remoting import (
     FLAG_ONEWAY,
@@ -65,13 +73,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: the broker's own topics. A client's
-# message in the schedule topic would be delivered to whatever topic and queue its
-# properties name, past every check a send makes.
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "OFFSET_MOVED_EVENT", *TRANSACTION_TOPICS})
+# message in the schedule or timer topic would be delivered to whatever topic and queue
+# its properties name, past every check a send makes.
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {SCHEDULE_TOPIC, TIMER_TOPIC, "OFFSET_MOVED_EVENT", *TRANSACTION_TOPICS}
+)
 # A delayed message goes to the schedule topic (schedule_if_delayed): not an inline send.
 _DELAY_PROPERTY = MessageConst.PROPERTY_DELAY_TIME_LEVEL + codec.NAME_VALUE_SEPARATOR
+# A timer message (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) goes to the timer
+# topic (broker.timer): not an inline send. Any property naming TIMER_ takes `send`.
+_TIMER_PROPERTY = "TIMER_"
 # A transactional message becomes a half message (is_prepared): not an inline send.
 _TRANSACTION_PROPERTY = MessageConst.PROPERTY_TRANSACTION_PREPARED + codec.NAME_VALUE_SEPARATOR
+# A producer's resend may already be stored (`stored_copy`): not an inline send.
+_RESEND_PROPERTY = PROPERTY_RESEND + codec.NAME_VALUE_SEPARATOR
+# How far back a resend's earlier copy is looked for, by store time: far past any
+# client's send timeout (RocketMQ's clients: 3 s).
+RESEND_LOOKBACK_MS = 600_000
+# How long a resend waits for the appends before it to be dispatched (so that the
+# key index holds an earlier copy) before it is refused with SYSTEM_BUSY.
+RESEND_CATCH_UP_S = 1.0
+RESEND_LOOKUP_MAX = 32  # index hits read (hash collisions included)
 _BROKER_TRANSACTION_TYPES = (
     MessageSysFlag.TRANSACTION_COMMIT_TYPE,
     MessageSysFlag.TRANSACTION_ROLLBACK_TYPE,
@@ -143,6 +165,13 @@ def _append_failure(code: Code | PutStatus, disk: Callable[[], str]) -> tuple[in
             ResponseCode.MESSAGE_ILLEGAL,
             "the message is larger than a CommitLog file (mappedFileSizeCommitLog)",
         )
+    if code is PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH:
+        return ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough"
+    if code is PutStatus.FENCED:
+        return ResponseCode.SERVICE_NOT_AVAILABLE, (
+            "not master: its epoch is over, or it has lost the controller (a newer master"
+            " may be elected)"
+        )
     if code in _NOT_LEADER:
         return ResponseCode.SERVICE_NOT_AVAILABLE, f"not master: {code.name}; refresh the route"
     if code is Code.LEADER_PENDING_FULL:
@@ -171,6 +200,8 @@ class _InlineAnswer:
     the append path raised after the records were handed to it, which answers
     SYSTEM_ERROR (the messages may or may not be stored) unless the completion
     already ran. Whichever comes first answers; the other finds `answered` set.
+    Until then the connection counts the answers as owed (`Connection.finish` waits
+    for them).
     """
 
     __slots__ = ("answered", "connection", "sender", "taken")
@@ -180,6 +211,7 @@ class _InlineAnswer:
         self.taken = taken
         self.connection = connection
         self.answered = False
+        connection.answers_owed += 1
 
     def failed(self, exc: Exception) -> None:
         """The append path raised once the records were handed to it (they may be in the
@@ -193,8 +225,12 @@ class _InlineAnswer:
             f"{exc}): it may or may not be stored",
         )
 
-    def _refuse(self, code: int, remark: str) -> None:
+    def _settle(self) -> None:
         self.answered = True
+        self.connection.answers_owed -= 1
+
+    def _refuse(self, code: int, remark: str) -> None:
+        self._settle()
         connection = self.connection
         for request, _queue_id, opaque, _type, flag in self.taken:
             request = _answerable(request, opaque, flag)
@@ -207,7 +243,7 @@ class _InlineAnswer:
         if results is None:
             self._refuse(*_append_failure(code, sender.disk_util))
             return
-        self.answered = True
+        self._settle()
         assert len(results) == len(taken), (len(results), len(taken))
         if isinstance(code, PutStatus):  # stored, but not flushed or replicated in time
             for (request, queue_id, opaque, _type, flag), placed in zip(
@@ -243,6 +279,7 @@ class SendProcessor:
     broker_name: str = attrs.field(kw_only=True)
     max_message_size: int = attrs.field(kw_only=True)
     reject_transaction_message: bool = attrs.field(kw_only=True, default=False)
+    timer: TimerConfig = attrs.field(kw_only=True, factory=TimerConfig)
 
     async def send(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         if not self.role.is_master:
@@ -263,10 +300,23 @@ class SendProcessor:
         messages = self._messages(request, connection, topic, queue_id)
         if messages[0].topic == HALF_TOPIC:
             await self.topics.ensure_system_topic(HALF_TOPIC)
-        code, results = await self._put(messages)
-        if len(results) > 1:  # a batch: one put of many messages (TOPIC_PUT_NUMS's avgpt)
-            self.stats.batched_per_minute.add(topic, len(results) - 1, self.store.now_ms())
-        return self._response(request, queue_id, results, code)
+        stored = None
+        if len(messages) == 1 and messages[0].properties.pop(PROPERTY_RESEND, None) is not None:
+            stored = await self.stored_copy(messages[0])
+        if stored is not None:  # answered as the earlier copy's send would have been
+            messages = [stored]
+            code, results = ResponseCode.SUCCESS, [(stored.physical_offset, stored.queue_offset)]
+            queue_id = stored.queue_id
+            response = self._response(request, queue_id, results, code, stored.store_host)
+        else:
+            code, results = await self._put(messages)
+            if len(results) > 1:  # a batch: one put of many messages (TOPIC_PUT_NUMS's avgpt)
+                self.stats.batched_per_minute.add(topic, len(results) - 1, self.store.now_ms())
+            response = self._response(request, queue_id, results, code)
+        handle = recall_handle_of(messages[0], self.broker_name)
+        if handle is not None:  # SendMessageResponseHeader.recallHandle
+            response.ext_fields["recallHandle"] = handle
+        return response
 
     def send_inline(self, requests: list, connection: Connection) -> list[RemotingCommand]:
         """The send route's batch branch (`remoting.Route`): the common sends of one
@@ -348,7 +398,9 @@ class SendProcessor:
             or batch
             or type(properties) is not str
             or _DELAY_PROPERTY in properties  # to the schedule topic: `send` decides
+            or _TIMER_PROPERTY in properties  # to the timer topic: `send` decides
             or _TRANSACTION_PROPERTY in properties
+            or _RESEND_PROPERTY in properties
             or len(body) > self.max_message_size
             or MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE
         ):
@@ -409,6 +461,11 @@ class SendProcessor:
     ) -> list[MessageExt]:
         if request.code == RequestCode.SEND_BATCH_MESSAGE or boolean(request, "batch"):
             items = decode_batch(request.body)
+            if any(is_timer(props) for _flag, _body, props in items):
+                raise BadRequest(
+                    "timer messages cannot be sent in a batch: send each on its own",
+                    ResponseCode.MESSAGE_ILLEGAL,
+                )
         else:
             props = codec.string_to_properties(text(request, "properties", ""))
             items = [(integer(request, "flag", 0), request.body, props)]
@@ -465,13 +522,20 @@ class SendProcessor:
             raise BadRequest("batch messages cannot be transactional", ResponseCode.MESSAGE_ILLEGAL)
 
     def _response(
-        self, request: RemotingCommand, queue_id: int, results, code: int = ResponseCode.SUCCESS
+        self,
+        request: RemotingCommand,
+        queue_id: int,
+        results,
+        code: int = ResponseCode.SUCCESS,
+        store_host: tuple[str, int] | None = None,
     ) -> RemotingCommand:
         """A stored send's answer: SUCCESS, or a classic store's FLUSH_DISK_TIMEOUT (10),
         SLAVE_NOT_AVAILABLE (11) or FLUSH_SLAVE_TIMEOUT (12), which carry the same
-        headers and which clients count as sent (SendMessageProcessor)."""
+        headers and which clients count as sent (SendMessageProcessor). Its msgIds name
+        `store_host` (the one the records hold: this broker's, unless an earlier
+        master stored them)."""
         self.stats.put_messages += len(results)
-        store_host = self.address.store_host
+        store_host = store_host or self.address.store_host
         ext = {
             "msgId": ",".join(create_message_id(store_host, p) for p, _q in results),
             "queueId": str(queue_id),
@@ -483,10 +547,18 @@ class SendProcessor:
 
     def schedule_if_delayed(self, msg: MessageExt) -> MessageExt:
         """A message with a delay level goes to the schedule topic first (RocketMQ's
-        CommitLog.putMessage), its real topic and queue kept in properties."""
-        level = msg.delay_time_level
-        if level <= 0 or msg.topic.startswith(DLQ_PREFIX):
+        CommitLog.putMessage), its real topic and queue kept in properties, and a timer
+        message to the timer topic (broker.timer); BadRequest for a timer message the
+        broker refuses."""
+        if msg.topic.startswith(DLQ_PREFIX):
             return msg
+        # a recall's tombstone names the message it cancels: only RECALL_MESSAGE sets it
+        msg.properties.pop(MessageConst.PROPERTY_TIMER_DEL_UNIQKEY, None)
+        level = msg.delay_time_level
+        if level <= 0:
+            to_timer(msg, self.store.now_ms(), self.timer)
+            return msg
+        drop_timer_properties(msg.properties)
         level = min(level, len(self.store.delay_levels_ms))
         msg.properties[MessageConst.PROPERTY_REAL_TOPIC] = msg.topic
         msg.properties[MessageConst.PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
@@ -520,6 +592,36 @@ class SendProcessor:
             response_code, remark = _append_failure(code, self.disk_util)
             raise BadRequest(remark, response_code)
         return (int(code) if isinstance(code, PutStatus) else ResponseCode.SUCCESS), placed
+
+    async def stored_copy(self, msg: MessageExt) -> MessageExt | None:
+        """The copy this node stores of a producer's resend (its topic and UNIQ_KEY), if
+        any: what makes a resend after a master change idempotent. An earlier attempt
+        that reached the old master and a quorum is in this node's log (a new master
+        holds every committed entry, and commits its predecessor's tail before it
+        serves), dispatched into the key index before any send here is taken; one
+        appended to this master is waited for. BadRequest (SYSTEM_BUSY) when this
+        node's log is not dispatched within RESEND_CATCH_UP_S: storing then might store
+        the message twice."""
+        uniq_key = msg.uniq_key
+        store = self.store
+        if not uniq_key or store.index is None:
+            return None
+        if not await store.dispatch_caught_up(RESEND_CATCH_UP_S):
+            raise BadRequest(
+                f"resend of {uniq_key}: the log is not dispatched to its end within"
+                f" {RESEND_CATCH_UP_S} s, so an earlier copy cannot be ruled out; try again",
+                ResponseCode.SYSTEM_BUSY,
+            )
+        now_ms = store.now_ms()
+        records, _end_ms, _end_phy = store.query_message(
+            msg.topic, uniq_key, RESEND_LOOKUP_MAX, now_ms - RESEND_LOOKBACK_MS, 2**63 - 1
+        )
+        for record in records:
+            copy, _size = codec.decode(record, read_body=False)
+            if copy.topic == msg.topic and copy.uniq_key == uniq_key:
+                log.info("resend of %s answered with its stored copy", uniq_key)
+                return copy
+        return None
 
     async def send_back(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: a message the consumer failed goes to %RETRY%group

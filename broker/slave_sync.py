@@ -8,21 +8,20 @@ REGISTER_BROKER answer (none while its group has no live master: no sync).
 A slave of a raftmq master also gets all of this as the metadata records in the
 CommitLog bytes it copies, but only from where its copy starts (an empty slave
 starts at the master's last file) and never from a Java master, which keeps its
-tables in files. RocketMQ sends 21 to the master's VIP port (listenPort - 2); a
-raftmq broker has none, and a Java broker answers 21 on its main port as well, so
-every request goes there. Bodies may be fastjson's (integer keys unquoted).
+tables in files. RocketMQ's slave sends 21 to the master's VIP port (listenPort - 2),
+which a raftmq master serves only with `fastListenPort` (for Java slaves); a Java
+master answers 21 on its main port as well, so every request here goes there.
+Bodies may be fastjson's (integer keys unquoted).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from collections.abc import Callable
 
 import attrs
 import trio
-from raftmq.broker.store.metadata import Metadata
+from raftmq.broker.store.metadata import Metadata, consumer_offsets, delay_offsets, loads
 
 from raftmq.remoting import (
     RemotingClient,
@@ -38,30 +37,6 @@ log = logging.getLogger(__name__)
 FIRST_SYNC_S = 3.0
 SYNC_PERIOD_S = 10.0
 REQUEST_TIMEOUT_S = 3.0
-_UNQUOTED_KEY = re.compile(rb"([{,])(-?\d+):")
-
-
-def loads(body: bytes):
-    """JSON, or fastjson's with unquoted integer map keys."""
-    try:
-        return json.loads(body)
-    except ValueError:
-        return json.loads(_UNQUOTED_KEY.sub(rb'\1"\2":', body))
-
-
-def consumer_offsets(doc: dict) -> dict[tuple[str, str, int], int]:
-    """{(group, topic, queueId): offset} from ConsumerOffsetManager's JSON."""
-    offsets = {}
-    for key, queues in doc["offsetTable"].items():
-        topic, _, group = key.rpartition("@")
-        for queue_id, offset in queues.items():
-            offsets[(group, topic, int(queue_id))] = int(offset)
-    return offsets
-
-
-def delay_offsets(doc: dict) -> dict[int, int]:
-    """{delay level: ConsumeQueue offset} from DelayOffsetSerializeWrapper's JSON."""
-    return {int(level): int(offset) for level, offset in doc["offsetTable"].items()}
 
 
 @attrs.define

@@ -29,12 +29,7 @@ class SubscriptionGroupManager:
         self.auto_create_subscription_group = auto_create_subscription_group
 
     def serialize_wrapper(self) -> dict:
-        """SubscriptionGroupWrapper, as GET_ALL_SUBSCRIPTIONGROUP_CONFIG carries it."""
-        metadata = self.metadata
-        return {
-            "subscriptionGroupTable": {n: g.to_json() for n, g in metadata.groups.items()},
-            "dataVersion": metadata.data_version,
-        }
+        return self.metadata.groups_wrapper()
 
     def refusal(self, group: str) -> tuple[int, str] | None:
         """Why `group` may not consume here, as (response code, remark); None if it may."""
@@ -53,10 +48,14 @@ class SubscriptionGroupManager:
     async def put(self, config: SubscriptionGroupConfig) -> None:
         await self.meta.write("group", config=config.to_json())
 
-    async def delete(self, group: str) -> None:
+    async def delete(self, group: str, remove_offsets: bool = False) -> None:
         """DELETE_SUBSCRIPTIONGROUP: the config goes, through the log; the group's
-        committed offsets stay (RocketMQ 4.x keeps them too)."""
-        await self.meta.write("deleteGroup", group=group)
+        committed offsets stay (RocketMQ 4.x keeps them too) unless `remove_offsets`
+        (the request's removeOffset, `mqadmin deleteSubGroup -r true`)."""
+        if remove_offsets:
+            await self.meta.write("deleteGroup", group=group, removeOffset=True)
+        else:
+            await self.meta.write("deleteGroup", group=group)
 
     async def ensure(self, group: str) -> None:
         """Create `group`'s config with the defaults, through the log, if it has none and

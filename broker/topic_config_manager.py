@@ -15,7 +15,6 @@ from raftmq.broker.headers import BadRequest
 from raftmq.broker.store.metadata import (
     DEFAULT_TOPIC,
     DLQ_PREFIX,
-    META_TOPIC,
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
@@ -41,15 +40,6 @@ class RouteAnnouncer(Protocol):
     def register_soon(self) -> None: ...
 
 
-def topic_config_wrapper(metadata: Metadata) -> dict:
-    """TopicConfigSerializeWrapper: every topic but the internal metadata one, and the
-    data version, as GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry them."""
-    return {
-        "topicConfigTable": {n: t.to_json() for n, t in metadata.topics.items() if n != META_TOPIC},
-        "dataVersion": metadata.data_version,
-    }
-
-
 class TopicConfigManager:
     def __init__(
         self,
@@ -67,7 +57,7 @@ class TopicConfigManager:
         return self.metadata.topics.get(topic)
 
     def serialize_wrapper(self) -> dict:
-        return topic_config_wrapper(self.metadata)
+        return self.metadata.topics_wrapper()
 
     async def put(self, config: TopicConfig) -> TopicConfig:
         """Create or update a topic through the log, then tell the name servers: the

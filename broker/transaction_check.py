@@ -17,6 +17,11 @@ stopped: halves open at a failover are checked by the new master, and counted on
 A check names the half itself, so a late answer to an older check settles it as well.
 A half whose real message is already stored (a crash fell between the commit's two
 entries) gets its missing op record instead of a check.
+
+A check with no producer of the half's group connected is not made, and not counted
+(RocketMQ counts it): right after a failover the producers' heartbeats have not yet
+reached the new master (the Java client's come every 30 s), and counting checks nobody
+received would discard open transactions after `transactionCheckMax` runs.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from raftmq.remoting import RemotingCommand, RemotingError, RequestCode
 
 if TYPE_CHECKING:
     from raftmq.broker.clients import ClientManager
+
+    from raftmq.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +86,8 @@ class TransactionCheckService:
             return 0
         now_ms = transactions.store.now_ms()
         records: list[MessageExt] = []
-        checks: list[MessageExt] = []
-        handled = 0
+        checks: list[tuple[MessageExt, Connection]] = []  # each with the producer to ask
+        handled = unasked = 0
         start = max(state.settled_below, queue.min_offset)
         for offset in range(start, min(queue.max_offset, start + HALVES_PER_RUN)):
             if state.end_of(offset) is not None:
@@ -95,15 +102,19 @@ class TransactionCheckService:
                 log.warning("half %d checked %d times: discarded", offset, self.check_max)
                 op = transactions.op_message(offset, OP_REMOVE_TAG, DISCARD)
                 records += [self._discarded(half), op]
+            elif (producer := self._producer(half)) is None:
+                unasked += 1  # not counted: nobody was asked
             else:
                 records.append(transactions.op_message(offset, OP_CHECK_TAG))
-                checks.append(half)
+                checks.append((half, producer))
+        if unasked:
+            log.info("%d open halves wait for a producer of their group to connect", unasked)
         if not records:
             return handled
         await transactions.ensure_topics()
         await transactions.put(records)
-        for half in checks:
-            self._ask(half)
+        for half, producer in checks:
+            self._ask(half, producer)
         return handled
 
     def _immunity_ms(self, half: MessageExt) -> int:
@@ -120,14 +131,15 @@ class TransactionCheckService:
             half, topic=CHECK_MAX_TOPIC, queue_id=0, properties=dict(half.properties)
         )
 
-    def _ask(self, half: MessageExt) -> None:
-        """CHECK_TRANSACTION_STATE to one producer of the half's group, oneway; nobody
-        to ask leaves it to the next run, as in RocketMQ."""
+    def _producer(self, half: MessageExt) -> Connection | None:
+        """A live connection of a producer of the half's group, or None."""
         group = half.properties.get(MessageConst.PROPERTY_PRODUCER_GROUP, "")
-        connection = self.clients.producer_connection(group)
-        if connection is None:
-            log.info("no producer of group %s to check half %d", group, half.queue_offset)
-            return
+        return self.clients.producer_connection(group)
+
+    def _ask(self, half: MessageExt, connection: Connection) -> None:
+        """CHECK_TRANSACTION_STATE to `connection`, a producer of the half's group, oneway
+        (asked for once a half: the client manager hands out its producers in turn)."""
+        group = half.properties.get(MessageConst.PROPERTY_PRODUCER_GROUP, "")
         props = half.properties
         uniq = props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
         store_host = self.transactions.address.store_host

@@ -205,14 +205,10 @@ class TransactionalMessages:
         """The state once every entry now in this node's log is dispatched: on the
         master, that includes every op record an earlier decision appended."""
         store = self.store
-        target = store.server.store.end_index
-        with trio.move_on_after(CATCH_UP_WAIT_S):
-            while store.dispatched_index < target:
-                await store.wait_dispatch(0.05)
-        if store.dispatched_index < target:
+        if not await store.dispatch_caught_up(CATCH_UP_WAIT_S):
             raise BadRequest(
                 f"transaction state not settled: log dispatched to {store.dispatched_index}"
-                f" of {target} after {CATCH_UP_WAIT_S} s; try again",
+                f" of {store.server.store.end_index} after {CATCH_UP_WAIT_S} s; try again",
                 ResponseCode.SYSTEM_BUSY,
             )
         self.state.refresh(store)

@@ -1,9 +1,11 @@
-"""`dledger`: DLedger's command line — server, append, get, leadershipTransfer, status.
+"""`dledger`: DLedger's command line — server, append, get, leadershipTransfer, status,
+and (not DLedger's) addPeer, removePeer and peers, which change and show the group's
+members while it runs (docs/membership.md).
 
 Verbs and flags follow DLedger's own (`--group`, `--id`, `--peers`,
 `--store-base-dir`, `--data`, `--count`, `--index`, `--leader`, `--transferee`);
 `server --metrics-port` (or `-D metricsPort=`) also serves Prometheus metrics.
-Exit status for scripts: 0 success, 1 the group answered with an error code
+Exit status for scripts (every verb): 0 success, 1 the group answered with an error code
 (UNKNOWN_GROUP for a wrong `--group`), 2 bad usage, 3 no member (or no leader)
 reachable, or `server` cannot listen on its port (peer or metrics), 4 the server
 refused to start (its store directory unusable, damaged data: the message names the
@@ -103,6 +105,23 @@ def _parser() -> argparse.ArgumentParser:
 
     status = common(verbs.add_parser("status", help="each member's role, term, ledger end, commit"))
     status.add_argument("--json", action="store_true")
+
+    add = common(
+        verbs.add_parser(
+            "addPeer", help="add a member started with joinAsLearner: learner, then voter"
+        )
+    )
+    add.add_argument("--member", "-m", required=True, help="id-host:port of the new member")
+    add.add_argument(
+        "--timeout-s", type=float, default=60.0, help="for it to catch up and be promoted"
+    )
+    remove = common(verbs.add_parser("removePeer", help="remove a member (the leader too)"))
+    remove.add_argument("--member", "-m", required=True, help="id of the member")
+    remove.add_argument("--timeout-s", type=float, default=10.0)
+    for verb in (add, remove):
+        verb.add_argument("--json", action="store_true")
+    peers = common(verbs.add_parser("peers", help="the leader's voters and learners"))
+    peers.add_argument("--json", action="store_true")
     return parser
 
 
@@ -220,9 +239,33 @@ async def _status(client: DLedgerClient, args) -> int:
     return EXIT_OK if reachable else EXIT_UNAVAILABLE
 
 
+async def _members(client: DLedgerClient, args) -> int:
+    """addPeer, removePeer and peers; each ends by printing the configuration."""
+    if args.verb == "addPeer":
+        given = parse_peers(args.member)
+        if len(given) != 1:
+            raise ValueError(f"--member {args.member!r}: expected one id-host:port")
+        ((member, address),) = given.items()
+        await client.add_peer(member, address)
+    elif args.verb == "removePeer":
+        await client.remove_peer(args.member)
+    members = await client.members()
+    if args.json:
+        print(json.dumps(members))
+    else:
+        for role in ("voters", "learners"):
+            for member in members[role]:
+                print(f"{member:<16}{role[:-1]:<10}{members['peers'][member]}")
+    return EXIT_OK
+
+
 async def _client_verb(args) -> int:
     tls = _client_tls(args)
-    async with DLedgerClient(args.group, parse_peers(args.peers), tls=tls) as client:
+    timeout_s = getattr(args, "timeout_s", 5.0)
+    peers = parse_peers(args.peers)
+    async with DLedgerClient(args.group, peers, timeout_s, tls=tls) as client:
+        if args.verb in ("addPeer", "removePeer", "peers"):
+            return await _members(client, args)
         if args.verb == "append":
             return await _append(client, args)
         if args.verb == "get":

@@ -117,6 +117,14 @@ class DLedgerClient:
             raise refusals[0]
         return [results[p] for p in self.peers]
 
+    async def _leader(self, deadline: float) -> str:
+        """The leader last heard of, else `find_leader`: one named by an earlier answer
+        that this client has no address for (its peers were narrowed since) is found
+        again."""
+        if self.leader_id in self.peers:
+            return self.leader_id
+        return await self.find_leader(deadline)
+
     async def find_leader(self, deadline: float) -> str:
         """The current leader's id, asking around until `deadline` (trio time)."""
         while True:
@@ -149,7 +157,7 @@ class DLedgerClient:
         deadline = trio.current_time() + (timeout_s or self.timeout_s)
         request = {"code": RpcCode.APPEND, "bodies": bodies}
         while True:
-            leader = self.leader_id or await self.find_leader(deadline)
+            leader = await self._leader(deadline)
             try:
                 conn = await self._conn(leader)
             except RpcUnavailable:  # refused before sending: nothing was appended
@@ -196,6 +204,53 @@ class DLedgerClient:
             if last is Code.SUCCESS:
                 return resp
         raise ClientError(last, f"index {index} not readable")
+
+    # ------------------------------------------------------------------ members
+    async def members(self) -> dict:
+        """The leader's configuration: {"voters": [...], "learners": [...], "peers":
+        {id: address}}; members it names that this client did not know are learned."""
+        deadline = trio.current_time() + self.timeout_s
+        leader = await self.find_leader(deadline)
+        resp = await self.call(leader, {"code": RpcCode.METADATA}, timeout_s=1.0)
+        self.peers.update(resp["peers"])
+        return {k: resp[k] for k in ("voters", "learners", "peers")}
+
+    async def add_peer(self, member: str, address: str) -> None:
+        """Add `member` (started with joinAsLearner) as a learner, wait for it to catch
+        up, then promote it to voter: two changes, each committed before the next.
+        Idempotent: a step already made is skipped, so a retry after a timeout is safe."""
+        if member not in (await self.members())["peers"]:
+            await self._change("add", member, address)
+        if member in (await self.members())["learners"]:
+            await self._change("promote", member)
+
+    async def remove_peer(self, member: str) -> None:
+        """Remove `member` (the leader too: it steps down once its removal commits)."""
+        if member in (await self.members())["peers"]:
+            await self._change("remove", member)
+
+    async def _change(self, change: str, member: str, address: str = "") -> None:
+        """One MEMBERS request to the leader, retried (within the client's timeout)
+        while the answer proves nothing changed: not the leader, the last change not
+        yet committed, or a learner still catching up."""
+        deadline = trio.current_time() + self.timeout_s
+        request = {"code": RpcCode.MEMBERS, "change": change, "memberId": member}
+        if address:
+            request["address"] = address
+        while True:
+            leader = await self._leader(deadline)
+            resp = await self.call(
+                leader, request, timeout_s=max(0.05, deadline - trio.current_time())
+            )
+            code = Code(resp["code"])
+            if code is Code.SUCCESS:
+                return
+            if code not in (*_RETRYABLE, Code.FALL_BEHIND_TOO_MUCH):
+                raise ClientError(code, resp.get("remark", ""))
+            if resp.get("leaderId") and resp.get("leaderAddr"):
+                self.peers.setdefault(resp["leaderId"], resp["leaderAddr"])
+            self.leader_id = resp.get("leaderId") if resp.get("leaderId") != leader else None
+            await self._pause(deadline, code)
 
     async def leadership_transfer(self, leader: str, transferee: str) -> None:
         resp = await self.call(

@@ -72,9 +72,26 @@ class DLedgerConfig:
     mapped_file_size_for_entry_index: int = attrs.field(
         default=32 * 5 * 1024 * 1024, metadata=_key("mappedFileSizeForEntryIndex")
     )
+    # Not DLedger's: a leader whose own fsyncs' p99 over the last window stays over
+    # leaderSlowFsyncMs hands leadership to a voter whose own p99 is under it (0: never).
+    leader_slow_fsync_ms: int = attrs.field(default=0, metadata=_key("leaderSlowFsyncMs"))
+    leader_slow_fsync_window_ms: int = attrs.field(
+        default=10_000, metadata=_key("leaderSlowFsyncWindowMs")
+    )
     # page-cache mode (ASYNC_FLUSH) fsyncs this often; acks do not wait for it
     flush_file_interval_ms: int = attrs.field(default=10, metadata=_key("flushFileInterval"))
     file_reserved_hours: float = attrs.field(default=72, metadata=_key("fileReservedHours"))
+    # Not DLedger's: a follower that answers heartbeats but stores nothing of what it
+    # lacks for this long (a full or stuck disk) stops holding back the leader's
+    # retention; if it recovers past what retention deleted, it gets a snapshot.
+    follower_stall_timeout_ms: int = attrs.field(
+        default=600_000, metadata=_key("followerStallTimeoutMs")
+    )
+    # How often retention looks for expired files. Not DLedger's (its CleanSpaceService
+    # looks every 100 ms) but RocketMQ's broker key, with its default.
+    clean_resource_interval_ms: int = attrs.field(
+        default=10_000, metadata=_key("cleanResourceInterval")
+    )
     # DLedger's CleanSpaceService ratios of the store's filesystem in use: over the
     # first, retention runs at once rather than on its clock; over the second the
     # disk counts as full: the leader refuses appends and a follower pushes
@@ -103,6 +120,13 @@ class DLedgerConfig:
     # http://<its peer host>:metricsPort/metrics (0: none). A broker's DLedger member
     # is served on the broker's own metricsPort instead.
     metrics_port: int = attrs.field(default=0, metadata=_key("metricsPort"))
+
+    # Not DLedger's: a member started to join a running group (docs/membership.md)
+    # starts as a learner of dLegerPeers, which lists the group's members and itself,
+    # and neither votes nor campaigns until a configuration entry makes it a voter.
+    join_as_learner: bool = attrs.field(
+        default=False, converter=_flag, metadata=_key("joinAsLearner")
+    )
 
     # Not DLedger's: mutual TLS on the peer port (dledger.net.tcp). All three or none.
     tls_cert_path: str | None = attrs.field(default=None, metadata=_key("tlsCertPath"))

@@ -107,12 +107,20 @@ class DLedgerCollector(Collector):
             "On the leader: entries of the leader's log each follower does not hold yet",
             labels=(*MEMBER_LABELS, "peer"),
         )
+        stalled = GaugeMetricFamily(
+            "dledger_follower_stalled",
+            "On the leader: 1 for a follower that stored nothing it lacks for "
+            "followerStallTimeoutMs and no longer holds back retention",
+            labels=(*MEMBER_LABELS, "peer"),
+        )
         if replica.role is Role.LEADER:
             for peer, progress in sorted(replica.replication.progress.items()):
                 match.add_metric([*member, peer], progress.match_index)
                 lag.add_metric([*member, peer], store.end_index - progress.match_index)
+                stalled.add_metric([*member, peer], int(peer in replica.stalled_followers))
         yield match
         yield lag
+        yield stalled
         yield counter(
             "dledger_elections_started",
             "Vote rounds this member started as a candidate (DLedger may re-vote in a term)",

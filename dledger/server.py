@@ -27,17 +27,20 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import DLedgerConfig
+from raftmq.dledger.core import snapshot
 from raftmq.dledger.core.group_commit import Fsync, GroupCommitSchedule
+from raftmq.dledger.core.membership import Change, MemberState
 from raftmq.dledger.core.output import Ready
 from raftmq.dledger.core.replica import Replica
 from raftmq.dledger.metrics import fsync_histogram
 from raftmq.dledger.net.codec import RpcCode
+from raftmq.dledger.net.rpc_client import RpcClient, RpcTimeout, RpcUnavailable
 from raftmq.dledger.net.tcp import PeerTransport
 from raftmq.dledger.store.base import LogStore
 from raftmq.dledger.store.file import FileLogStore
@@ -52,9 +55,12 @@ from raftmq.transport.awaited import Awaited
 log = logging.getLogger(__name__)
 
 SYNCED_LENGTHS_FILE = "synced.json"  # see _record_synced
-RETENTION_CHECK_S = 60.0
 CHECKPOINT_INTERVAL_S = 3.0  # DLedger's checkPointInterval
 DISK_CHECK_INTERVAL_S = 0.1  # DLedger's CleanSpaceService period
+LEADER_POLL_S = 0.05  # how often a request for the leader looks for one being elected
+# an operator's change (`change_at_leader`) that moves leadership rather than members;
+# the remoting ports carry it as DLEDGER_MEMBERS's `change`
+LEAD_CHANGE = "lead"
 
 
 class DLedgerError(Exception):
@@ -111,6 +117,25 @@ def store_dir(config: DLedgerConfig) -> Path:
     return Path(config.store_base_dir) / f"dledger-{config.self_id}"
 
 
+def saved_members(config: DLedgerConfig, members_text: str | None) -> MemberState | None:
+    """The configuration saved with the term and vote, which is in force over the
+    member's dLegerPeers (said in the log when they disagree); None when none was saved."""
+    if members_text is None:
+        return None
+    try:
+        members = MemberState.from_text(members_text)
+    except ValueError as exc:
+        raise ValueError(f"{config.self_id}: unreadable saved configuration: {exc}") from None
+    if dict(members.current.addresses) != config.peers:
+        log.warning(
+            "%s: dLegerPeers %s differ from the configuration in force, %s; following it",
+            config.self_id,
+            ";".join(f"{p}-{a}" for p, a in config.peers.items()),
+            members.current.text(),
+        )
+    return members
+
+
 def open_store(config: DLedgerConfig) -> tuple[LogStore, object, Checkpoint | None]:
     """The log store, term/vote file and checkpoint under storeBaseDir/dledger-<selfId>.
 
@@ -157,7 +182,8 @@ class DLedgerServer:
 
     `client_appends=False` refuses the APPEND RPC (UNSUPPORTED): a broker's log holds
     only what its broker appends, entries it can parse as messages, so bytes from
-    anyone who reaches the peer port must not land there.
+    anyone who reaches the peer port must not land there. `foreign` serves the
+    connections to the peer port that speak another protocol (`PeerTransport`).
     """
 
     def __init__(
@@ -166,13 +192,15 @@ class DLedgerServer:
         rng: random.Random | None = None,
         *,
         client_appends: bool = True,
+        foreign=None,
     ) -> None:
         self.config = config
         self.client_appends = client_appends
         self.store, self.term_vote, self.checkpoint = open_store(config)
         term, vote = self.term_vote.load()
+        members = saved_members(config, self.term_vote.members_text)
         self.replica = Replica(
-            config, self.store, rng or random.Random(), term, vote, self.now_ms()
+            config, self.store, rng or random.Random(), term, vote, self.now_ms(), members
         )
         self.transport = PeerTransport(
             config.self_id,
@@ -183,11 +211,18 @@ class DLedgerServer:
             self._on_rpc,
             check_peer_hosts=config.check_peer_hosts,
             tls=config.peer_tls,
+            foreign=foreign,
         )
+        # A member restarted with dLegerPeers written before others joined follows its
+        # saved configuration (`saved_members`), so it dials those members too: its
+        # answers and votes travel on the connections it opens.
+        self.transport.set_addresses(dict(self.replica.members.current.addresses))
+        self._install_snapshot: Callable[[int, bytes], Awaitable[None]] | None = None
+        self._nursery: trio.Nursery | None = None  # while serving: where installs run
         self._role_handlers: list[Callable[[int, Role], None]] = []
         self._commit_handlers: list[Callable[[int], None]] = []
         self._readies: collections.deque[Ready] = collections.deque()  # taken, not carried out
-        self._hard_state_to_save: tuple[int, str | None] | None = None  # for _hard_state_loop
+        self._hard_state_to_save = None  # (term, vote, members or None), for _hard_state_loop
         self._hard_state_wanted = trio.Event()
         self._retention_limits: list[Callable[[], int]] = []
         self._callbacks: dict[int, Callable[[Code, list | None], None]] = {}
@@ -221,6 +256,7 @@ class DLedgerServer:
         await durably(self.store.sync_plan().run)
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await nursery.start(self.transport.serve)
                 nursery.start_soon(self._timer_loop, name="timers")
                 nursery.start_soon(self._append_loop, name="appends")
@@ -255,6 +291,19 @@ class DLedgerServer:
         """Called with the new committed index whenever it moves."""
         self._commit_handlers.append(handler)
 
+    def set_state_snapshots(
+        self,
+        take: Callable[[], tuple[int, bytes]],
+        install: Callable[[int, bytes], Awaitable[None]],
+    ) -> None:
+        """The application's snapshots (core.snapshot): `take()` is its state as of an
+        entry it applied, (index, bytes), sent to a follower before the leader restarts
+        its log at the leader's first entry; `await install(index, data)` replaces its
+        state with one, atomically (OSError, or ValueError for bytes that are no
+        snapshot: it kept the old state). The replica serves on meanwhile."""
+        self.replica.snapshot_source = take
+        self._install_snapshot = install
+
     # ------------------------------------------------------------------ public API
     def add_retention_limit(self, limit: Callable[[], int]) -> None:
         """Retention keeps every entry from `limit()` on: state the application built
@@ -265,7 +314,17 @@ class DLedgerServer:
     def retention_floor(self) -> int:
         """The lowest index retention may not delete past (see Replica.retention_floor)."""
         keep_ms = self.config.file_reserved_hours * 3600_000.0
+        before = self.replica.stalled_followers
         floor = self.replica.retention_floor(self.now_ms(), keep_ms)
+        for peer in sorted(self.replica.stalled_followers - before):
+            log.warning(
+                "follower %s stored nothing it lacks for followerStallTimeoutMs=%d: retention "
+                "no longer waits for it (it gets a snapshot if it returns past what is deleted)",
+                peer,
+                self.config.follower_stall_timeout_ms,
+            )
+        for peer in sorted(before - self.replica.stalled_followers):
+            log.info("follower %s makes progress again (or left): retention waits for it", peer)
         return min([floor, *(limit() for limit in self._retention_limits)])
 
     @property
@@ -284,7 +343,9 @@ class DLedgerServer:
             "ledgerEndIndex": self.store.end_index,
             "ledgerEndTerm": self.store.end_term,
             "committedIndex": r.committed_index,
-            "peers": self.config.peers,
+            "peers": dict(r.members.current.addresses),
+            "voters": list(r.members.current.voters),
+            "learners": list(r.members.current.learners),
         }
 
     async def append(self, body: bytes) -> tuple[int, int]:
@@ -356,6 +417,109 @@ class DLedgerServer:
         if code is not Code.SUCCESS or transferee == self.config.self_id:
             self._callbacks.pop(handle, None)
             callback(code, None)
+
+    async def change_members(self, change: Change, member: str, address: str = "") -> None:
+        """Add `member` at `address` as a learner, promote it or remove it, as leader;
+        returns once the change commits (DLedgerError if refused or not committed,
+        ValueError if it does not apply to the configuration)."""
+        awaited = Awaited()
+        self.change_members_nowait(change, member, address, awaited)
+        await _succeeded(awaited)
+
+    def change_members_nowait(self, change: Change, member: str, address: str, callback) -> None:
+        """`change_members` without a task: `callback(code, None)` once it committed or
+        failed, or at once when refused; ValueError at once if it does not apply."""
+        handle = self._new_handle(callback)
+        try:
+            code = self.replica.change_members(handle, change, member, address, self.now_ms())
+        except ValueError:
+            self._callbacks.pop(handle, None)
+            raise
+        self._process()
+        if code is not Code.SUCCESS:
+            self._callbacks.pop(handle, None)
+            callback(code, None)
+
+    async def change_members_at_leader(
+        self, change: str, member: str, address: str = "", timeout_s: float = 5.0
+    ) -> dict:
+        """`change_members` (`change` add, promote or remove) asked of whichever member
+        leads, as a broker forwards its admin's request: here when we lead, else over
+        the peer port's MEMBERS RPC to the leader we know. The members after it, as the
+        leader has them (`members`): ours may lag, and a member that removed itself may
+        never hear of it. DLedgerError as answered (NOT_LEADER when no leader is known),
+        ValueError for a change that does not apply (NETWORK_ERROR when the leader
+        cannot be asked)."""
+        if self.replica.role is Role.LEADER:
+            await self.change_members(Change(change), member, address)
+            return self.members()
+        request = {"code": RpcCode.MEMBERS, "change": Change(change).value, "memberId": member}
+        answer = await self._ask_leader({**request, "address": address}, timeout_s)
+        members = answer.get("members")  # a leader of an older version does not say
+        return members if isinstance(members, dict) else self.members()
+
+    async def change_at_leader(self, change: str, member: str, address: str = "") -> dict:
+        """An operator's change asked of whichever member leads, as a broker's or a
+        controller's remoting port forwards it (DLEDGER_MEMBERS): `lead` hands
+        leadership to voter `member`; add, promote or remove change the members.
+        Returns once it has taken effect, with the members then (the leader's view of
+        a change of members); DLedgerError as answered, ValueError for a change that
+        does not apply."""
+        if change == LEAD_CHANGE:
+            await self.transfer_leadership_at_leader(member)
+            return self.members()
+        return await self.change_members_at_leader(change, member, address)
+
+    def members(self) -> dict:
+        """The configuration in force and its leader, as DLEDGER_MEMBERS answers it:
+        `{"voters", "learners", "peers", "leaderId"}`."""
+        meta = self.metadata()
+        return {k: meta[k] for k in ("voters", "learners", "peers", "leaderId")}
+
+    async def transfer_leadership_at_leader(self, transferee: str, timeout_s: float = 10.0) -> None:
+        """`transfer_leadership` to `transferee` asked of whichever member leads (over the
+        peer port's LEADERSHIP_TRANSFER when another does); returns once it leads.
+        DLedgerError as answered, ValueError for a transferee that is not a voter."""
+        try:
+            if self.replica.role is Role.LEADER:
+                await self.transfer_leadership(transferee)
+            else:
+                request = {"code": RpcCode.LEADERSHIP_TRANSFER, "transfereeId": transferee}
+                await self._ask_leader(request, timeout_s)
+        except DLedgerError as exc:
+            if exc.code is Code.UNKNOWN_MEMBER:
+                raise ValueError(f"{transferee} is not a voter of the group") from None
+            raise
+
+    async def _ask_leader(self, request: dict, timeout_s: float) -> dict:
+        """Send `request` (an RPC of this group) to the leader we know and return its
+        answer: DLedgerError unless SUCCESS (NOT_LEADER when no leader is known within
+        `timeout_s`: a group just started, or electing, names one first; NETWORK_ERROR
+        when it cannot be asked), ValueError for UNEXPECTED_ARGUMENT (the request does
+        not apply)."""
+        deadline = trio.current_time() + timeout_s
+        r = self.replica
+        while True:
+            leader_address = r.members.current.address(r.leader_id) if r.leader_id else None
+            if leader_address is not None:
+                break
+            if trio.current_time() >= deadline:
+                raise DLedgerError(Code.NOT_LEADER, f"no leader known within {timeout_s:g} s")
+            await trio.sleep(LEADER_POLL_S)
+        request = {**request, "group": self.config.group}
+        try:
+            async with RpcClient(
+                leader_address, connect_timeout_s=0.5, tls=self.config.peer_tls
+            ) as conn:
+                resp = await conn.call(request, max(0.0, deadline - trio.current_time()))
+        except (RpcUnavailable, RpcTimeout) as exc:
+            raise DLedgerError(Code.NETWORK_ERROR, f"leader {r.leader_id}: {exc}") from None
+        code = Code(resp["code"])
+        if code is Code.UNEXPECTED_ARGUMENT:
+            raise ValueError(resp.get("remark", ""))
+        if code is not Code.SUCCESS:
+            raise DLedgerError(code, f"from {r.leader_id}: {resp.get('remark', '')}")
+        return resp
 
     def _new_handle(self, callback) -> int:
         self._handles += 1
@@ -474,10 +638,43 @@ class DLedgerServer:
                     handler(out.committed_index)
             for completion in out.completions:
                 self._complete(completion.handle, completion.code, completion.positions)
+            if out.snapshot is not None:
+                self._install(*out.snapshot)
         if ready.save is not None:
             assert self._hard_state_to_save is None, "the core never overlaps saves"
-            self._hard_state_to_save = ready.save
+            self._hard_state_to_save = (*ready.save, ready.members)
             self._hard_state_wanted.set()
+            if ready.members is not None:
+                self.transport.set_addresses(dict(ready.members.current.addresses))
+                log.info("%s: members now %s", self.config.self_id, ready.members.current.text())
+
+    def _install(self, index: int, data: bytes) -> None:
+        """Install the leader's snapshot as of entry `index` in a task, then answer the
+        leader; without an application there is nothing to install."""
+        if self._install_snapshot is None:
+            self.replica.snapshot_installed(index, True)
+            self._process()
+            return
+        assert self._nursery is not None, "a snapshot arrives only while serving"
+        self._nursery.start_soon(self._install_task, index, data, name="snapshot install")
+
+    async def _install_task(self, index: int, data: bytes) -> None:
+        try:
+            await self._install_snapshot(index, data)
+        except snapshot.INSTALL_ERRORS as exc:
+            log.error(
+                "%s: snapshot as of index %d not installed: %s", self.config.self_id, index, exc
+            )
+            self.replica.snapshot_installed(index, False)
+        else:
+            log.info(
+                "%s: installed the leader's snapshot as of index %d (%d bytes)",
+                self.config.self_id,
+                index,
+                len(data),
+            )
+            self.replica.snapshot_installed(index, True)
+        self._process()
 
     def _complete(self, handle: int, code: Code, positions) -> None:
         callback = self._callbacks.pop(handle, None)
@@ -490,9 +687,10 @@ class DLedgerServer:
         while True:
             await self._hard_state_wanted.wait()
             self._hard_state_wanted = trio.Event()
-            (term, vote), self._hard_state_to_save = self._hard_state_to_save, None
+            (term, vote, members), self._hard_state_to_save = self._hard_state_to_save, None
+            members_text = None if members is None else members.text()
             await until_room(
-                functools.partial(functools.partial, self.term_vote.save, term, vote),
+                functools.partial(functools.partial, self.term_vote.save, term, vote, members_text),
                 what="while saving the term and vote",
             )
             self.replica.hard_state_saved()
@@ -562,9 +760,11 @@ class DLedgerServer:
             stages.mark("fsync done")
         syncs = plan.syncs
         wanted = self._group_commit.finished(took_s, syncs, self.now_ms())
+        took_ms = None
         if syncs:
             self._fsync_seconds.observe(took_s)
-        self.replica.persisted(plan.end_index, plan.generation, self.now_ms())
+            took_ms = took_s * 1000
+        self.replica.persisted(plan.end_index, plan.generation, self.now_ms(), took_ms)
         self._process()
         if wanted:  # while this one ran (none is due if the Readies above started it)
             self._start_fsync(
@@ -660,7 +860,7 @@ class DLedgerServer:
     async def _retention_loop(self) -> None:
         keep_s = self.config.file_reserved_hours * 3600.0
         while True:
-            with trio.move_on_after(RETENTION_CHECK_S):
+            with trio.move_on_after(self.config.clean_resource_interval_ms / 1000):
                 await self._retention_due.wait()
             self._retention_due = trio.Event()
             try:
@@ -733,8 +933,34 @@ class DLedgerServer:
                 self.transfer_leadership_nowait(
                     transferee, lambda code, _result: reply(self._answer(code, _remark(code)))
                 )
+        elif code == RpcCode.MEMBERS:
+            self._serve_members(request, reply)
         else:
             reply(self._answer(Code.UNSUPPORTED, f"unknown request code {code}"))
+
+    def _serve_members(self, request: dict, reply: Callable[[dict], None]) -> None:
+        """MEMBERS: {"change": add | promote | remove, "memberId", "address" (add)},
+        answered once committed; a member that does not lead answers NOT_LEADER with
+        the leader's id, as every RPC does."""
+        change, member = request.get("change"), request.get("memberId")
+        address = request.get("address", "")
+        if change not in [c.value for c in Change]:
+            reply(self._answer(Code.UNEXPECTED_ARGUMENT, "change must be add, promote or remove"))
+        elif not isinstance(member, str) or not isinstance(address, str):
+            reply(self._answer(Code.UNEXPECTED_ARGUMENT, "memberId and address must be strings"))
+        else:
+            try:
+                self.change_members_nowait(
+                    Change(change),
+                    member,
+                    address,
+                    # with the members it leaves, for the member that forwarded it
+                    lambda code, _result: reply(
+                        self._answer(code, _remark(code), members=self.members())
+                    ),
+                )
+            except ValueError as exc:
+                reply(self._answer(Code.UNEXPECTED_ARGUMENT, str(exc)))
 
     def _appended(self, reply: Callable[[dict], None], code: Code, positions) -> None:
         if code is Code.SUCCESS:  # the hot path: just what the client reads
@@ -749,7 +975,7 @@ class DLedgerServer:
             "code": int(code),
             "remark": remark,
             "leaderId": leader,
-            "leaderAddr": self.config.peers.get(leader) if leader else None,
+            "leaderAddr": r.members.current.address(leader) if leader else None,
             "term": r.term,
             **fields,
         }

@@ -24,7 +24,15 @@ from jepsen.checker import check
 from jepsen.nemesis import DEFAULT_FAULTS, TOPOLOGY_KINDS, Step
 from jepsen.report import format_summary, write_report
 from jepsen.resources import read_samples
-from jepsen.runner import TOPOLOGIES, WORKLOADS, RunConfig, checks_for, run, summary
+from jepsen.runner import (
+    CONTROLLER_CONF,
+    TOPOLOGIES,
+    WORKLOADS,
+    RunConfig,
+    checks_for,
+    run,
+    summary,
+)
 from jepsen.soak import SOAK_COMMAND, SOAK_TARGETS, SoakConfig, soak
 from jepsen.soak_report import passed, write_soak_report
 
@@ -33,15 +41,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jepsen", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     r = commands.add_parser("run", help="start a group, inject faults, check, report")
-    r.add_argument("--nodes", type=int, default=3, choices=(3, 5))
+    r.add_argument(
+        "--nodes", type=int, default=3, choices=(2, 3, 5),
+        help="a DLedger group's members (3 or 5), a controller-mode group's brokers (2 or 3)",
+    )  # fmt: skip
     r.add_argument("--workload", default="queue", choices=tuple(WORKLOADS))
     r.add_argument(
         "--topology",
         default="dledger",
         choices=tuple(TOPOLOGIES),
         help="a DLedger group (--nodes), a classic SYNC_MASTER/ASYNC_MASTER and its slave, "
-        "or (upgraded) such a SYNC_MASTER group given old messages, then upgraded in place "
-        "to a DLedger group of --nodes",
+        "(upgraded) such a SYNC_MASTER group given old messages, then upgraded in place "
+        "to a DLedger group of --nodes, or (controller, controller-async) --nodes brokers in "
+        "controller mode under three controllers, with allAckInSyncStateSet true or false",
     )
     r.add_argument(
         "--faults",
@@ -102,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         return _recheck(args.run_dir)
     if args.command == "soak":
         return _soak(args)
+    if args.nodes not in ((2, 3) if args.topology in CONTROLLER_CONF else (3, 5)):
+        print(f"jepsen: --nodes {args.nodes} not for --topology {args.topology}", file=sys.stderr)
+        return 2
     known = TOPOLOGY_KINDS[args.topology]
     if args.faults is None:
         faults = DEFAULT_FAULTS[args.topology]

@@ -32,6 +32,10 @@ EXAMPLES = 10
 Log = dict[int, list[tuple[int, str]]]
 
 
+# How far before and after a membership change an unavailability window counts as its
+MEMBERSHIP_MARGIN_S = 1.0
+
+
 def check(
     history: list[dict],
     final: Mapping,
@@ -60,6 +64,9 @@ def check(
     run = run or {}
     results["unreadable_replies"] = verdict(list(run.get("read_errors", [])))
     results["process_errors"] = verdict(list(run.get("errors", [])))
+    if "members" in run:
+        windows = results.get("availability", {}).get("windows", [])
+        results["membership"] = check_membership(run["members"], run.get("faults", []), windows)
     valid = all(r["valid"] for r in results.values() if r["fatal"])
     return {"valid": valid, **results}
 
@@ -520,8 +527,11 @@ def check_availability(facts: Facts) -> dict:
     belong to it. Each fault gets the delay until it caused unavailability, the time to recover
     after it stopped, and the progress (ok sends) made while it was active: the faults marked
     `majority_ok` should not stop progress, and `no_progress` lists those that did.
+    A window no ok send closes ends with the load (the last send's answer), not with the
+    run: the run goes on reading after it, and a fault near the end of the load was
+    charged those seconds of reading, which no sender waited (2.3-3.4 s once).
     """
-    end = end_time(facts.history)
+    end = load_end(facts.sends, end_time(facts.history))
     windows = unavailability(facts.sends, end)
     acked_at = sorted(pair.end for pair in facts.acked.values())
     for window in windows:
@@ -539,6 +549,27 @@ def check_availability(facts: Facts) -> dict:
         faults=per_fault,
         no_progress=stalled,
     )
+
+
+def check_membership(members: Mapping, injected: list[dict], windows: list[dict]) -> dict:
+    """The membership fault's changes, each with its times and the worst unavailability
+    window that overlaps it (from `MEMBERSHIP_MARGIN_S` before it starts to as long after
+    it ends); fatal when the group's voters at the end are not those the changes made
+    (`members`: the runner's start, expected and final voters), so a change that did
+    not happen, or not as answered, fails the run."""
+    changes = []
+    for fault in injected:
+        for change in fault.get("changes", []):
+            low, high = change["start"] - MEMBERSHIP_MARGIN_S, change["end"] + MEMBERSHIP_MARGIN_S
+            around = [w["duration"] for w in windows if w["start"] < high and w["end"] > low]
+            changes.append({**change, "worst_unavailable_s": max(around, default=0.0)})
+    problems = [] if list(members["final"]) == list(members["expected"]) else [dict(members)]
+    return verdict(problems, changes=changes, members=dict(members))
+
+
+def load_end(sends: list[Pair], otherwise: float) -> float:
+    """When the last send was answered (or invoked, if never answered)."""
+    return max((p.start if p.end is None else p.end for p in sends), default=otherwise)
 
 
 def unavailability(sends: list[Pair], end: float) -> list[dict]:
@@ -726,12 +757,7 @@ def check_async_loss(facts: Facts) -> dict:
     if lost and not losses:
         problems = [{**send_example(p), "why": "lost with the master's disk intact"} for p in lost]
     elif lost:
-        first_lost_ack = min(p.end for p in lost)
-        problems = [
-            {**send_example(p), "why": "survived, yet invoked after a lost message was acked"}
-            for value, p in facts.acked.items()
-            if value in facts.final_values and p.start > first_lost_ack
-        ]
+        problems = _survivors_after_loss(facts.acked.values(), lost, facts.final_values)
     statement = "no acknowledged message lost"
     if lost and losses:
         # with a suffix lost, the last lost ack is the master's last: the span is the lag
@@ -741,15 +767,112 @@ def check_async_loss(facts: Facts) -> dict:
             f"{window_s * 1000:.0f} ms: what the slave had not yet received"
             + (" (a suffix of the log)" if not problems else ", NOT a suffix of the log")
         )
+    by_queue = dict(Counter(p.invoke["key"] for p in lost))
+    return _loss_verdict(lost, problems, statement, by_queue=by_queue)
+
+
+def _survivors_after_loss(acked, lost: list[Pair], final_values) -> list[dict]:
+    """The acknowledged sends that survived though invoked after the first lost one was
+    acknowledged: a replica that holds a prefix of the log cannot have them."""
+    first_lost_ack = min(p.end for p in lost)
+    return [
+        {**send_example(p), "why": "survived, yet invoked after a lost message was acked"}
+        for p in acked
+        if p.invoke["value"] in final_values and p.start > first_lost_ack
+    ]
+
+
+def _loss_verdict(lost: list[Pair], problems: list[dict], statement: str, **extra) -> dict:
+    """A fatal `lost` check's result whose `count` is the loss and `statement` its bound."""
     return {
         "valid": not problems,
         "fatal": True,
         "count": len(lost),
         "examples": [send_example(p) for p in lost[:EXAMPLES]],
         "violations": problems[:EXAMPLES],
-        "by_queue": dict(Counter(p.invoke["key"] for p in lost)),
+        **extra,
         "statement": statement,
     }
+
+
+def check_failover_loss(facts: Facts) -> dict:
+    """A controller-mode group with `allAckInSyncStateSet=false`: a master answers
+    SEND_OK before any slave has the bytes, so when the controller replaces it (killed,
+    paused, cut off, lost) what it had not replicated is lost: the new master never had
+    it, and the old one cuts it when it rejoins. Only that: the lost messages of one
+    master's reign (its run of acknowledgements, in the order they were answered) are
+    a suffix of that reign, and a reign that no other master followed loses nothing.
+    Fatal otherwise. `count` is the loss; `by_master` the reigns that lost some."""
+    lost, problems, by_master = _failover_losses(facts)
+    statement = "no acknowledged message lost"
+    if lost:
+        statement = (
+            f"lost {len(lost)} acknowledged messages in {len(by_master)} failovers, each "
+            f"sent in its old master's last "
+            f"{max(r['last_ms'] for r in by_master) if by_master else 0} ms at most"
+            + (" (suffixes of their reigns)" if not problems else ", NOT only such suffixes")
+        )
+    return _loss_verdict(lost, problems, statement, by_master=by_master)
+
+
+def _failover_losses(facts: Facts) -> tuple[list[Pair], list[dict], list[dict]]:
+    """`check_failover_loss`'s lost sends, the problems with them, and the reigns that
+    lost some."""
+    reigns: list[list[Pair]] = []
+    for pair in sorted(facts.acked.values(), key=lambda p: p.end):
+        node = pair.completion.get("node")
+        if not reigns or reigns[-1][0].completion.get("node") != node:
+            reigns.append([])
+        reigns[-1].append(pair)
+    lost: list[Pair] = []
+    problems: list[dict] = []
+    by_master: list[dict] = []
+    for index, reign in enumerate(reigns):
+        gone = [p for p in reign if p.invoke["value"] not in facts.final_values]
+        if not gone:
+            continue
+        lost += gone
+        if index == len(reigns) - 1:
+            why = "lost by the last master, which nothing replaced"
+            problems += [{**send_example(p), "why": why} for p in gone]
+            continue
+        problems += _survivors_after_loss(reign, gone, facts.final_values)
+        window_s = max(p.end for p in gone) - min(p.start for p in gone)
+        by_master.append(
+            {"node": reign[0].completion.get("node"), "lost": len(gone),
+             "last_ms": round(window_s * 1000)}
+        )  # fmt: skip
+    return lost, problems, by_master
+
+
+def without_failover_losses(judge: Callable[[Facts], dict]) -> Callable[[Facts], dict]:
+    """`judge` over the history less the messages a failover lost, when
+    `check_failover_loss` allows that loss: a consumer may have read such a message at
+    its offset before the new master gave the offset to another one, and a producer's
+    or the real-time order then sees the offset twice. That is the loss itself, which
+    `lost` reports, not another fault; any other message is judged as usual."""
+
+    def judged(facts: Facts) -> dict:
+        lost, problems, _by_master = _failover_losses(facts)
+        if not lost or problems:
+            return judge(facts)
+        gone = {pair.invoke["value"] for pair in lost}
+        history, dropping = [], set()  # processes whose send's completion is left out
+        for op in facts.history:
+            if op["f"] == "send" and op["type"] == "invoke" and op["value"] in gone:
+                dropping.add(op["process"])
+                continue
+            if op["f"] == "send" and op["type"] != "invoke" and op["process"] in dropping:
+                dropping.remove(op["process"])
+                continue
+            if op["f"] == "poll" and op["type"] == "ok":
+                op = {**op, "value": [[o, v] for o, v in op["value"] if v not in gone]}
+            history.append(op)
+        rest = Facts.build(history, facts.final, facts.replicas)
+        rest.retention = facts.retention
+        return {**judge(rest), "failover_losses_left_out": len(gone)}
+
+    return judged
 
 
 def check_old_messages(facts: Facts) -> dict:
@@ -799,6 +922,13 @@ TOPOLOGY_CHECKS: dict[str, dict[str, Callable[[Facts], dict]]] = {
     "ms-sync": {"acked_without_slave": check_acked_without_slave},
     "ms-async": {"lost": check_async_loss},
     "upgraded": {"old_messages": check_old_messages, "consumed": check_consumed_by_each_group},
+    "controller-async": {
+        "lost": check_failover_loss,
+        "inconsistent_offsets": without_failover_losses(check_inconsistent_offsets),
+        "offset_mismatch": without_failover_losses(check_offset_mismatch),
+        "realtime_order": without_failover_losses(check_realtime_order),
+        "producer_fifo": without_failover_losses(check_producer_fifo),
+    },
 }
 
 CHECKS: dict[str, Callable[[Facts], dict]] = {
@@ -822,3 +952,25 @@ CHECKS: dict[str, Callable[[Facts], dict]] = {
     "latency": check_latency,
     "disk_faults": check_disk_faults,
 }
+# Checks a workload may leave out: those that read pulls (consumers that pop record
+# none) and those that compare an acknowledged send's offset with the log (a timer
+# send's offset is the timer topic's, not its queue's).
+PULL_CHECKS = (
+    "unseen_below_observed",
+    "redelivered",
+    "nonmonotonic_poll",
+    "poll_skip",
+    "consumer_offsets_monotonic",
+)
+SEND_OFFSET_CHECKS = (
+    "unseen_below_observed",
+    "inconsistent_offsets",
+    "offset_mismatch",
+    "realtime_order",
+    "producer_fifo",
+)
+
+
+def checks_without(*names: str) -> dict[str, Callable[[Facts], dict]]:
+    """The queue workload's checks but `names`."""
+    return {name: judge for name, judge in CHECKS.items() if name not in names}

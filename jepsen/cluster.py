@@ -36,17 +36,25 @@ from raftmq.dledger.net.frames import HEADER_SIZE
 
 from jepsen import disk
 from jepsen.proxy import Link, ProxyNet
+from raftmq.client.admin import Admin
+from raftmq.config.address import parse_address
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
-from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
+from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster, LocalControllerGroup
 
 EXIT_DISK = 4  # mqbroker's exit status for a store it refuses to open (broker.cli)
 CLIENT = "client"  # the producers' and consumers' end of every client link
+# a controller-mode group's slaves, as the dialling end of each broker's HA link: a
+# slave takes its master's HA address from the name server (brokerIP2), one address per
+# master, so the link is cut for all of its slaves at once
+SLAVES = "slaves"
 # The bytes of a frame before those its 4-byte length counts, on each kind of link, so
 # that the proxies cut inside frames: DLedger's header is the length and a channel
 # byte; RocketMQ remoting's length counts everything after itself.
 PEER_FRAME_HEADER_BYTES = HEADER_SIZE
 CLIENT_FRAME_HEADER_BYTES = 4
 MEMBER_STATE_TIMEOUT_S = 0.5
+# A membership change: a new member's catch-up before it is promoted, or an election
+MEMBER_CHANGE_TIMEOUT_S = 30.0
 
 
 class RefusedToStart(Exception):
@@ -67,6 +75,9 @@ def addressing(nodes: int) -> dict[str, list[str]]:
 
 
 class JepsenCluster(LocalCluster):
+    # processes beside the brokers that faults may target (a controller-mode group's)
+    controllers: tuple[str, ...] = ()
+
     def __init__(
         self,
         base_dir: Path,
@@ -93,6 +104,11 @@ class JepsenCluster(LocalCluster):
         self.store_bytes = store_bytes  # each store on a tmpfs of this size
         self.mounted: list[Path] = []
         self.slowing: dict[str, subprocess.Popen] = {}  # strace attached to delay fsyncs
+        # Members set aside (removed, stopped, their stores emptied) for the membership
+        # fault to add again as new ones. Every node is in every node's dLegerPeers, so
+        # each keeps a link of its own, through its proxy, to a member that left and
+        # comes back: the partitions cover them as any other.
+        self.out: set[str] = set()
 
     async def __aenter__(self) -> JepsenCluster:
         if self.store_bytes is not None:
@@ -117,6 +133,11 @@ class JepsenCluster(LocalCluster):
         """Every directed peer link and the real address it leads to."""
         return {(a, b): self.peer_addrs[b] for a in self.ids for b in self.ids if a != b}
 
+    def peer_proxies(self) -> dict[Link, str]:
+        """Where the proxies of the peer links that cannot be told where to dial listen
+        (the rest take a free port: their dialler is given it)."""
+        return {}
+
     def client_links(self) -> dict[Link, str]:
         """Every client link and the broker's real address it leads to."""
         return {(CLIENT, node): self.broker_addrs[node] for node in self.ids}
@@ -130,10 +151,15 @@ class JepsenCluster(LocalCluster):
         return {address: node for node, address in self.client_addrs.items()}
 
     def dledger_peers(self, node: str) -> str:
+        return self.proxied_peers(node, self.peer_addrs)
+
+    def proxied_peers(self, name: str, addresses: dict[str, str]) -> str:
+        """A peers list (`id-address;...`) as `name` dials it: its own address, and the
+        proxy of its link to each other peer."""
         assert self.net is not None, "attach a ProxyNet before starting"
         return ";".join(
-            f"{peer}-{address if peer == node else self.net.address(node, peer)}"
-            for peer, address in self.peer_addrs.items()
+            f"{peer}-{address if peer == name else self.net.address(name, peer)}"
+            for peer, address in addresses.items()
         )
 
     def log_dir(self, node: str) -> Path:
@@ -238,6 +264,38 @@ class JepsenCluster(LocalCluster):
     def strace_available() -> bool:
         return shutil.which("strace") is not None
 
+    # ------------------------------------------------------------------ members
+    async def add_member(self, node: str) -> dict:
+        """Start `node`, set aside, as a learner (`joinAsLearner`) and add it to the
+        group, as `mqadmin addDLedgerPeer` does; the group's members after."""
+        assert node in self.out, node
+        self._write_broker_conf(node, joinAsLearner="true")
+        await self.start(node)
+        self.out.discard(node)
+        via = await self.wait_master(MEMBER_CHANGE_TIMEOUT_S)
+        async with Admin(self.namesrv_addr) as admin:
+            return await admin.add_dledger_member(
+                self.broker_addrs[via], node, self.peer_addrs[node], MEMBER_CHANGE_TIMEOUT_S
+            )
+
+    async def remove_member(self, node: str) -> dict:
+        """Remove `node` from the group (the leader hands over), as `mqadmin
+        removeDLedgerPeer` does, then stop it and empty its store: set aside, it can
+        join again only as a new member. The group's members after."""
+        via = next(n for n in self.ids if n != node and self.running(n) and n not in self.out)
+        async with Admin(self.namesrv_addr) as admin:
+            members = await admin.dledger_members(self.broker_addrs[via], "remove", node)
+        self.kill(node)
+        shutil.rmtree(self.store_dir(node), ignore_errors=True)
+        self.out.add(node)
+        return members
+
+    async def voters(self) -> list[str]:
+        """The group's voters, as its master says."""
+        master = await self.wait_master(MEMBER_CHANGE_TIMEOUT_S)
+        async with Admin(self.namesrv_addr) as admin:
+            return sorted((await admin.dledger_members(self.broker_addrs[master]))["voters"])
+
     # ------------------------------------------------------------------ asking
     async def member_states(self) -> dict[str, dict]:
         """Runtime tables of the members that answer within a short timeout."""
@@ -299,6 +357,11 @@ class JepsenClassicCluster(JepsenCluster, LocalClassicGroup):
         """The one peer link: the slave's HA connection to the master."""
         return {(self.SLAVE, self.MASTER): self.ha_addrs[self.MASTER]}
 
+    def ha_links(self, master: str) -> list[Link]:
+        """The links `master`'s slaves replicate from it over."""
+        assert master == self.MASTER, master
+        return [(self.SLAVE, self.MASTER)]
+
     def _broker_conf(self, node: str) -> dict[str, str]:
         conf = super()._broker_conf(node)
         if node == self.SLAVE:
@@ -320,3 +383,96 @@ class JepsenClassicCluster(JepsenCluster, LocalClassicGroup):
             return await super().wait_serving(timeout_s, lost)
         assert self.running(self.SLAVE), "a lost master's slave is never left down"
         return self.SLAVE
+
+
+class JepsenControllerCluster(JepsenCluster, LocalControllerGroup):
+    """A controller-mode group (`replicas` classic brokers, n0.., and three standalone
+    controllers, c0..c2) under the same harness. The peer links are each broker's
+    connections to each controller (its controllerAddr lists the proxies) and the
+    controllers' DLedger links to each other, so the nemesis can cut a master off from
+    the controllers only, or a controller from everything. The HA links (slave to
+    master) are direct: a slave dials the address its master registered with the
+    controllers."""
+
+    controllers = LocalControllerGroup.CONTROLLERS
+    HA_HOST = "127.0.2.{}"  # where node i's HA proxy listens: its brokerIP2
+
+    def __init__(self, base_dir: Path, replicas: int, extra_conf: dict[str, str]) -> None:
+        LocalControllerGroup.__init__(
+            self, base_dir, replicas, extra_conf=extra_conf, **addressing(replicas)
+        )
+        self._init_faults()
+
+    def peer_links(self) -> dict[tuple[str, str], str]:
+        """Broker -> controller, controller -> controller and slaves -> HA links."""
+        links = {(node, c): a for node in self.ids for c, a in self.controller_addrs.items()}
+        return (
+            links
+            | {
+                (c, d): self.controller_addrs[d]
+                for c in self.controllers
+                for d in self.controllers
+                if c != d
+            }
+            | {(SLAVES, node): self.ha_addrs[node] for node in self.ids}
+        )
+
+    def ha_links(self, master: str) -> list[Link]:
+        """The links `master`'s slaves replicate from it over."""
+        return [(SLAVES, master)]
+
+    def peer_proxies(self) -> dict[Link, str]:
+        """The HA links' proxies listen at each broker's brokerIP2 and real HA port."""
+        return {(SLAVES, node): self._ha_proxy(node) for node in self.ids}
+
+    def _ha_proxy(self, node: str) -> str:
+        port = parse_address(self.ha_addrs[node])[1]
+        return f"{self.HA_HOST.format(10 + self.ids.index(node))}:{port}"
+
+    def _broker_conf(self, node: str) -> dict[str, str]:
+        return super()._broker_conf(node) | {"brokerIP2": parse_address(self._ha_proxy(node))[0]}
+
+    def controller_addr(self, node: str) -> str:
+        assert self.net is not None, "attach a ProxyNet before starting"
+        return ";".join(self.net.address(node, c) for c in self.controllers)
+
+    def controller_peers(self, name: str) -> str:
+        return self.proxied_peers(name, self.controller_addrs)
+
+    def log_dir(self, node: str) -> Path:
+        return self.store_dir(node) / "commitlog"
+
+    async def leader(self) -> str | None:
+        """The broker that says it is master, in the highest master epoch any reports."""
+        states = await self.member_states()
+        masters = [
+            (int(s.get("masterEpoch", -1)), node)
+            for node, s in states.items()
+            if s.get("brokerRole", "SLAVE") != "SLAVE"
+        ]
+        return max(masters)[1] if masters else None
+
+    async def controller_leader(self) -> str | None:
+        """The controller the running controllers name as their leader."""
+        for name in self.controllers:
+            if not self.running(name) or name in self.paused:
+                continue
+            with trio.move_on_after(MEMBER_STATE_TIMEOUT_S):
+                try:
+                    async with RemotingClient(self.controller_addrs[name]) as client:
+                        response = await client.invoke(
+                            RemotingCommand(RequestCode.CONTROLLER_GET_METADATA_INFO), 1.0
+                        )
+                    leader = response.ext_fields.get("controllerLeaderId")
+                    if leader in self.controllers:
+                        return leader
+                except (OSError, ValueError):  # RemotingError is a ValueError
+                    pass
+        return None
+
+    async def wait_serving(self, timeout_s: float, lost: set[str]) -> str:
+        """The master once every broker not lost is in its SyncStateSet and holds its
+        CommitLog."""
+        master = await self.wait_in_sync(len(set(self.ids) - lost), timeout_s)
+        await self.wait_replicated(timeout_s)
+        return master

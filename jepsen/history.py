@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CLIENT_FUNCTIONS = frozenset({"send", "poll", "commit", "fetch_offset"})
+CLIENT_FUNCTIONS = frozenset({"send", "poll", "commit", "fetch_offset", "pop", "ack", "change"})
 COMPLETIONS = frozenset({"ok", "fail", "info"})
 NEMESIS = "nemesis"
 

@@ -22,9 +22,11 @@ import trio
 from raftmq.dledger.client import ClientError, DLedgerClient
 
 from jepsen import disk, partitions
-from jepsen.cluster import CLIENT, EXIT_DISK, JepsenCluster, RefusedToStart
+from jepsen.cluster import CLIENT, EXIT_DISK, SLAVES, JepsenCluster, RefusedToStart
 from jepsen.history import Recorder
+from raftmq.client.errors import MQClientError
 
+MEMBERSHIP = "membership"
 # kind -> (targets, variants, duration range in seconds)
 KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] = {
     "kill": (("leader", "one", "minority", "majority", "all"), ("sigkill",), (1.0, 5.0)),
@@ -45,6 +47,9 @@ KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[float, float]]] =
     "transfer": (("leader", "transferee"), ("kill-during-transfer",), (1.0, 3.0)),
     "disk-full": (("leader", "follower", "all"), ("over-ratio", "no-room"), (3.0, 6.0)),
     "slow-disk": (("leader", "follower"), ("fsync-delay",), (4.0, 8.0)),
+    # the member set aside joins (a learner, then a voter), and after the step's duration
+    # the target is removed, stopped and set aside with its store emptied
+    MEMBERSHIP: (("leader", "one"), ("replace",), (1.0, 3.0)),
 }
 # Kinds a run injects only when asked (--faults): a full disk needs each store on a
 # filesystem of its own (root, to mount it), a slow one strace attached to a broker.
@@ -64,17 +69,51 @@ TOPOLOGY_KINDS: dict[str, tuple[str, ...]] = {
     "ms-sync": ("kill", "pause", "restart", "client", *LOSE_MASTER),
     "ms-async": ("kill", "pause", "restart", "client", *LOSE_MASTER),
     # a DLedger group over a classic store: its stores are not tmpfs, which disk-full needs
-    "upgraded": tuple(kind for kind in KINDS if kind != "disk-full"),
+    "upgraded": tuple(kind for kind in KINDS if kind not in ("disk-full", MEMBERSHIP)),
+    "controller": ("kill", "pause", "partition", "restart", "disk", "slow-disk", *LOSE_MASTER),
+    "controller-async": (
+        "kill",
+        "pause",
+        "partition",
+        "restart",
+        "disk",
+        "slow-disk",
+        *LOSE_MASTER,
+    ),
 }
 DEFAULT_FAULTS = {
     "dledger": ("kill", "pause", "partition", "disk"),
     "ms-sync": ("kill", "pause", "restart"),
     "ms-async": ("kill", "pause", "restart"),
     "upgraded": ("kill", "pause", "partition"),
+    "controller": ("kill", "pause", "partition", "restart", "disk", "lose-master"),
+    "controller-async": ("kill", "pause", "partition", "restart", "disk", "lose-master"),
 }
+# A controller-mode group's own targets and variants, instead of KINDS': faults on the
+# brokers (the master is the "leader") and on the controllers; its peer links are the
+# brokers' to the controllers, the controllers' to each other and the slaves' to each
+# broker's HA listener. A classic store keeps
+# no record of what it fsynced, so its disk faults are fsync failures. A lost master
+# cut off from its slaves first (`slave-cut-off`) must be killed before it notices (4 s
+# without an ack), or its set shrinks to itself and no other may be elected.
+CONTROLLER_TARGETS = {
+    "kill": ("leader", "one", "all", "controller-leader", "controller-one"),
+    "pause": ("leader", "one", "controller-leader", "controller-one"),
+    "partition": (
+        "master-from-controllers",
+        "master-from-slaves",
+        "isolate-controller-leader",
+        "isolate-controller-one",
+    ),
+}
+CONTROLLER_VARIANTS = {"disk": ("fsync-eio",), "lose-master": ("sigkill", "slave-cut-off")}
+TOPOLOGY_TARGETS = {"controller": CONTROLLER_TARGETS, "controller-async": CONTROLLER_TARGETS}
+TOPOLOGY_VARIANTS = {"controller": CONTROLLER_VARIANTS, "controller-async": CONTROLLER_VARIANTS}
 # Damage to synced data (or fsync failing) is survivable on a minority only.
 MINORITY_ONLY = {"truncate", "bitflip", "fsync-eio"}
 QUIET_S = (2.0, 4.0)
+# lose-master in a controller-mode group: how long it waits for the slaves to be in sync
+IN_SYNC_WAIT_S = 10.0
 
 
 @attrs.frozen
@@ -87,8 +126,8 @@ class Step:
     seed: int  # for the choices made while playing it (which node, how many bytes)
 
 
-def targets_for(kind: str, nodes: int) -> tuple[str, ...]:
-    targets = (KINDS | LOSE_MASTER)[kind][0]
+def targets_for(kind: str, nodes: int, topology: str = "dledger") -> tuple[str, ...]:
+    targets = TOPOLOGY_TARGETS.get(topology, {}).get(kind) or (KINDS | LOSE_MASTER)[kind][0]
     if nodes < 5:  # a ring of 3 is full connectivity
         targets = tuple(t for t in targets if t != "ring")
     if nodes < 3:  # a master and its slave: no minority but none, no majority but all
@@ -96,7 +135,13 @@ def targets_for(kind: str, nodes: int) -> tuple[str, ...]:
     return targets
 
 
-def plan(seed: int, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
+def variants_for(kind: str, topology: str = "dledger") -> tuple[str, ...]:
+    return TOPOLOGY_VARIANTS.get(topology, {}).get(kind) or (KINDS | LOSE_MASTER)[kind][1]
+
+
+def plan(
+    seed: int, kinds: list[str], time_limit_s: float, nodes: int, topology: str = "dledger"
+) -> list[Step]:
     """The schedule for `seed`: faults separated by quiet gaps until `time_limit_s`.
     `lose-master` ends a classic master for good, so it comes once, last: the other
     kinds fill the first three quarters of the run."""
@@ -107,23 +152,26 @@ def plan(seed: int, kinds: list[str], time_limit_s: float, nodes: int) -> list[S
     rng = random.Random(seed)
     others = [kind for kind in kinds if kind not in LOSE_MASTER]
     if len(others) == len(kinds):
-        return _faults(rng, kinds, time_limit_s, nodes)
+        return _faults(rng, kinds, time_limit_s, nodes, topology)
     lose_at_s = round(time_limit_s * 0.75, 2)
-    steps = _faults(rng, others, lose_at_s - QUIET_S[0], nodes) if others else []
-    _, variants, (low, high) = LOSE_MASTER["lose-master"]
+    steps = _faults(rng, others, lose_at_s - QUIET_S[0], nodes, topology) if others else []
+    _, _, (low, high) = LOSE_MASTER["lose-master"]
+    variants = variants_for("lose-master", topology)
     variant, duration_s = rng.choice(variants), round(rng.uniform(low, high), 2)
     seed = rng.randrange(1 << 32)
     return [*steps, Step(lose_at_s, "lose-master", "leader", variant, duration_s, seed)]
 
 
-def _faults(rng: random.Random, kinds: list[str], time_limit_s: float, nodes: int) -> list[Step]:
+def _faults(
+    rng: random.Random, kinds: list[str], time_limit_s: float, nodes: int, topology: str
+) -> list[Step]:
     steps: list[Step] = []
     t = rng.uniform(*QUIET_S)
     while True:
         kind = rng.choice(kinds)
-        _, variants, (low, high) = KINDS[kind]
-        variant = rng.choice(variants)
-        target = rng.choice(targets_for(kind, nodes))
+        _, _, (low, high) = KINDS[kind]
+        variant = rng.choice(variants_for(kind, topology))
+        target = rng.choice(targets_for(kind, nodes, topology))
         if variant in MINORITY_ONLY:
             target = rng.choice(("leader", "one"))
         duration = round(rng.uniform(low, high), 2)
@@ -139,8 +187,11 @@ class Nemesis:
     def __init__(self, cluster: JepsenCluster, history: Recorder) -> None:
         self.cluster = cluster
         self.history = history
-        self.nodes = list(cluster.ids)
+        # the group's members (a member set aside for the membership fault is not one)
+        self.nodes = [node for node in cluster.ids if node not in cluster.out]
+        self.started_with = sorted(self.nodes)
         self.quorum = len(self.nodes) // 2 + 1
+        self.controllers = list(cluster.controllers)
         self.injected: list[dict] = []  # what each step actually did, for the report
         # Process errors (a node that would not restart, a wrong exit status): each fails the run.
         self.errors: list[str] = []
@@ -185,6 +236,10 @@ class Nemesis:
 
     async def _nodes(self, target: str, rng: random.Random) -> list[str]:
         n = len(self.nodes)
+        if target == "controller-leader":
+            return [await self._controller_leader_or_any(rng)]
+        if target == "controller-one":
+            return [rng.choice(self.controllers)]
         if target == "leader":
             return [await self._leader_or_any(rng)]
         if target == "one":
@@ -198,10 +253,22 @@ class Nemesis:
             return [rng.choice([n for n in self.nodes if n != leader])]
         return list(self.nodes)
 
+    async def _controller_leader_or_any(self, rng: random.Random) -> str:
+        return await self.cluster.controller_leader() or rng.choice(self.controllers)
+
+    def _majority_ok(self, targets: list[str]) -> bool:
+        """Whether a majority of the brokers, and of the controllers, is left."""
+        brokers = [t for t in targets if t in self.nodes]
+        controllers = [t for t in targets if t in self.controllers]
+        return (
+            len(self.nodes) - len(brokers) >= self.quorum
+            and len(self.controllers) - len(controllers) >= len(self.controllers) // 2 + 1
+        )
+
     # ------------------------------------------------------------------ process faults
     async def _kill(self, step: Step, rng: random.Random, fault_id: int) -> None:
         targets = await self._nodes(step.target, rng)
-        majority_ok = len(self.nodes) - len(targets) >= self.quorum
+        majority_ok = self._majority_ok(targets)
         self._start(fault_id, step, targets, f"SIGKILL {step.target}", majority_ok)
         self.cluster.crash(targets)
         await trio.sleep(step.duration_s)
@@ -210,7 +277,7 @@ class Nemesis:
 
     async def _pause(self, step: Step, rng: random.Random, fault_id: int) -> None:
         targets = await self._nodes(step.target, rng)
-        majority_ok = len(self.nodes) - len(targets) >= self.quorum
+        majority_ok = self._majority_ok(targets)
         self._start(fault_id, step, targets, f"SIGSTOP {step.target}", majority_ok)
         for node in targets:
             self.cluster.pause(node)
@@ -220,13 +287,17 @@ class Nemesis:
         self._stop(fault_id, step, targets, "SIGCONT")
 
     async def _lose_master(self, step: Step, rng: random.Random, fault_id: int) -> None:
-        """A classic master lost for good, with the slave's lag (the master's own
+        """A master lost for good, with the slave's lag (the master's own
         account, `slaveFallBehindBytes`) just before: an ASYNC_MASTER loses at most
         what its slave had not received, a SYNC_MASTER nothing it answered SEND_OK.
 
         `slave-cut-off`: the HA link is blackholed for the step's duration first (the
         master goes on taking sends), and reset as the master dies, so what the link
         held never arrives: the slave is left as far behind as the cut made it."""
+        if self.controllers:
+            # A controller elects from the SyncStateSet only: the master lost is one whose
+            # slaves are back in it (else nothing may replace it, and the group waits).
+            await self._until_in_sync()
         master = await self.cluster.leader()
         if master is None or master in self.lost:
             self._start(fault_id, step, [], "skipped: no master to lose", True)
@@ -234,7 +305,7 @@ class Nemesis:
             return
         net = self.cluster.net
         assert net is not None
-        ha_links = list(self.cluster.peer_links())
+        ha_links = self.cluster.ha_links(master)
         cut = step.variant == "slave-cut-off"
         detail = f"SIGKILL {master} for good"
         if cut:
@@ -273,6 +344,43 @@ class Nemesis:
             with trio.move_on_after(10):
                 await self.cluster.wait_master()
         self._stop(fault_id, step, order, "; ".join(details))
+
+    def changed(self) -> bool:
+        """Whether a membership change was attempted."""
+        return any(fault["kind"] == MEMBERSHIP for fault in self.injected)
+
+    async def _membership(self, step: Step, rng: random.Random, fault_id: int) -> None:
+        """Replace a member (the leader, or any): the member set aside is started as a
+        learner and added (`mqadmin addDLedgerPeer`'s two changes), then, after the
+        step's duration, the target is removed (`removeDLedgerPeer`; a leader hands
+        over), stopped and set aside with its store emptied. Each change is recorded
+        with its history times; one that fails is a process error."""
+        [old] = await self._nodes(step.target, rng)
+        [new] = sorted(self.cluster.out)
+        self._start(fault_id, step, [new, old], f"add {new}, then remove {old}", True)
+        changes = self.injected[-1]["changes"] = []
+        notes = []
+        for change, member in (("add", new), ("remove", old)):
+            start = self.history.elapsed()
+            try:
+                if change == "add":
+                    await self.cluster.add_member(member)
+                    self.nodes.append(member)
+                else:
+                    await self.cluster.remove_member(member)
+                    self.nodes.remove(member)
+            except (OSError, MQClientError, trio.TooSlowError, RefusedToStart) as exc:
+                self.errors.append(f"{change} {member} failed: {exc}")
+                notes.append(f"{change} {member} failed")
+                break  # the configuration is not what a second change expects
+            changes.append(
+                {"change": change, "member": member, "start": start, "end": self.history.elapsed()}
+            )
+            took_s = changes[-1]["end"] - start
+            notes.append(f"{member} {'added' if change == 'add' else 'removed'} in {took_s:.2f} s")
+            if change == "add":
+                await trio.sleep(step.duration_s)
+        self._stop(fault_id, step, [new, old], "; ".join(notes))
 
     async def restart_all(self, nodes: list[str]) -> str:
         """Start each node; one that refuses its store is rebuilt from its peers (its log
@@ -441,6 +549,14 @@ class Nemesis:
             for other in others:
                 net.one_way(leader, other)
             targets = [leader]
+        elif step.target in CONTROLLER_TARGETS["partition"]:
+            if step.target == "master-from-slaves":  # in sync first, or the cut may not bite
+                await self._until_in_sync()
+            grudge = await self._controller_grudge(step.target, rng)
+            targets = sorted(n for n, dropped in grudge.items() if dropped)
+            self._start(fault_id, step, targets, partitions.describe(grudge), True)
+            self.injected[-1]["sync_state_set"] = [await self._sync_state_set()]
+            net.apply(grudge)
         else:
             grudge = await self._grudge(step.target, rng)
             targets = sorted(n for n, dropped in grudge.items() if dropped)
@@ -448,8 +564,46 @@ class Nemesis:
             self._start(fault_id, step, targets, partitions.describe(grudge), majority_ok)
             net.apply(grudge)
         await trio.sleep(step.duration_s)
+        detail = "healed"
+        if step.target in CONTROLLER_TARGETS["partition"]:
+            before_heal = await self._sync_state_set()
+            self.injected[-1]["sync_state_set"].append(before_heal)
+            detail = f"healed; SyncStateSet before: {before_heal}"
         net.heal()
-        self._stop(fault_id, step, targets)
+        self._stop(fault_id, step, targets, detail)
+
+    async def _until_in_sync(self) -> None:
+        """Until every broker not lost is in the master's SyncStateSet, IN_SYNC_WAIT_S
+        at most."""
+        with trio.move_on_after(IN_SYNC_WAIT_S):
+            await self.cluster.wait_in_sync(len(set(self.nodes) - self.lost))
+
+    async def _sync_state_set(self) -> str:
+        """The master's SyncStateSet (brokerIds), as it reports it, "n0's {1,2}"; "?" when
+        none answers. A controller partition records it as it begins and ends."""
+        master = await self.cluster.leader()
+        if master is None:
+            return "?"
+        try:
+            members = (await self.cluster.member_state(master))["syncStateSet"]
+        except (OSError, ValueError, KeyError):
+            return "?"
+        return f"{master}'s {{{members}}}"
+
+    async def _controller_grudge(self, target: str, rng: random.Random) -> dict[str, set[str]]:
+        """A controller-mode group's partitions: the master cut from every controller
+        (the brokers still reach each other), or from its slaves (their HA links), or
+        one controller (the leader, or any) cut from the other controllers and from
+        the brokers."""
+        if target == "master-from-controllers":
+            return {await self._leader_or_any(rng): set(self.controllers)}
+        if target == "master-from-slaves":  # its HA listener (`SLAVES`' links)
+            return {await self._leader_or_any(rng): {SLAVES}}
+        if target == "isolate-controller-leader":
+            cut = await self._controller_leader_or_any(rng)
+        else:
+            cut = rng.choice(self.controllers)
+        return {cut: {n for n in [*self.nodes, *self.controllers] if n != cut}}
 
     async def _grudge(self, target: str, rng: random.Random) -> dict[str, set[str]]:
         if target == "isolate-leader":
@@ -536,6 +690,7 @@ class Nemesis:
             self.cluster.stop_slowing_fsync(node)
         for store in self.cluster.mounted:
             disk.free(store)
-        for node in self.nodes:
+        processes = [*self.nodes, *self.controllers]
+        for node in processes:
             self.cluster.resume(node)
-        return await self.restart_all(self.nodes)
+        return await self.restart_all(processes)

@@ -71,10 +71,10 @@ def format_summary(results: dict, meta: dict) -> str:
         f"operations={counts['operations']}  faults={fault_summary(counts['faults'])}",
         "attempted={attempted} acknowledged={acknowledged} failed={failed} "
         "indeterminate={indeterminate}".format(**counts),
-        f"lost={results['lost']['count']} duplicated={results['duplicated']['count']} "
-        f"recovered={results['recovered']['count']} "
-        f"redelivered={results['redelivered']['count']} "
-        f"unseen_below_observed={results.get('unseen_below_observed', {}).get('count', '-')}",
+        " ".join(
+            f"{name}={results.get(name, {}).get('count', '-')}"
+            for name in ("lost", "duplicated", "recovered", "redelivered", "unseen_below_observed")
+        ),
         *[
             f"{name}: {results[name]['statement']}"
             for name in ("lost", "acked_without_slave")
@@ -83,6 +83,7 @@ def format_summary(results: dict, meta: dict) -> str:
         *availability_lines(results["availability"]),
         latency_line(results["latency"]["send"]),
         *disk_fault_lines(results.get("disk_faults", {}).get("faults", [])),
+        *membership_lines(results.get("membership")),
         process_errors_line(results.get("run", {}).get("errors", [])),
         "",
         f"{'check':<28} {'result':<6} count",
@@ -92,6 +93,25 @@ def format_summary(results: dict, meta: dict) -> str:
         lines.append(f"{name:<28} {mark:<6} {result['count']}")
     lines += ["", f"reproduce: {meta.get('command', '(not recorded)')}"]
     return "\n".join(lines)
+
+
+def membership_lines(membership: dict | None) -> list[str]:
+    """The membership changes with their times and the worst unavailability around
+    each, and the voters before and after."""
+    if membership is None:
+        return []
+    members = membership["members"]
+    lines = [
+        f"membership: {len(membership['changes'])} changes, voters "
+        f"{','.join(members['start'])} -> {','.join(members['final'])} "
+        f"(expected {','.join(members['expected'])})"
+    ]
+    lines += [
+        f"  {c['change']} {c['member']} at {c['start']:.1f}-{c['end']:.1f} s, "
+        f"worst unavailability around it {c['worst_unavailable_s']:.2f} s"
+        for c in membership["changes"]
+    ]
+    return lines
 
 
 def process_errors_line(errors: list[str]) -> str:

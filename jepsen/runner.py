@@ -32,11 +32,15 @@ from jepsen.cluster import (
     PEER_FRAME_HEADER_BYTES,
     JepsenClassicCluster,
     JepsenCluster,
+    JepsenControllerCluster,
 )
 from jepsen.history import Recorder
-from jepsen.nemesis import Nemesis, Step, plan
+from jepsen.nemesis import MEMBERSHIP, Nemesis, Step, plan
+from jepsen.pop import POP_CHECKS, PopWorkload
 from jepsen.proxy import ProxyNet
 from jepsen.report import format_summary, write_report
+from jepsen.timers import BROKER_CONF as TIMER_CONF
+from jepsen.timers import TIMER_CHECKS, TimerWorkload
 from jepsen.transactions import BROKER_CONF, TRANSACTION_CHECKS, TransactionWorkload
 from jepsen.upgrade import CONSUMER_GROUPS, upgraded_cluster
 from jepsen.workload import QUEUES, TOPIC, Workload, read_queue
@@ -53,15 +57,30 @@ PAGE_CACHE_FLUSH_MS = 1000
 WORKLOADS = {
     "queue": (Workload, {}, CHECKS),
     "transactions": (TransactionWorkload, BROKER_CONF, TRANSACTION_CHECKS),
+    "pop": (PopWorkload, {}, POP_CHECKS),
+    "timers": (TimerWorkload, TIMER_CONF, TIMER_CHECKS),
 }
-# --topology: a DLedger group, a classic master and slave (the master's brokerRole), or
-# a classic SYNC_MASTER group upgraded in place to a DLedger group (jepsen.upgrade).
+# --topology: a DLedger group, a classic master and slave (the master's brokerRole), a
+# classic SYNC_MASTER group upgraded in place to a DLedger group (jepsen.upgrade), or a
+# controller-mode group of --nodes brokers (2 or 3) and three controllers.
 UPGRADED = "upgraded"
 TOPOLOGIES = {
     "dledger": None,
     "ms-sync": "SYNC_MASTER",
     "ms-async": "ASYNC_MASTER",
     UPGRADED: None,
+    "controller": None,
+    "controller-async": None,
+}
+# A controller-mode group's brokers: a master silent for 3 s (not RocketMQ's 10) is
+# replaced, so pauses and partitions of a few seconds bring elections; `controller`
+# acknowledges a send once every SyncStateSet member has it, `controller-async` at once.
+CONTROLLER_CONF = {
+    "controller": {"allAckInSyncStateSet": "true", "controllerHeartBeatTimeoutMills": "3000"},
+    "controller-async": {
+        "allAckInSyncStateSet": "false",
+        "controllerHeartBeatTimeoutMills": "3000",
+    },
 }
 
 
@@ -103,7 +122,7 @@ class RunConfig:
     def schedule(self) -> list[Step]:
         if self.steps is not None:
             return list(self.steps)
-        return plan(self.seed, list(self.faults), self.time_limit_s, self.members)
+        return plan(self.seed, list(self.faults), self.time_limit_s, self.members, self.topology)
 
     def fault_kinds(self) -> tuple[str, ...]:
         """The kinds this run injects: an explicit schedule's own, else `faults`
@@ -157,11 +176,19 @@ async def run(config: RunConfig) -> dict:
             assert config.store_bytes() is None, "an upgraded group's stores are not tmpfs"
             cluster = await upgraded_cluster(run_dir / "cluster", config.nodes, extra, history)
             options["groups"] = CONSUMER_GROUPS
+        elif config.topology in CONTROLLER_CONF:
+            conf = extra | CONTROLLER_CONF[config.topology]
+            cluster = JepsenControllerCluster(run_dir / "cluster", config.nodes, conf)
         elif master_role is None:
-            cluster = JepsenCluster(run_dir / "cluster", config.nodes, extra, config.store_bytes())
+            spare = MEMBERSHIP in config.fault_kinds()  # a member for it to add
+            cluster = JepsenCluster(
+                run_dir / "cluster", config.nodes + spare, extra, config.store_bytes()
+            )
         else:
             cluster = JepsenClassicCluster(run_dir / "cluster", master_role, extra)
         async with behind_proxies(cluster, rng):
+            if MEMBERSHIP in config.fault_kinds():
+                await cluster.remove_member(cluster.ids[-1])  # set aside, to be added
             nemesis = Nemesis(cluster, history)
             workload = new_workload(cluster, history, rng, workload_class, **options)
             progress = None
@@ -183,7 +210,12 @@ async def behind_proxies(cluster: JepsenCluster, rng: random.Random):
     """`cluster` started with every peer and client link through a proxy, and the topic
     created; everything stops on the way out."""
     async with (
-        ProxyNet(cluster.peer_links(), rng, frame_header_bytes=PEER_FRAME_HEADER_BYTES) as net,
+        ProxyNet(
+            cluster.peer_links(),
+            rng,
+            cluster.peer_proxies(),
+            frame_header_bytes=PEER_FRAME_HEADER_BYTES,
+        ) as net,
         ProxyNet(
             cluster.client_links(),
             rng,
@@ -244,6 +276,12 @@ async def play(
         outcome["recovered"] = not recovery.cancelled_caught
         outcome["recovery_s"] = round(trio.current_time() - healed_at, 3)
         master = outcome.get("master")
+        if master is not None and nemesis.changed():
+            outcome["members"] = {
+                "start": nemesis.started_with,
+                "expected": sorted(nemesis.nodes),
+                "final": await cluster.voters(),
+            }
         if master is not None:
             outcome["settled"] = await workload.settle(cluster.broker_addrs[master])
             ends = {}

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import attrs
 import trio
-from raftmq.dledger.server import RETENTION_CHECK_S
 
 from jepsen import history as history_file
 from jepsen.checker import check
@@ -68,6 +67,7 @@ class SoakConfig:
     segment_bytes: int = 4 << 20  # mappedFileSizeCommitLog
     queue_file_entries: int = 6000  # mappedFileSizeConsumeQueue / 20
     reserved_hours: float = 0.03  # fileReservedHours: 108 s
+    clean_interval_ms: int = 10_000  # cleanResourceInterval: retention's look this often
     rss_limit_pct: float = 20.0  # RSS growth that counts as a leak
     fd_limit: float = 8.0  # descriptor growth that counts as a leak
     progress: bool = True
@@ -83,7 +83,7 @@ class SoakConfig:
     def warmup_s(self) -> float:
         """Until retention first deletes files, a store (and its open files and mapped
         pages) only grows: growth is judged from here on (see `resources`)."""
-        return self.reserved_hours * 3600 + 2 * RETENTION_CHECK_S
+        return self.reserved_hours * 3600 + 2 * self.clean_interval_ms / 1000
 
     @property
     def judged_span_s(self) -> float:
@@ -101,6 +101,7 @@ class SoakConfig:
             "maxIndexNum": str(self.queue_file_entries * QUEUES),
             "maxHashSlotNum": str(self.queue_file_entries),
             "fileReservedHours": str(self.reserved_hours),
+            "cleanResourceInterval": str(self.clean_interval_ms),
         }
 
     def command(self) -> str:

@@ -32,7 +32,7 @@ import dataclasses
 import trio
 
 from jepsen.checker import CHECKS, Facts, check_availability, first_sightings, info, verdict
-from jepsen.workload import PRODUCER_GROUP, QUEUES, SEND_TIMEOUT_S, TOPIC, Workload, read_queue
+from jepsen.workload import PRODUCER_GROUP, QUEUES, SEND_TIMEOUT_S, TOPIC, Workload, wait_stored
 from raftmq.client.errors import SendError
 from raftmq.client.transaction import LocalTransactionState, TransactionProducer
 from raftmq.protocol.message import MessageExt
@@ -118,16 +118,8 @@ class TransactionWorkload(Workload):
     # ------------------------------------------------------------------ drain
     async def settle(self, master_address: str) -> bool:
         """Until every committed transaction is in the master's log (or the timeout)."""
-        with trio.move_on_after(SETTLE_TIMEOUT_S):
-            while True:
-                stored = set()
-                for queue_id in range(QUEUES):
-                    log = await read_queue(master_address, self.queue(queue_id))
-                    stored.update(value for _offset, value in log)
-                if self.committed <= stored:
-                    return True
-                await trio.sleep(0.5)
-        return False
+        queues = [self.queue(queue_id) for queue_id in range(QUEUES)]
+        return await wait_stored(master_address, queues, self.committed, SETTLE_TIMEOUT_S)
 
 
 def check_rolled_back_delivered(facts: Facts) -> dict:

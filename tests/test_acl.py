@@ -14,6 +14,7 @@ from raftmq.broker.acl.addresses import address_matcher, remote_host
 from raftmq.broker.acl.permissions import (
     ANY,
     DENY,
+    POP_CODES,
     PUB,
     SUB,
     check_permission,
@@ -178,6 +179,17 @@ HEARTBEAT = json.dumps(
             {"%RETRY%cg": SUB},
         ),
         (_request(RequestCode.GET_MAX_OFFSET, {"topic": "t1"}), {}),
+        *[
+            (_request(code, {"topic": "t1", "consumerGroup": "cg"}), {"t1": SUB, "%RETRY%cg": SUB})
+            for code in sorted(POP_CODES)
+        ],
+        (
+            _request(
+                RequestCode.BATCH_ACK_MESSAGE,
+                body=b'{"acks": [{"c": "cg", "t": "t1"}, {"c": "cg2", "t": "t2"}]}',
+            ),
+            {"t1": SUB, "%RETRY%cg": SUB, "t2": SUB, "%RETRY%cg2": SUB},
+        ),
     ],
 )
 def test_what_each_request_code_needs(request_, needed):
@@ -197,6 +209,12 @@ def test_what_each_request_code_needs(request_, needed):
 def test_an_unreadable_heartbeat_is_an_error(body):
     with pytest.raises(ValueError, match="cannot read the heartbeat body"):
         needed_resources(_request(RequestCode.HEART_BEAT, body=body))
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1]", b'{"acks": [1]}', b'{"acks": [{"t": 7}]}'])
+def test_an_unreadable_batch_ack_is_an_error(body):
+    with pytest.raises(ValueError, match="cannot read the batch ack body"):
+        needed_resources(_request(RequestCode.BATCH_ACK_MESSAGE, body=body))
 
 
 SAMPLE = {

@@ -6,10 +6,13 @@ reach every member's file through the log and outlive the master."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 import trio
 import yaml
@@ -21,6 +24,9 @@ from raftmq.broker.store.metadata import META_TOPIC, Metadata
 from raftmq.client import PullConsumer, SendError, SessionCredentials
 from raftmq.client.producer import Producer
 from raftmq.protocol.headers import send_header_v2
+from raftmq.proxy.apis import definition, service, service_grpc
+from raftmq.proxy.config import ProxyConfig
+from raftmq.proxy.server import serve_proxy
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.remoting.signing import sign
 from tests.helpers import create_topic, wait_for
@@ -274,3 +280,46 @@ async def test_a_record_applied_while_the_file_is_written_is_written_next(tmp_pa
     await access.sync()
     assert yaml.safe_load(access.path.read_text()) == second
     assert set(access.acl.accounts) == {"newUser1", "newUser2"}
+
+
+async def test_mqproxy_signs_its_remoting_with_its_own_account(nursery, tmp_path):
+    """mqproxy in front of a group with aclEnable: with `accessKey`/`secretKey` its
+    sends are signed with that account, so the broker lets them through to a topic the
+    account may publish to and refuses one it may only read (FORBIDDEN to the gRPC
+    client); the gRPC caller's own signature is checked against the same file."""
+    g = await acl_group(nursery, tmp_path)
+    config = ProxyConfig(
+        namesrv_addr=g.namesrv_addr,
+        grpc_port=0,
+        grpc_host="127.0.0.1",
+        acl_enable=True,
+        acl_file=str(acl_file(g, "n0")),
+        access_key=PRODUCER.access_key,
+        secret_key=PRODUCER.secret_key,
+    )
+    port, _ = await nursery.start(serve_proxy, config)
+    date_time = "20261128T021500Z"
+    digest = hmac.new(b"producerSecret1", date_time.encode(), hashlib.sha1).hexdigest()
+    metadata = (
+        ("x-mq-client-id", "c@1"),
+        ("x-mq-date-time", date_time),
+        (
+            "authorization",
+            f"MQv2-HMAC-SHA1 Credential=producer1, SignedHeaders=x-mq-date-time, "
+            f"Signature={digest}",
+        ),
+    )
+
+    def send(topic: str):
+        message = definition.Message(topic=definition.Resource(name=topic), body=b"m")
+        message.system_properties.message_id = f"01{topic}"
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = service_grpc.MessagingServiceStub(channel)
+            request = service.SendMessageRequest(messages=[message])
+            return stub.SendMessage(request, metadata=metadata, timeout=10)
+
+    allowed = await trio.to_thread.run_sync(send, "Allowed")
+    assert allowed.status.code == definition.Code.OK, allowed.status
+    read_only = await trio.to_thread.run_sync(send, "ReadOnly")
+    assert read_only.status.code == definition.Code.FORBIDDEN
+    assert "no PUB permission" in read_only.status.message

@@ -13,7 +13,7 @@ from raftmq.client import Producer, SendError, SessionCredentials
 from raftmq.tools.broker_local import LocalCluster
 from tests.helpers import mqadmin
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.untimed]
 
 CLUSTER = "RaftCluster"
 ADMIN = SessionCredentials("adminUser", "adminSecret1")

@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import partial
 
 import pytest
+import trio
+
+from bench import broker_bench
 
 
 @pytest.mark.processes
@@ -19,7 +23,10 @@ def test_the_broker_benchmark_measures_every_phase(tmp_path):
     run = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(out.read_text())
-    assert [row["size"] for row in rows] == [128, 1024]
+    # a row per count of connections (1 and 4 unless told), each size
+    assert [(row["size"], row["connections"]) for row in rows] == [
+        (128, 1), (128, 4), (1024, 1), (1024, 4)
+    ]  # fmt: skip
     for row in rows:
         assert row["errors"] == 0
         assert row["acked_per_s"] > 0 and row["consumed_per_s"] > 0
@@ -33,6 +40,8 @@ def test_the_broker_benchmark_measures_every_phase(tmp_path):
         assert row["generator"] in ("go", "python")
         assert row["generator"] == "python" or row["cpu_puller_us"] > 0
     assert "| raftmq broker R3" in run.stdout
+    # its own targets, marked, though no peer ran
+    assert "1024 B, 4 conns: raftmq single-send p50" in run.stdout
 
 
 def test_stage_timeline_orders_each_sends_first_marks_and_ignores_strays(tmp_path):
@@ -53,3 +62,52 @@ def test_stage_timeline_orders_each_sends_first_marks_and_ignores_strays(tmp_pat
     ]
     assert [r["at_us"] for r in rows] == [0.1, 0.35, 0.55]
     assert rows[1]["gap_us"] == pytest.approx(0.25)
+
+
+@pytest.mark.processes
+def test_the_grpc_rows_send_and_receive_through_mqproxy():
+    """`bench broker --grpc`'s figures for one size: every send the Go generator made
+    through mqproxy is stored, the receive+ack phase acknowledges messages, and each
+    role's CPU per message (the proxy's by thread too) is a number."""
+    row = trio.run(broker_bench.measure_grpc, 1024, 1.0, 64)
+    assert row["errors"] == 0 and row["receive_errors"] == 0, row["notes"]
+    assert row["stored"] == row["sent"] > 0
+    assert row["acked_per_s"] > 0 and row["received_acked_per_s"] > 0
+    assert 0 < row["received"] <= row["stored"]
+    assert 0 < row["p50_ms"] <= row["p99_ms"]
+    for phase in ("", "receive_"):
+        for role in ("proxy", "leader", "follower", "generator"):
+            assert row[f"{phase}cpu_{role}_us"] > 0, (phase, role, row)
+        assert sum(row[f"{phase}cpu_proxy_threads_us"].values()) > 0
+
+
+@pytest.mark.processes
+@pytest.mark.requires("rocketmq-java", "go")
+@pytest.mark.parametrize(
+    # The rows with RocketMQ's defaults start the same groups with another flushDiskType:
+    # the two kinds of group are what this checks (each case costs about a minute).
+    "system",
+    [broker_bench.JAVA_SYSTEMS[0], broker_bench.JAVA_SYSTEMS[2]],
+    ids=["dledger-sync", "classic-sync"],
+)
+def test_the_java_rows_measure_apache_rocketmq_with_the_same_generator(system):
+    """Apache RocketMQ's rows for one size: RocketMQ's own name server and brokers (Java
+    processes), loaded by the Go generator raftmq's rows use, a row per count of
+    connections, with each JVM's CPU per message measured, and a failover figure where
+    the group elects a master by itself (DLedger) and none where it cannot (classic).
+    The warm-up is cut to a second: this checks the rows, not the figures."""
+    trials = 0 if system.no_failover else 1
+    measure = partial(broker_bench.measure, system=system, warmup_s=1.0)
+    rows = trio.run(measure, 128, 1.0, 64, trials, broker_bench.GO, (1, 4))
+    assert [row["connections"] for row in rows] == [1, 4]
+    for row in rows:
+        assert row["system"] == system.name and row["generator"] == broker_bench.GO
+        assert row["acked_per_s"] > 0, row["notes"]
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+        assert row["single_p50_ms"] > 0 and row["peak_rss_mib"] > 0
+        roles = row["cpu_us_per_message"]
+        members = [role for role in roles if role.startswith("follower")] + ["leader"]
+        assert len(members) == (3 if "DLedger" in system.name else 2), roles
+        assert all(roles[role] > 0 for role in members), roles
+        assert roles["namesrv"] is not None and roles["generator"] > 0, roles
+        assert (row["failover_ms"] is not None) == (system.no_failover is None), row

@@ -7,8 +7,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import attrs
 import pytest
-from raftmq.broker.config import BrokerConfig, load_broker_config
+from raftmq.broker.cli import EXIT_MODES_CONFLICT
+from raftmq.broker.cli import main as cli_main
+from raftmq.broker.config import BrokerConfig, ModesConflict, load_broker_config
 from raftmq.dledger.config import FSYNC, PAGE_CACHE
 from raftmq.namesrv.config import NamesrvConfig, load_config
 
@@ -126,6 +129,17 @@ def test_file_reserved_hours_overrides_file_reserved_time_in_fractions(tmp_path:
             load_text(tmp_path, dledger_conf(f"fileReservedHours={bad}", self_id="n1"))
 
 
+def test_clean_resource_interval_paces_retention_in_both_modes(tmp_path: Path) -> None:
+    """RocketMQ's key, accepted and ignored before: now how often either store looks."""
+    default, warnings = load_text(tmp_path, dledger_conf(self_id="n1"))
+    assert default.dledger_config().clean_resource_interval_ms == 10_000
+    config, warnings = load_text(tmp_path, dledger_conf("cleanResourceInterval=2500", self_id="n1"))
+    assert warnings == [] and config.clean_resource_interval == 2500
+    assert config.dledger_config().clean_resource_interval_ms == 2500
+    with pytest.raises(ValueError, match="cleanResourceInterval"):
+        load_text(tmp_path, dledger_conf("cleanResourceInterval=0", self_id="n1"))
+
+
 def test_unknown_key_is_an_error_with_a_hint(tmp_path: Path) -> None:
     path = tmp_path / "broker.conf"
     with pytest.raises(ValueError) as info:
@@ -203,7 +217,7 @@ def test_dledger_keys_out_of_line_with_each_other(tmp_path: Path) -> None:
 
 def test_rocketmq_keys_raftmq_does_not_use_are_warnings(tmp_path: Path) -> None:
     keys = ["deleteWhen=04", "cleanFileForciblyEnable=true", "transientStorePoolEnable=false"]
-    keys += ["offsetCheckInSlave=false", "traceTopicEnable=false", "messageIndexSafe=true"]
+    keys += ["offsetCheckInSlave=false", "traceOn=false", "messageIndexSafe=true"]
     config, warnings = load_text(tmp_path, "\n".join(keys))
     path = tmp_path / "broker.conf"
     assert warnings == [f"{path}: {k.split('=')[0]}: accepted, not used by raftmq" for k in keys]
@@ -218,6 +232,21 @@ def test_dledger_keys_in_classic_mode_are_warnings(tmp_path: Path) -> None:
         f"{path}: dLegerPeers: ignored, enableDLegerCommitLog is false",
         f"{path}: groupAddress: ignored, enableDLegerCommitLog is false",
         f"{path}: heartBeatTimeIntervalMs: ignored, enableDLegerCommitLog is false",
+    ]
+
+
+def test_auto_leader_balance_with_a_preferred_leader_is_a_warning(tmp_path: Path) -> None:
+    """Balancing would move the leader away and the preferred leader check back."""
+    conf = dledger_conf("preferredLeaderId=n1", "enableAutoLeaderBalance=true")
+    _, warnings = load_text(tmp_path, conf)
+    assert warnings == [
+        f"{tmp_path / 'broker.conf'}: enableAutoLeaderBalance: ignored in a group with"
+        " preferredLeaderId, which pins its leader"
+    ]
+    _, warnings = load_text(tmp_path, "enableAutoLeaderBalance=true")
+    assert warnings == [
+        f"{tmp_path / 'broker.conf'}: enableAutoLeaderBalance: ignored,"
+        " enableDLegerCommitLog is false"
     ]
 
 
@@ -308,8 +337,9 @@ def test_the_docs_commands_run_as_written_beside_the_sample_confs() -> None:
     text = "\n".join(page.read_text() for page in DOC_PAGES)
     namesrv_confs = set(re.findall(r"mqnamesrv -c (\S+)", text))
     assert namesrv_confs
-    for conf in namesrv_confs:
-        assert load_config(str(REPO / conf)) == (NamesrvConfig(), [])
+    for conf in namesrv_confs:  # a controller's keys beside them, if any (controller.md)
+        config, warnings = load_config(str(REPO / conf))
+        assert warnings == [] and attrs.evolve(config, controller=None) == NamesrvConfig()
     broker_confs = set(re.findall(r"mqbroker -c (broker/conf/\S+)", text))
     assert {f"broker/conf/dledger/broker-n{n}.conf" for n in range(3)} <= broker_confs
     for conf in broker_confs:
@@ -374,3 +404,31 @@ def test_a_group_address_the_broker_port_already_covers_is_refused(
     else:
         config, _ = load_text(tmp_path, dledger_conf(*lines))
         assert config.group_address.startswith("10.0.0.9:")
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_rocketmq_quick_start_controller_confs_load(n: int) -> None:
+    """RocketMQ 5's distribution/conf/controller/quick-start/broker-n*.conf, unchanged:
+    brokerId=-1 and brokerRole=SLAVE leave the id and the role to the controller."""
+    path = REPO / "broker" / "conf" / "controller" / f"broker-n{n}.conf"
+    config, warnings = load_broker_config(str(path))
+    assert config.enable_controller_mode and config.all_ack_in_sync_state_set
+    assert config.controller_addr == ("127.0.0.1:9878",)
+    assert (config.broker_id, config.listen_port, config.is_slave) == (-1, 30911 + 10 * n, False)
+    assert warnings == [
+        f"{path}: deleteWhen: accepted, not used by raftmq",
+        f"{path}: brokerId: ignored in controller mode (the controller decides)",
+        f"{path}: brokerRole: ignored in controller mode (the controller decides)",
+    ]
+
+
+def test_controller_mode_with_dledger_exits_252_as_rocketmq_exits_minus_4(tmp_path: Path) -> None:
+    path = tmp_path / "broker.conf"
+    path.write_text(dledger_conf("enableControllerMode=true", "controllerAddr=127.0.0.1:9878"))
+    with pytest.raises(ModesConflict, match="enableControllerMode=true with enableDLegerCommit"):
+        load_broker_config(str(path))
+    assert cli_main(["-c", str(path)]) == EXIT_MODES_CONFLICT == 256 - 4
+    with pytest.raises(ValueError, match="enableControllerMode=true needs controllerAddr"):
+        load_text(tmp_path, "enableControllerMode=true")
+    with pytest.raises(ValueError, match="brokerId=-1: only controller mode"):
+        load_text(tmp_path, "brokerId=-1\nbrokerRole=SLAVE")

@@ -22,7 +22,7 @@ from raftmq.client.admin import Admin
 from raftmq.client.errors import MQBrokerError
 from raftmq.client.message_query import query_by_key
 from raftmq.tools.broker_local import LocalGroups
-from tests.helpers import NO_ANSWER, mqadmin, read_until
+from tests.helpers import NO_ANSWER, consuming_all, mqadmin, read_until
 
 TOPIC = "Spread"
 
@@ -88,25 +88,12 @@ async def test_kill_one_groups_master_while_sending(tmp_path):
         assert second_gap_s < 1.5, (second_gap_s, failover_s)
         assert longest_gap_s < max(1.5, failover_s / 2), (longest_gap_s, failover_s)
 
-        seen: set[bytes] = set()
-
-        async def handle(msgs) -> bool:
-            seen.update(m.body for m in msgs)
-            return True
-
-        async with PushConsumer(
-            cluster.namesrv_addr, "reader", TOPIC, handle, "*",
-            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-        ) as consumer:  # fmt: skip
-            with trio.fail_after(30):
-                while not set(acked) <= seen:
-                    await trio.sleep(0.1)
+        async with consuming_all(cluster.namesrv_addr, "reader", TOPIC, set(acked)) as consumer:
             # one consumer owns every queue of both groups
             assert {mq.broker_name for mq in consumer.assigned_queues} == {
                 "RaftNode00",
                 "RaftNode01",
             }
-        assert set(acked) <= seen, len(set(acked) - seen)
 
         # a query by key asks every group's master: messages from both are found
         sent_ids: dict[str, set[str]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 
@@ -64,9 +65,7 @@ async def test_offsets_are_dense_and_identical_on_every_replica(nursery, tmp_pat
             assert broker.store.message_at(m.physical_offset)[:4] == codec.encode(m)[:4]
 
 
-async def test_entries_placed_where_the_log_no_longer_ends_are_refused_unwritten(
-    nursery, tmp_path
-):
+async def test_entries_placed_where_the_log_no_longer_ends_are_refused_unwritten(nursery, tmp_path):
     """The master places its records (their physical offsets) before DLedger has them:
     DLedger writes them there or refuses them whole, with a code that says nothing was
     written (so their queue offsets are given back), never at another position."""
@@ -384,6 +383,50 @@ async def test_a_follower_reset_past_retention_dispatches_from_the_leaders_begin
     await wait_for(lambda: queue.max_offset == 169)
 
 
+@pytest.mark.parametrize("wiped", [False, True], ids=["down", "wiped"])
+async def test_a_follower_reset_past_retention_gets_the_metadata_it_missed(
+    nursery, tmp_path, wiped
+):
+    """The metadata records (a topic, a committed consumer offset) that lay in the range
+    retention deleted while a follower was down (or before its files were wiped) reach
+    it as a snapshot of the leader's metadata before its log is reset: made master, it
+    has the topic and the offset. Before snapshots it dispatched from the leader's first
+    entry and had neither."""
+    g = await group(nursery, tmp_path, **SMALL_FILES)
+    master = g.master()
+    silent = next(n for n, b in g.brokers.items() if b is g.slaves()[0])
+    silent_end = g.brokers[silent].dledger.store.end_index
+    g.crash(silent)
+    await create_topic(g, "Missed", 2)
+    ext = {"consumerGroup": "CG", "topic": "Missed", "queueId": 1, "commitOffset": 7}
+    response = await g.call(master, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+    assert response.code == ResponseCode.SUCCESS
+    for i in range(160):  # about 1 KiB each: three segments and more
+        response = await g.send(master, "Missed", b"%04d" % i + b"x" * 1000)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    end = master.dledger.replica.committed_index
+    await wait_for(lambda: all(b.store.dispatched_index >= end for b in g.brokers.values()))
+    for broker in g.brokers.values():
+        await broker.store.checkpoint()
+        assert broker.dledger.store.delete_expired(broker.store.checkpointed_index, 0) >= 2
+    begin = master.dledger.store.begin_index
+    assert begin > silent_end + 1
+    if wiped:
+        shutil.rmtree(tmp_path / silent)
+
+    back = await g.start_member(silent)
+    await wait_for(lambda: back.dledger.store.begin_index == begin)
+    await wait_for(lambda: back.store.dispatched_index >= end)
+    await master.dledger.transfer_leadership(silent)
+    await wait_for(lambda: back.is_master and g.master() is back, timeout_s=10.0)
+    assert "Missed" in back.store.metadata.topics
+    query = {"consumerGroup": "CG", "topic": "Missed", "queueId": 1}
+    answer = await g.call(back, RequestCode.QUERY_CONSUMER_OFFSET, query)
+    assert (answer.code, answer.ext_fields.get("offset")) == (ResponseCode.SUCCESS, "7")
+    after = await g.send(back, "Missed", b"after the reset", queue_id=0)
+    assert after.code == ResponseCode.SUCCESS, after.remark
+
+
 async def test_raw_sends_store_and_answer_what_decoded_sends_do(nursery, tmp_path, monkeypatch):
     """The sends of one read taken raw (their headers read from the frame's bytes) give
     the records and answers that decoding every frame gives, in the same order; what
@@ -589,3 +632,75 @@ async def test_inline_sends_whose_append_path_fails_after_the_append_are_stored_
     for [answer] in answers.values():
         assert answer.code == ResponseCode.SYSTEM_ERROR
         assert "may or may not be stored" in answer.remark
+
+
+async def test_a_consumer_offset_pending_when_the_master_steps_down_is_not_acknowledged(
+    nursery, tmp_path
+):
+    """An offset commit whose record has not committed when its master steps down (here
+    both slaves are gone and the master's lease runs out; in a jepsen run, the master
+    removed from the group) never committed: answering it SUCCESS, as the master did,
+    lost an acknowledged commit (the next master served the offset before it). It is
+    answered as from a slave, so the client commits again to the new master."""
+    g = await group(nursery, tmp_path)
+    master = g.master()
+    await create_topic(g, "Pending", 1)
+    for slave in g.slaves():
+        g.crash(next(n for n, b in g.brokers.items() if b is slave))
+    ext = {"consumerGroup": "CG", "topic": "Pending", "queueId": 0, "commitOffset": 5}
+    response = await g.call(master, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+    assert not master.is_master, "the master stepped down with the commit pending"
+    assert response.code != ResponseCode.SUCCESS, response.remark
+
+
+async def test_a_consumer_offset_query_waits_for_the_log_to_be_applied(nursery, tmp_path):
+    """A follower holding an offset commit's record that it has not yet learned is
+    committed (its leader died right after the quorum formed) does not answer the offset
+    from before it: older answers moved a consumer group back, which a jepsen run found
+    with a restarted broker answering before it had applied its log. It answers
+    SYSTEM_BUSY, naming why, and the client asks again."""
+    g = await group(nursery, tmp_path)
+    master = g.master()
+    await create_topic(g, "Applied", 1)
+    slave, other = g.slaves()
+    g.crash(next(n for n, b in g.brokers.items() if b is other))
+    ext = {"consumerGroup": "CG", "topic": "Applied", "queueId": 0}
+    for offset in (3, 7):
+        response = await g.call(
+            master, RequestCode.UPDATE_CONSUMER_OFFSET, {**ext, "commitOffset": offset}
+        )
+        assert response.code == ResponseCode.SUCCESS, response.remark
+    g.crash(next(n for n, b in g.brokers.items() if b is master))
+    answer = await g.call(slave, RequestCode.QUERY_CONSUMER_OFFSET, ext)
+    if answer.code == ResponseCode.SUCCESS:
+        assert int(answer.ext_fields["offset"]) >= 7
+    else:
+        assert answer.code == ResponseCode.SYSTEM_BUSY, answer
+        assert "did not hold every acknowledged commit" in answer.remark
+
+
+async def test_a_membership_change_asked_before_the_first_election_waits_for_a_leader(
+    nursery, tmp_path
+):
+    """A member removed the moment the group starts, before any leader is known (a
+    jepsen run's setup did this): the member asked waits for the election, then
+    forwards the change, instead of answering NOT_LEADER "no leader known". Here the
+    member asked runs alone for a moment (it cannot be elected without a second vote),
+    then the others start."""
+    g = await InProcessGroup(nursery, tmp_path).start(members=1)
+    first, *others = g.ids
+    asked = g.brokers[first]
+
+    async def start_the_others() -> None:
+        await trio.sleep(0.3)
+        assert asked.dledger.replica.leader_id is None, "a member alone was elected"
+        for node in others:
+            await g.start_member(node)
+
+    nursery.start_soon(start_the_others)
+    removed = others[-1]
+    answer = await g.call(
+        asked, RequestCode.DLEDGER_MEMBERS, {"change": "remove", "memberId": removed}
+    )
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert removed not in json.loads(answer.body)["voters"]

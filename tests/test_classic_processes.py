@@ -20,33 +20,18 @@ from raftmq.broker.registration import MASTER_ASK_S
 from rocketmq.exceptions import RocketMQException
 
 from raftmq.client import Producer
-from raftmq.client.consumer import PullConsumer, Subscription, pull_request, pull_result
+from raftmq.client.consumer import PullConsumer, Subscription, pull_request
 from raftmq.client.producer import SendStatus, send_request
 from raftmq.client.route import MessageQueue
 from raftmq.config.address import parse_address
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LOOPBACK, LocalClassicGroup, _lenient_json
 from raftmq.tools.dledger_local import free_ports
-from tests.helpers import stopped
+from tests.helpers import commitlog_files, pull_all, send_all, stopped
 
 pytestmark = pytest.mark.processes
 
 FILE_BYTES = 256 * 1024  # small CommitLog files: a few hundred messages fill one
-
-
-async def pull_all(address: str, topic: str, queue_id: int, broker: str) -> list:
-    """Every message of one queue, pulled from the broker at `address` (master or slave)."""
-    mq = MessageQueue(topic, broker, queue_id)
-    messages, offset = [], 0
-    async with RemotingClient(address) as client:
-        while True:
-            subscription = Subscription(topic, "*", 0)
-            request = pull_request("G", mq, offset, 32, subscription, None, None)
-            result = pull_result(await client.invoke(request, 5.0), offset, subscription, broker)
-            if not result.messages:
-                return messages
-            messages += result.messages
-            offset = result.next_begin_offset
 
 
 async def mqadmin(*args: str) -> subprocess.CompletedProcess:
@@ -63,18 +48,6 @@ async def mqadmin(*args: str) -> subprocess.CompletedProcess:
 async def all_topics(group: LocalClassicGroup, node: str) -> dict:
     response = await group.broker_call(node, RequestCode.GET_ALL_TOPIC_CONFIG)
     return json.loads(response.body)["topicConfigTable"]
-
-
-def commitlog_files(group: LocalClassicGroup, node: str) -> dict[str, bytes]:
-    directory = group.store_dir(node) / "commitlog"
-    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
-
-
-async def send_all(producer: Producer, topic: str, count: int, size: int = 300) -> list:
-    return [
-        await producer.send(topic, f"{n:06d}".encode().ljust(size, b"."), queue=None)
-        for n in range(count)
-    ]
 
 
 async def test_a_slave_copies_the_masters_files_byte_for_byte(tmp_path):

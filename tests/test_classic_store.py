@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from raftmq.broker.slave_sync import consumer_offsets, delay_offsets, loads
 from raftmq.broker.store.classic_commitlog import ClassicCommitLog, PutPolicy, PutStatus
 from raftmq.broker.store.classic_log import BLANK_MAGIC_CODE, ClassicLog
 from raftmq.broker.store.messagestore import GetStatus, MessageStore
-from raftmq.broker.store.metadata import Metadata
+from raftmq.broker.store.metadata import Metadata, consumer_offsets, delay_offsets, loads
 from raftmq.dledger.codes import Code
 
 from raftmq.disk.segments import StoreCorruption
@@ -75,6 +74,29 @@ async def test_layout_offsets_and_blank_at_file_end(tmp_path):
     assert log.write_pos == FILE_BYTES + size
     log.close()
     assert not (tmp_path / "abort").exists()
+
+
+async def test_a_slave_log_is_cut_where_its_master_log_differs(tmp_path):
+    """Controller mode's truncation: at a record's start or end (before a BLANK), durably."""
+    log = open_log(tmp_path)
+    cl = commitlog(log)
+    size = len(record())
+    per_file = (FILE_BYTES - 8) // size
+    await put(cl, [record() for _ in range(per_file + 3)])
+    assert files(tmp_path) == [f"{0:020d}", f"{FILE_BYTES:020d}"]
+    for bad in (size + 1, -1):
+        with pytest.raises(ValueError, match="cannot cut"):
+            log.truncate(bad)
+    log.truncate(per_file * size)  # where the BLANK of the first file starts
+    assert (log.write_pos, log.end_index) == (per_file * size, per_file - 1)
+    assert files(tmp_path) == [f"{0:020d}"]
+    log.truncate(2 * size)
+    log.close()
+    log = open_log(tmp_path)
+    assert (log.write_pos, log.end_index) == (2 * size, 1)
+    first = (tmp_path / "commitlog" / f"{0:020d}").read_bytes()
+    assert first[2 * size :] == bytes(FILE_BYTES - 2 * size)
+    log.close()
 
 
 async def test_normal_restart_keeps_everything(tmp_path):
@@ -173,6 +195,9 @@ class _NoSlave:
 
     def slave_ok(self, offset: int) -> bool:
         return False
+
+    def refusal(self) -> None:
+        return None
 
 
 class _SilentSlave(_NoSlave):
@@ -274,6 +299,46 @@ def test_slave_sync_takes_a_java_masters_tables():
     # RocketMQ's putAll: added and overwritten, never removed
     assert metadata.offsets == {("G", "T", 0): 5, ("G", "T", 1): 7, ("Old", "T", 0): 9}
     assert metadata.delay_offsets == {1: 0, 2: 17}
+
+
+def test_a_store_rocketmq_wrote_brings_its_topics_groups_and_offsets(tmp_path):
+    """The tables Apache RocketMQ's broker keeps in `config/` (fastjson, integer keys
+    unquoted; a `.bak` where the file is gone) are what a store it wrote starts with:
+    its messages are of no use without their topics and consumers' offsets."""
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "topics.json").write_bytes(
+        b'{"dataVersion":{"counter":2,"timestamp":5},"topicConfigTable":{"T":{"topicName":"T",'
+        b'"readQueueNums":2,"writeQueueNums":2,"perm":6}}}'
+    )
+    (config / "consumerOffset.json.bak").write_bytes(b'{"offsetTable":{"T@G":{0:5,1:7}}}')
+    (config / "subscriptionGroup.json").write_bytes(
+        b'{"subscriptionGroupTable":{"G":{"groupName":"G","brokerId":0}}}'
+    )
+    (config / "delayOffset.json").write_bytes(b'{"offsetTable":{3:11}}')
+    log = open_log(tmp_path)
+    store = MessageStore(log, tmp_path, {}, [1000], commitlog=commitlog(log))
+    assert store.metadata.topics["T"].read_queue_nums == 2
+    assert store.metadata.offsets_of_group("G") == {("T", 0): 5, ("T", 1): 7}
+    assert set(store.metadata.groups) == {"G"}
+    assert store.metadata.delay_offsets == {3: 11}
+
+
+def test_the_tables_left_for_rocketmq_read_back_as_they_were(tmp_path):
+    """What a clean stop leaves in `config/` for RocketMQ's broker is what a store
+    without raftmq's snapshot starts with: the same topics, groups and offsets."""
+    metadata = Metadata({})
+    metadata.apply(json.dumps({"op": "topic", "config": {"topicName": "T"}}).encode(), 0)
+    group = {"op": "group", "config": {"groupName": "G", "retryMaxTimes": 3}}
+    metadata.apply(json.dumps(group).encode(), 1)
+    metadata.apply(json.dumps({"op": "offsets", "entries": [["G", "T", 1, 42]]}).encode(), 2)
+    metadata.apply(json.dumps({"op": "delay", "entries": {"2": 5}}).encode(), 3)
+    for name, body in metadata.rocketmq_tables().items():
+        (tmp_path / name).write_bytes(body)
+    again = Metadata({})
+    assert sorted(again.load_rocketmq(tmp_path)) == sorted(metadata.rocketmq_tables())
+    assert again.topics == metadata.topics and again.groups == metadata.groups
+    assert again.offsets == {("G", "T", 1): 42} and again.delay_offsets == {2: 5}
 
 
 async def test_a_missing_file_in_the_middle_is_refused(tmp_path):

@@ -342,3 +342,70 @@ async def test_a_hung_master_costs_one_rpc_timeout(nursery, tmp_path):
             await producer.send(TOPIC, b"x")
             assert trio.current_time() - started < 1.5
     assert [m.body for q in range(4) for m in await contents(TOPIC, q)] == [b"x"]
+
+
+@pytest.mark.parametrize("stored_by_old", [True, False])
+async def test_a_silent_master_is_resent_to_its_successor_and_stored_once(
+    nursery, tmp_path, stored_by_old
+):
+    """The old master goes silent with the send (having stored it, or not) while the
+    route comes to name a new master: the producer sends there too after
+    hedge_after_s, marked a resend, well within its 3 s request timeout, and the
+    message is stored once, the mark not kept: the broker answers a resend it already
+    stores with that copy."""
+    namesrv = await start_namesrv(nursery)
+    g, (old, new) = await relayed_group(nursery, tmp_path, namesrv, members=2)
+    contents = queue_contents(g)
+
+    async def go_silent(request, connection):
+        if stored_by_old:
+            await old.forward(request, connection)
+        await new.register(namesrv, 0, {TOPIC: 4})  # elected while the old one is silent
+        await trio.sleep_forever()
+
+    old.answer(RequestCode.SEND_MESSAGE_V2, go_silent)
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+            started = trio.current_time()
+            result = await producer.send(TOPIC, b"once")
+            assert trio.current_time() - started < 1.0
+    (stored,) = [m for q in range(4) for m in await contents(TOPIC, q)]
+    assert stored.body == b"once" and "RAFTMQ_RESEND" not in stored.properties
+    assert (result.offset_msg_id, result.queue_offset) == (stored.msg_id, stored.queue_offset)
+    (resent,) = [r for r in new.requests if r.code == RequestCode.SEND_MESSAGE_V2]
+    assert "RAFTMQ_RESEND\x01true\x02" in resent.ext_fields["i"]
+
+
+async def test_concurrent_sends_to_a_silent_master_are_each_stored_once(nursery, tmp_path):
+    """Ten sends out at once when the master goes silent, each stored there first: one
+    watch of the route finds the new master for all of them, each is resent there and
+    answered with its stored copy, within a second."""
+    namesrv = await start_namesrv(nursery)
+    g, (old, new) = await relayed_group(nursery, tmp_path, namesrv, members=2)
+    contents = queue_contents(g)
+    stored_by_old = []
+
+    async def store_then_go_silent(request, connection):
+        await old.forward(request, connection)
+        stored_by_old.append(request)
+        if len(stored_by_old) == 10:
+            await new.register(namesrv, 0, {TOPIC: 4})
+        await trio.sleep_forever()
+
+    old.answer(RequestCode.SEND_MESSAGE_V2, store_then_go_silent)
+    results = {}
+    with trio.fail_after(10):
+        async with Producer(namesrv) as producer:
+
+            async def send(n: int) -> None:
+                results[n] = await producer.send(TOPIC, b"%d" % n)
+
+            started = trio.current_time()
+            async with trio.open_nursery() as senders:
+                for n in range(10):
+                    senders.start_soon(send, n)
+            assert trio.current_time() - started < 1.0
+    stored = Counter([m.body for q in range(4) for m in await contents(TOPIC, q)])
+    assert stored == Counter(b"%d" % n for n in range(10))
+    resent = [r for r in new.requests if r.code == RequestCode.SEND_MESSAGE_V2]
+    assert len(resent) == 10 and len(results) == 10

@@ -161,6 +161,26 @@ async def test_concurrent_refreshes_share_one_request(nursery):
             assert len(routes) == 20 and len(requests) == 1
 
 
+async def test_a_fresh_route_is_fetched_once_per_max_age(nursery):
+    """What a slow send watching for a new master asks of the name servers: a route
+    younger than `max_age_s` is the cached one, however often it is asked for."""
+    namesrv = await start_namesrv(nursery)
+    requests: list[str] = []
+    with trio.fail_after(10):
+        async with RemotingClient(namesrv) as link:
+            registrar = Registrar(link)
+            await registrar.register("127.0.0.1:1001", 0)
+            cache = RouteCache([namesrv], pool_invoke(requests))
+            for _ in range(5):
+                assert (await cache.fresh("T", 60.0)).master("broker-a") == "127.0.0.1:1001"
+            assert len(requests) == 1
+            await registrar.register("127.0.0.1:1002", 0)  # elected
+            assert (await cache.fresh("T", 60.0)).master("broker-a") == "127.0.0.1:1001"
+            await trio.sleep(0.02)
+            assert (await cache.fresh("T", 0.01)).master("broker-a") == "127.0.0.1:1002"
+            assert len(requests) == 2
+
+
 async def test_name_servers_are_tried_in_turn(nursery):
     empty = await start_namesrv(nursery)  # knows no topic
     full = await start_namesrv(nursery)

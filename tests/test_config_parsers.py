@@ -38,6 +38,16 @@ def test_properties_separators_comments_and_blanks_follow_java():
     }
 
 
+def test_an_xml_comment_block_is_skipped():
+    """RocketMQ 5's namesrv-n0.conf (controller samples) opens with its licence so."""
+    text = (
+        "<!--\n  Licensed to the Apache Software Foundation (ASF)\n\n"
+        "      http://www.apache.org/licenses/LICENSE-2.0\n  -->\n\n"
+        "#Namesrv config\nlistenPort = 9876\n<!-- one line -->\nkey=<!--value\n"
+    )
+    assert parse_properties(text) == {"listenPort": "9876", "key": "<!--value"}
+
+
 def test_properties_escapes_and_continuations_follow_java():
     text = (
         "path = /a\\\n"

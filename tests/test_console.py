@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -20,27 +21,45 @@ import trio
 
 from raftmq.client import Producer
 from raftmq.client.admin import Admin
+from raftmq.client.connections import ConnectionPool
+from raftmq.client.pop import pop
 from raftmq.console import main
 from raftmq.console.app import create_app
+from raftmq.console.sampler import DEFAULT_INTERVAL_S, PrometheusSeries, Sampler
 from raftmq.protocol.message import properties_to_string
 from raftmq.remoting import RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalClassicGroup
 from raftmq.tools.dledger_local import free_ports
-from tests.helpers import group, read_until, stopped, wait_for
+from tests.helpers import (
+    group,
+    read_until,
+    stopped,
+    traced_send_and_consumption,
+    traces_of,
+    wait_for,
+)
+
+pytestmark = pytest.mark.untimed
 
 CLUSTER = "TestCluster"  # tests.inprocess_broker's
 BROKER = "broker-t"
 
 
 @contextlib.asynccontextmanager
-async def console(namesrv_addr: str, timeout_s: float = 2.0):
+async def console(namesrv_addr: str, timeout_s: float = 2.0, sample_interval_s: float = 0.0):
+    """The app over an `Admin`; with `sample_interval_s`, its charts sampled that often."""
     async with (
         Admin(namesrv_addr, timeout_s=timeout_s) as admin,
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(admin)), base_url="http://console"
-        ) as client,
+        trio.open_nursery() as nursery,
     ):
-        yield client
+        sampler = Sampler(admin, sample_interval_s or DEFAULT_INTERVAL_S)
+        if sample_interval_s:
+            await nursery.start(sampler.run)
+        app = create_app(admin, sampler)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            yield client
+        nursery.cancel_scope.cancel()
 
 
 async def ok(response: httpx.Response) -> dict:
@@ -96,6 +115,106 @@ async def test_cluster_shows_every_member_with_its_role_and_the_master(nursery, 
         members = {m["selfId"]: m for m in view["members"]}
         assert members[master_id]["role"] == "UNREACHABLE"
         assert members[master_id]["term"] is None
+
+
+async def series_until(client: httpx.AsyncClient, done, timeout_s: float = 10.0) -> dict:
+    """/api/series (the last minute) once `done(document)` holds."""
+    with trio.fail_after(timeout_s):
+        while True:
+            doc = await ok(await client.get("/api/series", params={"window": 60}))
+            if done(doc):
+                return doc
+            await trio.sleep(0.1)
+
+
+def peaks(doc: dict, chart: str) -> dict[str, float]:
+    """Each series of the chart's highest value."""
+    return {s["name"]: max(p[1] for p in s["points"]) for s in doc["charts"].get(chart, [])}
+
+
+def latest(doc: dict, chart: str) -> dict[str, float]:
+    """Each series of the chart's last value."""
+    return {s["name"]: s["points"][-1][1] for s in doc["charts"].get(chart, [])}
+
+
+@pytest.mark.slow
+async def test_series_chart_rates_lag_commit_lag_and_an_election(nursery, tmp_path):
+    """The console samples the group every 200 ms: the master's and the topic's put rate
+    rise with sends, the group's lag is what it has not committed, every member has a
+    commit lag, a crashed master's successor is an election mark in a higher term, and
+    the old master restarted (its put total from 0 again) charts no negative rate."""
+    g = await group(nursery, tmp_path)
+    async with console(g.namesrv_addr, sample_interval_s=0.2) as client:
+        await ok(await client.post("/api/topics", json={"topic": "Charted", "cluster": CLUSTER}))
+        new_group = {"groupName": "charting", "cluster": CLUSTER}
+        await ok(await client.post("/api/groups", json=new_group))
+        ext = {"consumerGroup": "charting", "topic": "Charted", "queueId": 0, "commitOffset": 5}
+        response = await g.call(g.master(), RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        master = g.master()
+        for n in range(30):
+            await send(g, "Charted", b"c%d" % n, 0)
+            await trio.sleep(0.02)
+        master_series = f"{BROKER} {master.address}"
+
+        def charted(doc: dict) -> bool:
+            return (
+                latest(doc, "groupLag").get("charting") == 25
+                and peaks(doc, "brokerPutTps").get(master_series, 0) > 0
+                and peaks(doc, "topicPutTps").get("Charted", 0) > 0
+                and len(latest(doc, "commitLag")) == 3
+            )
+
+        doc = await series_until(client, charted)
+        assert doc["source"] == "memory" and doc["stepS"] == 0.2
+        members = {f"{BROKER} {m.address}" for m in g.brokers.values()}
+        assert set(peaks(doc, "brokerPutTps")) == members
+        assert set(latest(doc, "commitLag")) == {f"{BROKER} {node}" for node in g.ids}
+        assert doc["elections"] == []
+
+        [view] = (await ok(await client.get("/api/cluster")))["groups"]
+        terms = {m["term"] for m in view["members"]}
+        g.crash(master.config.dleger_self_id)
+        new_master = await g.wait_master()
+        # marked when the term rose (a candidate's vote), its leader named once elected
+        doc = await series_until(client, lambda d: d["elections"] and d["elections"][-1]["leader"])
+        assert all(e["brokerName"] == BROKER and e["term"] > max(terms) for e in doc["elections"])
+        assert doc["elections"][-1]["leader"] == new_master.config.dleger_self_id
+
+        # the old master back: its put total restarts from 0, which is no negative rate
+        restarted_ms = time.time() * 1000
+        await g.start_member(master.config.dleger_self_id)
+
+        def resampled(doc: dict) -> bool:
+            [series] = [s for s in doc["charts"]["brokerPutTps"] if s["name"] == master_series]
+            return series["points"][-1][0] > restarted_ms + 1000  # a bucket after the restart
+
+        doc = await series_until(client, resampled)
+        rates = [p[1] for s in doc["charts"]["brokerPutTps"] for p in s["points"]]
+        assert min(rates) >= 0, rates
+
+        response = await client.get("/api/series", params={"window": 5})
+        assert response.status_code == 400
+        assert response.json() == {"error": "window must be from 60 to 21600 seconds"}
+
+
+async def test_charts_survive_an_unreachable_cluster_and_prometheus():
+    """A sample the name servers do not answer is skipped, not fatal; a Prometheus server
+    that cannot be reached is a 502 naming it."""
+    async with Admin("127.0.0.1:1", timeout_s=0.2) as admin, trio.open_nursery() as nursery:
+        sampler = Sampler(admin, 0.05)
+        await nursery.start(sampler.run)
+        with trio.fail_after(5):
+            while sampler.failed_samples < 2:
+                await trio.sleep(0.05)
+        assert sampler.history.series_count() == 0
+        nursery.cancel_scope.cancel()
+        app = create_app(admin, PrometheusSeries("http://127.0.0.1:1", timeout_s=1.0))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+            response = await client.get("/api/series")
+        assert response.status_code == 502
+        assert response.json()["error"].startswith("http://127.0.0.1:1: "), response.text
 
 
 async def test_topic_created_listed_with_queues_and_deleted(nursery, tmp_path):
@@ -190,6 +309,28 @@ async def test_message_lookup_by_key_unique_key_msg_id_and_offset(nursery, tmp_p
         assert await lookup(by="offset", **past_the_end) == []
 
 
+async def test_a_message_s_trace_is_shown_for_its_msg_id(nursery, tmp_path):
+    """/api/traces: a traced message's send and consumption, as queryMsgTraceById finds
+    them; an id no trace names has none; no msgId is a 400."""
+    g = await group(nursery, tmp_path, nodes=1, traceTopicEnable="true")
+    async with console(g.namesrv_addr) as client:
+        await ok(await client.post("/api/topics", json={"topic": "Orders", "cluster": CLUSTER}))
+        with trio.fail_after(10):
+            result, _dropped = await traced_send_and_consumption(g.namesrv_addr, "Orders", b"x")
+            async with Admin(g.namesrv_addr) as admin:
+                await traces_of(admin, result.msg_id)
+        doc = await ok(await client.get("/api/traces", params={"msgId": result.msg_id}))
+        assert doc["traceTopic"] == "RMQ_SYS_TRACE_TOPIC"
+        by_type = {t["type"]: t for t in doc["traces"]}
+        assert sorted(by_type) == ["Pub", "SubAfter", "SubBefore"]
+        assert (by_type["Pub"]["group"], by_type["Pub"]["topic"]) == ("pg", "Orders")
+        assert by_type["SubAfter"]["group"] == "cg" and by_type["SubAfter"]["success"]
+        none = await ok(await client.get("/api/traces", params={"msgId": "7F00000100000000"}))
+        assert none["traces"] == []
+        missing = await client.get("/api/traces")
+        assert missing.status_code == 400 and "msgId is required" in missing.json()["error"]
+
+
 async def test_errors_are_one_line_json_with_a_status(nursery, tmp_path):
     g = await group(nursery, tmp_path)
     async with console(g.namesrv_addr) as client:
@@ -243,6 +384,8 @@ def test_command_line_errors_are_one_line_and_an_exit_status(monkeypatch, capsys
     assert main(["-n", "localhost"]) == 2  # no port
     assert main(["-n", "127.0.0.1:9876", "--listen", "8080"]) == 2
     assert main(["-n", "127.0.0.1:9876", "--timeout-ms", "0"]) == 2
+    assert main(["-n", "127.0.0.1:9876", "--sample-interval-ms", "0"]) == 2
+    assert main(["-n", "127.0.0.1:9876", "--prometheus", "localhost:9090"]) == 2
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -254,6 +397,8 @@ def test_command_line_errors_are_one_line_and_an_exit_status(monkeypatch, capsys
         "mqconsole: -n 'localhost': bad address 'localhost': expected host:port",
         "mqconsole: bad address '8080': expected host:port",
         "mqconsole: --timeout-ms must be positive",
+        "mqconsole: --sample-interval-ms must be positive",
+        "mqconsole: --prometheus must be an http(s) URL, not 'localhost:9090'",
         f"mqconsole: cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use",
     ]
 
@@ -343,3 +488,35 @@ async def test_cluster_shows_a_classic_group_as_master_and_slave_with_the_slave_
         )
         master, slave = view["members"]
         assert master["commitLogMaxOffset"] == slave["commitLogMaxOffset"]
+
+
+async def test_pop_in_flight_and_pending_timers_are_shown(nursery, tmp_path):
+    """The groups page shows what RocketMQ 5 POP consumers hold un-acked (per group and
+    queue, as `mqadmin popStatus`), the cluster page each member's pending timer
+    messages (as `mqadmin timerStatus`)."""
+    g = await group(nursery, tmp_path)
+    async with console(g.namesrv_addr) as client:
+        await ok(await client.post("/api/topics", json={"topic": "Jobs", "cluster": CLUSTER}))
+        new = {"groupName": "workers", "cluster": CLUSTER}
+        await ok(await client.post("/api/groups", json=new))
+        for n in range(3):
+            await send(g, "Jobs", b"j%d" % n, 0)
+        async with ConnectionPool() as pool:
+            popped = await pop(pool, g.master().address, BROKER, "workers", "Jobs", max_nums=2)
+        assert len(popped.messages) == 2
+        async with Producer(g.namesrv_addr) as producer:
+            for n in range(5):  # due in an hour: pending
+                await producer.send("Jobs", b"t%d" % n, delay_ms=3_600_000)
+
+        groups = {x["group"]: x for x in (await ok(await client.get("/api/groups")))["groups"]}
+        workers = groups["workers"]
+        assert workers["popInFlight"] == 2
+        assert [q["popInFlight"] for q in workers["queues"] if q["queueId"] == 0] == [2]
+        with trio.fail_after(10):  # the timer messages are filed as they are dispatched
+            while True:
+                doc = await ok(await client.get("/api/cluster"))
+                [members] = [x["members"] for x in doc["groups"]]
+                master = [m for m in members if m["brokerId"] == 0]
+                if master and master[0]["timerBacklog"] == 5:
+                    break
+                await trio.sleep(0.1)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from tests.helpers import stopped
 
 WINDOW = (1280, 800)
 TOPIC, GROUP, KEY = "ConsoleOrders", "console-billing", "order-7"
+ELECTION_RGB = (0xB3, 0x26, 0x1E)  # console.js's
 
 
 def chrome():
@@ -100,6 +103,66 @@ def start_console(namesrv_addr: str, log: Path, *extra: str) -> tuple[subprocess
     return proc, match.group(1)
 
 
+def png_pixels(png: bytes) -> tuple[int, list[bytes], int]:
+    """A non-interlaced 8-bit RGB or RGBA PNG (what Chromium's screenshots are) as its
+    width, its rows of unfiltered bytes and the bytes per pixel."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    chunks, at = {}, 8
+    while at < len(png):
+        (length,), kind = struct.unpack(">I", png[at : at + 4]), png[at + 4 : at + 8]
+        chunks[kind] = chunks.get(kind, b"") + png[at + 8 : at + 8 + length]
+        at += 12 + length
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunks[b"IHDR"])
+    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+    size = 3 if colour == 2 else 4
+    raw, stride, rows = zlib.decompress(chunks[b"IDAT"]), width * size, []
+    previous = bytearray(stride)
+    for y in range(height):
+        kind, line = (
+            raw[y * (stride + 1)],
+            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
+        for i in range(stride):
+            left = line[i - size] if i >= size else 0
+            up, corner = previous[i], previous[i - size] if i >= size else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                guess = left + up - corner
+                near = min((abs(guess - left), 0, left), (abs(guess - up), 1, up),
+                           (abs(guess - corner), 2, corner))  # fmt: skip
+                line[i] = (line[i] + near[2]) & 0xFF
+        rows.append(bytes(line))
+        previous = line
+    return width, rows, size
+
+
+def rgb(colour: str) -> tuple[int, int, int]:
+    """'#2458c6' as (0x24, 0x58, 0xc6)."""
+    return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+
+
+def colour_counts(png: bytes, colours: set[tuple[int, int, int]], tolerance: int = 24) -> dict:
+    """How many pixels of the picture are each of `colours` (within `tolerance` on each
+    channel: antialiased edges are near it)."""
+    _, rows, size = png_pixels(png)
+    counts = dict.fromkeys(colours, 0)
+    for row in rows:
+        for x in range(0, len(row), size):
+            red, green, blue = row[x : x + 3]
+            for colour in colours:
+                if (
+                    max(abs(red - colour[0]), abs(green - colour[1]), abs(blue - colour[2]))
+                    <= tolerance
+                ):
+                    counts[colour] += 1
+    return counts
+
+
 def fill(driver, values: dict[str, str]) -> None:
     from selenium.webdriver.common.by import By
 
@@ -115,9 +178,12 @@ async def test_console_pages_actions_and_a_master_kill(tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    async with LocalCluster(tmp_path / "cluster", nodes=3) as cluster:
+    conf = {"traceTopicEnable": "true"}
+    async with LocalCluster(tmp_path / "cluster", nodes=3, extra_conf=conf) as cluster:
         master = await cluster.wait_master()
-        console, url = start_console(cluster.namesrv_addr, tmp_path / "console.log")
+        console, url = start_console(
+            cluster.namesrv_addr, tmp_path / "console.log", "--sample-interval-ms", "500"
+        )
         driver = chrome()
         try:
             # the cluster at a glance: the group, its three members, its master
@@ -147,7 +213,9 @@ async def test_console_pages_actions_and_a_master_kill(tmp_path):
             until(driver, lambda d: f"Topic {TOPIC} written to" in text_of(d, "#notice"))
             topic_row = f'#topics-table tr[data-topic="{TOPIC}"]'
             until(driver, lambda d: text_of(d, f"{topic_row} td.messages") == "0")  # routed
-            async with Producer(cluster.namesrv_addr, "console-test") as producer:
+            async with Producer(
+                cluster.namesrv_addr, "console-test", enable_trace=True
+            ) as producer:
                 results = [
                     await producer.send(TOPIC, b"order %d" % n, tags="TagA", keys=f"order-{n}")
                     for n in range(12)
@@ -186,6 +254,9 @@ async def test_console_pages_actions_and_a_master_kill(tmp_path):
             assert found[0].get_attribute("data-msg-id") == sent.offset_msg_id
             assert "order 7" in text_of(driver, "article.message pre.body")
             assert sent.msg_id in found[0].text  # the unique key, shown with it
+            found[0].find_element(By.CSS_SELECTOR, "button.trace-button").click()
+            pub = 'article.message .trace tr[data-type="Pub"]'
+            until(driver, lambda d: text_of(d, pub).split()[:2] == ["Pub", "console-test"])
             screenshot(driver, "messages")
             for by, field, value in (
                 ("uniqKey", "lookup-uniq", sent.msg_id),
@@ -213,6 +284,7 @@ async def test_console_pages_actions_and_a_master_kill(tmp_path):
             # the master killed: the page shows the new one
             driver.get(url + "#cluster")
             until(driver, lambda d: shown_master(d, broker) == master)
+            old_term = int(text_of(driver, f'{rows}[data-self-id="{master}"] td.term'))
             killed_at = time.monotonic()
             cluster.kill(master)
             until(driver, lambda d: shown_master(d, broker) not in (None, "", master), 15)
@@ -224,6 +296,45 @@ async def test_console_pages_actions_and_a_master_kill(tmp_path):
             print(f"\nmaster {master} killed: the page showed {new_master} after {page_s:.2f} s")
             screenshot(driver, "failover")
             assert page_s < 3.0  # a couple of seconds
+
+            # the charts under load: rates drawn, the election marked where the term rose
+            charts_at = time.monotonic()
+            driver.get(url + "#charts")
+            Select(driver.find_element(By.ID, "charts-window")).select_by_value("300")  # 1 s
+            chart_state = """
+                const chart = document.querySelector('section.chart[data-chart="brokerPutTps"]');
+                if (!chart) return null;
+                const lines = [...chart.querySelectorAll("polyline.series")];
+                const marks = [...chart.querySelectorAll("g.election")]
+                    .filter((m) => m.dataset.brokerName === arguments[0]);
+                const zeroY = chart.querySelector("line.grid-line").y1.baseVal.value;
+                const electedX = Math.max(
+                    ...marks.map((m) => m.querySelector("line").x1.baseVal.value));
+                return {
+                    strokes: lines.map((l) => l.getAttribute("stroke")),
+                    terms: marks.map((m) => Number(m.dataset.term)),
+                    loadedAfter: lines.some(
+                        (l) => [...l.points].some((p) => p.x > electedX && p.y < zeroY)),
+                };"""  # read at once: the charts are redrawn every second
+
+            async with Producer(cluster.namesrv_addr, "console-charts") as producer:
+                while True:
+                    for n in range(20):
+                        await producer.send(TOPIC, b"load %d" % n)
+                    state = driver.execute_script(chart_state, broker)
+                    if state and state["terms"] and state["loadedAfter"]:  # the new master's puts
+                        break
+                    assert time.monotonic() - charts_at < 15, f"charts not drawn: {state}"
+            assert min(state["terms"]) > old_term  # one mark, or more after a split vote
+            screenshot(driver, "charts")
+            print(f"charts drawn {time.monotonic() - charts_at:.2f} s after opening")
+            plot = 'section.chart[data-chart="brokerPutTps"] svg'
+            png = until(driver, lambda d: d.find_element(By.CSS_SELECTOR, plot).screenshot_as_png)
+            strokes = {rgb(colour) for colour in state["strokes"]}
+            counts = colour_counts(png, strokes | {ELECTION_RGB})
+            assert sum(counts[colour] for colour in strokes) > 50  # lines, not a blank chart
+            assert counts[ELECTION_RGB] > 20  # the election's dashed line
+            print(f"charts drawn and checked {time.monotonic() - charts_at:.2f} s after opening")
 
             # the name server down: the page says so instead of failing
             cluster.kill("namesrv")

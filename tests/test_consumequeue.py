@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raftmq.broker.store.consumequeue import ENTRY_SIZE, ConsumeQueueTable
+from raftmq.broker.store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueueTable
 
 
 def test_a_sync_writes_and_fsyncs_only_the_queues_not_yet_durable(tmp_path):
@@ -134,3 +134,56 @@ def test_the_first_sync_after_a_restart_fsyncs_the_directories_of_loaded_files(t
     sync.done()
     reloaded.append(1, 150, 50, 0)
     assert reloaded.sync_work().dirs == []  # once durable, not again
+
+
+def test_a_zero_filled_file_rocketmq_preallocated_ends_at_its_last_entry(tmp_path):
+    """Apache RocketMQ's broker creates a ConsumeQueue file at its full size, zeros
+    after its entries: the queue ends at the last entry, and the next append follows
+    it in the same file (as RocketMQ's ConsumeQueue.recover reads it)."""
+    directory = tmp_path / "T" / "0"
+    directory.mkdir(parents=True)
+    entries = b"".join(ENTRY.pack(100 * k, 100, 7) for k in range(3))
+    first = directory / f"{0:020d}"
+    first.write_bytes(entries.ljust(300_000 * ENTRY_SIZE, b"\0"))
+    queue = ConsumeQueueTable(tmp_path).find_or_create("T", 0)
+    assert queue.max_offset == 3
+    assert queue.get(0) == (0, 100, 7)  # physical offset 0 is an entry, size 0 is not
+    queue.append(3, 300, 100, 7)
+    queue.write()
+    assert _files(directory) == [0]
+    reloaded = ConsumeQueueTable(tmp_path).find_or_create("T", 0)
+    assert reloaded.max_offset == 4 and reloaded.get(3) == (300, 100, 7)
+
+
+def test_a_dropped_topic_leaves_no_file_and_a_sync_captured_before_skips_it(tmp_path):
+    """drop_topic (a deleted topic) forgets the topic's queues and deletes their files,
+    returning each one's next offset. A checkpoint's sync captured before the drop runs
+    after it without a failure (it names files and directories that are gone), and
+    writes nothing into the files of the topic's queue made again after the drop."""
+    table = ConsumeQueueTable(tmp_path)
+    for queue_id in (0, 1):
+        queue = table.find_or_create("Gone", queue_id)
+        for k in range(3 + queue_id):
+            queue.append(k, 100 * k, 100, 0)
+    kept = table.find_or_create("Kept", 0)
+    kept.append(0, 900, 100, 0)
+    table.unsynced = {("Gone", 0), ("Gone", 1), ("Kept", 0)}
+    stale = table.sync_plan(table.unsynced)  # captured on the loop, run in a thread later
+    assert table.drop_topic("Gone") == {0: 3, 1: 4}
+    assert not (tmp_path / "Gone").exists() and table.topics() == {"Kept"}
+    assert table.unsynced == {("Kept", 0)}
+    again = table.find_or_create("Gone", 0)
+    again.append(3, 500, 100, 0)  # the topic's first message after it was made again
+    stale()()  # no DiskFailure for the directories gone
+    (path,) = (tmp_path / "Gone" / "0").iterdir()
+    assert path.name == f"{3 * ENTRY_SIZE:020d}" and path.stat().st_size == 0
+    assert kept.durable
+
+
+def test_a_drop_a_crash_cut_short_is_finished_at_load(tmp_path):
+    table = ConsumeQueueTable(tmp_path)
+    table.find_or_create("Gone", 0).append(0, 0, 100, 0)
+    table.write()
+    (tmp_path / "Gone").rename(tmp_path / "Gone.dropped")  # renamed, not yet removed
+    assert ConsumeQueueTable(tmp_path).topics() == set()
+    assert not (tmp_path / "Gone.dropped").exists()

@@ -70,8 +70,11 @@ def test_a_follower_store_refuses_a_leaders_entries_it_has_no_room_for():
     assert follower.append_encoded(blob) > 0
 
 
-def _cluster(seed: int) -> SimCluster:
-    cluster = SimCluster(3, random.Random(seed), segment_size=SEGMENT_BYTES, stores=FileStores)
+def _cluster(seed: int, **config) -> SimCluster:
+    cluster = SimCluster(
+        3, random.Random(seed), segment_size=SEGMENT_BYTES, stores=FileStores,
+        config_overrides=config,
+    )  # fmt: skip
     cluster.run_until_leader(settle_ms=300)
     return cluster
 
@@ -107,16 +110,80 @@ def test_a_follower_with_a_full_disk_acknowledges_nothing_and_the_quorum_commits
 
 
 def test_a_leader_over_its_disk_full_ratio_refuses_appends_and_resumes():
+    """With no member to hand over to (every follower's disk full too), it leads on,
+    refusing appends, and takes them again once there is room."""
     cluster = _cluster(4)
     leader = cluster.leader()
-    leader.replica.set_disk_full(True, cluster.now_ms)
+    for node in cluster.nodes.values():
+        node.replica.set_disk_full(True, cluster.now_ms)
     end = leader.store.end_index
     refused = _append(cluster, 5)
     assert _outcomes(cluster, refused) == [Code.DISK_FULL] * 5
     assert leader.store.end_index == end, "a refused append wrote nothing"
-    assert leader.replica.role is Role.LEADER  # it still leads and serves reads
-    leader.replica.set_disk_full(False, cluster.now_ms)
+    cluster.run_until(cluster.now_ms + 3000)  # placement checks every second
+    assert cluster.leader() is leader  # it still leads and serves reads
+    for node in cluster.nodes.values():
+        node.replica.set_disk_full(False, cluster.now_ms)
     assert _outcomes(cluster, _append(cluster, 5)) == [Code.SUCCESS] * 5
+
+
+@pytest.mark.parametrize("seed", [4, 6, 7])
+def test_a_leader_over_its_disk_full_ratio_hands_over_to_a_member_with_room(seed):
+    """DLedger keeps a full leader leading, refusing every append; here it hands over
+    at its next placement check (every second) to a voter whose disk is not full, and
+    the group takes appends again, committed by the two members with room."""
+    cluster = _cluster(seed)
+    leader = cluster.leader()
+    leader.replica.set_disk_full(True, cluster.now_ms)
+    assert _outcomes(cluster, _append(cluster, 3)) == [Code.DISK_FULL] * 3
+    cluster.run_until(cluster.now_ms + 2000)
+    assert cluster.leader().id != leader.id
+    assert _outcomes(cluster, _append(cluster, 5)) == [Code.SUCCESS] * 5
+
+
+@pytest.mark.parametrize("full_one", [0, 1])
+def test_a_follower_whose_disk_is_full_does_not_take_over(full_one):
+    """Asked to take over, a follower over its own diskFullRatio refuses (DISK_FULL): as
+    leader it could append nothing. The full leader turns to the other follower.
+    (Either follower full: the leader asks one of them first.)"""
+    cluster = _cluster(9)
+    leader = cluster.leader()
+    followers = sorted(n for n in cluster.ids if n != leader.id)
+    full_follower, roomy = followers[full_one], followers[1 - full_one]
+    cluster.nodes[full_follower].replica.set_disk_full(True, cluster.now_ms)
+    leader.replica.set_disk_full(True, cluster.now_ms)
+    leaders = set()
+    for _ in range(45):
+        cluster.run_until(cluster.now_ms + 100)
+        leaders.add(cluster.leader().id)
+    assert cluster.leader().id == roomy
+    assert full_follower not in leaders
+
+
+def test_a_follower_that_stores_nothing_stops_holding_back_retention():
+    """A follower whose disk is full answers heartbeats but stores none of what it
+    lacks: after followerStallTimeoutMs the leader's retention floor no longer waits
+    for it (it is named in `stalled_followers`); once it stores again, it does."""
+    cluster = _cluster(8, follower_stall_timeout_ms=5000)
+    leader = cluster.leader()
+    stuck = next(n for n in cluster.ids if n != leader.id)
+    keep_ms = 3600_000.0
+    cluster.stores.disks[stuck].full = True
+    _append(cluster, 60)
+    lacking = leader.replica.replication.progress[stuck].match_index + 1
+    assert leader.replica.retention_floor(cluster.now_ms, keep_ms) == lacking
+    cluster.run_until(cluster.now_ms + 3000)
+    assert leader.replica.retention_floor(cluster.now_ms, keep_ms) == lacking
+    assert leader.replica.stalled_followers == frozenset()
+    cluster.run_until(cluster.now_ms + 3000)  # 6 s without progress
+    floor = leader.replica.retention_floor(cluster.now_ms, keep_ms)
+    assert floor == leader.replica.committed_index + 1 > lacking
+    assert leader.replica.stalled_followers == {stuck}
+    cluster.stores.disks[stuck].full = False
+    cluster.nodes[stuck].replica.set_disk_full(False, cluster.now_ms)
+    cluster.run_until(cluster.now_ms + 1000)
+    leader.replica.retention_floor(cluster.now_ms, keep_ms)
+    assert leader.replica.stalled_followers == frozenset()
 
 
 def test_a_leader_with_no_room_for_a_new_segment_refuses_and_resumes():

@@ -25,8 +25,8 @@ async def closed_after_s(port: int, header: bytes) -> float:
     """Send `header` (a frame announcing 1000 bytes), then a byte every 0.1 s; how long
     until the server closes the connection."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
+    started = trio.current_time()  # before the send: the server may read it at once
     await stream.send_all(header)
-    started = trio.current_time()
 
     async def trickle() -> None:
         try:

@@ -96,6 +96,30 @@ def test_a_forged_reset_below_the_commit_index_is_refused_not_asserted():
     assert r.store.begin_index == 0 and r.store.end_index == 2
 
 
+@pytest.mark.parametrize(
+    "members",
+    ["not a configuration", "9|n0-h:1|\n9|n0-h:1|", "3|n0-h:1|n0-h:1\n3|n0-h:1|"],
+    ids=["garbage", "set-past-the-reset", "voter-and-learner"],
+)
+def test_a_reset_carrying_a_configuration_no_leader_sends_is_refused(members):
+    """A reset's configuration is the leader's at the entry before its beginning: one
+    that does not parse, or set by an entry past the reset, is refused before the log
+    is touched."""
+    r, answer = answer_to_forged_push(
+        "n2",
+        PushType.TRUNCATE,
+        5,
+        2,
+        term_runs=[(6, 2)],
+        leader_end_index=6,
+        reset_pos=4096,
+        members=members,
+    )
+    assert answer.code == Code.UNEXPECTED_ARGUMENT
+    assert r.store.begin_index == 0 and r.store.end_index == 2
+    assert r.members.current.index == -1
+
+
 def test_a_forged_append_that_disagrees_with_committed_entries_is_refused():
     r, answer = answer_to_forged_push("n2", PushType.APPEND, 1, 2, count=1)
     assert answer.code == Code.INCONSISTENT_STATE

@@ -281,6 +281,29 @@ def log_of(bodies, term=3, segment_size=256):
     return b"".join(parts)
 
 
+def test_entries_as_dledger_writes_them_continue_a_log():
+    """Apache RocketMQ's DLedger leaves chainCrc and bodyCrc at zero: such entries are
+    taken unchecked (a log it wrote opens, and a raftmq leader resends them to a
+    follower), and raftmq's entries after them chain on from zero; one CRC field of
+    two at zero is still a damaged entry."""
+    blob = bytearray(log_of([b"java-0", b"java-1", b"ours"], segment_size=1024))
+    first = len(log_of([b"java-0", b"java-1"], segment_size=1024))
+    entry_bytes = dentry.HEADER_SIZE + len(b"java-0")
+    for start in (0, entry_bytes):  # the two DLedger entries: CRC fields zeroed
+        blob[start + dentry.CHAIN_OFFSET : start + dentry.HEADER_SIZE - 4] = bytes(8)
+    ours, _chain = dentry.encode(int(EntryType.NORMAL), 3, 3, first, b"ours", 0)
+    blob[first:] = ours
+    rows = dstore.validate_continuation(bytes(blob), 1, 0, 0, 7, 1024)
+    assert [row[3] for row in rows] == [1, 2, 3] and [row[6] for row in rows][:2] == [0, 0]
+    same("validate_continuation", bytes(blob), 1, 0, 0, 7, 1024)
+    for start in (0, entry_bytes):
+        assert dentry.check(memoryview(blob), start, None)[4] == 0
+    blob[dentry.CHAIN_OFFSET] = 1  # the first entry's chainCrc alone no longer zero
+    with pytest.raises(dentry.CorruptEntry, match="bodyCrc mismatch at index 1"):
+        dentry.check(memoryview(blob), 0, None)
+    same("validate_continuation", bytes(blob), 1, 0, 0, 7, 1024)
+
+
 @given(
     st.lists(st.binary(max_size=60), min_size=1, max_size=6),
     st.integers(0, 400),  # a byte to damage (past the end: none)

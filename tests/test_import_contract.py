@@ -62,11 +62,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "raftmq.remoting": BASE | {"raftmq.hotpath"},
     "raftmq.protocol": BASE | {"raftmq.hotpath"},
     "raftmq.dledger": frozenset(),
+    # the leader plan, pure: a broker's automatic balancing and mqadmin's verb share it
+    "raftmq.placement": frozenset(),
     "raftmq.dledger.codes": frozenset(),
     "raftmq.dledger.config": BASE,
     "raftmq.dledger.tuning": frozenset(),
     "raftmq.dledger.store": BASE | {"raftmq.dledger.codes", "raftmq.disk", "raftmq.hotpath"},
-    "raftmq.dledger.core": DLEDGER_VOCABULARY | {"raftmq.dledger.store", "raftmq.disk"},
+    "raftmq.dledger.core": DLEDGER_VOCABULARY
+    | {"raftmq.config", "raftmq.dledger.store", "raftmq.disk"},
     "raftmq.dledger.net": BASE | {"raftmq.dledger.codes", "raftmq.dledger.core"},
     "raftmq.dledger.metrics": DLEDGER_VOCABULARY | {"raftmq.dledger.core", "raftmq.dledger.store"},
     "raftmq.dledger.sim": DLEDGER_VOCABULARY
@@ -83,7 +86,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     },
     "raftmq.dledger.client": BASE | {"raftmq.dledger.codes", "raftmq.dledger.net"},
     "raftmq.dledger.cli": BASE | DLEDGER_LIBRARY | {"raftmq.dledger.client", "raftmq.disk"},
-    "raftmq.namesrv": BASE | {"raftmq.remoting"},
+    # the controller (RIP-44) is a second state machine on a DLedger server
+    "raftmq.controller": BASE | WIRE | DLEDGER_LIBRARY,
+    # `enableControllerInNamesrv=true` runs a controller in the name server's process
+    "raftmq.namesrv": BASE | {"raftmq.remoting", "raftmq.controller"},
     "raftmq.broker.store": BASE
     | WIRE
     | {
@@ -97,11 +103,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "raftmq.broker": BASE
     | WIRE
     | DLEDGER_LIBRARY
-    | {"raftmq.broker.store", "raftmq.broker.acl", "raftmq.disk", "raftmq.hotpath"},
+    | {"raftmq.broker.store", "raftmq.broker.acl", "raftmq.disk", "raftmq.hotpath"}
+    | {"raftmq.placement"}
+    # `mqbroker --enable-proxy` (local mode) hosts the proxy in the broker's process
+    | {"raftmq.proxy"},
     "raftmq.client": BASE | WIRE,
-    "raftmq.client.mqadmin": BASE | WIRE | {"raftmq.client"},
+    "raftmq.client.mqadmin": BASE | WIRE | {"raftmq.client", "raftmq.placement"},
     "raftmq.client.spark": BASE | WIRE | {"raftmq.client"},
     "raftmq.console": BASE | WIRE | {"raftmq.client", "raftmq.client.mqadmin"},
+    # mqproxy reaches the brokers as a client does, and checks gRPC signatures against
+    # the brokers' ACL accounts with their own code.
+    "raftmq.proxy": BASE | WIRE | {"raftmq.client", "raftmq.broker.acl"},
     "pyspark_rocketmq": frozenset({"raftmq.client.spark"}),
 }
 ALLOWED = {name: frozenset(arrows) for name, arrows in ALLOWED.items()}
@@ -178,7 +190,7 @@ def violations(module: str, source: str, is_package: bool = False) -> list[str]:
     return wrong
 
 
-MAPPED = ("dledger", "broker", "namesrv")  # top-level directories installed under raftmq (setup.py)
+MAPPED = ("dledger", "broker", "namesrv", "controller")  # top-level, under raftmq (setup.py)
 
 
 def our_modules() -> list[tuple[str, Path]]:

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jepsen.checker import TOPOLOGY_CHECKS, check
+from jepsen.checker import TOPOLOGY_CHECKS, check, check_membership
 from jepsen.history import Recorder, faults, load, pairs
+from jepsen.runner import checks_for
 
 
 class Clock:
@@ -385,6 +386,19 @@ def test_a_window_still_open_at_the_end_never_recovered():
     assert results["availability"]["no_progress"] == []
 
 
+def test_a_window_open_when_the_load_ends_ends_with_the_load_not_the_run():
+    """A send failed at the end of the load, then the run read for 10 s more: the window
+    is the send's, not the reading's (a fault near the end was charged 2.3-3.4 s so)."""
+    run = Run()
+    run.send(1, "1-0", 0)  # t 1, 2
+    run.unsent(2, "2-0", "fail")  # 3, 4
+    run.clock.t = 14
+    run.poll(10, 0, [(0, "1-0")])  # reading after the load, t 15, 16
+    run.log("1-0")
+    (window,) = run.check()["availability"]["windows"]
+    assert (window["start"], window["end"], window["recovered"]) == (3.0, 4.0, False)
+
+
 def test_latency_percentiles_of_ok_sends():
     run = Run()
     for i in range(100):
@@ -645,6 +659,58 @@ def test_async_loss_with_a_hole_or_without_a_lost_master_is_fatal():
     assert _async_loss(True, set())["valid"]
 
 
+def _failover_loss(lost: set[str]):
+    """A controller-mode group with allAckInSyncStateSet=false: a..c acknowledged by n0,
+    then d..f by n1 (elected in its place); the final log lacks `lost`."""
+    run = Run()
+    values = ["a", "b", "c", "d", "e", "f"]
+    for offset, value in enumerate(values):
+        run.invoke_send(offset + 1, value)
+        run.ack(offset + 1, offset, node="n0" if value < "d" else "n1")
+    run.log(*(v for v in values if v not in lost))
+    return check(run.rec.ops, run.final, {}, checks=TOPOLOGY_CHECKS["controller-async"])["lost"]
+
+
+def test_failover_loss_of_the_old_masters_last_acks_is_allowed_and_stated():
+    lost = _failover_loss({"b", "c"})
+    assert lost["valid"] and lost["count"] == 2, lost
+    assert lost["by_master"] == [
+        {"node": "n0", "lost": 2, "last_ms": lost["by_master"][0]["last_ms"]}
+    ]
+    assert "(suffixes of their reigns)" in lost["statement"]
+    assert _failover_loss(set())["valid"]
+
+
+def test_failover_loss_with_a_hole_or_by_the_last_master_is_fatal():
+    hole = _failover_loss({"a"})  # b and c were sent after a was acked, and survived
+    assert not hole["valid"] and [v["value"] for v in hole["violations"]] == ["b", "c"]
+    assert "NOT only such suffixes" in hole["statement"]
+    last = _failover_loss({"f"})  # n1 was never replaced
+    assert not last["valid"] and last["violations"][0]["value"] == "f"
+
+
+@pytest.mark.parametrize("lost", [{"c"}, {"a", "c"}], ids=["suffix", "hole"])
+def test_offsets_a_failover_loss_reused_count_against_it_only_when_allowed(lost):
+    """n0 acknowledges a..c at 0..2 and a consumer reads c at 2; n1, elected, gives 2
+    to d. The offset checks leave c out when `lost` allows its loss; with a hole (a
+    lost too) they judge everything, c included."""
+    run = Run()
+    for process, (value, offset, node) in enumerate(
+        [("a", 0, "n0"), ("b", 1, "n0"), ("c", 2, "n0"), ("d", 2, "n1"), ("e", 3, "n1")], 1
+    ):
+        run.invoke_send(process, value)
+        run.ack(process, offset, node=node)
+        if value == "c":
+            run.poll(9, 2, [(2, "c")])
+    run.final[0] = [(o, v) for o, v in [(0, "a"), (1, "b"), (2, "d"), (3, "e")] if v not in lost]
+    results = check(run.rec.ops, run.final, {}, checks=checks_for("queue", "controller-async"))
+    allowed = lost == {"c"}
+    assert results["lost"]["valid"] is allowed
+    for name in ("inconsistent_offsets", "offset_mismatch", "realtime_order"):
+        assert results[name]["valid"] is allowed, (name, results[name])
+    assert results["valid"] is allowed
+
+
 def test_sync_master_sends_without_the_slave_copy_are_counted_apart():
     run = Run()
     run.send(1, "a", 0)
@@ -710,3 +776,33 @@ def test_a_group_missing_a_message_above_where_it_started_fails_consumed():
     assert (missed["group"], missed["value"]) == ("r", "2-0")
     run.poll(11, 3, [(3, "2-0")], group="r")
     assert check_upgraded(run)["valid"] is True
+
+
+def test_the_membership_check_fails_when_the_voters_are_not_those_the_changes_left():
+    """A replacement recorded as done whose group still has its old voters at the end (a
+    change answered but not made) fails the run; each change gets the worst window of
+    unavailability within a second of it, and only those."""
+    replaced = [
+        {
+            "kind": "membership",
+            "changes": [
+                {"change": "add", "member": "n3", "start": 10.0, "end": 14.0},
+                {"change": "remove", "member": "n0", "start": 16.0, "end": 16.5},
+            ],
+        }
+    ]
+    windows = [
+        {"start": 9.5, "end": 9.8, "duration": 0.3},
+        {"start": 16.4, "end": 17.1, "duration": 0.7},
+        {"start": 30.0, "end": 35.0, "duration": 5.0},
+    ]
+    done = {
+        "start": ["n0", "n1", "n2"],
+        "expected": ["n1", "n2", "n3"],
+        "final": ["n1", "n2", "n3"],
+    }
+    result = check_membership(done, replaced, windows)
+    assert result["valid"]
+    assert [c["worst_unavailable_s"] for c in result["changes"]] == [0.3, 0.7]
+    undone = {**done, "final": ["n0", "n1", "n2"]}
+    assert not check_membership(undone, replaced, windows)["valid"]

@@ -58,10 +58,12 @@ class ClientNet:
 class Cluster:
     def __init__(self) -> None:
         self.ids = NODES
+        self.controllers = ()
         self.net = None
         self.clients = ClientNet()
         self.slowing: dict = {}  # no disk faults here
         self.mounted: list = []
+        self.out: set = set()  # no member set aside
 
     async def leader(self) -> str:
         return "n1"

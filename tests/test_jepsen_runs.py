@@ -1,8 +1,9 @@
 """Fault-injection runs against real processes: a name server and a 3-node broker
 group behind peer-link proxies, producers and consumers recording a history.
 
-- a seeded run with kills, pauses, partitions and lost unsynced writes must pass
-  every safety check;
+- a seeded run with kills, pauses, partitions, lost unsynced writes and a member
+  replaced must pass every safety check, the group's voters at the end being those
+  the replacement left;
 - the negative control — acknowledging before fsync, then coordinated power cuts —
   must be reported as losing acknowledged messages, or the suite could not see the
   bug class it hunts;
@@ -13,6 +14,9 @@ group behind peer-link proxies, producers and consumers recording a history.
   place to three DLedger members, then killed, paused and partitioned, must keep
   every old message at its queue offset and the offsets committed before the
   upgrade (and the check must see one old message dropped);
+- a controller-mode group (two brokers, three controllers) through kills, pauses and
+  partitions of its master and its controllers, restarts, fsync failures and the
+  master lost for good must lose nothing acknowledged;
 - hypothesis draws schedules (a couple in CI, more with
   RAFTMQ_HYPOTHESIS_PROFILE=long); a failure names the run directory, whose
   schedule.json replays it: `python -m jepsen run --schedule <dir>/schedule.json`.
@@ -42,10 +46,13 @@ def _explain(results: dict, config: RunConfig) -> str:
 
 @pytest.mark.processes
 async def test_a_seeded_run_with_every_fault_class_loses_nothing(tmp_path):
+    """Seed 87 pauses a member, kills the leader, replaces the leader (the member set
+    aside added, then the leader removed), cuts the new leader's links one way (the new
+    member's among them) and loses unsynced writes on a minority."""
     config = RunConfig(
         run_dir=tmp_path / "run",
-        seed=11,
-        faults=("kill", "pause", "partition", "disk"),
+        seed=87,
+        faults=("kill", "pause", "partition", "disk", "membership"),
         time_limit_s=35,
         progress=False,
     )
@@ -54,7 +61,10 @@ async def test_a_seeded_run_with_every_fault_class_loses_nothing(tmp_path):
     counts = results["counts"]
     assert counts["acknowledged"] > 1000
     assert counts["polled_messages"] >= counts["acknowledged"]
-    assert len(counts["faults"]) >= 3, counts["faults"]  # the seed's schedule mixes kinds
+    assert len(counts["faults"]) >= 4, counts["faults"]  # the seed's schedule mixes kinds
+    membership = results["membership"]
+    assert [c["change"] for c in membership["changes"]] == ["add", "remove"]
+    assert membership["members"]["final"] != membership["members"]["start"]
     assert results["run"]["recovered"] and results["run"]["drained"]
     for name in ("history.jsonl", "results.json", "summary.txt", "latency.svg", "schedule.json"):
         assert (config.run_dir / name).stat().st_size > 0
@@ -247,6 +257,123 @@ async def test_async_master_loses_only_what_its_slave_had_not_received(tmp_path)
     assert lost["count"] > 100 and lost["violations"] == [], lost
     assert "(a suffix of the log)" in lost["statement"]
     assert f"lost: {lost['statement']}" in summary(results, config)
+
+
+def controller_config(
+    tmp_path, topology: str, seed: int, time_limit_s: float, rate: int, steps: tuple
+) -> RunConfig:
+    """A run of `steps` on two brokers in controller mode."""
+    return RunConfig(
+        run_dir=tmp_path / topology,
+        seed=seed,
+        nodes=2,
+        time_limit_s=time_limit_s,
+        rate=rate,
+        steps=steps,
+        progress=False,
+        topology=topology,
+    )
+
+
+@pytest.mark.processes
+async def test_a_controller_mode_group_loses_nothing_through_every_fault_kind(tmp_path):
+    """Two brokers in controller mode (allAckInSyncStateSet=true) and three controllers,
+    30 s: the master killed, paused past its 3 s heartbeat timeout, cut off from every
+    controller (the slave still reaches it), the controller leader killed, a rolling
+    restart, fsync failing on the master, then the master lost for good. Each master
+    change is an election from the SyncStateSet, and nothing acknowledged is lost."""
+    config = controller_config(
+        tmp_path,
+        "controller",
+        3,
+        30,
+        400,
+        (
+            Step(2.0, "kill", "leader", "sigkill", 1.5, seed=0),
+            Step(6.0, "pause", "leader", "sigstop", 4.0, seed=1),
+            Step(12.0, "partition", "master-from-controllers", "blackhole", 4.5, seed=2),
+            Step(18.5, "kill", "controller-leader", "sigkill", 1.5, seed=3),
+            Step(21.0, "restart", "rolling", "sigterm", 0.5, seed=4),
+            Step(24.5, "disk", "leader", "fsync-eio", 3.0, seed=31),  # 8 fsyncs on a loaded machine
+            Step(28.0, "lose-master", "leader", "sigkill", 1.0, seed=6),
+        ),
+    )
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    assert results["lost"]["count"] == 0
+    faults_run = results["run"]["faults"]
+    assert [f["kind"] for f in faults_run] == [s.kind for s in config.steps]
+    assert faults_run[3]["targets"][0].startswith("c"), "a controller was killed"
+    # the fsync fault bites only if the target makes its 8th fsync within the window: it
+    # did in some runs and not in others (the target may be a slave by then); where it
+    # bites, any exit status but 4 is a process error, which fails the run above
+    assert faults_run[5]["exit_status"] in (None, 4)
+    masters = {p.completion["node"] for p in pairs(load(config.run_dir / "history.jsonl"))
+               if p.f == "send" and p.type == "ok"}  # fmt: skip
+    assert masters == {"n0", "n1"}, "both brokers were master in turn"
+    assert results["counts"]["acknowledged"] > 2000
+    assert results["run"]["recovered"] and results["run"]["drained"]
+
+
+@pytest.mark.processes
+async def test_an_async_controller_group_loses_only_a_replaced_masters_last_acks(tmp_path):
+    """allAckInSyncStateSet=false: the master's HA link is cut for 2 s (it goes on
+    acknowledging alone, its slave still in its SyncStateSet), then it is killed for
+    good and the slave elected. What it acknowledged in those 2 s is lost, and the
+    checker allows it as the end of a replaced master's reign. Consumers had read some
+    of it at offsets the new master gave to other messages: the offset checks leave
+    the allowed losses out. The same history with a message the last master
+    acknowledged missing from the final log must fail: the negative control."""
+    steps = (Step(2.0, "lose-master", "leader", "slave-cut-off", 2.0, seed=1),)
+    config = controller_config(tmp_path, "controller-async", 5, 5, 200, steps)
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    lost = results["lost"]
+    assert lost["count"] > 50 and lost["violations"] == [], lost
+    assert "(suffixes of their reigns)" in lost["statement"], lost["statement"]
+    [lose] = [f for f in results["run"]["faults"] if f["kind"] == "lose-master"]
+    assert lost["by_master"][-1]["node"] == lose["targets"][0]
+    assert f"lost: {lost['statement']}" in summary(results, config)
+
+    history = load(config.run_dir / "history.jsonl")
+    final = json.loads((config.run_dir / "final.json").read_text())
+    replicas = json.loads((config.run_dir / "replicas.json").read_text())
+    last = max((p for p in pairs(history) if p.f == "send" and p.type == "ok"), key=lambda p: p.end)
+    queue = final[str(last.invoke["key"])]
+    queue.remove([last.completion["offset"], last.invoke["value"]])
+    control = check(
+        history, final, replicas, results["run"], checks_for("queue", "controller-async")
+    )
+    assert not control["valid"] and not control["lost"]["valid"]
+    [violation] = control["lost"]["violations"]
+    assert violation["why"] == "lost by the last master, which nothing replaced"
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("workload", "seed", "rate", "acknowledged"), [("pop", 3, 200, 1000), ("timers", 5, 100, 500)]
+)
+async def test_pop_and_timer_runs_under_faults_pass_their_checks(
+    tmp_path, workload, seed, rate, acknowledged
+):
+    """20 s of kills, pauses and partitions under POP consumers (every acknowledged send
+    popped and acked, none popped again after its ack committed, abandoned ones
+    redelivered) and under timer messages (none early, none later than the bound)."""
+    config = RunConfig(
+        run_dir=tmp_path / workload,
+        seed=seed,
+        faults=("kill", "pause", "partition"),
+        time_limit_s=20,
+        rate=rate,
+        progress=False,
+        workload=workload,
+    )
+    results = await run(config)
+    assert results["valid"], _explain(results, config)
+    assert results["counts"]["acknowledged"] > acknowledged
+    assert results["run"]["recovered"] and results["run"]["drained"]
+    if workload == "pop":
+        assert results["pop_redeliveries"]["count"] > 0  # abandoned messages came back
 
 
 @pytest.mark.processes

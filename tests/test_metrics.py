@@ -8,9 +8,12 @@ Expositions are parsed with prometheus_client's own parser, as a scraper reads t
 from __future__ import annotations
 
 import datetime
+import json
+import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -26,8 +29,23 @@ from raftmq.client import Producer
 from raftmq.client.mqadmin.brokers import day_totals
 from raftmq.process.metrics_endpoint import MetricsPortError, serve_metrics
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster
-from tests.helpers import create_topic, group, read_until, stopped, wait_for
+from raftmq.tools.broker_local import LocalClassicGroup, LocalCluster, LocalControllerGroup
+from tests.helpers import (
+    CLASSIC_FAMILIES,
+    CONTROLLER_FAMILIES,
+    DASHBOARD,
+    DLEDGER_GROUP_FAMILIES,
+    PROXY_FAMILIES,
+    consuming_all,
+    create_topic,
+    dashboard_metrics,
+    group,
+    read_until,
+    stopped,
+    wait_for,
+)
+
+pytestmark = pytest.mark.untimed
 
 
 def samples(text: str) -> dict[str, list[tuple[dict, float]]]:
@@ -286,6 +304,35 @@ async def _route(g, topic: str):
         return await client.invoke(request, 5.0)
 
 
+# ---------------------------------------------------------------- the Grafana dashboard
+
+
+def test_the_grafana_dashboard_imports_and_reads_only_served_families():
+    """docs/grafana/raftmq.json imports into Grafana with a Prometheus data source chosen
+    at import; every family it reads is documented, and is checked against what real
+    processes serve by one of the scrapes below (or the proxy's, tests/test_proxy.py)."""
+    board = json.loads(DASHBOARD.read_text())
+    assert [i["name"] for i in board["__inputs"]] == ["DS_PROMETHEUS"]
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids))
+    charts = [panel for panel in board["panels"] if panel["type"] != "row"]
+    for panel in charts:
+        assert panel["datasource"]["uid"] == "${DS_PROMETHEUS}" and panel["targets"], panel
+        assert {t["refId"] for t in panel["targets"]} == {
+            chr(65 + k) for k in range(len(panel["targets"]))
+        }
+    read = dashboard_metrics("rocketmq_", "dledger_")
+    families = (DLEDGER_GROUP_FAMILIES, CLASSIC_FAMILIES, CONTROLLER_FAMILIES, PROXY_FAMILIES)
+    assert read == set().union(*(dashboard_metrics(*f) for f in families))
+    documented = (DASHBOARD.parents[1] / "metrics.md").read_text()
+    for name in read:
+        # the table shortens a family's kin to their tails: `_elections_won_total`,
+        # `_put_tps10/60/600`
+        words = re.sub(r"_(bucket|count|sum)$|\d+$", "", name).split("_")
+        tails = {"_" + "_".join(words[k:]) for k in range(1, len(words) - 1)}
+        assert any(f"`{t}" in documented for t in {*tails, "_".join(words)}), name
+
+
 # ---------------------------------------------------------------- real processes
 
 
@@ -303,7 +350,8 @@ async def test_metrics_scraped_through_a_master_kill(tmp_path):
     """Every broker of a 3-member group and the name server serve /metrics. Before the
     kill the master's member reports LEADER and counts the puts; after it, another
     member reports LEADER in a higher term, the committed index keeps rising, and the
-    name server shows a master again."""
+    name server shows a master again. They serve every family of a DLedger group the
+    Grafana dashboard reads."""
     async with LocalCluster(tmp_path, metrics=True) as cluster:
         await cluster.create_topic("Scraped")
         old_master = await cluster.wait_master()
@@ -311,9 +359,15 @@ async def test_metrics_scraped_through_a_master_kill(tmp_path):
         async with Producer(cluster.namesrv_addr, "PG") as producer:
             for i in range(20):
                 await producer.send("Scraped", f"before {i}".encode())
+            sent = {f"before {i}".encode() for i in range(20)}
+            async with consuming_all(cluster.namesrv_addr, "ScrapedGroup", "Scraped", sent):
+                pass  # its offsets are committed as it stops
             await cluster.wait_caught_up()
             before = {n: await _scrape(cluster.metrics_addrs[n]) for n in cluster.ids}
             assert all(found is not None for found in before.values())
+            namesrv = await _scrape(cluster.metrics_addrs["namesrv"])
+            served = set(namesrv).union(*before.values())
+            assert dashboard_metrics(*DLEDGER_GROUP_FAMILIES) <= served
             leaders = [
                 n for n, found in before.items() if value(found, "dledger_role", role="LEADER") == 1
             ]
@@ -373,6 +427,52 @@ async def test_a_classic_master_and_slave_serve_broker_metrics_without_dledger_o
     copied = value(slave, "rocketmq_brokeruntime_commitlog_maxoffset")
     assert copied == value(master, "rocketmq_brokeruntime_commitlog_maxoffset") > 0
     assert not [name for name in {**master, **slave} if name.startswith("dledger_")]
+    assert dashboard_metrics(*CLASSIC_FAMILIES) <= set(master)
+
+
+@pytest.mark.processes
+async def test_controller_mode_metrics_show_epochs_sync_state_sets_and_elections(tmp_path):
+    """Controllers and brokers of a 2-replica controller-mode group, scraped before and
+    after the master's SIGKILL: every controller reports the group's master epoch,
+    SyncStateSet size and epoch and the elections (one more after the kill), one of
+    them leads; the master reports its in-sync replicas and epoch, the slave that it
+    is not master, and the new master the next epoch with itself alone in sync."""
+    conf = {"controllerHeartBeatTimeoutMills": "3000"}
+    async with LocalControllerGroup(tmp_path, replicas=2, extra_conf=conf, metrics=True) as group:
+        master = await group.wait_in_sync(2)
+        [slave] = [n for n in group.ids if n != master]
+        controllers = [await _scrape(group.metrics_addrs[c]) for c in group.CONTROLLERS]
+        for found in controllers:
+            assert value(found, "rocketmq_controller_master_epoch", broker="broker-a") == 1
+            assert value(found, "rocketmq_controller_sync_state_set_size") == 2
+            assert value(found, "rocketmq_controller_sync_state_set_epoch") == 2
+            assert value(found, "rocketmq_controller_elections_total") == 1
+        assert sum(value(f, "rocketmq_controller_leader") for f in controllers) == 1
+        on_master = await _scrape(group.metrics_addrs[master])
+        assert value(on_master, "rocketmq_ha_is_master") == 1
+        assert value(on_master, "rocketmq_ha_in_sync_replicas") == 2
+        assert value(on_master, "rocketmq_ha_master_epoch") == 1
+        assert value(on_master, "rocketmq_ha_sync_state_set_epoch") == 2
+        on_slave = await _scrape(group.metrics_addrs[slave])
+        served = set(on_master).union(*controllers)
+        assert dashboard_metrics(*CONTROLLER_FAMILIES) <= served  # what Grafana reads
+        assert value(on_slave, "rocketmq_ha_is_master") == 0
+        assert value(on_slave, "rocketmq_ha_master_epoch") == 1
+        assert "rocketmq_ha_in_sync_replicas" not in on_slave
+
+        group.kill(master)
+        elected = await _scrape_until(
+            group.metrics_addrs["c0"],
+            lambda f: f is not None and value(f, "rocketmq_controller_elections_total") == 2,
+        )
+        assert value(elected, "rocketmq_controller_master_epoch") == 2
+        assert value(elected, "rocketmq_controller_sync_state_set_size") == 1
+        on_new = await _scrape_until(
+            group.metrics_addrs[slave],
+            lambda f: f is not None and value(f, "rocketmq_ha_is_master") == 1,
+        )
+        assert value(on_new, "rocketmq_ha_master_epoch") == 2
+        assert value(on_new, "rocketmq_ha_in_sync_replicas") == 1
 
 
 def _diffs(found: dict | None) -> list[float] | None:
@@ -455,3 +555,20 @@ async def test_broker_local_metrics_flag_prints_addresses_that_serve_metrics(tmp
         process.send_signal(signal.SIGINT)
         with trio.fail_after(30):
             assert await process.wait() == 130
+
+
+async def test_timer_gauges_show_the_backlog_and_the_fired_progress(nursery, tmp_path):
+    g = await group(nursery, tmp_path, nodes=1, timerPrecisionMs="200")
+    await create_topic(g, "T", 1)
+    master = g.master()
+    now_ms = int(time.time() * 1000)
+    for uniq_key, deliver_ms in (("soon", now_ms + 300), ("tomorrow", now_ms + 86_400_000)):
+        props = f"UNIQ_KEY\x01{uniq_key}\x02TIMER_DELIVER_MS\x01{deliver_ms}\x02"
+        assert (await g.send(master, "T", b"x", props=props)).code == ResponseCode.SUCCESS
+    await wait_for(lambda: master.store.max_offset("T", 0) == 1, timeout_s=5)
+    await wait_for(lambda: master.store.metadata.timer_progress[0] >= now_ms)
+    found = scrape_registry(master.registry)
+    assert value(found, "rocketmq_timer_backlog", broker="broker-t") == 1  # tomorrow's
+    assert value(found, "rocketmq_timer_in_memory", broker="broker-t") == 0
+    assert value(found, "rocketmq_timer_fired_ms", broker="broker-t") >= now_ms
+    assert 0 <= value(found, "rocketmq_timer_lateness_ms", broker="broker-t") <= 200 + 300

@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -29,7 +30,9 @@ from raftmq.protocol.msgid import create_message_id
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LocalCluster
 from raftmq.tools.dledger_local import free_ports
-from tests.helpers import NO_ANSWER, mqadmin
+from tests.helpers import NO_ANSWER, mqadmin, wait_for
+
+pytestmark = pytest.mark.untimed
 
 CLUSTER = "RaftCluster"
 
@@ -249,6 +252,33 @@ async def test_update_topic_shows_in_route_and_list(cluster):
 
 
 @pytest.mark.processes
+async def test_update_topic_sets_attributes(cluster):
+    """`-a +message.type=FIFO` (RocketMQ 5's syntax) lands in the topic's config on
+    every member of the group."""
+    completed = await mqadmin(
+        "updateTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", "Typed", "-a",
+        "+message.type=FIFO",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "attributes=+message.type=FIFO]" in completed.stdout.decode()
+    with trio.fail_after(10):
+        for node in cluster.ids:
+            while True:
+                read = await cluster.broker_call(
+                    node, RequestCode.GET_TOPIC_CONFIG, {"topic": "Typed"}
+                )
+                if read.code == ResponseCode.SUCCESS:
+                    break
+                await trio.sleep(0.05)
+            assert json.loads(read.body)["attributes"] == {"message.type": "FIFO"}
+    refused = await mqadmin(
+        "updateTopic", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-t", "Typed", "-a", "+x=1"
+    )
+    assert refused.returncode != 0
+    assert "unsupported attribute 'x'" in refused.stderr.decode()
+
+
+@pytest.mark.processes
 def test_unknown_topic_exits_1(cluster, capsys):
     assert main(["topicRoute", "-n", cluster.namesrv_addr, "-t", "NoSuchTopic"]) == 1
     assert "code 17 (TOPIC_NOT_EXIST)" in capsys.readouterr().err
@@ -428,6 +458,62 @@ async def test_delete_topic_removes_it_from_brokers_and_name_server(cluster):
     assert usage.returncode == 2  # -c is required, as in RocketMQ
 
 
+async def queue_offsets(cluster: LocalCluster, node: str, topic: str) -> tuple[int, int]:
+    """(min, max) offset of `topic`'s queue 0 on one member."""
+    ext = {"topic": topic, "queueId": "0"}
+    low = await cluster.broker_call(node, RequestCode.GET_MIN_OFFSET, ext)
+    high = await cluster.broker_call(node, RequestCode.GET_MAX_OFFSET, ext)
+    return int(low.ext_fields["offset"]), int(high.ext_fields["offset"])
+
+
+@pytest.mark.processes
+async def test_deleted_topics_queues_go_from_every_replica_and_offsets_go_on(cluster):
+    """deleteTopic drops the topic's ConsumeQueue files on every replica, where each
+    applies the deletion from the log (they stayed before); the topic created again
+    continues its queues' offsets, on a new master too, so a group's committed offset
+    never covers a new message. cleanUnusedTopic drops the queues of a topic the
+    broker does not have (here one left in a follower's store while it was stopped)
+    on every member."""
+    topic, ns = "Recreated", cluster.namesrv_addr
+    cq_dirs = {node: cluster.store_dir(node) / "consumequeue" for node in cluster.ids}
+    await cluster.create_topic(topic, 1)
+    master = await cluster.wait_master()
+    for n in range(3):
+        await send(cluster.broker_addrs[master], topic, b"old%d" % n, 0)
+    await wait_for(lambda: all((d / topic / "0").is_dir() for d in cq_dirs.values()), 10)
+    deleted = await mqadmin("deleteTopic", "-n", ns, "-c", CLUSTER, "-t", topic)
+    assert deleted.returncode == 0, deleted.stderr
+    await wait_for(lambda: not any((d / topic).exists() for d in cq_dirs.values()), 10)
+
+    await cluster.restart(master)  # a new master: its offset table is rebuilt
+    master = await cluster.wait_master(not_node=master)
+    await cluster.create_topic(topic, 1)
+    await send(cluster.broker_addrs[master], topic, b"new", 0)
+    with trio.fail_after(10):
+        for node in cluster.ids:
+            while await queue_offsets(cluster, node, topic) != (3, 4):
+                await trio.sleep(0.05)
+
+    follower = next(node for node in cluster.ids if node != master)
+    cluster.kill(follower)
+    shutil.copytree(cq_dirs[follower] / topic, cq_dirs[follower] / "Orphan")
+    cluster.start_broker(follower)
+    await send(cluster.broker_addrs[master], topic, b"wakes", 0)  # a commit to learn
+    await cluster.wait_caught_up()
+    cleaned = await mqadmin("cleanUnusedTopic", "-n", ns, "-c", CLUSTER)
+    assert (cleaned.returncode, cleaned.stdout) == (0, b"success"), cleaned.stderr
+    assert not (cq_dirs[follower] / "Orphan").exists()
+    assert (cq_dirs[follower] / topic / "0").is_dir()  # a topic the broker has stays
+    address = cluster.broker_addrs[master]
+    cleaned = await mqadmin("cleanUnusedTopic", "-n", ns, "-b", address)
+    assert (cleaned.returncode, cleaned.stdout) == (0, b"success"), cleaned.stderr
+
+    for system in ("RMQ_SYS_TRANS_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX", CLUSTER):  # as RocketMQ's
+        refused = await mqadmin("deleteTopic", "-n", ns, "-c", CLUSTER, "-t", system)
+        assert refused.returncode == 1, refused
+        assert f"The topic[{system}] is conflict with system topic." in refused.stderr.decode()
+
+
 async def topic_configs(admin: Admin, address: str) -> dict:
     response = await admin.call(address, RequestCode.GET_ALL_TOPIC_CONFIG)
     return json.loads(response.body)["topicConfigTable"]
@@ -438,7 +524,9 @@ async def test_update_and_delete_subscription_group(cluster):
     master = cluster.broker_addrs[await cluster.wait_master()]
     async with Admin(cluster.namesrv_addr) as admin:  # as the group's first heartbeat would
         await admin.create_topic("%RETRY%billing", 1, 1, cluster=CLUSTER)
+        await admin.create_topic("Invoices", 1, 1, cluster=CLUSTER)  # what it would pull
         await wait_route(admin, "%RETRY%billing")
+        await wait_route(admin, "Invoices")
     completed = await mqadmin(
         "updateSubGroup", "-n", cluster.namesrv_addr, "-c", CLUSTER, "-g", "billing",
         "-r", "3", "-q", "2", "-s", "false",
@@ -462,7 +550,7 @@ async def test_update_and_delete_subscription_group(cluster):
         assert (config["retryMaxTimes"], config["consumeEnable"]) == (3, False)
         async with RemotingClient(master) as client:  # consumeEnable=false: no pulls
             header = {
-                "consumerGroup": "billing", "topic": "Orders", "queueId": 0, "queueOffset": 0,
+                "consumerGroup": "billing", "topic": "Invoices", "queueId": 0, "queueOffset": 0,
                 "maxMsgNums": 1, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
                 "subscription": "*", "subVersion": 0,
             }  # fmt: skip

@@ -16,6 +16,8 @@ from raftmq.namesrv import NamesrvConfig, NamesrvServer
 from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
 from raftmq.tools.dledger_local import free_ports
 
+pytestmark = pytest.mark.untimed
+
 MASTER, SLAVE = "127.0.0.1:10911", "127.0.0.1:10921"
 
 # What a 4.9 Java broker's fastjson writes for RegisterBrokerBody.
@@ -93,7 +95,7 @@ async def test_register_then_route_cluster_info_and_topic_list(nursery):
                     RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
                 )
                 assert json.loads(topics.body) == {"topicList": ["TopicTest"]}
-                other = await client.invoke(RemotingCommand(RequestCode.PUT_KV_CONFIG))
+                other = await client.invoke(RemotingCommand(RequestCode.SEND_MESSAGE))
                 assert other.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
 
         # The broker's connection closed: the broker is gone (BrokerHousekeepingService).

@@ -23,6 +23,8 @@ from raftmq.dledger.core.messages import (
     MESSAGE_TYPES,
     HeartBeatRequest,
     HeartBeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     PushRequest,
@@ -30,6 +32,7 @@ from raftmq.dledger.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftmq.dledger.net import frames as peer_frames
 from raftmq.dledger.net.codec import (
     FrameError,
     RpcCode,
@@ -41,6 +44,10 @@ from raftmq.dledger.net.codec import (
 from raftmq.dledger.net.frames import RPC, FrameReader, FrameWriter, pack_frame
 from raftmq.dledger.net.rpc_client import RpcClient, RpcTimeout, RpcUnavailable
 from raftmq.dledger.net.tcp import PeerTransport
+
+from raftmq.remoting import codec as remoting_codec
+from raftmq.remoting.codes import SerializeType
+from raftmq.remoting.command import RemotingCommand
 
 G = "g0"
 
@@ -109,6 +116,8 @@ SAMPLES = [
         seq=5,
     ),
     LeadershipTransferResponse(G, "n2", "n0", None, 8, Code.TAKE_LEADERSHIP_FAILED, seq=5),
+    InstallSnapshotRequest(G, "n0", "n3", "n0", 7, 99, 600, 256, bytes(range(256)), seq=15),
+    InstallSnapshotResponse(G, "n3", "n0", "n0", 7, Code.SUCCESS, 99, 512, seq=15),
 ]
 
 
@@ -135,6 +144,24 @@ def test_message_round_trip(msg):
         assert all(type(run) is tuple for run in back.term_runs)
 
 
+@pytest.mark.parametrize("serialize_type", list(SerializeType))
+def test_a_shared_port_tells_peer_frames_from_remoting_frames(serialize_type):
+    """The controller's port serves both (`PeerTransport`'s `foreign`): every peer
+    message and RPC opens a peer frame, a remoting request of either header type not."""
+    sniffed = peer_frames.SNIFF_BYTES
+    for msg in SAMPLES:
+        assert peer_frames.opens_peer_frame(
+            pack_frame(peer_frames.PEER, encode_message(msg))[:sniffed]
+        )
+    rpc = pack_frame(RPC, encode_rpc({"code": 1, "opaque": 2}))
+    assert peer_frames.opens_peer_frame(rpc[:sniffed])
+    request = RemotingCommand(
+        code=1005, ext_fields={"k" * 300: "v" * 60_000}, serialize_type=serialize_type
+    )
+    for command in (request, RemotingCommand(code=1005, serialize_type=serialize_type)):
+        assert not peer_frames.opens_peer_frame(remoting_codec.encode(command)[:sniffed])
+
+
 def test_message_is_a_positional_array():
     msg = SAMPLES[0]
     assert msgpack.unpackb(encode_message(msg)) == [51001, G, "n0", "n1", "n0", 7, 1234, 6, 3]
@@ -148,10 +175,10 @@ def test_encode_rejects_non_messages():
 @pytest.mark.parametrize(
     "obj, why",
     [
-        ([51001, G, "n0", "n1", "n0", 7, 1234, 6], "fields"),  # one field short
+        ([51001, G, "n0", "n1", "n0", 7, 1234], "fields"),  # ledger_end_term has no default
         ([51001, G, "n0", "n1", "n0", "7", 1234, 6, 0], "term"),  # wrong type
         ([51001, G, "n0", "n1", "n0", True, 1234, 6, 0], "term"),  # bool is not int
-        ([-51002, G, "n1", "n0", None, 7, 999, 0], "Code"),  # not a Code
+        ([-51002, G, "n1", "n0", None, 7, 999, 0, -1], "Code"),  # not a Code
         ([12345, G], "KIND"),
         ({"code": 1}, "array"),
         ([], "array"),
@@ -160,6 +187,20 @@ def test_encode_rejects_non_messages():
 def test_decode_message_rejects_bad_shapes(obj, why):
     with pytest.raises(FrameError, match=why):
         decode_message(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_peers_of_other_versions_understand_each_other():
+    """A rolling upgrade: a newer peer's appended fields are dropped, an older peer's
+    message takes the defaults of the fields it did not have yet (here the heartbeat
+    answer's verified_index, added after the first release, and fsync_p99_us after it)."""
+    beat = HeartBeatResponse(G, "n1", "n0", "n0", 7, Code.SUCCESS, 5, 12, 4200)
+    fields = msgpack.unpackb(encode_message(beat))
+    older = decode_message(msgpack.packb(fields[:-1]))
+    assert older == attrs.evolve(beat, fsync_p99_us=-1)
+    oldest = decode_message(msgpack.packb(fields[:-2]))
+    assert oldest == attrs.evolve(beat, verified_index=-1, fsync_p99_us=-1)
+    newer = decode_message(msgpack.packb([*fields, 99, "a field of a later version"]))
+    assert newer == beat
 
 
 def test_decode_message_rejects_bad_term_runs():

@@ -257,3 +257,82 @@ async def test_a_stop_signal_to_the_dledger_demo_stops_its_servers(tmp_path, sig
     err = (await process.stderr.receive_some()).decode()
     assert err.strip() == "demo interrupted: its dledger servers are stopped"
     assert list(tmp_path.iterdir()) == []  # its store directory is removed
+
+
+async def test_cli_grows_and_shrinks_a_group_that_keeps_appending(tmp_path):
+    """3 members grown to 5 by `dledger addPeer` (each a learner that catches up, then a
+    voter) and shrunk back to 3 by `dledger removePeer` of the leader and of an original
+    follower (so two of the three are replaced) while a client appends: every
+    acknowledged entry is readable from the group left, and appends stall no longer
+    than a new election."""
+    async with LocalGroup(tmp_path, 3, group="members") as group, group.client() as client:
+        await group.wait_for_leader(client)
+        acked: list[int] = []
+        gaps_s: list[float] = []
+
+        async def append_all_along():
+            last = trio.current_time()
+            while True:
+                try:
+                    ((index, _pos),) = await client.append([b"x" * 64], timeout_s=5.0)
+                except Exception:  # noqa: BLE001 - an unknown outcome: not acknowledged
+                    continue
+                now = trio.current_time()
+                gaps_s.append(now - last)
+                last = now
+                acked.append(index)
+
+        def members(verb, *args):
+            common = ["--group", "members", "--peers", group.peers_arg]
+            return json.loads(dledger(verb, *common, *args, "--json", check_code=0).stdout)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append_all_along)
+            await trio.sleep(0.5)
+            for new in ("n3", "n4"):
+                joined = group.join(new)
+                shown = await trio.to_thread.run_sync(members, "addPeer", "--member", joined)
+            assert shown["voters"] == ["n0", "n1", "n2", "n3", "n4"] and not shown["learners"]
+            leader = (await group.wait_for_leader(client))["selfId"]
+            follower = next(n for n in ("n0", "n1", "n2") if n != leader)
+            for gone in (leader, follower):
+                shown = await trio.to_thread.run_sync(members, "removePeer", "--member", gone)
+                client.peers.pop(gone)  # still running, never campaigning: not asked
+            await trio.sleep(1.0)
+            nursery.cancel_scope.cancel()
+        left = sorted(n for n in group.ids if n not in (leader, follower))
+        assert sorted(shown["voters"]) == left
+        assert sorted(members("peers")["peers"]) == left
+        after = await group.wait_for_leader(client)
+        assert after["selfId"] in left
+        for index in acked[-50:]:
+            assert (await client.get(index))["index"] == index
+        print(f"acked {len(acked)}, worst gap {max(gaps_s) * 1000:.0f} ms")
+        assert len(acked) > 100
+        assert max(gaps_s) < 2.0, max(gaps_s)
+
+
+async def test_a_member_restarted_with_peers_from_before_a_join_dials_the_joined_member(tmp_path):
+    """n0, n1, n2 become n0, n1, n3 (n3 added, n2 removed); n0 is restarted with the
+    --peers it was first given, which lack n3, as a broker's conf written before the
+    join would be, and n1 is stopped. n0 and n3 are a quorum of three only if each
+    reaches the other: n0 follows its saved configuration and must dial n3 too (its
+    answers and votes travel on the connections it opens). It dialled only the members
+    its --peers listed, so no leader could be elected."""
+    async with LocalGroup(tmp_path, 3, group="rejoin") as group, group.client() as client:
+        original = group.peers_arg
+        await group.wait_for_leader(client)
+        joined = group.join("n3")
+        await client.add_peer("n3", joined.split("-", 1)[1])
+        await client.remove_peer("n2")
+        group.kill("n2")
+        assert sorted((await client.members())["voters"]) == ["n0", "n1", "n3"]
+        group.kill("n0")
+        group.start("n0", peers_arg=original)
+        group.kill("n1")
+        client.peers = {n: group.peers[n] for n in ("n0", "n3")}
+        leader = await group.wait_for_leader(client, timeout_s=10.0)
+        client.leader_id = "n1"  # as an answer before the kill may have left it: no address
+        ((index, _pos),) = await client.append([b"after"], timeout_s=5.0)
+        assert leader["selfId"] in ("n0", "n3")
+        assert (await client.get(index))["index"] == index

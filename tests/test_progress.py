@@ -108,3 +108,20 @@ def test_an_undeliverable_push_stalls_until_a_heartbeat_answer(state, expected_n
     assert prog.deadline_ms(9, TIMEOUT) is None  # nothing goes out until it answers
     assert prog.resume() and not prog.resume()
     assert prog.deadline_ms(9, TIMEOUT) == -math.inf
+
+
+def test_a_follower_that_forgot_what_it_acknowledged_is_compared_again_once_idle():
+    """A heartbeat answer says how far the follower knows its log agrees with ours;
+    below what it acknowledged (it restarted), a caught-up follower is compared again at
+    our end. While APPENDs are out, their answers settle it, and a follower that knows
+    as much as it acknowledged is left alone."""
+    prog = Progress.for_new_leader(end_index=9, window=4)
+    prog.become_replicate(10)
+    assert prog.matched(9)
+    assert not prog.forgotten(verified_index=9)
+    prog.appended(seq=1, count=1, now_ms=0.0)  # entry 10 out
+    assert not prog.forgotten(verified_index=-1)
+    assert prog.inflight.free(1) and prog.matched(10)
+    assert prog.forgotten(verified_index=-1)
+    assert prog.state is PushType.COMPARE and prog.next_index == 11 and prog.match_index == 10
+    assert not prog.forgotten(verified_index=-1)  # probing already

@@ -14,7 +14,7 @@ from raftmq.protocol import message as codec
 from raftmq.protocol.message import properties_to_string
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RequestCode, ResponseCode
-from tests.helpers import NO_ANSWER, create_topic, group, wait_for
+from tests.helpers import NO_ANSWER, create_topic, group, wait_for, wait_for_route
 
 END_MS = 2**63 - 1
 
@@ -82,13 +82,7 @@ async def test_the_client_filters_collisions_and_the_index_survives_failover(nur
     await caught_up(g)
     assert bodies(await query(g, master, "Orders", "Aa")) == [b"b1", b"b2"]
     async with Admin(g.namesrv_addr) as admin:
-        with trio.fail_after(10):
-            while True:
-                try:
-                    await admin.topic_route("Orders")
-                    break
-                except NO_ANSWER:
-                    await trio.sleep(0.05)
+        await wait_for_route(admin, "Orders")
         before = [m.body for m in await query_by_key(admin, "Orders", "Aa")]
         assert before == [b"b1"]
         assert (await query_by_unique_key(admin, "Orders", uniq_aa, begin_ms=0)).body == b"b1"
@@ -195,3 +189,26 @@ async def test_view_message_by_id_serves_only_where_a_record_starts(nursery, tmp
     meta = master.store.queues.find(META_TOPIC, 0).get(0)[0]  # the ACL's keys may ride in it
     internal = await g.call(master, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": meta})
     assert internal.code == ResponseCode.NO_PERMISSION
+
+
+async def test_trace_topic_exists_when_enabled_and_its_records_are_found_by_key(nursery, tmp_path):
+    """traceTopicEnable creates msgTraceTopicName (one queue) at start, with automatic
+    topic creation off; a trace record is found by the traced msgId and keys it carries
+    as KEYS, which is how queryMsgTraceById looks it up."""
+    g = await group(
+        nursery,
+        tmp_path,
+        nodes=1,
+        traceTopicEnable="true",
+        msgTraceTopicName="Traces",
+        autoCreateTopicEnable="false",
+    )
+    master = g.master()
+    assert master.store.metadata.topics["Traces"].write_queue_nums == 1
+    assert "RMQ_SYS_TRACE_TOPIC" not in master.store.metadata.topics
+    await send_keyed(g, master, "Traces", 0, "7F0000010001 order-7")
+    await caught_up(g)
+    async with Admin(g.namesrv_addr) as admin:
+        await wait_for_route(admin, "Traces")
+        for key in ("7F0000010001", "order-7"):
+            assert [m.body for m in await query_by_key(admin, "Traces", key)] == [b"b0"]

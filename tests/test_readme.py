@@ -17,6 +17,8 @@ import pytest
 
 from tests.helpers import DOC_PAGES, REPO
 
+pytestmark = pytest.mark.untimed
+
 README_MAX_LINES = 300
 PAGES = {path: path.read_text() for path in DOC_PAGES}
 LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -551,6 +551,40 @@ def test_a_follower_whose_log_begins_past_the_leaders_beginning_is_compared_not_
     assert leader.replication.progress["n2"].next_index >= leader.store.begin_index
 
 
+def test_a_new_leader_sends_its_snapshot_before_its_noop_commits_then_resets_the_follower():
+    """A leader just restarted knows no commit index until its NOOP commits, while its
+    application's state (restored from its own files) stands further on, committed in an
+    earlier term: that is the snapshot it sends. The follower, whose log ends before the
+    leader's first entry (new, or wiped), installs it, and only then is its log
+    restarted there (core.snapshot)."""
+    full = filled_store([1] * 60)
+    leader = make_replica("n1", term=1, store=store_from(full, 20))
+    leader.snapshot_source = lambda: (40, b"state as of 40")
+    follower = make_replica("n2", term=1)
+    wire = Wire({"n1": leader, "n2": follower})  # n0 is gone
+    wire.tick("n1")
+    wire.deliver(keep=lambda m: isinstance(m, (VoteRequest, VoteResponse)))
+    assert leader.role is Role.LEADER and leader.committed_index == -1
+    installs = []
+    for _ in range(10):
+        wire.tick("n1", ms=1.0)
+        ready, wire.queue = wire.queue, []
+        for msg in (m for m in ready if m.remote_id in wire.replicas):
+            wire.replicas[msg.remote_id].receive(msg, wire.now_ms)
+            out = wire.collect(msg.remote_id)
+            if out.snapshot is not None:
+                installs.append((out.snapshot, follower.store.begin_index))
+                follower.snapshot_installed(out.snapshot[0], True)
+                wire.collect("n2")
+        wire.sync("n1"), wire.sync("n2")
+    assert installs == [((40, b"state as of 40"), 0)]  # once, before the reset
+    progress = leader.replication.progress["n2"]
+    assert (progress.snapshot, progress.snapshot_index) == (None, -1)  # a wipe needs another
+    assert follower.store.begin_index == 20
+    assert follower.store.end_index == leader.store.end_index
+    assert leader.committed_index == leader.store.end_index
+
+
 def test_a_refused_truncate_is_probed_again_at_the_next_heartbeat_not_at_once():
     """Whatever makes a follower refuse a TRUNCATE may make it refuse the next one too;
     a leader that probed again at once turned one refusal into a loop at network speed
@@ -589,3 +623,26 @@ def test_a_refused_truncate_is_probed_again_at_the_next_heartbeat_not_at_once():
     wire.sync("n1"), wire.sync("n2")
     wire.deliver()
     assert follower.store.end_chain == leader.store.end_chain
+
+
+def test_a_follower_restarted_in_an_idle_group_learns_the_commit_index_within_a_beat():
+    """A restarted follower trusts the leader's commit index only as far as a COMPARE
+    or APPEND has verified its log since: with nothing written, the leader (which saw
+    it caught up) sent neither, and its commit index stayed -1 until the next write.
+    Its heartbeat answer says how far it knows its log agrees with the leader's; below
+    what it acknowledged, the leader compares again."""
+    cluster = SimCluster(3, random.Random(5))
+    leader, _ = cluster.run_until_leader(settle_ms=3 * HB)
+    handles = append_many(cluster, 5)
+    cluster.run_until(cluster.now_ms + 2 * HB)
+    assert outcomes(cluster, handles) == [Code.SUCCESS] * 5
+    follower = next(n for n in cluster.ids if n != leader.id)
+    assert cluster.nodes[follower].replica.committed_index == leader.replica.committed_index
+    cluster.crash(follower)
+    cluster.restart(follower)
+    restarted = cluster.nodes[follower].replica
+    assert restarted.committed_index == -1
+    cluster.run_until(cluster.now_ms + 2 * HB)
+    assert restarted.role is Role.FOLLOWER
+    assert leader.store.end_index == leader.replica.committed_index  # nothing new written
+    assert restarted.committed_index == leader.replica.committed_index

@@ -32,6 +32,14 @@ def test_five_replicas_stay_safe_and_recover(schedule, seed):
     run(schedule, random.Random(seed))
 
 
+@given(schedules(3, spares=2), SIM_SEEDS)
+def test_three_replicas_changing_members_stay_safe_and_recover(schedule, seed):
+    """Adds, promotions and removals (the leader's own too) among the faults: the
+    checker also demands that each commit is held by a quorum of the leader's voters."""
+    cluster = run(schedule, random.Random(seed))
+    note(f"members at the end: {cluster.members()}")
+
+
 def test_a_quiet_run_acknowledges_nearly_everything():
     """The checks are not vacuous: without faults, appends succeed and are checked."""
     cluster = run(Schedule(3, ()), random.Random(7))

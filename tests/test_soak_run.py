@@ -1,5 +1,5 @@
 """A short soak against real processes: a name server and a 3-node group under steady load,
-retention deleting 1 MiB log files kept for 36 s, a kill and a pause. It must lose nothing,
+retention deleting 1 MiB log files kept for 18 s, kills and pauses. It must lose nothing,
 consume everything, and leave every part of its report: the samples of every process, the
 load per interval, the charts and the summary."""
 
@@ -17,12 +17,13 @@ async def test_a_short_soak_loses_nothing_and_writes_its_report(tmp_path):
     config = SoakConfig(
         run_dir=tmp_path / "soak",
         seed=1,
-        duration_s=80,
+        duration_s=45,
         rate=100,
         faults=("kill", "pause"),
-        fault_every_s=25,
+        fault_every_s=12,
+        sample_every_s=2.5,
         segment_bytes=1 << 20,
-        reserved_hours=0.01,
+        reserved_hours=0.005,
         progress=False,
     )
     results = await soak(config)
@@ -32,8 +33,8 @@ async def test_a_short_soak_loses_nothing_and_writes_its_report(tmp_path):
     assert results["soak"]["recovered"] and results["soak"]["leaks"] == [], summary
     assert results["lost"]["count"] == 0 and results["unconsumed"]["count"] == 0
     counts = results["counts"]
-    assert counts["acknowledged"] > 4000, summary
-    assert sum(counts["faults"].values()) == 3  # at 25, 50 and 75 s
+    assert counts["acknowledged"] > 3000, summary
+    assert sum(counts["faults"].values()) == 3  # at 12, 24 and 36 s
 
     with open(run_dir / "samples.csv") as file:
         samples = list(csv.DictReader(file))
@@ -51,7 +52,8 @@ async def test_a_short_soak_loses_nothing_and_writes_its_report(tmp_path):
 
     with open(run_dir / "load.csv") as file:
         intervals = list(csv.DictReader(file))
-    assert len(intervals) >= 15 and all(row["send_p99_ms"] for row in intervals[:10])
+    # the first interval may end before the load's first send
+    assert len(intervals) >= 15 and all(row["send_p99_ms"] for row in intervals[1:11])
 
     for chart in ("soak-rss.svg", "soak-fds.svg", "soak-disk.svg", "soak-latency.svg"):
         svg = (run_dir / chart).read_text()

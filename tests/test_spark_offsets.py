@@ -11,13 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftmq.client.consumer import PullResult, PullStatus
+from raftmq.client.consumer import MessageSelector, PullResult, PullStatus
+from raftmq.client.errors import MQBrokerError
 from raftmq.client.spark import offsets as plan
 from raftmq.client.spark.offsets import Bounds, DataLossError, QueueRange
-from raftmq.client.spark.options import SourceOptions
-from raftmq.client.spark.reading import StalledError, read_range
+from raftmq.client.spark.options import NO_TAG, SourceOptions
+from raftmq.client.spark.reading import FilterRefusedError, StalledError, read_range
 from raftmq.protocol.message import MessageExt
-from raftmq.remoting import RemotingConnectError
+from raftmq.remoting import RemotingConnectError, ResponseCode
 
 A0, A1, A2, B0 = "RaftNode00:0", "RaftNode00:1", "RaftNode00:2", "RaftNode01:0"
 
@@ -275,7 +276,7 @@ class Cluster:
         self.forgotten = 0
         self.pulls: list[int] = []
 
-    def pull(self, topic, broker_name, queue_id, offset, count, until):
+    def pull(self, topic, broker_name, queue_id, offset, count, until, selector):
         self.pulls.append(offset)
         answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
         if isinstance(answer, Exception):
@@ -294,7 +295,7 @@ class Clock:
         self.now += seconds
 
 
-def read(cluster, queue, *, fail=True, timeout_s=30.0):
+def read(cluster, queue, *, fail=True, timeout_s=30.0, selector=None):
     clock = Clock()
     chunks = read_range(
         cluster,
@@ -302,6 +303,7 @@ def read(cluster, queue, *, fail=True, timeout_s=30.0):
         queue,
         fail_on_data_loss=fail,
         timeout_s=timeout_s,
+        selector=selector,
         sleep=clock.sleep,
         clock=lambda: clock.now,
     )
@@ -348,7 +350,103 @@ def test_a_gap_between_pulled_messages_is_data_loss():
     assert 12 not in read(Cluster(Gappy(0, 100)), QueueRange("RaftNode00", 0, 10, 20), fail=False)
 
 
+class Tagged(Member):
+    """A member answering a TAG filter as a broker does: up to `count` matching messages
+    (tag "A" at offsets divisible by `every`) from a scan of at most `scan` entries,
+    nextBeginOffset past what it scanned, PULL_RETRY_IMMEDIATELY when none matched."""
+
+    def __init__(self, low: int, high: int, every: int, scan: int = 50) -> None:
+        super().__init__(low, high)
+        self.every, self.scan = every, scan
+
+    def pull(self, offset, count):
+        if offset < self.low or offset >= self.high:
+            return super().pull(offset, count)
+        found, scanned = [], offset
+        while scanned < min(offset + self.scan, self.high) and len(found) < count:
+            if scanned % self.every == 0:
+                found.append(message(scanned))
+            scanned += 1
+        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, found, scanned, self.low, self.high)
+
+
+def test_a_filtered_range_skips_what_the_broker_did_not_select_and_loses_nothing():
+    """Offsets between two selected messages are not data loss, and a pull that matched
+    nothing moves the read on by nextBeginOffset; without the selector the same answers
+    are data loss."""
+    queue = QueueRange("RaftNode00", 0, 5, 290)
+    only_a = MessageSelector.by_tag("A")
+    assert read(Cluster(Tagged(0, 300, every=100)), queue, selector=only_a) == [100, 200]
+    assert read(Cluster(Tagged(0, 300, every=7)), queue, selector=only_a) == list(range(7, 290, 7))
+    with pytest.raises(DataLossError):
+        read(Cluster(Tagged(0, 300, every=7)), queue)
+
+
+def test_a_filtered_read_retries_a_replica_that_has_not_the_offset_yet():
+    """PULL_RETRY_IMMEDIATELY with the offset unchanged is a lagging slave (it holds the
+    pull, then answers so), not an empty stretch: the read asks again, fresh route."""
+
+    class Lagging(Member):
+        def pull(self, offset, count):
+            return PullResult(PullStatus.NO_MATCHED_MSG, [], offset, 0, 10)
+
+    cluster = Cluster(Tagged(0, 300, every=10), Lagging(0, 10), Tagged(0, 300, every=10))
+    got = read(cluster, QueueRange("RaftNode00", 0, 0, 100), selector=MessageSelector.by_tag("A"))
+    assert got == list(range(0, 100, 10)) and cluster.forgotten == 1
+
+
+def test_a_selector_the_broker_refuses_fails_the_read_at_once():
+    refused = MQBrokerError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "invalid SQL92", "b:1")
+    with pytest.raises(FilterRefusedError, match="invalid SQL92"):
+        read(Cluster(refused), QueueRange("RaftNode00", 0, 0, 10), selector=SQL)
+    disabled = MQBrokerError(ResponseCode.SYSTEM_ERROR, "enablePropertyFilter=false", "b:1")
+    with pytest.raises(FilterRefusedError, match="enablePropertyFilter"):
+        read(Cluster(disabled), QueueRange("RaftNode00", 0, 0, 10), selector=SQL)
+
+
+def test_filters_on_the_tags_column_are_pushed_as_a_tag_expression_and_others_are_not():
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In, IsNotNull
+
+    from raftmq.client.spark.source import RocketMQFilteringBatchReader
+
+    def push(filters, **given):
+        options = SourceOptions.parse({**BASE, "pushFilters": "true", **given}, streaming=False)
+        reader = RocketMQFilteringBatchReader(options)
+        return reader.pushFilters(filters), reader.options.selector
+
+    other = GreaterThan(("queueOffset",), 3)
+    not_null = IsNotNull(("tags",))
+    pushed = [EqualTo(("tags",), "A"), In(("tags",), ("A", "B")), not_null, other]
+    assert push(pushed) == ([other], MessageSelector.by_tag("A"))
+    assert push([In(("tags",), ("A", "B"))], subExpression="B || C")[1] == (
+        MessageSelector.by_tag("B")
+    )
+    for unsaid in ("A || B", " A", "", 7):  # not a tag a TAG expression can name
+        assert push([EqualTo(("tags",), unsaid), not_null]) == (
+            [EqualTo(("tags",), unsaid), not_null],
+            MessageSelector.by_tag("*"),
+        )
+    assert push([EqualTo(("keys",), "A")])[1] == MessageSelector.by_tag("*")
+    sql = {"subExpressionType": "SQL92", "subExpression": "a > 1"}
+    assert push([EqualTo(("tags",), "A")], **sql) == ([EqualTo(("tags",), "A")], SQL)
+
+
 # ---------------------------------------------------------------- options
+
+
+def test_sub_expression_selects_by_tag_or_sql92_and_filtered_says_whether_pulls_skip():
+    def options(**given):
+        return SourceOptions.parse({"nameSrvAddr": "h:1", "topic": "T", **given}, streaming=True)
+
+    assert not options().filtered and not options(subExpression=" * ").filtered
+    tagged = options(subExpression="A || B")
+    assert tagged.filtered and tagged.selector == MessageSelector.by_tag("A || B")
+    sql = options(subexpressiontype="sql92", subExpression="a > 1")
+    assert sql.filtered and sql.selector == SQL
+    assert tagged.with_tags(frozenset({"B", "C"})).selector == MessageSelector.by_tag("B")
+    assert options().with_tags(frozenset({"C", "B"})).selector == MessageSelector.by_tag("B || C")
+    assert tagged.with_tags(frozenset({"C"})).selector == MessageSelector.by_tag(NO_TAG)
 
 
 def test_options_defaults_and_names_in_any_case():
@@ -373,6 +471,7 @@ def test_options_defaults_and_names_in_any_case():
 
 
 BASE = {"nameSrvAddr": "h:1", "topic": "T"}
+SQL = MessageSelector.by_sql("a > 1")
 
 
 @pytest.mark.parametrize(
@@ -387,6 +486,8 @@ BASE = {"nameSrvAddr": "h:1", "topic": "T"}
         ({**BASE, "maxMessagesPerTrigger": "0"}, "must be positive"),
         ({**BASE, "failOnDataLoss": "yes"}, "failOnDataLoss"),
         ({**BASE, "endingOffsets": "latest"}, "batch reads"),
+        ({**BASE, "subExpressionType": "SQL"}, "TAG or SQL92"),
+        ({**BASE, "subExpressionType": "SQL92"}, "an SQL92 expression is required"),
     ],
 )
 def test_bad_options_fail_with_the_option_named(options, match):

@@ -17,6 +17,8 @@ import itertools
 import json
 import os
 import pkgutil
+import re
+import signal
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,14 +27,27 @@ import pytest
 import trio
 
 from raftmq.client import Message, MessageQueue, Producer, PullConsumer, SendError
+from raftmq.client.spark.exactly_once import PROPERTY_BATCH, RECORDS_TOPIC
+from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode
 from raftmq.tools.broker_local import LocalCluster, LocalGroups
+from tests.helpers import cpp_peer, run_peer
+from tests.spark_driver.session import spark_session
 
-pytestmark = [pytest.mark.processes, pytest.mark.requires("pyspark", "java")]
+SPARK_DRIVER = Path(__file__).parent / "spark_driver" / "peer.py"
+
+pytestmark = [pytest.mark.processes, pytest.mark.requires("pyspark", "java"), pytest.mark.untimed]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    local = LocalCluster(tmp_path_factory.mktemp("spark-cluster"))
+    conf = {
+        "enablePropertyFilter": "true",  # the SQL92 subExpression
+        # the check-back that resolves what a killed driver left open: every second, for
+        # halves older than 3 s (RocketMQ's defaults: 60 s and 6 s)
+        "transactionCheckInterval": "1000",
+        "transactionTimeOut": "3000",
+    }
+    local = LocalCluster(tmp_path_factory.mktemp("spark-cluster"), extra_conf=conf)
     trio.run(local.__aenter__)
     try:
         yield local
@@ -42,25 +57,8 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spark():
-    from pyspark.sql import SparkSession
-
-    from raftmq.client.spark import RocketMQSource
-
     saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's raftmq and pyarrow
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("raftmq-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        # a test JVM lives a minute: the client compiler and serial GC halve its start
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(RocketMQSource)
+    session = spark_session("raftmq-spark-tests")
     try:
         yield session
     finally:
@@ -289,6 +287,68 @@ async def test_stream_to_parquet_with_read_limits_new_queues_and_triggers(cluste
     check_exactly_once(await in_thread(sink_rows, spark, tmp_path), acked, ends)
 
 
+async def test_filters_are_applied_by_the_brokers_in_batch_and_stream_reads(
+    cluster, spark, tmp_path
+):
+    """subExpression (TAG or SQL92), in batch and stream reads, and with pushFilters a
+    `where` on the tags column, reach the brokers: exactly the selected rows come back,
+    and Spark's plan has no Filter of its own left for a pushed one. A bad SQL92
+    expression fails the query with the broker's remark, not after a minute of retries."""
+    from pyspark.sql.functions import col
+
+    topic = "SparkFiltered"
+    await cluster.create_topic(topic, 4)
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(120):
+            await producer.send(topic, b"f-%d" % i, tags="ABC"[i % 3], properties={"n": str(i)})
+
+    def bodies(df) -> set[int]:
+        return {int(r.body[2:]) for r in df.collect()}
+
+    tagged = source(spark, cluster, topic, stream=False, subExpression="A || B")
+    assert await in_thread(bodies, tagged) == {i for i in range(120) if i % 3 != 2}
+    sql = source(spark, cluster, topic, stream=False, subExpressionType="SQL92",
+                 subExpression="n >= 100")  # fmt: skip
+    assert await in_thread(bodies, sql) == set(range(100, 120))
+
+    def spark_filters(df) -> bool:
+        """Whether Spark's physical plan has a Filter of its own over the scan."""
+        return re.search(r"\bFilter\b", df._jdf.queryExecution().executedPlan().toString())
+
+    # `where` on the tags column: Spark filters, unless pushFilters (and the session's
+    # spark.sql.python.filterPushdown.enabled) hand it to the brokers
+    unpushed = source(spark, cluster, topic, stream=False).where(col("tags") == "C")
+    assert await in_thread(bodies, unpushed) == {i for i in range(120) if i % 3 == 2}
+    assert await in_thread(spark_filters, unpushed)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        every = source(spark, cluster, topic, stream=False, pushFilters="true")
+        where = every.where(col("tags") == "C")
+        assert await in_thread(bodies, where) == {i for i in range(120) if i % 3 == 2}
+        assert not await in_thread(spark_filters, where)  # the brokers did
+        pushed = source(spark, cluster, topic, stream=False, pushFilters="true",
+                        subExpression="A || B").where(col("tags").isin("B", "C"))  # fmt: skip
+        assert await in_thread(bodies, pushed) == {i for i in range(120) if i % 3 == 1}
+        mixed = every.where((col("tags") == "A") & (col("body") != b"f-0"))  # one pushed
+        assert await in_thread(bodies, mixed) == {i for i in range(3, 120, 3)}
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+    bad = source(spark, cluster, topic, stream=False, subExpressionType="SQL92",
+                 subExpression="n >")  # fmt: skip
+    with pytest.raises(Exception, match="invalid SQL92 expression"):
+        await in_thread(bad.collect)
+
+    query = await in_thread(
+        lambda: start_stream(
+            spark, cluster, topic, tmp_path, {"availableNow": True}, subExpression="B"
+        )
+    )
+    await in_thread(query.awaitTermination)
+    rows = await in_thread(sink_rows, spark, tmp_path)
+    assert sorted(int(r.body[2:]) for r in rows) == list(range(1, 120, 3))
+
+
 async def test_the_orders_per_minute_example(cluster, spark, tmp_path):
     spec = importlib.util.spec_from_file_location(
         "orders_per_minute", Path(__file__).parents[1] / "examples" / "orders_per_minute.py"
@@ -326,7 +386,250 @@ async def test_the_orders_per_minute_example(cluster, spark, tmp_path):
     assert all(r.revenue == r.orders * 1.25 for r in rows)
 
 
+# ---------------------------------------------------------------- the sink
+
+
+def sink(df, cluster: LocalCluster, **options):
+    writer = df.write.format("rocketmq").mode("append").option("nameSrvAddr", cluster.namesrv_addr)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer
+
+
+async def test_batch_write_is_read_back_with_every_column(cluster, spark):
+    """Rows written with body, keys, tags and properties come back as messages carrying
+    them; rows with a topic column go to their own topic, the others to the option's."""
+    await cluster.create_topic("SinkBatch", 4)
+    await cluster.create_topic("SinkBatchOther", 2)
+
+    def run() -> tuple[list, list]:
+        df = spark.createDataFrame(
+            [
+                (f"row-{i}", f"k{i}", "even" if i % 2 == 0 else "odd", {"n": str(i)},
+                 "SinkBatchOther" if i % 10 == 0 else None)
+                for i in range(300)
+            ],
+            "body string, keys string, tags string, properties map<string,string>, topic string",
+        )  # fmt: skip
+        sink(df.repartition(3), cluster, topic="SinkBatch").save()
+        main = source(spark, cluster, "SinkBatch", stream=False).collect()
+        other = source(spark, cluster, "SinkBatchOther", stream=False).collect()
+        return main, other
+
+    main, other = await in_thread(run)
+    assert sorted(r.body for r in other) == sorted(b"row-%d" % i for i in range(0, 300, 10))
+    assert len(main) == 270
+    for r in main + other:
+        i = int(r.body.split(b"-")[1])
+        assert (r.keys, r.tags) == (f"k{i}", "even" if i % 2 == 0 else "odd")
+        assert r.properties["n"] == str(i)
+
+
+async def test_a_schema_the_sink_cannot_write_fails_naming_the_column(cluster, spark):
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    def attempt(ddl: str, **options) -> str:
+        df = spark.createDataFrame([], ddl)
+        with pytest.raises((PySparkException, Py4JJavaError)) as failure:
+            sink(df, cluster, **options).save()
+        return str(failure.value)
+
+    def run() -> list[str]:
+        return [
+            attempt("value string", topic="T"),
+            attempt("body int", topic="T"),
+            attempt("body binary, properties map<string,int>", topic="T"),
+            attempt("body binary"),
+        ]
+
+    no_body, int_body, bad_map, no_topic = await in_thread(run)
+    assert "needs a column body" in no_body
+    assert "column body must be binary or string, not int" in int_body
+    assert "column properties must be map<string,string>, not map<string,int>" in bad_map
+    assert "needs a column topic or the option topic" in no_topic
+
+
+def copy_stream(spark, cluster, source_topic: str, tmp_path, trigger: dict, **options):
+    """A query writing the bodies and tags of `source_topic` to `<source_topic>Out`.
+
+    Called from a thread other than the one that made the session, whose JVM thread has
+    no active session: Spark then looks a Python streaming sink up in a session it does
+    not know of (DATA_SOURCE_NOT_FOUND), so the active session is set first."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    writer = (
+        source(spark, cluster, source_topic, stream=True, startingOffsets="earliest",
+               maxMessagesPerTrigger="200")
+        .select("body", "tags")
+        .writeStream.format("rocketmq")
+        .option("nameSrvAddr", cluster.namesrv_addr)
+        .option("topic", source_topic + "Out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(**trigger)
+    )  # fmt: skip
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer.start()
+
+
+@pytest.mark.parametrize("exactly_once", ["false", "true"])
+async def test_a_stream_copies_a_topic_into_another(cluster, spark, tmp_path, exactly_once):
+    """The Kafka-style round trip: read a topic as a stream, write its bodies and tags
+    into another topic; with nothing failing, every message arrives once, in either
+    mode, and in exactly-once mode each micro-batch is recorded."""
+    topic = "SinkCopy" + ("Tx" if exactly_once == "true" else "")
+    await cluster.create_topic(topic, 4)
+    await cluster.create_topic(topic + "Out", 4)
+    await cluster.create_topic(RECORDS_TOPIC, 1)
+    acked = await send_numbered(cluster, topic, 500)
+
+    def run() -> list:
+        query = copy_stream(
+            spark, cluster, topic, tmp_path, {"availableNow": True}, exactlyOnce=exactly_once
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        return source(spark, cluster, topic + "Out", stream=False).collect()
+
+    rows = await in_thread(run)
+    assert sorted(r.body for r in rows) == sorted(acked.values())
+    if exactly_once == "true":
+        assert {r.properties[PROPERTY_BATCH] for r in rows} == {"0", "1", "2"}
+
+
 # ---------------------------------------------------------------- failover
+
+
+async def numbered_copy_source(cluster: LocalCluster, topic: str) -> None:
+    """`topic` holding the numbers 0..599 as bodies, an empty `topic`Out for a copy of
+    them, and the sink's records topic."""
+    await cluster.create_topic(topic, 4)
+    await cluster.create_topic(topic + "Out", 4)
+    await cluster.create_topic(RECORDS_TOPIC, 1)
+    async with Producer(cluster.namesrv_addr) as producer:
+        for i in range(600):
+            await producer.send(topic, b"%d" % i)
+
+
+@pytest.mark.requires("rocketmq-cpp")
+@pytest.mark.parametrize("exactly_once", ["false", "true"])
+async def test_a_stream_written_across_a_master_kill_is_read_by_the_cpp_client(
+    cluster, spark, tmp_path, exactly_once
+):
+    """A copying query runs while the master is SIGKILLed after its first micro-batch
+    is written; RocketMQ's C++ client then consumes the output from its first offsets:
+    every number at least once, and in exactly-once mode each in one message only (a
+    redelivery to the consumer keeps its msgId; a second write would not)."""
+    topic = "SinkKill" + ("Tx" if exactly_once == "true" else "")
+    group = topic + "Reader"
+    await numbered_copy_source(cluster, topic)
+    query = await in_thread(
+        lambda: copy_stream(
+            spark, cluster, topic, tmp_path, {"processingTime": "200 milliseconds"},
+            exactlyOnce=exactly_once, queryId=topic,
+        )
+    )  # fmt: skip
+    try:
+        with trio.fail_after(30):
+            while not sum((await queue_ends(cluster, topic + "Out")).values()):
+                await trio.sleep(0.05)
+        master = await cluster.wait_master()
+        cluster.kill(master)
+        await cluster.wait_master(not_node=master)
+        await in_thread(query.processAllAvailable)
+        await cluster.restart(master)
+    finally:
+        await in_thread(query.stop)
+    assert query.exception() is None
+    # The C++ client starts a new group at the queues' ends: start it at 0 instead.
+    async with PullConsumer(cluster.namesrv_addr, group) as offsets:
+        for mq in await offsets.fetch_queues(topic + "Out"):
+            await offsets.update_offset(mq, 0)
+    async with cpp_peer(cluster, "consume", topic + "Out", group) as consumer:
+        await consumer.wait_for(
+            lambda: {e["n"] for e in consumer.of("consumed")} >= set(range(600)), 30, "all 600"
+        )
+        await trio.sleep(0.5)  # anything more would come now
+        await consumer.finish()
+    written: dict[int, set[str]] = defaultdict(set)
+    for event in consumer.of("consumed"):
+        written[event["n"]].add(event["msg_id"])
+    assert set(written) == set(range(600))
+    if exactly_once == "true":
+        assert {n: ids for n, ids in written.items() if len(ids) > 1} == {}
+
+
+@pytest.mark.requires("rocketmq-cpp")
+async def test_an_exactly_once_driver_killed_mid_batch_and_restarted_writes_every_row_once(
+    cluster, tmp_path
+):
+    """The driver of an exactly-once copy (a process of its own: JVM, Python workers) is
+    SIGKILLed while a micro-batch is in flight (the checkpoint has the batch's offsets
+    and not its commit: its halves are out, maybe recorded, maybe partly ended) and
+    started again from its checkpoint; RocketMQ's C++ client then reads the output: each
+    of the 600 numbers in exactly one message. The restarted writers and the broker's
+    check-back resolve what the kill left open from the batch records."""
+    topic, group = "SinkDriverKill", "SinkDriverKillReader"
+    await numbered_copy_source(cluster, topic)
+    checkpoint = tmp_path / "checkpoint"
+    command = [sys.executable, str(SPARK_DRIVER), cluster.namesrv_addr, topic, str(checkpoint),
+               topic]  # fmt: skip
+
+    def committed() -> int:
+        """Micro-batches the checkpoint records as done."""
+        path = checkpoint / "commits"
+        return sum(p.name.isdigit() for p in path.iterdir()) if path.exists() else 0
+
+    master = cluster.broker_addrs[await cluster.wait_master()]
+    half_queue = {"topic": "RMQ_SYS_TRANS_HALF_TOPIC", "queueId": "0"}
+    async with RemotingClient(master) as broker:
+
+        async def halves() -> int:
+            """Half messages stored so far (every query's: count from a start)."""
+            request = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields=half_queue)
+            return int((await broker.invoke(request, 5.0)).ext_fields["offset"])
+
+        async def open_halves(since: tuple[int, int]) -> bool:
+            """Whether halves of a batch the checkpoint has not committed are out, given
+            (halves, committed batches) at the run's start: each committed batch of the
+            run sent 100 (its rows)."""
+            return await halves() - since[0] > 100 * (committed() - since[1])
+
+        killed_mid_batch = False
+        for run in itertools.count():
+            start = (await halves(), committed())
+            # a JVM and a session: 10-15 s on a quiet machine
+            async with run_peer(f"Spark driver {run}", command,
+                                tmp_path / f"driver-{run}.stderr", ready="started",
+                                ready_timeout_s=90, start_new_session=True) as driver:  # fmt: skip
+                if not killed_mid_batch:
+                    assert run < 3, "no kill landed while a batch's halves were out"
+                    await driver.wait_for(lambda: driver.of("batch"), 90, "a batch")
+                    with trio.fail_after(30):
+                        while not await open_halves(start):
+                            await trio.sleep(0.002)
+                    os.killpg(driver.process.pid, signal.SIGKILL)
+                    await driver.process.wait()
+                    killed_mid_batch = await open_halves(start)  # no commit slipped in first
+                    continue
+                async with PullConsumer(cluster.namesrv_addr, group) as offsets:
+                    for mq in await offsets.fetch_queues(topic + "Out"):
+                        await offsets.update_offset(mq, 0)  # the C++ client starts at the ends
+                async with cpp_peer(cluster, "consume", topic + "Out", group) as consumer:
+                    await consumer.wait_for(
+                        lambda: {e["n"] for e in consumer.of("consumed")} >= set(range(600)),
+                        90,
+                        lambda: f"all 600 (have {len({e['n'] for e in consumer.of('consumed')})})",
+                    )
+                    await trio.sleep(1.0)  # a second copy would come now
+                    await consumer.finish()
+                await driver.finish(60)
+                break
+    written: dict[int, set[str]] = defaultdict(set)
+    for event in consumer.of("consumed"):
+        written[event["n"]].add(event["msg_id"])
+    assert set(written) == set(range(600))
+    assert {n: ids for n, ids in written.items() if len(ids) > 1} == {}
 
 
 async def test_drill_two_master_kills_under_a_running_query(cluster, spark, tmp_path):

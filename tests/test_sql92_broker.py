@@ -22,6 +22,8 @@ from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, Respon
 from raftmq.tools.broker_local import LocalCluster
 from tests.helpers import NO_ANSWER, create_topic, group, status, wait_for
 
+pytestmark = pytest.mark.untimed
+
 try:
     from raftmq.hotpath import _compiled
 except ImportError:  # not built: the twin is what pulls run

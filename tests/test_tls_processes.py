@@ -21,54 +21,12 @@ from raftmq.remoting import (
     RemotingConnectError,
     RequestCode,
 )
-from raftmq.tools.broker_local import LocalCluster
 from raftmq.transport.tls import ClientTls
+from tests.helpers import TlsCluster, tls_conf
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.untimed]
 
 TOPIC = "TlsOrders"
-
-
-def _tls_conf(tmp_path) -> tuple[dict[str, str], str]:
-    """broker.conf keys for TLS with a fresh CA, and the CA's file."""
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    paths = {name: str(tmp_path / f"{name}.pem") for name in ("ca", "cert", "key")}
-    ca.cert_pem.write_to_path(paths["ca"])
-    cert.private_key_and_cert_chain_pem.write_to_path(paths["cert"])
-    cert.private_key_pem.write_to_path(paths["key"])
-    conf = {
-        "tls.server.mode": "enforcing",
-        "tls.server.certPath": paths["cert"],
-        "tls.server.keyPath": paths["key"],
-        "dLegerTlsCertPath": paths["cert"],
-        "dLegerTlsKeyPath": paths["key"],
-        "dLegerTlsTrustCertPath": paths["ca"],
-        "tlsCheckPeerHost": "true",
-        # the broker registers with the name server over TLS
-        "tls.enable": "true",
-        "tls.client.trustCertPath": paths["ca"],
-    }
-    return conf, paths["ca"]
-
-
-class _TlsCluster(LocalCluster):
-    """A LocalCluster whose name server is permissive: our clients reach it over TLS, the
-    cluster's own plain calls (which master is registered) still work."""
-
-    def __init__(self, base_dir, conf: dict[str, str]) -> None:
-        super().__init__(base_dir, extra_conf=conf)
-        self.namesrv_tls = {key: conf[key] for key in conf if key.startswith("tls.server.")}
-
-    def _write_confs(self) -> None:
-        super()._write_confs()
-        with open(self.base_dir / "namesrv.conf", "a") as f:
-            f.write("tls.server.mode=permissive\n")
-            f.writelines(
-                f"{key}={value}\n"
-                for key, value in self.namesrv_tls.items()
-                if key != "tls.server.mode"
-            )
 
 
 async def _send(producer: Producer, bodies: list[bytes]) -> None:
@@ -83,9 +41,9 @@ async def _send(producer: Producer, bodies: list[bytes]) -> None:
 
 
 async def test_a_tls_group_serves_our_clients_and_fails_over(tmp_path):
-    conf, ca = _tls_conf(tmp_path)
+    conf, ca = tls_conf(tmp_path)
     tls = ClientTls(enable=True, trust_cert_path=ca)
-    async with _TlsCluster(tmp_path / "cluster", conf) as cluster:
+    async with TlsCluster(tmp_path / "cluster", conf) as cluster:
         master = await cluster.wait_master()
         with pytest.raises(RemotingConnectError):  # plain TCP on an enforcing port
             async with RemotingClient(cluster.broker_addrs[master]) as plain:

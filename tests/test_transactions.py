@@ -10,27 +10,16 @@ import trio
 from raftmq.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 
 from raftmq.client import LocalTransactionState, TransactionProducer
-from raftmq.protocol import message as codec
 from raftmq.protocol.headers import send_header_v2
 from raftmq.protocol.message import MessageConst, MessageSysFlag, properties_to_string
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RequestCode, ResponseCode
-from tests.helpers import create_topic, group, wait_for
+from tests.helpers import create_topic, group, stored, wait_for
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
 UNKNOW = LocalTransactionState.UNKNOW
 FAST_CHECKS = {"transactionTimeOut": "100", "transactionCheckInterval": "100"}
-
-
-async def stored(g, topic: str, queues: int = 1) -> list[codec.MessageExt]:
-    """Every message stored in the topic's queues, as a consumer would pull them."""
-    messages = []
-    for queue_id in range(queues):
-        response = await g.pull(g.master(), topic, queue_id, 0, suspendTimeoutMillis=0)
-        if response.code == ResponseCode.SUCCESS:
-            messages += codec.decode_all(response.body)
-    return messages
 
 
 def answering(state: LocalTransactionState, seen: list):
@@ -127,6 +116,31 @@ async def test_checked_too_often_is_discarded(nursery, tmp_path):
     assert await stored(g, "Orders", 2) == []
     ops = await stored(g, OP_TOPIC)
     assert [o.tags for o in ops] == ["c", "c", "d"]
+
+
+async def test_a_half_nobody_can_be_asked_about_waits_for_a_producer(nursery, tmp_path):
+    """A check with no producer of the group connected is not made, so not counted: the
+    half is not discarded however long it waits (RocketMQ counts it and discards after
+    transactionCheckMax runs; right after a failover, before the producers' heartbeats
+    reach the new master — the Java client's come every 30 s — that loses transactions).
+    The first producer of the group to connect is asked."""
+    g = await one_member(nursery, tmp_path, transactionCheckMax="2", **FAST_CHECKS)
+    async with TransactionProducer(
+        g.namesrv_addr, "PG_TX", check=answering(UNKNOW, [])
+    ) as producer:
+        await producer.send_in_transaction("Orders", b"open", answering(UNKNOW, []))
+    await trio.sleep(1.0)  # ten check runs with nobody to ask
+    assert g.master().store.max_offset(CHECK_MAX_TOPIC, 0) == 0, "discarded unasked"
+    assert await stored(g, OP_TOPIC) == []
+    checks: list = []
+    async with TransactionProducer(
+        g.namesrv_addr, "PG_TX", check=answering(COMMIT, checks)
+    ) as producer:  # a producer heartbeats the brokers it has routes to: it sends first
+        await producer.send_in_transaction("Orders", b"next", answering(COMMIT, []))
+        await wait_for(lambda: g.master().store.max_offset("Orders", 0) +
+                       g.master().store.max_offset("Orders", 1) == 2)  # fmt: skip
+    assert [c.body for c in checks] == [b"open"]
+    assert sorted(m.body for m in await stored(g, "Orders", 2)) == [b"next", b"open"]
 
 
 async def test_reject_transaction_message_refuses_half_messages(nursery, tmp_path):

@@ -22,7 +22,7 @@ from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.tools.broker_local import LOCAL_SEGMENT_BYTES, LocalClassicGroup, LocalCluster
 from tests.helpers import mqadmin
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.untimed]
 
 TOPIC, GROUP, QUEUES = "UpT", "UpG", 2
 

@@ -114,7 +114,7 @@ async def test_the_divide_mixed_reads_and_continuing_offsets(tmp_path, autojump_
     for path in (tmp_path / "commitlog").iterdir():
         os.utime(path, (past, past))
     with trio.fail_after(60):  # the broker's expiry loop, on trio's clock: ends with them
-        await commitlog.expire_old_files(60)
+        await commitlog.expire_old_files(60, 10.0)
     assert not list((tmp_path / "commitlog").iterdir())
     got = store.get_message("T", 0, 0, 32)
     assert (got.status, got.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, 13)

@@ -5,7 +5,8 @@
 // drives it; each mode prints one JSON object on stdout.
 //
 //	create:   add the replicated stream (retrying while the cluster forms)
-//	pub:      keep -window asynchronous publishes in flight for -warmup + -duration seconds
+//	pub:      keep -window asynchronous publishes in flight for -warmup + -duration seconds,
+//	          split over -conns connections (as bench/remoting_pub splits its window)
 //	failover: kill -9 a server process, then time the first acknowledged publish
 package main
 
@@ -30,6 +31,7 @@ type flags struct {
 	replicas int
 	size     int
 	window   int
+	conns    int
 	warmup   time.Duration
 	duration time.Duration
 	killPid  int
@@ -46,6 +48,7 @@ func main() {
 	flag.IntVar(&f.replicas, "replicas", 3, "stream replicas (create)")
 	flag.IntVar(&f.size, "size", 1024, "payload bytes")
 	flag.IntVar(&f.window, "window", 256, "publishes in flight (pub)")
+	flag.IntVar(&f.conns, "conns", 1, "connections the window is split over (pub)")
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "load before measuring (pub)")
 	flag.DurationVar(&f.duration, "duration", 10*time.Second, "measured load (pub)")
 	flag.IntVar(&f.killPid, "kill-pid", 0, "process to kill -9 (failover)")
@@ -63,7 +66,7 @@ func main() {
 	case "create":
 		out, err = create(nc, f)
 	case "pub":
-		out, err = pub(nc, f)
+		out, err = pubOver(nc, f)
 	case "failover":
 		out, err = failover(nc, f)
 	default:
@@ -120,27 +123,61 @@ type pending struct {
 	err  <-chan error
 }
 
-// pub keeps exactly f.window publishes in flight on one connection: a slot is taken before
-// PublishAsync and given back when the ack (or an error) for that publish arrives.  The
-// acks of one stream come back in order, so one goroutine waits on the futures in the
-// order they were sent and times each; a late ack would only make its successors' times
-// late, never early.  Completions in the -warmup period are not counted.
-func pub(nc *nats.Conn, f flags) (any, error) {
-	// The library's own limit stays above the window so it never stalls a publish itself.
-	js, err := nc.JetStream(nats.PublishAsyncMaxPending(f.window + 1))
-	if err != nil {
-		return nil, err
+// pubOver runs pub on nc and -conns - 1 further connections at once, the window split
+// between them (the first ones one more when it does not divide), all measuring the same
+// -warmup and -duration, and sums what they measured.
+func pubOver(nc *nats.Conn, f flags) (any, error) {
+	if f.conns < 1 || f.conns > f.window {
+		return nil, fmt.Errorf("-conns %d: between 1 and -window", f.conns)
 	}
-	data := payload(f.size)
-	slots := make(chan struct{}, f.window)
-	inflight := make(chan pending, f.window)
+	conns := []*nats.Conn{nc}
+	for len(conns) < f.conns {
+		c, err := nats.Connect(f.url, nats.Name("raftmq-bench"), nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
 	start := time.Now()
 	measureFrom := start.Add(f.warmup)
 	stopAt := measureFrom.Add(f.duration)
+	tallies := make([]report.Tally, len(conns))
+	errs := make([]error, len(conns))
+	done := make(chan int)
+	for k, c := range conns {
+		window := report.Share(f.window, len(conns), k)
+		go func(k int, c *nats.Conn) {
+			tallies[k], errs[k] = pub(c, f, window, measureFrom, stopAt)
+			done <- k
+		}(k, c)
+	}
+	var total report.Tally
+	for range conns {
+		k := <-done
+		if errs[k] != nil {
+			return nil, errs[k]
+		}
+		total.Add(tallies[k])
+	}
+	return total.Out(f.duration), nil
+}
 
-	var acked, errs, early int
-	var lat []float64
-	var firstErr error
+// pub keeps exactly window publishes in flight on one connection: a slot is taken before
+// PublishAsync and given back when the ack (or an error) for that publish arrives.  The
+// acks of one stream come back in order, so one goroutine waits on the futures in the
+// order they were sent and times each; a late ack would only make its successors' times
+// late, never early.  Completions before measureFrom or after stopAt are not counted.
+func pub(nc *nats.Conn, f flags, window int, measureFrom, stopAt time.Time) (report.Tally, error) {
+	var t report.Tally
+	// The library's own limit stays above the window so it never stalls a publish itself.
+	js, err := nc.JetStream(nats.PublishAsyncMaxPending(window + 1))
+	if err != nil {
+		return t, err
+	}
+	data := payload(f.size)
+	slots := make(chan struct{}, window)
+	inflight := make(chan pending, window)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -154,48 +191,35 @@ func pub(nc *nats.Conn, f flags) (any, error) {
 			<-slots
 			switch {
 			case e != nil:
-				errs++
-				if firstErr == nil {
-					firstErr = e
+				t.Errors++
+				if t.FirstError == "" {
+					t.FirstError = e.Error()
 				}
-			case now.Before(measureFrom):
-				early++
-			case now.After(stopAt):
+			case now.Before(measureFrom), now.After(stopAt):
 			default:
-				acked++
-				lat = append(lat, float64(now.Sub(p.sent).Nanoseconds())/1e6)
+				t.Acked++
+				t.LatenciesMs = append(t.LatenciesMs, float64(now.Sub(p.sent).Nanoseconds())/1e6)
 			}
 		}
 	}()
-	sent := 0
 	for time.Now().Before(stopAt) {
 		slots <- struct{}{}
 		t0 := time.Now()
 		paf, err := js.PublishAsync(f.subject, data)
 		if err != nil {
 			close(inflight)
-			return nil, err
+			return t, err
 		}
-		sent++
+		t.Sent++
 		inflight <- pending{sent: t0, ok: paf.Ok(), err: paf.Err()}
 	}
 	close(inflight)
 	select {
 	case <-done:
 	case <-time.After(f.deadline):
-		return nil, errors.New("acks for the last publishes never came")
+		return t, errors.New("acks for the last publishes never came")
 	}
-	out := map[string]any{
-		"sent":        sent,
-		"acked":       acked,
-		"errors":      errs,
-		"acked_per_s": float64(acked) / f.duration.Seconds(),
-	}
-	report.AddLatencies(out, lat)
-	if firstErr != nil {
-		out["first_error"] = firstErr.Error()
-	}
-	return out, nil
+	return t, nil
 }
 
 // failover proves the stream takes writes, kills -9 the process -kill-pid (the stream

@@ -64,13 +64,6 @@ type flags struct {
 	deadline time.Duration
 }
 
-// tally is what one connection measured.
-type tally struct {
-	sent, acked, errors int
-	firstError          string
-	latenciesMs         []float64
-}
-
 func main() {
 	var f flags
 	flag.StringVar(&f.addr, "addr", "127.0.0.1:10911", "broker host:port")
@@ -108,15 +101,12 @@ func run(f flags) (map[string]any, error) {
 	measureFrom := start.Add(f.warmup)
 	stopAt := measureFrom.Add(f.duration)
 	type outcome struct {
-		t   tally
+		t   report.Tally
 		err error
 	}
 	done := make(chan outcome, f.conns)
 	for k := 0; k < f.conns; k++ {
-		share := f.window / f.conns
-		if k < f.window%f.conns {
-			share++
-		}
+		share := report.Share(f.window, f.conns, k)
 		// The connections start apart, so that a short run reaches every queue.
 		first := k * f.topics * f.queues / f.conns
 		c := &connection{f: f, padding: padding, queue: first, measureFrom: measureFrom, stopAt: stopAt}
@@ -125,35 +115,19 @@ func run(f flags) (map[string]any, error) {
 			done <- outcome{t, err}
 		}()
 	}
-	var all tally
+	var all report.Tally
 	var firstErr error
 	for k := 0; k < f.conns; k++ {
 		o := <-done
 		if o.err != nil && firstErr == nil {
 			firstErr = o.err
 		}
-		all.sent += o.t.sent
-		all.acked += o.t.acked
-		all.errors += o.t.errors
-		if all.firstError == "" {
-			all.firstError = o.t.firstError
-		}
-		all.latenciesMs = append(all.latenciesMs, o.t.latenciesMs...)
+		all.Add(o.t)
 	}
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	out := map[string]any{
-		"sent":        all.sent,
-		"acked":       all.acked,
-		"errors":      all.errors,
-		"acked_per_s": float64(all.acked) / f.duration.Seconds(),
-	}
-	report.AddLatencies(out, all.latenciesMs)
-	if all.firstError != "" {
-		out["first_error"] = all.firstError
-	}
-	return out, nil
+	return all.Out(f.duration), nil
 }
 
 // connection is one TCP connection's share of the window, run by one goroutine.
@@ -166,7 +140,7 @@ type connection struct {
 	headers     [][2][]byte // per queue: the JSON header before and after the opaque
 	opaque      int32
 	sentAt      map[int32]time.Time
-	t           tally
+	t           report.Tally
 }
 
 // header is what a response's JSON header is read for.
@@ -177,7 +151,7 @@ type header struct {
 	Remark string `json:"remark"`
 }
 
-func (c *connection) run(share int) (tally, error) {
+func (c *connection) run(share int) (report.Tally, error) {
 	nc, err := net.Dial("tcp", c.f.addr)
 	if err != nil {
 		return c.t, err
@@ -256,14 +230,14 @@ func (c *connection) responses(in []byte, now time.Time) (used, answered int, er
 		answered++
 		switch {
 		case h.Code != success:
-			c.t.errors++
-			if c.t.firstError == "" {
-				c.t.firstError = fmt.Sprintf("code %d: %s", h.Code, h.Remark)
+			c.t.Errors++
+			if c.t.FirstError == "" {
+				c.t.FirstError = fmt.Sprintf("code %d: %s", h.Code, h.Remark)
 			}
 		case now.Before(c.measureFrom) || now.After(c.stopAt):
 		default:
-			c.t.acked++
-			c.t.latenciesMs = append(c.t.latenciesMs, float64(now.Sub(sent).Nanoseconds())/1e6)
+			c.t.Acked++
+			c.t.LatenciesMs = append(c.t.LatenciesMs, float64(now.Sub(sent).Nanoseconds())/1e6)
 		}
 	}
 	return used, answered, nil
@@ -288,7 +262,7 @@ func (c *connection) requests(out []byte, count int, now time.Time) []byte {
 		binary.BigEndian.PutUint32(out[frame:], uint32(len(out)-frame-4))
 		binary.BigEndian.PutUint32(out[frame+4:], jsonSerialize<<24|uint32(headerLength))
 		c.sentAt[c.opaque] = now
-		c.t.sent++
+		c.t.Sent++
 	}
 	return out
 }

@@ -14,6 +14,9 @@ Where we differ from RocketMQ 4.9 (each is a hole in its rules):
   no `group` field).
 - The ACL requests (50-54) are admin-only: RocketMQ lets any signed account rewrite
   the ACL file or read every secret key with them.
+
+RocketMQ 4.9 has no POP requests; here each needs what a pull needs, SUB on its topic
+and its group, and BATCH_ACK_MESSAGE that for every topic and group its body names.
 """
 
 from __future__ import annotations
@@ -128,6 +131,30 @@ def _heartbeat(body: bytes) -> list[tuple[str | None, int]]:
     return needed
 
 
+# The POP requests (broker.pop): a pop reads like a pull, an ack or a change of
+# invisibility settles what a pull read.
+POP_CODES = frozenset(
+    {
+        RequestCode.POP_MESSAGE,
+        RequestCode.PEEK_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+        RequestCode.NOTIFICATION,
+        RequestCode.POLLING_INFO,
+    }
+)
+
+
+def _batch_ack(body: bytes) -> list[tuple[str | None, int]]:
+    try:
+        needed = []
+        for ack in json.loads(body or b"{}").get("acks") or ():
+            needed += [(_name(ack.get("t")), SUB), (_retry(_name(ack.get("c"))), SUB)]
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ValueError(f"cannot read the batch ack body: {exc}") from None
+    return needed
+
+
 def needed_resources(request: RemotingCommand) -> dict[str, int]:
     """{resource: permission} the request needs (`PlainAccessValidator.parse`, with the
     differences in the module docstring). ValueError when the request cannot be read."""
@@ -139,12 +166,17 @@ def needed_resources(request: RemotingCommand) -> dict[str, int]:
         needed = _send(ext.get("topic"))
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         needed = [(_retry(ext.get("group")), SUB)]
-    elif code == RequestCode.PULL_MESSAGE or code == RequestCode.UPDATE_CONSUMER_OFFSET:
+    elif code in POP_CODES or code in (
+        RequestCode.PULL_MESSAGE,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+    ):
         needed = [(ext.get("topic"), SUB), (_retry(ext.get("consumerGroup")), SUB)]
     elif code == RequestCode.QUERY_MESSAGE:
         needed = [(ext.get("topic"), SUB)]
     elif code == RequestCode.HEART_BEAT:
         needed = _heartbeat(request.body)
+    elif code == RequestCode.BATCH_ACK_MESSAGE:
+        needed = _batch_ack(request.body)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         needed = [(_retry(ext.get("consumerGroup")), SUB)]
     else:

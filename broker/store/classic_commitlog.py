@@ -67,6 +67,9 @@ class PutStatus(enum.IntEnum):
     SLAVE_NOT_AVAILABLE = 11
     FLUSH_SLAVE_TIMEOUT = 12
     MESSAGE_ILLEGAL = 13  # MESSAGE_SIZE_EXCEEDED: a record larger than a CommitLog file
+    # controller mode, refused before storing (the replication's `refusal`):
+    IN_SYNC_REPLICAS_NOT_ENOUGH = 1  # SYSTEM_ERROR: a SyncStateSet below minInSyncReplicas
+    FENCED = 14  # SERVICE_NOT_AVAILABLE: this master's epoch is over
 
 
 @attrs.define
@@ -88,6 +91,9 @@ class Replication(Protocol):
     @property
     def acked_offset(self) -> int:
         """The highest offset a slave acknowledged (push2SlaveMaxOffset)."""
+
+    def refusal(self) -> PutStatus | None:
+        """Why puts are refused before they are stored, or None."""
 
 
 class OffsetWaiters:
@@ -158,13 +164,18 @@ class ClassicCommitLog(RecordReads):
         """Append `records` now; `done(status, [(physical offset, queue offset)])` once
         the flush and replication rules are met (Code.SUCCESS) or not (a PutStatus);
         `done(MESSAGE_ILLEGAL, None)` at once, storing none, if one cannot fit a file,
-        and `done(Code.DISK_FULL, None)` while `disk_full` is set (ClassicReplica's disk
-        check, as DLedger refuses appends on a full disk)."""
+        `done(Code.DISK_FULL, None)` while `disk_full` is set (ClassicReplica's disk
+        check, as DLedger refuses appends on a full disk), and `done(status, None)`
+        while the replication refuses puts (a controller-mode master: `refusal`)."""
         if self.disk_full:
             done(Code.DISK_FULL, None)
             return
         if any(not self.log.fits(len(record)) for record in records):
             done(PutStatus.MESSAGE_ILLEGAL, None)
+            return
+        refused = self.replication.refusal() if self.replication is not None else None
+        if refused is not None:
+            done(refused, None)
             return
         queue_offsets: list[int] = []
         next_offsets = self.next_offsets

@@ -82,7 +82,9 @@ class ClassicLog:
     `i` is the `i`-th message held (from `begin_index`), at physical offset `pos_at(i)`,
     and `committed_index` is the last whole message written (a classic master
     dispatches what it wrote, as RocketMQ's ReputMessageService does; a slave what it
-    received).
+    received), or in controller mode the last one below the confirmOffset that
+    `confirmed()` gives (`readUnCommitted=false`: consumers see only what every
+    SyncStateSet member holds); `confirm_moved()` says it went up.
     """
 
     def __init__(
@@ -110,6 +112,10 @@ class ClassicLog:
         self._dirs_dirty = False
         self._commit_handlers: list[Callable[[int], None]] = []
         self._retention_limits: list[Callable[[], int]] = []
+        self._deletion_handlers: list[Callable[[int], None]] = []
+        self._cut_handlers: list[Callable[[int], None]] = []
+        self.confirmed: Callable[[], int] | None = None  # controller mode's confirmOffset
+        self._confirmed_index = -1  # decreases only when `truncate` cuts the log
         self.written = trio.Event()  # set (and replaced) at every write: HA senders wait on it
         self.aborted = False  # the last run did not close cleanly
         self.checkpoint_path = abort_path.with_name(CHECKPOINT_FILE)
@@ -234,7 +240,18 @@ class ClassicLog:
 
     @property
     def committed_index(self) -> int:
-        return self.end_index
+        if self.confirmed is None:
+            return self.end_index
+        index = self.first_index_at(self.confirmed()) - 1  # the last starting below it
+        while index >= self.begin_index and self._end_of(index) > self.confirmed():
+            index -= 1
+        self._confirmed_index = max(self._confirmed_index, index)
+        return self._confirmed_index
+
+    def confirm_moved(self) -> None:
+        """The confirmOffset went up: dispatch may go further."""
+        for handler in self._commit_handlers:
+            handler(self.committed_index)
 
     @property
     def end_pos(self) -> int:
@@ -301,6 +318,15 @@ class ClassicLog:
         """Retention keeps every message from index `limit()` on (`delete_expired`)."""
         self._retention_limits.append(limit)
 
+    def add_cut_handler(self, handler: Callable[[int], None]) -> None:
+        """`handler(pos)` after `truncate` cut the log at `pos`: what was dispatched from
+        the bytes cut goes with them."""
+        self._cut_handlers.append(handler)
+
+    def add_deletion_handler(self, handler: Callable[[int], None]) -> None:
+        """`handler(new first offset)` after `delete_expired` deleted files."""
+        self._deletion_handlers.append(handler)
+
     def delete_expired(self, older_than_s: float, now_s: float | None = None) -> int:
         """Delete the files at the front of the log last written more than `older_than_s`
         seconds ago (RocketMQ's `deleteExpiredFile` by `fileReservedTime`) whose messages
@@ -330,6 +356,8 @@ class ClassicLog:
             self.fs.unlink(seg.path)
         self.fs.sync_dir(self.directory)
         log.info("deleted %d expired commitlog files: the log begins at %d", len(doomed), new_start)
+        for handler in self._deletion_handlers:
+            handler(new_start)
         return len(doomed)
 
     # ------------------------------------------------------------------ writes
@@ -406,8 +434,47 @@ class ClassicLog:
             raise ValueError(f"replicated bytes at offset {stop} are not a record: {why}")
         self._wrote()
 
+    def truncate(self, pos: int, confirmed_too: bool = False) -> None:
+        """End the log at `pos`, where a slave's log stops agreeing with its master's
+        (controller mode's `truncateFiles`): the bytes after it are zeroed, later files
+        deleted, durably. `pos` is the start of a record held, or at or after the end
+        of the whole records (a batch may end inside a record), or where a record ends
+        (a BLANK may start there). Below what was confirmed only with `confirmed_too`
+        (`allAckInSyncStateSet=false`, where a master confirms what it wrote alone);
+        otherwise confirmed messages were on every member the controller may elect,
+        and ValueError says so rather than cut them."""
+        if pos >= self.write_pos:
+            return
+        if pos < self.min_offset:
+            raise ValueError(f"cannot cut the log at {pos}, before its start {self.min_offset}")
+        confirmed_end = (
+            self._end_of(self._confirmed_index) if self._confirmed_index >= self.begin_index else 0
+        )
+        if pos < confirmed_end and not confirmed_too:
+            raise ValueError(
+                f"cannot cut the log at {pos}: the messages up to {confirmed_end} were"
+                " confirmed (every SyncStateSet member held them) and dispatched"
+            )
+        index = self.first_index_at(pos)
+        if pos < self.parsed_pos and self.pos_at(index) != pos and self._end_of(index - 1) != pos:
+            raise ValueError(f"cannot cut the log at {pos}: not where a record starts")
+        del self._positions[index - self.begin_index :]
+        self._dirs_dirty = True  # _cut_at syncs the directory, deleting files or not
+        self._cut_at(pos, "the rest is not in the master's log")
+        if self._durable_offset() > pos:
+            self.fs.atomic_write(self.checkpoint_path, json.dumps({"flushed": pos}).encode())
+        self.flushed_pos = min(self.flushed_pos, pos)
+        self._confirmed_index = min(self._confirmed_index, index - 1)
+        for handler in self._cut_handlers:
+            handler(pos)
+
+    def _end_of(self, index: int) -> int:
+        """Where message `index` ends (a BLANK may follow it)."""
+        buffer, offset = self.locate(self.pos_at(index))
+        return self.pos_at(index) + _HEAD.unpack_from(buffer, offset)[0]
+
     def _wrote(self) -> None:
-        index = self.end_index
+        index = self.committed_index
         for handler in self._commit_handlers:
             handler(index)
         self.written.set()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import shutil
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -46,6 +47,8 @@ from raftmq.disk.filesystem import fsync_dir
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20, ConsumeQueue.CQ_STORE_UNIT_SIZE
 DEFAULT_FILE_ENTRIES = 300_000  # RocketMQ's mappedFileSizeConsumeQueue / 20
+# A dropped topic's directory on its way out: no topic name has a dot (topic_problem)
+DROPPED_SUFFIX = ".dropped"
 
 
 def entries_ending_by(entries: bytes | bytearray, physical_end: int) -> int:
@@ -116,6 +119,21 @@ class QueueSync:
         self.queue.mark_synced(self.end, self.files_made)
 
 
+def _filled_bytes(data: bytes, whole: int) -> int:
+    """How many of a file's first `whole` bytes are entries. Apache RocketMQ's broker
+    creates each file at its full size, zero-filled, so the entries of a file it
+    wrote end at the first zero-size one (as its ConsumeQueue.recover reads them);
+    raftmq's files hold entries only. Appends land after them, over the zeros."""
+    if whole == 0 or any(data[whole - ENTRY_SIZE : whole]):
+        return whole
+    filled = bisect.bisect_left(
+        range(whole // ENTRY_SIZE),
+        True,
+        key=lambda k: ENTRY.unpack_from(data, k * ENTRY_SIZE)[1] <= 0,
+    )
+    return filled * ENTRY_SIZE
+
+
 class ConsumeQueue:
     def __init__(
         self,
@@ -157,6 +175,7 @@ class ConsumeQueue:
             whole = len(data) - len(data) % ENTRY_SIZE
             if whole < len(data):  # a torn entry: appends must not land behind it
                 os.truncate(path, whole)
+            whole = _filled_bytes(data, whole)
             if not self._files:
                 self.min_offset = first
             self._files.append(first)
@@ -358,12 +377,43 @@ class ConsumeQueueTable:
         self.unsynced: set[tuple[str, int]] = set()
         if root.is_dir():
             for topic_dir in root.iterdir():
+                if topic_dir.name.endswith(DROPPED_SUFFIX):  # a drop a crash cut short
+                    shutil.rmtree(topic_dir)
+                    continue
                 for queue_dir in topic_dir.iterdir():
                     if queue_dir.name.isdigit():
                         self.find_or_create(topic_dir.name, int(queue_dir.name))
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
+
+    def topics(self) -> set[str]:
+        return {topic for topic, _queue_id in self.queues}
+
+    def drop_topic(self, topic: str) -> dict[int, int]:
+        """Forget every queue of `topic` and delete its files (a deleted topic, RocketMQ's
+        ConsumeQueue.destroy); returns each dropped queue's max offset.
+
+        The topic's directory is first renamed to a name no topic can have, durably,
+        then removed: a checkpoint's worker hop captured before names files and
+        directories under the old name, which then no longer exist (it skips them),
+        never a file of the same name that a message dispatched to the topic later
+        makes; and a crash between the two leaves a directory that loading removes."""
+        dropped = {
+            queue_id: self.queues.pop((name, queue_id)).max_offset
+            for name, queue_id in list(self.queues)
+            if name == topic
+        }
+        self.unsynced -= {(topic, queue_id) for queue_id in dropped}
+        directory = self.root / topic
+        if directory.is_dir():
+            doomed = self.root / (topic + DROPPED_SUFFIX)
+            if doomed.exists():  # an earlier removal failed half way
+                shutil.rmtree(doomed)
+            os.replace(directory, doomed)
+            fsync_dir(self.root)
+            shutil.rmtree(doomed)
+        return dropped
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = self.queues.get((topic, queue_id))
@@ -404,7 +454,10 @@ class ConsumeQueueTable:
                 dirs.update(sync.dirs)
             try:
                 for directory in sorted(dirs) + ([self.root] if dirs else []):
-                    fsync_dir(directory)
+                    try:
+                        fsync_dir(directory)
+                    except FileNotFoundError:  # its topic was dropped meanwhile
+                        continue
             except OSError as exc:
                 raise DiskFailure(f"fsync failed ({exc}) on a queue directory; stopping") from exc
 

@@ -43,10 +43,24 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import attrs
 import trio
+from raftmq.broker.store.ha_link import (
+    CLOSED,
+    CONNECT_FAILED,
+    IDLE_POLL_S,
+    RECONNECT_S,
+    HAConfig,
+    HAProtocolError,
+    RateMeter,
+    connect,
+    keep_for_slaves,
+    read_batch,
+    receive,
+    serve_links,
+    slave_runtime_info,
+    start_offset,
+)
 
-from raftmq.config.address import parse_address
 from raftmq.process.errors import first_leaf
 from raftmq.remoting.server import peer_name
 
@@ -57,50 +71,6 @@ log = logging.getLogger(__name__)
 
 HEADER = struct.Struct(">qi")  # phyOffset, bodySize
 REPORT = struct.Struct(">q")  # the slave's max physical offset
-READ_BYTES = 1 << 20
-IDLE_POLL_S = 0.1  # WriteSocketService waits up to 100 ms for new data
-CONNECT_TIMEOUT_S = 3.0
-RECONNECT_S = 1.0  # between attempts to connect to a master (RocketMQ: 5 s)
-
-
-class RateMeter:
-    """Bytes per second over the last whole second (RocketMQ's transferredByteInSecond)."""
-
-    def __init__(self) -> None:
-        self._window_start = time.monotonic()
-        self._bytes = 0
-        self.per_second = 0
-
-    def add(self, count: int) -> None:
-        self._roll()
-        self._bytes += count
-
-    def current(self) -> int:
-        self._roll()
-        return self.per_second
-
-    def _roll(self) -> None:
-        now_s = time.monotonic()
-        elapsed = now_s - self._window_start
-        if elapsed >= 1.0:
-            self.per_second = int(self._bytes / elapsed) if elapsed < 2.0 else 0
-            self._bytes = 0
-            self._window_start = now_s
-
-
-class HAProtocolError(Exception):
-    """A peer's bytes make no sense for this replication; the connection ends."""
-
-
-@attrs.define
-class HAConfig:
-    heartbeat_interval_s: float = 5.0  # haSendHeartbeatInterval
-    housekeeping_interval_s: float = 20.0  # haHousekeepingInterval
-    transfer_batch_bytes: int = 32 * 1024  # haTransferBatchSize
-    fallbehind_max_bytes: int = 256 * 1024 * 1024  # haSlaveFallbehindMax
-
-
-_CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, HAProtocolError)
 
 
 class HAService:
@@ -118,15 +88,7 @@ class HAService:
         self.on_ack = on_ack
         self.connections: set[HAConnection] = set()
         self.acked_offset = 0
-        log_.add_retention_limit(self._retention_limit)
-
-    def _retention_limit(self) -> int:
-        """Retention keeps what a connected slave has yet to receive (RocketMQ deletes it
-        and leaves the slave stuck on heartbeats, #3388)."""
-        needed = [c.sent_offset for c in self.connections if c.start_offset is not None]
-        if not needed:
-            return self.log.end_index + 1
-        return self.log.first_index_at(min(needed))
+        log_.add_retention_limit(lambda: keep_for_slaves(log_, self.connections))
 
     def slave_ok(self, offset: int) -> bool:
         """HAService.isSlaveOK: a slave is connected and not too far behind `offset`.
@@ -138,6 +100,10 @@ class HAService:
             c.start_offset is not None and offset - max(c.acked_offset, 0) < limit
             for c in self.connections
         )
+
+    def refusal(self) -> None:
+        """A classic master refuses no put before storing it (`Replication`)."""
+        return None
 
     def acked(self, offset: int) -> None:
         if offset > self.acked_offset:
@@ -164,19 +130,14 @@ class HAService:
 
     async def serve(self, host: str | None, port: int, task_status=trio.TASK_STATUS_IGNORED):
         """Listen on (host, port) until cancelled; `task_status.started(bound port)`."""
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        bound = listeners[0].socket.getsockname()[1]
-        log.info("HA service listening on port %d", bound)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.serve_listeners, self._handle, listeners)
-            task_status.started(bound)
+        await serve_links(host, port, self._handle, task_status)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         connection = HAConnection(self, stream)
         self.connections.add(connection)
         try:
             await connection.run()
-        except* _CLOSED as group:
+        except* CLOSED as group:
             log.warning(
                 "HA connection from slave %s closed: %s", connection.peer, first_leaf(group)
             )
@@ -219,13 +180,7 @@ class HAConnection:
         pending = bytearray()
         idle = self.service.config.housekeeping_interval_s
         while True:
-            with trio.move_on_after(idle) as waited:
-                data = await self.stream.receive_some(READ_BYTES)
-            if waited.cancelled_caught:
-                raise HAProtocolError(f"nothing from the slave for {idle:.0f} s")
-            if not data:
-                raise HAProtocolError("the slave closed the connection")
-            pending += data
+            pending += await receive(self.stream, idle, "slave")
             whole = len(pending) - len(pending) % REPORT.size
             if whole:
                 # only the newest complete report matters (ReadSocketService)
@@ -248,24 +203,9 @@ class HAConnection:
         assert offset <= log_.write_pos
 
     def _begin(self, requested: int) -> None:
-        """The first report: where the transfer starts."""
-        log_ = self.service.log
-        size = log_.file_size
-        if requested > log_.write_pos:
-            raise HAProtocolError(
-                f"the slave reports offset {requested}, beyond this master's max offset"
-                f" {log_.write_pos}: its commitlog is not a copy of this one (wipe it)"
-            )
-        if requested == 0:
-            start = log_.write_pos - log_.write_pos % size
-            start = max(start, log_.min_offset)
-        elif requested < log_.min_offset:
-            raise HAProtocolError(
-                f"the slave needs offset {requested}, below this master's first file"
-                f" {log_.min_offset}: those bytes are gone (wipe the slave's store)"
-            )
-        else:
-            start = requested
+        """The first report: where the transfer starts (the start of the last file for
+        an empty slave, as RocketMQ 4.x does)."""
+        start = start_offset(self.service.log, requested, from_last_file=True)
         self.start_offset = self.sent_offset = start
         self.acked_offset = requested
         log.warning("HA: slave %s connected, transfer starts at offset %d", self.peer, start)
@@ -277,11 +217,7 @@ class HAConnection:
         last_write = time.monotonic()
         while True:
             offset = self.sent_offset
-            data = log_.read_file_data(offset, config.transfer_batch_bytes)
-            if data is None and offset < log_.min_offset:
-                raise HAProtocolError(
-                    f"the slave needs offset {offset}, deleted here meanwhile (wipe its store)"
-                )
+            data = read_batch(log_, offset, config.transfer_batch_bytes)
             if data:
                 # counted as sent before the send returns: the slave may already answer
                 self.sent_offset = offset + len(data)
@@ -325,22 +261,9 @@ class HAClient:
         self._reported = -1
 
     def runtime_info(self) -> dict:
-        """RocketMQ 5's HARuntimeInfo of a slave (GET_BROKER_HA_STATUS)."""
-        return {
-            "master": False,
-            "masterCommitLogMaxOffset": 0,
-            "inSyncSlaveNums": 0,
-            "haConnectionInfo": [],
-            "haClientRuntimeInfo": {
-                "masterAddr": self.connected_to or self.master_address() or "",
-                "transferredByteInSecond": self.rate.current(),
-                "maxOffset": self.log.write_pos,
-                "lastReadTimestamp": self.last_read_ms,
-                "lastWriteTimestamp": self.last_write_ms,
-                "masterFlushOffset": 0,  # controller mode's; not in classic HA
-                "isActivated": self.connected_to is not None,
-            },
-        }
+        """RocketMQ 5's HARuntimeInfo of a slave (GET_BROKER_HA_STATUS); masterFlushOffset
+        is controller mode's, 0 here."""
+        return slave_runtime_info(self, master_flush_offset=0)
 
     def master_given(self) -> None:
         """A master's address was (re)confirmed: a slave without a connection tries it
@@ -360,10 +283,8 @@ class HAClient:
                 await self._until_retry()
                 continue
             try:
-                host, port = parse_address(address)
-                with trio.fail_after(CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(host, port)
-            except (OSError, ValueError, trio.TooSlowError) as exc:
+                stream = await connect(address)
+            except CONNECT_FAILED as exc:
                 level = logging.WARNING if failures == 0 else logging.DEBUG
                 log.log(level, "HA: cannot connect to master %s: %s", address, exc)
                 failures += 1
@@ -373,7 +294,7 @@ class HAClient:
             self.connected_to = address
             try:
                 await self._session(stream)
-            except* (*_CLOSED, ValueError) as group:
+            except* (*CLOSED, ValueError) as group:
                 log.warning("HA: connection to master %s closed: %s", address, first_leaf(group))
             finally:
                 self.connected_to = None
@@ -408,12 +329,7 @@ class HAClient:
         idle = self.config.housekeeping_interval_s
         log_ = self.log
         while True:
-            with trio.move_on_after(idle) as waited:
-                data = await stream.receive_some(READ_BYTES)
-            if waited.cancelled_caught:
-                raise HAProtocolError(f"nothing from the master for {idle:.0f} s")
-            if not data:
-                raise HAProtocolError("the master closed the connection")
+            data = await receive(stream, idle, "master")
             self.last_read_ms = int(time.time() * 1000)
             self.rate.add(len(data))
             pending += data

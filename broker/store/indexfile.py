@@ -319,6 +319,13 @@ class IndexService:
             if last.index_count <= 1 and len(self.files) > 1:
                 self.files.pop().destroy()
 
+    def cut(self, below_phy: int) -> None:
+        """Drop the entries for messages at or after `below_phy` (the log was cut there)."""
+        while self.files and self.files[-1].begin_phy_offset >= below_phy > 0:
+            self.files.pop().destroy()
+        if self.files:
+            self.files[-1].cut(self.files[-1].index_count, below_phy)
+
     def sync_plan(self):
         """Blocking work for the dispatch checkpoint: flush the files, then record how
         many entries of the last one that flush covers (captured now)."""

@@ -26,6 +26,7 @@ import functools
 import json
 import logging
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue,
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import CommitLog, ReplicatedLog
+from raftmq.broker.store.timerwheel import TIMER_TOPIC, TimerWheel, fired
 
 from raftmq.disk.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, until_room
 from raftmq.disk.filesystem import atomic_write
@@ -175,12 +177,19 @@ class MessageStore:
         if message_index_enable:
             self.index = IndexService(root / "index") if index is None else index
         self.metadata = Metadata(builtin_topics)
+        self.timers = TimerWheel(root / "timerwheel")
         self.delay_levels_ms = delay_levels_ms
         self.dispatched_index = -1
+        # messages (but the metadata records) dispatched since start, and their bytes:
+        # RocketMQ's putMessageAverageSize (broker.metrics)
+        self.dispatched_messages = self.dispatched_message_bytes = 0
         self._trimmed_begin: object = None  # the log's beginning the queues trimmed to
         self.checkpointed_index = 0  # the first entry the last dispatch checkpoint left out
         self.checkpoint_took_s = 0.0  # the last checkpoint's worker hops, seconds of wall time
         self._snapshot_path = root / "config" / "metadata.json"
+        self._metadata_installs = 0  # leader's snapshots taken in memory since start
+        # held while a worker thread writes metadata.json (a checkpoint's or an install's)
+        self._metadata_file = threading.Lock()
         self._checkpoint_path = root / DISPATCH_CHECKPOINT
         self._commit_moved = trio.Event()
         self._arrivals: dict[tuple[str, int], trio.Event] = {}
@@ -214,7 +223,71 @@ class MessageStore:
         if self.index is not None:
             self.index.recover(resume)
         self.trim_queues()
-        self.metadata.load(self._snapshot_path)
+        if self._snapshot_path.exists():
+            self.metadata.load(self._snapshot_path)
+        elif taken := self.metadata.load_rocketmq(self._snapshot_path.parent):
+            # a store Apache RocketMQ's broker wrote: its tables, under what the log
+            # replays next
+            log.info("took Apache RocketMQ's tables from %s", ", ".join(taken))
+        self._replay_meta()
+        if store.empty:
+            self.dispatched_index = store.end_index
+        else:
+            self.dispatched_index = self.first_index_at(resume) - 1
+        self.checkpointed_index = self.dispatched_index + 1
+        self._recover_timers(resume)
+        log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
+
+    def cut_back(self, pos: int) -> None:
+        """The log was cut at `pos` (a controller-mode slave giving up a tail its new
+        master does not hold, which with `allAckInSyncStateSet=false` it may have
+        confirmed and dispatched): the ConsumeQueues, the key index, the timer wheel,
+        the metadata and dispatch go back with it, so no queue offset names a message
+        that is gone, and the master's messages take those offsets again."""
+        for queue in self.queues.queues.values():
+            queue.truncate_physical(pos)
+        if self.index is not None:
+            self.index.cut(pos)
+        self.dispatched_index = min(self.dispatched_index, self.server.store.end_index)
+        self.checkpointed_index = min(self.checkpointed_index, self.dispatched_index + 1)
+        if self.timers.position > pos:
+            self._rebuild_timers()
+        self._rewind_metadata()
+        log.warning("log cut at %d: dispatch resumes after index %d", pos, self.dispatched_index)
+
+    def _rewind_metadata(self) -> None:
+        """The metadata as of the end of the (cut) META_TOPIC queue: the snapshot on disk
+        if it is not past that end, else the queue replayed from its start; when
+        neither can be had (retention deleted the start), the records cut stay applied,
+        which is logged."""
+        meta = self.queues.find(META_TOPIC, 0)
+        end = 0 if meta is None else meta.max_offset
+        if self.metadata.applied_meta_offset <= end:
+            return
+        rewound = Metadata(self.metadata.builtin)
+        try:
+            saved = Metadata.from_snapshot(self.metadata.builtin, self._snapshot_path.read_bytes())
+        except (OSError, ValueError):
+            saved = None  # none yet, or unreadable: the replay from the start decides
+        if saved is not None and saved.applied_meta_offset <= end:
+            rewound = saved
+        start = rewound.applied_meta_offset
+        if meta is not None and start < meta.min_offset:
+            log.error(
+                "metadata records %d..%d were cut with the log but stay applied: the"
+                " META_TOPIC queue no longer starts at %d",
+                end,
+                self.metadata.applied_meta_offset - 1,
+                start,
+            )
+            self.metadata.applied_meta_offset = end
+            return
+        self.metadata.replace_with(rewound)
+        self._replay_meta()
+        self._metadata_moved()
+
+    def _replay_meta(self) -> None:
+        """Apply the META_TOPIC queue's records the metadata has not applied yet."""
         meta = self.queues.find(META_TOPIC, 0)
         if meta is not None:
             for offset in range(
@@ -222,12 +295,54 @@ class MessageStore:
             ):
                 phys, size, _tags = meta.get(offset)
                 self._apply_meta(self.commitlog.read(phys, size), offset)
-        if store.empty:
-            self.dispatched_index = store.end_index
-        else:
-            self.dispatched_index = self.first_index_at(resume) - 1
-        self.checkpointed_index = self.dispatched_index + 1
-        log.info("store recovered: dispatch resumes after index %d", self.dispatched_index)
+
+    def _recover_timers(self, resume: int) -> None:
+        """Keep the timer wheel if its checkpoint is within the recovered log (records
+        after `resume` are dispatched again: loading drops the duplicates); otherwise
+        (none, unreadable, or past a log truncated below it) rebuild it from the log,
+        leaving out what the replicated firing progress covers."""
+        wheel = self.timers
+        position = wheel.checkpoint_position()
+        store = self.server.store
+        if position is not None and position <= store.end_pos:
+            wheel.position = min(position, resume)
+            return
+        if position is not None or wheel.counts:
+            log.warning(
+                "timer wheel %s (checkpoint %s, log end %d): rebuilding it from the log",
+                wheel.directory,
+                position,
+                store.end_pos,
+            )
+        self._rebuild_timers()
+
+    def _rebuild_timers(self) -> None:
+        """The timer wheel from the log dispatched so far, leaving out what the
+        replicated firing progress covers."""
+        wheel, store = self.timers, self.server.store
+        wheel.clear()
+        if store.empty or self.dispatched_index < store.begin_index:
+            return
+        progress = self.metadata.timer_progress
+        for _index, fields in self.commitlog.scan_fields(store.begin_index, self.dispatched_index):
+            if fields is not None and fields[0] == TIMER_TOPIC:
+                physical_offset, size = fields[3], fields[4]
+                due_ms = self._timer_due(physical_offset, size)
+                if due_ms is not None and not fired((due_ms, physical_offset, size), progress):
+                    wheel.add(due_ms, physical_offset, size)
+        wheel.flush()
+
+    def _timer_due(self, physical_offset: int, size: int) -> int | None:
+        """A timer message's TIMER_OUT_MS; None (logged) for one without a valid one."""
+        try:
+            properties = codec.read_dispatch_fields(self.commitlog.read(physical_offset, size))[6]
+            due = codec.string_to_properties(properties.decode("utf-8", "replace")).get(
+                codec.MessageConst.PROPERTY_TIMER_OUT_MS, ""
+            )
+            return int(due)
+        except ValueError as exc:  # not a number, or no V1 record (MessageFormatError)
+            log.error("timer message at %d not scheduled: %s", physical_offset, exc)
+            return None
 
     async def checkpoint(self) -> None:
         """The dispatch checkpoint, taken while dispatch goes on: write and fsync the
@@ -305,7 +420,9 @@ class MessageStore:
         first = self.dispatched_index + 1
         position = store.pos_at(first) if first <= store.end_index else store.end_pos
         sync_index = self.index.sync_plan() if self.index is not None else None
+        sync_timers = self.timers.sync_plan()
         snapshot = self.metadata.snapshot_bytes()
+        installs = self._metadata_installs
         record = json.dumps({"position": position}).encode()
 
         def run() -> None:
@@ -316,12 +433,63 @@ class MessageStore:
                 if exc.errno not in NO_ROOM:
                     raise DiskFailure(f"fsync failed ({exc}); stopping") from exc
                 raise
-            self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self._snapshot_path, snapshot)
+            sync_timers()
+            self._write_metadata(snapshot, installs)
             atomic_write(self._checkpoint_path, record)
             self.checkpointed_index = first
 
         return run
+
+    def metadata_snapshot(self) -> tuple[int, bytes]:
+        """The metadata as of the last entry dispatched here, (index, snapshot): what the
+        leader sends a follower before it restarts the follower's log at its first
+        entry (dledger.core.snapshot). Retention keeps every entry after the dispatch
+        checkpoint, so the index is never below the entry before the log's first."""
+        return self.dispatched_index, self.metadata.snapshot_bytes()
+
+    async def install_metadata_snapshot(self, index: int, body: bytes) -> None:
+        """Replace the metadata with the leader's snapshot as of entry `index`, unless
+        dispatch here reached that entry already: parsed in a worker thread (a quarter
+        second for 4.7 MB; ValueError for bytes that are no snapshot, and the old state
+        stays), taken in memory, then written to `config/metadata.json`
+        (`atomic_write`: a crash leaves the old file or the new one, never a mix). The
+        records it covers are skipped as dispatch meets them (by their META_TOPIC
+        offset). The leader resets this replica's log only once the file is written; if
+        writing fails (OSError), memory holds the newer state, committed all the same,
+        and the leader sends the snapshot again. A checkpoint that captured the metadata
+        before it never writes that older state over it."""
+        if index <= self.dispatched_index:
+            return
+        installed = await trio.to_thread.run_sync(
+            Metadata.from_snapshot, self.metadata.builtin, body
+        )
+        if index <= self.dispatched_index:  # dispatch got there meanwhile
+            return
+        self.metadata.replace_with(installed)
+        self._metadata_installs += 1
+        self._metadata_moved()
+        await trio.to_thread.run_sync(self._write_metadata, body, self._metadata_installs)
+        log.warning(
+            "metadata replaced by the leader's snapshot as of index %d (META_TOPIC offset %d)",
+            index,
+            installed.applied_meta_offset,
+        )
+
+    def _write_metadata(self, body: bytes, installs: int) -> None:
+        """Write `config/metadata.json` (any thread), unless a leader's snapshot was
+        installed in memory since `body` was captured (after `installs` installs)."""
+        self._snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+        with self._metadata_file:
+            if installs == self._metadata_installs:
+                atomic_write(self._snapshot_path, body)
+
+    def write_rocketmq_tables(self) -> None:
+        """Leave the tables as Apache RocketMQ's broker keeps them (`config/topics.json`
+        and its kin, `Metadata.rocketmq_tables`), at a clean stop: RocketMQ's broker
+        started on this store then knows its topics, groups and offsets. raftmq itself
+        reads them only from a store without its own snapshot (one RocketMQ wrote)."""
+        for name, body in self.metadata.rocketmq_tables().items():
+            atomic_write(self._snapshot_path.parent / name, body)
 
     def trim_queues(self) -> None:
         """Drop from every queue the entries for messages retention deleted from the
@@ -365,12 +533,32 @@ class MessageStore:
                 high = mid
         return low
 
-    def _apply_meta(self, record: bytes, meta_offset: int) -> None:
+    def _apply_meta(self, record: bytes, meta_offset: int) -> str | None:
+        """Apply a metadata record; the topic it deleted, if any."""
         msg, _size = codec.decode(record)
         try:
-            self.metadata.apply(msg.body, meta_offset)
+            return self.metadata.apply(msg.body, meta_offset)
         except (ValueError, KeyError, TypeError) as exc:
             log.error("skipping a malformed metadata record at offset %d: %s", meta_offset, exc)
+            return None
+
+    def drop_topic(self, topic: str) -> None:
+        """Delete `topic`'s ConsumeQueues (RocketMQ's cleanUnusedTopic, for one topic),
+        keeping each queue's next offset (`Metadata.dropped_queue_offsets`): messages
+        of the topic created again continue from there, on this master and on any
+        later one, so a consumer's committed offset never points into new messages
+        as if it had consumed them. The key index is shared by all topics and stays."""
+        if topic in (META_TOPIC, SCHEDULE_TOPIC):
+            return  # the broker's own: never deleted (AdminRequests refuses it too)
+        for queue_id, next_offset in self.queues.drop_topic(topic).items():
+            key = (topic, queue_id)
+            floors = self.metadata.dropped_queue_offsets
+            floors[key] = max(floors.get(key, 0), next_offset)
+            log.info("topic %s deleted: queue %d dropped at %d", topic, queue_id, next_offset)
+
+    def unused_topics(self) -> list[str]:
+        """Topics with ConsumeQueues here that the topic table does not have."""
+        return sorted(self.queues.topics() - set(self.metadata.topics) - {SCHEDULE_TOPIC})
 
     # ------------------------------------------------------------------ dispatch
     @property
@@ -385,8 +573,12 @@ class MessageStore:
         return self.server.replica.committed_index >= end and self.dispatched_index >= end
 
     def take_over_offsets(self) -> None:
-        """A new master's queue offset table, rebuilt from its ConsumeQueues."""
-        self.commitlog.reset_offsets(self.queues.max_offsets())
+        """A new master's queue offset table, rebuilt from its ConsumeQueues and the
+        offsets its dropped queues had reached."""
+        table = dict(self.metadata.dropped_queue_offsets)
+        for key, next_offset in self.queues.max_offsets().items():
+            table[key] = max(table.get(key, 0), next_offset)
+        self.commitlog.reset_offsets(table)
 
     def dispatch_behind(self) -> int:
         return self.dispatch_target - self.dispatched_index
@@ -408,6 +600,7 @@ class MessageStore:
             else:
                 try:
                     self.checkpoint_work()()
+                    self.write_rocketmq_tables()
                 except (OSError, DiskFailure) as exc:
                     log.warning("no dispatch checkpoint at shutdown: %s", exc)
             if self.index is not None:
@@ -466,6 +659,7 @@ class MessageStore:
                     break  # the next step goes on from here once others have run
         finally:
             self.queues.unsynced |= touched
+            self.timers.flush()
             self._wake(touched)
         return self.dispatched_index - first + 1
 
@@ -503,6 +697,11 @@ class MessageStore:
             index.dispatch(topic, physical_offset, store_timestamp, [uniq_key, *keys.split(" ")])
         if transaction in TRANSACTIONS_WITHOUT_QUEUE_OFFSET:
             return
+        if topic == TIMER_TOPIC:  # into the timer wheel, not a ConsumeQueue: see timerwheel
+            due_ms = self._timer_due(physical_offset, size)
+            if due_ms is not None:
+                self.timers.add(due_ms, physical_offset, size)
+            return
         queue = self.queues.queues.get((topic, queue_id))
         if queue is None:
             queue = self.queues.find_or_create(topic, queue_id)
@@ -516,10 +715,19 @@ class MessageStore:
         except ValueError as exc:
             log.error("dispatch: %s", exc)
             return
-        if topic == META_TOPIC:
-            self._apply_meta(self.commitlog.read(physical_offset, size), queue_offset)
-            self._meta_applied.set()
-            self._meta_applied = trio.Event()
+        if topic != META_TOPIC:
+            self.dispatched_messages += 1
+            self.dispatched_message_bytes += size
+            return
+        deleted = self._apply_meta(self.commitlog.read(physical_offset, size), queue_offset)
+        if deleted is not None:  # here, in log order: the same point on every replica
+            self.drop_topic(deleted)
+        self._metadata_moved()
+
+    def _metadata_moved(self) -> None:
+        """Wake what waits for a metadata record to be applied (`wait_applied`)."""
+        self._meta_applied.set()
+        self._meta_applied = trio.Event()
 
     async def wait_applied(self, meta_offset: int) -> None:
         """Until the metadata record at META_TOPIC offset `meta_offset` is applied here."""
@@ -531,6 +739,16 @@ class MessageStore:
         backlog to be dispatched rechecks its state after each."""
         with trio.move_on_after(timeout_s):
             await self._dispatch_moved.wait()
+
+    async def dispatch_caught_up(self, timeout_s: float) -> bool:
+        """Whether every entry now in this node's log is dispatched (committed, in its
+        queue and the key index), waiting up to `timeout_s` for it: on the master, that
+        includes whatever an earlier request appended."""
+        target = self.server.store.end_index
+        with trio.move_on_after(timeout_s):
+            while self.dispatched_index < target:
+                await self.wait_dispatch(0.05)
+        return self.dispatched_index >= target
 
     # ------------------------------------------------------------------ reads
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:

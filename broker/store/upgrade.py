@@ -49,7 +49,6 @@ from raftmq.disk.segments import list_segments
 
 log = logging.getLogger(__name__)
 
-EXPIRE_CHECK_S = 10.0  # cleanResourceInterval
 _DIVIDE = struct.Struct(">q")
 # The old log is only read (and dispatched once): its put policy is never used.
 _READ_ONLY = PutPolicy(sync_flush=False, sync_flush_timeout_s=0.0, flush_interval_s=1.0)
@@ -123,10 +122,11 @@ class UpgradedCommitLog(DLedgerCommitLog):
     def holder(self, physical_offset: int) -> LogEntries:
         return self.old_log if physical_offset < self.divide else self.store
 
-    async def expire_old_files(self, reserved_s: float) -> None:
+    async def expire_old_files(self, reserved_s: float, interval_s: float) -> None:
         """Delete old files older than `reserved_s` (RocketMQ deletes them by
-        fileReservedTime too, the last one included), every 10 s, until none is left."""
+        fileReservedTime too, the last one included), every `interval_s`
+        (cleanResourceInterval), until none is left."""
         old = self.old_log
         while old.min_offset < old.write_pos:
-            await trio.sleep(EXPIRE_CHECK_S)
+            await trio.sleep(interval_s)
             old.delete_expired(reserved_s)

@@ -184,6 +184,10 @@ class Election:
         ):
             r.next_term(self.known_max_term)
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        if not r.is_voter:  # a learner or a removed member waits to hear a leader
+            self.need_increase_term_immediately = False
+            self.next_vote_ms = now_ms + self.vote_gap_ms()
+            return
         if self.need_increase_term_immediately:
             self.need_increase_term_immediately = False
             self.next_vote_ms = now_ms + self.vote_gap_ms()
@@ -216,7 +220,7 @@ class Election:
             seq=self.round.seq,
         )
         self.round.record(r.self_id, self._vote_on(request, now_ms), r.term)
-        for peer in r.peers:
+        for peer in r.voter_peers:
             r.send(attrs.evolve(request, remote_id=peer))
         self._maybe_finish_round(now_ms)
 
@@ -232,6 +236,9 @@ class Election:
         result = vote_round.parse()
         if result is ParseResult.PASSED and vote_round.term == self.never_lead_term:
             result = ParseResult.WAIT_TO_VOTE_NEXT
+        accepted = [v for v, got in vote_round.results.items() if got is VoteResult.ACCEPT]
+        if result is ParseResult.PASSED and not r.members.current.is_quorum(accepted):
+            result = ParseResult.WAIT_TO_REVOTE  # the configuration changed during the round
         self.last_parse_result = result
         if result is ParseResult.PASSED:
             r.become_leader(vote_round, now_ms)
@@ -281,7 +288,7 @@ class Election:
         r = self._r
         store = r.store
         from_self = req.local_id == r.self_id
-        if req.leader_id not in r.config.peers:
+        if req.leader_id not in r.members.current.ids:
             return VoteResult.REJECT_UNKNOWN_LEADER
         if not from_self and req.leader_id == r.self_id:
             return VoteResult.REJECT_UNEXPECTED_LEADER

@@ -14,6 +14,7 @@ import logging
 from collections import deque
 
 from raftmq.dledger.codes import Code, PushType, Role
+from raftmq.dledger.core.membership import MEMBERS_PREFIX, MemberState
 from raftmq.dledger.core.messages import PushRequest, PushResponse
 from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import InconsistentAppend
@@ -100,6 +101,9 @@ class FollowerReplication:
             self._answer_push(req, Code.INCONSISTENT_STATE, pre)
         elif store.term_at(pre) == req.pre_log_term:
             self.leader_verified_index = max(self.leader_verified_index, pre)
+            # a follower that agrees at the leader's end has nothing more to hear, and
+            # a restarted one learns the commit index here or not until the next write
+            self._learn_commit(req.commit_index)
             self._answer_push(req, Code.SUCCESS, pre, defer_to=pre)
         else:
             x_term = store.term_at(pre)
@@ -131,11 +135,18 @@ class FollowerReplication:
             if pre < r.committed_index:
                 self._refuse_cut(req, pre + 1)
                 return
+            try:
+                members = self._members_at_reset(req)
+            except ValueError:  # a peer's bytes: refused, never asserted
+                self._answer_push(req, Code.UNEXPECTED_ARGUMENT, pre)
+                return
             if r.disk_full:  # a reset writes the new beginning's file
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
             store.reset(pre + 1, req.reset_pos, req.pre_log_term)
             self._after_truncation(pre)
+            if members is not None:
+                r.members_reset(members)
             r.after_local_append()  # the answer waits for the new beginning to be durable
         cut = self._first_disagreement(pre, req.term_runs, req.leader_end_index, req.term)
         if cut <= r.committed_index:
@@ -148,6 +159,19 @@ class FollowerReplication:
         self.leader_verified_index = cut - 1
         self._learn_commit(req.commit_index)
         self._answer_push(req, Code.SUCCESS, cut - 1, defer_to=cut - 1)
+
+    @staticmethod
+    def _members_at_reset(req: PushRequest) -> MemberState | None:
+        """The configuration a reset puts in force: the leader's at the entry before its
+        beginning, as retention may have deleted the entries that set it (a learner
+        added then, a log wiped); None to keep ours (its entries are all still to come).
+        ValueError for one no leader sends."""
+        if not req.members:
+            return None
+        members = MemberState.from_text(req.members)
+        if members.current.index > req.pre_log_index:
+            raise ValueError(f"a configuration set at {members.current.index} is past the reset")
+        return members
 
     def _refuse_cut(self, req: PushRequest, cut: int) -> None:
         """A TRUNCATE that would cut committed entries: no legitimate leader sends one.
@@ -254,6 +278,8 @@ class FollowerReplication:
                 self._answer_push(req, Code.DISK_FULL, pre)
                 return
             r.after_local_append()
+            if MEMBERS_PREFIX in blob:  # a byte search first: most pushes carry none
+                r.members_appended(blob)
         # `count` is the peer's word: vouch only for entries we hold (all of them came
         # from, or matched, this push)
         last = min(last, store.end_index)

@@ -66,10 +66,10 @@ class Heartbeats:
         """DLedger's step-down: the leader holds its lease while a quorum (itself counted)
         has answered within `lease_ms`; it is lost the moment after that runs out."""
         r = self._r
-        needed = r.quorum - 1
+        needed = r.quorum - r.is_voter
         expiry_ms = math.inf
         if needed:
-            heard_ms = sorted(self.last_ack_ms.values(), reverse=True)
+            heard_ms = sorted((self.last_ack_ms[p] for p in r.voter_peers), reverse=True)
             expiry_ms = math.nextafter(heard_ms[needed - 1] + r.lease_ms, math.inf)
         self._due_ms["lease"] = expiry_ms
 
@@ -79,6 +79,14 @@ class Heartbeats:
         self.last_ack_ms = dict.fromkeys(self._r.peers, now_ms)
         self._acks_changed()
         self._beat_sent(float("-inf"))
+
+    def members_changed(self, now_ms: float) -> None:
+        """A leader's configuration changed: a new member counts as heard now, as every
+        peer does when a leader starts; a removed one is forgotten."""
+        r = self._r
+        self.last_ack_ms = {p: self.last_ack_ms.get(p, now_ms) for p in r.peers}
+        self._acks_changed()
+        self._round_changed()
 
     def stop_leading(self) -> None:
         self._round = None
@@ -113,8 +121,8 @@ class Heartbeats:
         r = self._r
         hb_round, self._round = self._round, None
         self._round_changed()
-        answers = list(hb_round.answers.values())
-        success = 1 + answers.count(Code.SUCCESS)
+        answers = [code for peer, code in hb_round.answers.items() if peer in r.voters]
+        success = r.is_voter + answers.count(Code.SUCCESS)
         if is_quorum(success, r.peer_count):
             return
         if is_quorum(success + answers.count(Code.TERM_NOT_READY), r.peer_count):
@@ -156,7 +164,8 @@ class Heartbeats:
                 heard_ms = self.last_ack_ms.get(resp.local_id, float("-inf"))
                 self.last_ack_ms[resp.local_id] = max(heard_ms, sent_ms)
                 self._acks_changed()
-            r.replication.peer_answered(resp.local_id, now_ms)
+            r.replication.peer_answered(resp.local_id, resp.verified_index, now_ms)
+            r.replication.peer_fsyncs(resp.local_id, resp.fsync_p99_us)
         if self._round and resp.seq == self._round.seq:
             self._round.answers[resp.local_id] = Code(resp.code)
             if len(self._round.answers) >= len(r.peers):
@@ -167,13 +176,23 @@ class Heartbeats:
         self._r.change_to_candidate(self._r.term, now_ms)
 
     def on_heartbeat(self, req: HeartBeatRequest, now_ms: float) -> None:
+        r = self._r
         code = self.accept_leader(req.leader_id, req.term, now_ms)
-        self._r.send(HeartBeatResponse(*self._r.answer_header(req.local_id), code, seq=req.seq))
+        verified_index = r.follower.leader_verified_index
+        r.send(
+            HeartBeatResponse(
+                *r.answer_header(req.local_id),
+                code,
+                seq=req.seq,
+                verified_index=verified_index,
+                fsync_p99_us=r.fsync_latency.p99_us(now_ms),
+            )
+        )
 
     def accept_leader(self, leader: str, term: int, now_ms: float) -> Code:
         """DLedger's heartbeat checks, shared by pushes: may this leader talk to us now?"""
         r = self._r
-        if leader not in r.config.peers:
+        if leader not in r.known_members:  # the prior configuration's: a leader removing itself
             return Code.UNKNOWN_MEMBER
         if leader == r.self_id:
             return Code.UNEXPECTED_MEMBER

@@ -13,56 +13,66 @@ from raftmq.dledger.codes import Code, PushType, RequestCode, VoteResult
 
 
 @attrs.define(slots=True)
-class VoteRequest:
-    KIND = RequestCode.VOTE
+class _Header:
+    """DLedger's base fields, first in every message: the group, the sender, the
+    receiver, the leader the sender knows (None: none) and the sender's term."""
+
     group: str
     local_id: str
     remote_id: str
-    leader_id: str  # the candidate
+    leader_id: str | None
     term: int
+
+
+@attrs.define(slots=True)
+class _FromLeader:
+    """The base fields of what a leader (or a candidate) sends: `leader_id` is itself."""
+
+    group: str
+    local_id: str
+    remote_id: str
+    leader_id: str
+    term: int
+
+
+@attrs.define(slots=True)
+class VoteRequest(_FromLeader):
+    KIND = RequestCode.VOTE
     ledger_end_index: int
     ledger_end_term: int
     seq: int = 0
 
 
 @attrs.define(slots=True)
-class VoteResponse:
-    KIND = -RequestCode.VOTE
-    group: str
-    local_id: str
-    remote_id: str
-    leader_id: str | None
-    term: int  # the voter's term
+class VoteResponse(_Header):
+    KIND = -RequestCode.VOTE  # `term`: the voter's
     vote_result: VoteResult
     seq: int = 0
     code: Code = Code.SUCCESS
 
 
 @attrs.define(slots=True)
-class HeartBeatRequest:
+class HeartBeatRequest(_FromLeader):
     KIND = RequestCode.HEART_BEAT
-    group: str
-    local_id: str
-    remote_id: str
-    leader_id: str
-    term: int
     seq: int = 0
 
 
 @attrs.define(slots=True)
-class HeartBeatResponse:
+class HeartBeatResponse(_Header):
+    """DLedger's answer (code and term) and, ours, how far the follower knows its log
+    agrees with the leader's (`FollowerReplication.leader_verified_index`): a follower
+    that restarted knows nothing, and the leader compares again (`Progress.forgotten`);
+    and how slow its own fsyncs are, which a leader with slow ones hands over by."""
+
     KIND = -RequestCode.HEART_BEAT
-    group: str
-    local_id: str
-    remote_id: str
-    leader_id: str | None
-    term: int
     code: Code
     seq: int = 0
+    verified_index: int = -1
+    fsync_p99_us: int = -1  # ours: the follower's own fsyncs (core.fsync_health), -1 unknown
 
 
 @attrs.define(slots=True)
-class PushRequest:
+class PushRequest(_FromLeader):
     """COMPARE / TRUNCATE / APPEND / COMMIT from the leader to one follower.
 
     APPEND carries `entries`, encoded DLedger entries concatenated (first index
@@ -73,11 +83,6 @@ class PushRequest:
     """
 
     KIND = RequestCode.PUSH
-    group: str
-    local_id: str
-    remote_id: str
-    leader_id: str
-    term: int
     type: PushType
     pre_log_index: int
     pre_log_term: int
@@ -88,16 +93,14 @@ class PushRequest:
     leader_end_index: int = -1
     reset_pos: int = -1  # TRUNCATE: restart the follower's log at pre_log_index + 1, at this pos
     seq: int = 0
+    # With a reset: the leader's configuration in force at pre_log_index (MemberState's
+    # text), whose entries the follower will never receive; "": every one is to come.
+    members: str = ""
 
 
 @attrs.define(slots=True)
-class PushResponse:
+class PushResponse(_Header):
     KIND = -RequestCode.PUSH
-    group: str
-    local_id: str
-    remote_id: str
-    leader_id: str | None
-    term: int
     code: Code
     type: PushType
     index: int  # APPEND: last index covered; COMPARE: pre_log_index; TRUNCATE: new end
@@ -109,13 +112,8 @@ class PushResponse:
 
 
 @attrs.define(slots=True)
-class LeadershipTransferRequest:
+class LeadershipTransferRequest(_Header):
     KIND = RequestCode.LEADERSHIP_TRANSFER
-    group: str
-    local_id: str
-    remote_id: str
-    leader_id: str | None
-    term: int
     transfer_id: str
     transferee_id: str
     take_leadership_ledger_index: int = -1
@@ -123,14 +121,35 @@ class LeadershipTransferRequest:
 
 
 @attrs.define(slots=True)
-class LeadershipTransferResponse:
+class LeadershipTransferResponse(_Header):
     KIND = -RequestCode.LEADERSHIP_TRANSFER
-    group: str
-    local_id: str
-    remote_id: str
-    leader_id: str | None
-    term: int
     code: Code
+    seq: int = 0
+
+
+@attrs.define(slots=True)
+class InstallSnapshotRequest(_FromLeader):
+    """One chunk of the application's snapshot as of log entry `index`, from the leader
+    to a follower whose next entry the leader no longer holds (etcd's MsgSnap, sent in
+    chunks): `data` lies at byte `offset` of a snapshot of `total_bytes`."""
+
+    KIND = RequestCode.INSTALL_SNAPSHOT
+    index: int
+    total_bytes: int
+    offset: int
+    data: bytes = b""
+    seq: int = 0
+
+
+@attrs.define(slots=True)
+class InstallSnapshotResponse(_Header):
+    """`offset`: the bytes of snapshot `index` the follower holds, so where the next
+    chunk starts; `total_bytes` once it is installed."""
+
+    KIND = -RequestCode.INSTALL_SNAPSHOT
+    code: Code
+    index: int
+    offset: int
     seq: int = 0
 
 
@@ -143,5 +162,13 @@ MESSAGE_TYPES = (
     PushResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
 )
-REQUESTS = (VoteRequest, HeartBeatRequest, PushRequest, LeadershipTransferRequest)
+REQUESTS = (
+    VoteRequest,
+    HeartBeatRequest,
+    PushRequest,
+    LeadershipTransferRequest,
+    InstallSnapshotRequest,
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import attrs
 from raftmq.dledger.codes import Code, Role
+from raftmq.dledger.core.membership import MemberState
 
 
 @attrs.define(slots=True)
@@ -25,11 +26,15 @@ class Completion:
 @attrs.define(slots=True)
 class Output:
     hard_state: tuple[int, str | None] | None = None
+    members: MemberState | None = None  # a new configuration, saved with hard_state
     messages: list = attrs.Factory(list)
     needs_sync: bool = False
     completions: list[Completion] = attrs.Factory(list)
     role_changes: list[tuple[int, Role]] = attrs.Factory(list)
     committed_index: int | None = None  # set when the commit index moved
+    # (index, bytes): a snapshot from the leader to install (core.snapshot); the driver
+    # reports the outcome with `Replica.snapshot_installed`
+    snapshot: tuple[int, bytes] | None = None
 
     def __bool__(self) -> bool:
         return bool(
@@ -39,6 +44,7 @@ class Output:
             or self.completions
             or self.role_changes
             or self.committed_index is not None
+            or self.snapshot is not None
         )
 
 
@@ -47,8 +53,9 @@ class Ready:
     """Everything a driver has to do after an event, taken in one call (`Replica.ready`).
 
     The driver carries it out in this order: each of `outputs` in turn (its messages
-    sent, then the fsync it wants started, its role changes, its commit index and its
-    completions), then the save of `save`, (term, vote), if any, reporting
+    sent, then the fsync it wants started, its role changes, its commit index, its
+    completions and the snapshot to install), then the save of `save`, (term, vote),
+    if any, with `members` when the configuration changed, reporting
     `Replica.hard_state_saved` once it is durable; the outputs that wait for that save
     come in a later Ready. `next_deadline_ms` is when the replica next wants a `tick`.
     A Ready taken while another is being carried out (an effect fed the replica) is
@@ -58,6 +65,7 @@ class Ready:
     outputs: list[Output]
     save: tuple[int, str | None] | None
     next_deadline_ms: float
+    members: MemberState | None = None  # to save with `save` when the configuration changed
 
 
 class Handoff:
@@ -88,7 +96,7 @@ class Handoff:
         if out:
             self._held.append(out)
         outputs, self._released = self._released, []
-        save = None
+        save = members = None
         if self._saving is None and self._held:
             batch, self._held = self._held, []
             save = next((o.hard_state for o in reversed(batch) if o.hard_state is not None), None)
@@ -96,7 +104,8 @@ class Handoff:
                 outputs += batch
             else:
                 self._saving = batch
-        return Ready(outputs, save, next_deadline_ms)
+                members = next((o.members for o in reversed(batch) if o.members), None)
+        return Ready(outputs, save, next_deadline_ms, members)
 
     def hard_state_saved(self) -> None:
         """The save the last Ready asked for completed: what waited for it goes out with

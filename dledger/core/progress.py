@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 import attrs
 from raftmq.dledger.codes import PushType
+from raftmq.dledger.core.snapshot import SnapshotSend
 
 _PROBES = (PushType.COMPARE, PushType.TRUNCATE)
 
@@ -72,6 +73,10 @@ class Progress:
     probe_sent_ms: float = 0.0
     sent_commit: int = -1  # the last commit index sent to this follower
     stalled: bool = False  # a push could not be delivered: wait for a heartbeat answer
+    disk_full: bool = False  # its last answer was DISK_FULL, and nothing matched since
+    fsync_p99_us: int = -1  # its own fsyncs, as its last heartbeat answer said (-1 unknown)
+    snapshot: SnapshotSend | None = None  # a snapshot on its way (core.snapshot)
+    snapshot_index: int = -1  # the follower installed our snapshot as of this entry
 
     @classmethod
     def for_new_leader(cls, end_index: int, window: int) -> Progress:
@@ -87,8 +92,9 @@ class Progress:
 
     def become_replicate(self, next_index: int) -> None:
         """APPEND from `next_index`: the follower's log is a prefix of ours up to the entry
-        before it."""
+        before it (a snapshot under way is not needed: its bytes go)."""
         self._restart(PushType.APPEND, next_index)
+        self.snapshot = None
 
     def stall(self) -> None:
         """A push could not be delivered: probe again from what the follower is known to
@@ -101,6 +107,18 @@ class Progress:
         """The follower answered a heartbeat: True if replication to it was stalled."""
         stalled, self.stalled = self.stalled, False
         return stalled
+
+    def forgotten(self, verified_index: int) -> bool:
+        """The follower says its log is known to agree with ours only up to
+        `verified_index`, below what it acknowledged: it restarted since (what it knows
+        of a leader is not saved), and trusts our commit index only once a COMPARE or an
+        APPEND verifies its log again. True if a COMPARE is now due: while pushes are
+        out, their answers verify it or send us to COMPARE anyway. The COMPARE is at
+        `next_index - 1`, our end when idle, where a follower that kept its log agrees."""
+        if self.state is not PushType.APPEND or self.inflight or verified_index >= self.match_index:
+            return False
+        self.become_probe(PushType.COMPARE, self.next_index)
+        return True
 
     def _restart(self, state: PushType, next_index: int) -> None:
         self.state = state
@@ -131,6 +149,22 @@ class Progress:
         """No answer within the push timeout: the probe may be sent again."""
         self.probe_seq = -1
 
+    # ------------------------------------------------------------------ snapshots
+    def needs_snapshot(self, begin_index: int) -> bool:
+        """Whether the follower must install a snapshot before its log can restart at
+        our first entry `begin_index`: none it installed reaches the entry before."""
+        return self.snapshot_index < begin_index - 1
+
+    def snapshot_installed(self) -> None:
+        """The follower installed the snapshot under way: its log may restart after it."""
+        assert self.snapshot is not None
+        self.snapshot_index, self.snapshot = self.snapshot.index, None
+
+    def log_reset(self) -> None:
+        """The follower's log restarted at our beginning: a later reset (it was wiped
+        again) needs a snapshot again."""
+        self.snapshot_index = -1
+
     # ------------------------------------------------------------------ appends
     def appended(self, seq: int, count: int, now_ms: float) -> None:
         """An APPEND of `count` entries from `next_index` went out as push `seq`."""
@@ -148,6 +182,7 @@ class Progress:
         if index <= self.match_index:
             return False
         self.match_index = index
+        self.disk_full = False
         return True
 
     def deadline_ms(self, end_index: int, push_timeout_ms: float) -> float | None:

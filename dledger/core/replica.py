@@ -11,7 +11,8 @@ The protocol lives beside this module, one part each, composed into `Replica`:
 `election` (campaign and vote, after DLedger's `DLedgerLeaderElector`), `heartbeat`
 (beats and the lease), `replication` (the leader's dispatcher and the commit rule,
 after DLedger HEAD's `DLedgerEntryPusher`), `follower` (its `EntryHandler`),
-`pending` (client appends awaiting commit) and `transfer` (leadership transfer).
+`pending` (client appends awaiting commit), `transfer` (leadership transfer) and
+`snapshot` (the application's state for a follower restarted at our first entry).
 Each part owns its own fields. The replica owns what they share — term and vote,
 role and leader, the log and its commit and persisted indexes, the output — and
 changes it only here: the role changes, `next_term` and `vote`, `set_committed`,
@@ -32,15 +33,20 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 
 from raftmq.dledger.codes import Code, EntryType, Role, VoteResult
 from raftmq.dledger.config import DLedgerConfig
-from raftmq.dledger.core.election import Election, VoteRound, is_quorum
+from raftmq.dledger.core.election import Election, VoteRound
 from raftmq.dledger.core.follower import FollowerReplication
+from raftmq.dledger.core.fsync_health import FsyncLatency
 from raftmq.dledger.core.heartbeat import Heartbeats
+from raftmq.dledger.core.membership import Change, Members, MemberState
 from raftmq.dledger.core.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     PushRequest,
@@ -51,8 +57,10 @@ from raftmq.dledger.core.messages import (
 from raftmq.dledger.core.output import Completion, Handoff, Output, Ready
 from raftmq.dledger.core.pending import PendingAppends
 from raftmq.dledger.core.replication import LeaderReplication
+from raftmq.dledger.core.snapshot import SnapshotReceiver
 from raftmq.dledger.core.timers import Timer, TimerTable
 from raftmq.dledger.core.transfer import LeadershipTransfer
+from raftmq.dledger.store import entry as codec
 from raftmq.dledger.store.base import LogStore
 
 from raftmq.disk.filesystem import DiskFull
@@ -69,19 +77,24 @@ class Replica:
         term: int = 0,
         vote_for: str | None = None,
         now_ms: float = 0.0,
+        members: MemberState | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.rng = rng
         self.self_id = config.self_id
-        self.peers = [p for p in config.peer_ids if p != self.self_id]
-        self._other_members = frozenset(self.peers)
-        self.peer_count = len(config.peer_ids)
-        self.quorum = self.peer_count // 2 + 1
+        if members is None:
+            learners = (config.self_id,) if config.join_as_learner else ()
+            first = Members.initial(config.peers, learners)
+            members = MemberState(first, first)
+        # a configuration whose entry a crash took (written, not yet synced) is not in force
+        self.members = members.truncated(store.end_index)
+        self._members_view()
         self.term = term
         self.vote_for = vote_for
         # (term, vote) as last handed to the driver to make durable (`_save_hard_state`)
         self._hard_state = (term, vote_for)
+        self._saved_members = self.members
         self.role = Role.CANDIDATE
         self.leader_id: str | None = None
         self.committed_index = -1
@@ -89,8 +102,18 @@ class Replica:
         # DLedger's isDiskFull: set by the driver's disk check, or by a segment that
         # found no room; appends are refused (DISK_FULL) while it holds.
         self.disk_full = False
+        # our own fsyncs' latency, as the driver reports them (`persisted`)
+        self.fsync_latency = FsyncLatency(
+            config.leader_slow_fsync_window_ms, enabled=config.leader_slow_fsync_ms > 0
+        )
+        # on a leader: follower -> (its match index, since when), as retention last saw
+        # it; and the followers retention no longer waits for (`retention_floor`)
+        self._progress_seen: dict[str, tuple[int, float]] = {}
+        self.stalled_followers: frozenset[str] = frozenset()
         self._out = Output()
         self._handoff = Handoff()  # holds outputs behind the saves of term and vote
+        if self.members is not members:  # the saved one's entry is gone: save the prior
+            self._out.hard_state, self._out.members = self._hard_state, self.members
         self.seqs = itertools.count(1)  # numbers the requests we send (`next(r.seqs)`)
         self.timers = TimerTable(self._TIMERS)  # written by the parts below, from here on
         self.pending = PendingAppends(self.timers.due_ms)
@@ -99,6 +122,11 @@ class Replica:
         self.replication = LeaderReplication(self)
         self.follower = FollowerReplication(self)
         self.transfers = LeadershipTransfer(self, now_ms)
+        self.snapshots = SnapshotReceiver(self)
+        # The application's snapshot as of an entry it applied, `() -> (index, bytes)`,
+        # set by the driver: a follower the leader must restart at its first entry
+        # gets one first (core.snapshot). None: restarted without one.
+        self.snapshot_source: Callable[[], tuple[int, bytes]] | None = None
         # counted for monitoring (dledger.metrics), at rare events only
         self.elections_won = 0
         self.leaders_seen = 0  # leaders recognised (ourselves included), one per term at most
@@ -141,6 +169,8 @@ class Replica:
         quorum or a lease. Requests from strangers get DLedger's refusals."""
         if msg.KIND < 0 and msg.local_id not in self._other_members:
             return
+        if isinstance(msg, VoteResponse) and msg.local_id not in self.voters:
+            return  # a learner's or a removed member's vote never counts
         handler = self._HANDLERS.get(type(msg))
         if handler is not None:
             handler(self, msg, now_ms)
@@ -152,7 +182,11 @@ class Replica:
             self.election.send_failed(msg, now_ms)
         elif isinstance(msg, HeartBeatRequest):
             self.heartbeats.send_failed(msg)
-        elif isinstance(msg, PushRequest) and self.role is Role.LEADER and msg.term == self.term:
+        elif (
+            isinstance(msg, PushRequest | InstallSnapshotRequest)
+            and self.role is Role.LEADER
+            and msg.term == self.term
+        ):
             self.replication.send_failed(msg)
         self._check_invariants()
 
@@ -195,7 +229,9 @@ class Replica:
         """Whether one request may be appended now, `waiting` appends already pending."""
         if self.role is not Role.LEADER:
             return Code.NOT_LEADER
-        if self.transfers.current is not None:
+        if self.transfers.current is not None or not self.is_voter:
+            # handing leadership over, or leaving: what we appended now would wait out
+            # maxWaitAckTimeMs once we step down (no later leader answers it here)
             return Code.LEADER_TRANSFERRING
         if not bodies:
             return Code.REQUEST_WITH_EMPTY_BODYS
@@ -205,6 +241,104 @@ class Replica:
             return Code.DISK_FULL
         return Code.SUCCESS
 
+    def change_members(
+        self, handle: int, change: Change, member: str, address: str, now_ms: float
+    ) -> Code:
+        """Admin: append the configuration with one member added as a learner, promoted
+        to voter or removed (see `membership`). SUCCESS: its outcome arrives as a
+        Completion once committed. Refused while we do not lead, hand over leadership,
+        have not committed an entry of our own term (Raft's fix to single-step changes)
+        or still wait for the last change to commit; a learner is promoted only once it
+        is within maxLeadershipTransferWaitIndex entries of our end. ValueError, saying
+        why in one line, for a change that does not apply to the configuration."""
+        if self.role is not Role.LEADER:
+            return Code.NOT_LEADER
+        if self.transfers.current is not None:
+            return Code.LEADER_TRANSFERRING
+        current = self.members.current
+        if (
+            self.committed_index < 0
+            or self.store.term_at(self.committed_index) != self.term
+            or current.index > self.committed_index
+        ):
+            return Code.LEADER_NOT_READY
+        members = current.changed(change, member, address, self.store.end_index + 1)
+        if change is Change.PROMOTE:
+            behind = self.store.end_index - self.replication.match_index(member)
+            if behind >= self.config.max_leadership_transfer_wait_index:
+                return Code.FALL_BEHIND_TOO_MUCH
+        if self.disk_full:
+            return Code.DISK_FULL
+        try:
+            positions = self.store.append_leader(self.term, [(EntryType.NOOP, members.body())])
+        except DiskFull:
+            self.out_of_room()
+            return Code.DISK_FULL
+        assert positions[0][0] == members.index, (positions, members.index)
+        self.after_local_append()
+        deadline_ms = now_ms + self.config.max_wait_ack_time_ms
+        self.pending.add(self.term, [(handle, 1)], positions, deadline_ms)
+        self._set_members(self.members.appended(members), now_ms)
+        self.replication.log_grew(now_ms)
+        self.replication.advance_commit(now_ms)  # a group of one commits at once
+        self._check_invariants()
+        return Code.SUCCESS
+
+    def members_appended(self, blob: bytes) -> None:
+        """Entries `blob` (as the store encodes them) were appended to our log as a
+        follower: the configurations among them are in force from now on."""
+        state = self.members
+        for offset, etype, size, index, _term, _pos, _chain in codec.iter_entries(blob):
+            if etype == EntryType.NOOP and size > codec.HEADER_SIZE:
+                body = bytes(blob[offset + codec.HEADER_SIZE : offset + size])
+                members = Members.from_body(body, index)
+                if members is not None:
+                    state = state.appended(members)
+        if state is not self.members:
+            self._set_members(state, now_ms=None)
+
+    def members_reset(self, state: MemberState) -> None:
+        """Our log was restarted at the leader's beginning, past the entries that set
+        the configuration then in force: the leader's, `state`, is ours from now on."""
+        assert self.role is Role.FOLLOWER, self.role
+        if state != self.members:
+            self._set_members(state, now_ms=None)
+
+    def _set_members(self, state: MemberState, now_ms: float | None) -> None:
+        """Put the configuration `state` in force now, and have it saved with the term
+        and vote (before anything that follows it leaves); `now_ms` for a leader."""
+        self.members = state
+        self._members_view()
+        if self.role is Role.LEADER:
+            assert now_ms is not None
+            self.replication.members_changed()
+            self.heartbeats.members_changed(now_ms)
+        self._save_hard_state()
+
+    def _members_view(self) -> None:
+        """Who we talk to and what a quorum is, from the configuration in force."""
+        current = self.members.current
+        self.voters = frozenset(current.voters)
+        self.is_voter = self.self_id in self.voters
+        self.peers = [p for p in current.ids if p != self.self_id]
+        self.voter_peers = [p for p in current.voters if p != self.self_id]
+        self._other_members = frozenset(self.peers)
+        self.peer_count = len(current.voters)
+        self.quorum = current.quorum
+        self.known_members = frozenset(current.ids) | frozenset(self.members.prior.ids)
+
+    def leave_if_removed(self, now_ms: float) -> None:
+        """A leader whose own removal committed steps down, asking the voter furthest
+        along to take over at once; not a voter, it never campaigns again. Called only
+        once we are no longer a voter (the commit path checks that first)."""
+        assert not self.is_voter, self.members
+        if self.role is Role.LEADER and self.members.current.index <= self.committed_index:
+            # Nothing is left to answer: no append was taken once the removal was
+            # appended (`_admit`), and every one before it committed with it.
+            assert not self.pending.waiting, self.pending.waiting
+            self.transfers.hand_over()
+            self.change_to_candidate(self.term, now_ms)
+
     def transfer_leadership(self, handle: int, transferee: str, now_ms: float) -> Code:
         """Admin: hand leadership to `transferee`; see `transfer`."""
         return self.transfers.transfer_leadership(handle, transferee, now_ms)
@@ -212,6 +346,12 @@ class Replica:
     def holds_lease(self, now_ms: float) -> bool:
         """Whether this replica leads with its lease at `now_ms`; see `heartbeat`."""
         return self.heartbeats.holds_lease(now_ms)
+
+    def fsync_took(self, took_ms: float, now_ms: float) -> None:
+        """One of our fsyncs completed, taking `took_ms` (kept only with
+        leaderSlowFsyncMs set: the default send path does not go there)."""
+        if self.fsync_latency.enabled:
+            self.fsync_latency.record(took_ms, now_ms)
 
     def set_disk_full(self, full: bool, now_ms: float) -> None:
         """The driver's disk check: whether the store's filesystem is over diskFullRatio.
@@ -229,17 +369,44 @@ class Replica:
         Nothing uncommitted, and nothing a follower heard from within `keep_ms` still
         lacks. A follower silent for longer is not waited for: when it returns, the
         leader finds its next entry gone and restarts its log at the leader's beginning
-        (a TRUNCATE with reset), as DLedger 0.3.1.2 does.
+        (a TRUNCATE with reset), as DLedger 0.3.1.2 does. Nor is one that answers
+        heartbeats but has lacked committed entries without storing any of them for
+        followerStallTimeoutMs (`stalled_followers`): a full or stuck disk there would
+        otherwise fill ours. Progress is seen at each call (the driver's retention turns).
         """
         floor = self.committed_index + 1
-        if self.role is Role.LEADER:
-            for peer, prog in self.replication.progress.items():
-                if self.heartbeats.heard_within(peer, now_ms, keep_ms):
-                    floor = min(floor, prog.match_index + 1)
+        if self.role is not Role.LEADER:
+            self._progress_seen, self.stalled_followers = {}, frozenset()
+            return floor
+        stall_ms, stalled, seen_now = self.config.follower_stall_timeout_ms, set(), {}
+        for peer, prog in self.replication.progress.items():
+            seen = self._progress_seen.get(peer)
+            caught_up = prog.match_index >= self.committed_index
+            if caught_up or seen is None or seen[0] != prog.match_index:
+                seen = (prog.match_index, now_ms)
+            seen_now[peer] = seen
+            if now_ms - seen[1] > stall_ms:
+                stalled.add(peer)
+            elif self.heartbeats.heard_within(peer, now_ms, keep_ms):
+                floor = min(floor, prog.match_index + 1)
+        self._progress_seen = seen_now
+        self.stalled_followers = frozenset(stalled)
         return floor
 
-    def persisted(self, index: int, generation: int, now_ms: float) -> None:
-        """The driver's fsync covering entries up to `index` of store `generation` completed."""
+    def snapshot_installed(self, index: int, ok: bool) -> None:
+        """The driver installed the snapshot as of entry `index` an Output handed it (ok),
+        or could not (the application kept its old state): the leader is answered."""
+        self.snapshots.installed(index, ok)
+        self._check_invariants()
+
+    def persisted(
+        self, index: int, generation: int, now_ms: float, took_ms: float | None = None
+    ) -> None:
+        """The driver's fsync covering entries up to `index` of store `generation`
+        completed, taking `took_ms` when it synced anything (one call on the send path,
+        not two)."""
+        if took_ms is not None:
+            self.fsync_took(took_ms, now_ms)
         if generation != self.store.generation or index <= self.persisted_index:
             return
         self.persisted_index = min(index, self.store.end_index)
@@ -258,6 +425,11 @@ class Replica:
     def send_all(self, msgs: list) -> None:
         """Send `msgs`, in order (a round of pushes: one call, not one per push)."""
         self._out.messages += msgs
+
+    def install_snapshot(self, index: int, data: bytes) -> None:
+        """Have the driver install the application's snapshot as of entry `index`."""
+        assert self._out.snapshot is None, "one snapshot at a time"
+        self._out.snapshot = (index, data)
 
     def complete(self, completion: Completion) -> None:
         self._out.completions.append(completion)
@@ -309,6 +481,10 @@ class Replica:
         are the appends waiting on entries there."""
         self.persisted_index = min(self.persisted_index, new_end)
         self._out.completions.extend(self.pending.drop_lost(self.entry_term))
+        state = self.members.truncated(new_end)
+        if state is not self.members:
+            assert self.role is not Role.LEADER, "a leader never cuts its log"
+            self._set_members(state, now_ms=None)
 
     def _expire_pending(self, now_ms: float) -> None:
         self._out.completions.extend(self.pending.expire(now_ms))
@@ -323,6 +499,7 @@ class Replica:
         verified = self.follower.leader_verified_index
         assert verified <= end, (verified, end)
         assert self._hard_state == (self.term, self.vote_for), self._hard_state
+        assert self._saved_members is self.members, "a configuration in force is saved"
         progress = self.replication.progress
         assert self.role is Role.LEADER or not progress, self.role
         for peer, prog in progress.items():
@@ -339,6 +516,8 @@ class Replica:
             (self.term, self.vote_for),
         )
         self._hard_state = self._out.hard_state = (self.term, self.vote_for)
+        if self.members is not self._saved_members:
+            self._saved_members = self._out.members = self.members
 
     def next_term(self, known_max_term: int) -> int:
         """Move to the highest term heard of, or the next one; no vote in it yet."""
@@ -394,7 +573,9 @@ class Replica:
         it may have led before a restart."""
         assert self.role is Role.CANDIDATE and self.leader_id is None, (self.role, self.leader_id)
         assert votes.term == self.term != self.election.never_lead_term, (votes.term, self.term)
-        assert is_quorum(votes.count(VoteResult.ACCEPT), self.peer_count), votes.results
+        assert self.is_voter, self.members
+        accepted = [v for v, result in votes.results.items() if result is VoteResult.ACCEPT]
+        assert self.members.current.is_quorum(accepted), votes.results
         self.leader_id = self.self_id
         self.elections_won += 1
         self.leaders_seen += 1
@@ -436,6 +617,10 @@ class Replica:
         LeadershipTransferResponse: lambda r, msg, now_ms: r.transfers.on_transfer_response(
             msg, now_ms
         ),
+        InstallSnapshotRequest: lambda r, msg, now_ms: r.snapshots.on_request(msg, now_ms),
+        InstallSnapshotResponse: lambda r, msg, now_ms: r.replication.on_snapshot_response(
+            msg, now_ms
+        ),
     }
 
     # Everything a replica does because time passed, in the order a tick does it: the
@@ -462,9 +647,9 @@ class Replica:
             lambda r, now_ms: r.heartbeats.lose_lease(now_ms),
         ),
         Timer(
-            "preferred leader",
+            "leader placement",
             Role.LEADER,
-            lambda r, now_ms: r.transfers.check_preferred_leader(now_ms),
+            lambda r, now_ms: r.transfers.check_leader_placement(now_ms),
         ),
         Timer(
             "replication",

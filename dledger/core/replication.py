@@ -2,7 +2,8 @@
 
 DLedger HEAD's `DLedgerEntryPusher`, one `Progress` per follower: COMPARE to find
 where the logs agree, TRUNCATE to cut a follower's disagreeing suffix (or restart a
-follower left behind retention at our beginning), then pipelined APPENDs. Raft's
+follower left behind retention at our beginning, after a snapshot of the application's
+state: core.snapshot), then pipelined APPENDs. Raft's
 commit rule: an entry is committed once a quorum holds it durably and it belongs
 to the leader's own term.
 """
@@ -12,8 +13,15 @@ from __future__ import annotations
 import math
 
 from raftmq.dledger.codes import Code, PushType, Role
-from raftmq.dledger.core.messages import PushRequest, PushResponse
+from raftmq.dledger.core.fsync_health import UNKNOWN_US
+from raftmq.dledger.core.messages import (
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
+    PushRequest,
+    PushResponse,
+)
 from raftmq.dledger.core.progress import Progress
+from raftmq.dledger.core.snapshot import SnapshotSend
 
 # A new commit index waits this long for an APPEND push to carry it before a COMMIT
 # push goes out alone: under load it rides along for free, idle it arrives promptly.
@@ -37,7 +45,7 @@ class LeaderReplication:
         self._due_ms = replica.timers.due_ms
         self.progress: dict[str, Progress] = {}
         self._due_ms_by_peer: dict[str, float] = {}
-        self._pushes: list[PushRequest] = []  # made by the event being handled, in order
+        self._pushes: list = []  # requests made by the event being handled, in order
         self._set_commit_push(math.inf)
         self._rearm_all()
 
@@ -49,21 +57,38 @@ class LeaderReplication:
         self.progress = {p: Progress.for_new_leader(r.store.end_index, window) for p in r.peers}
         self._rearm_all()
 
+    def members_changed(self) -> None:
+        """A leader's configuration changed: a new member is probed from our end, as
+        every follower is when a leader starts; a removed one is no longer replicated to."""
+        r = self._r
+        window = r.config.max_pending_pushes
+        old, self.progress = self.progress, {}
+        for peer in r.peers:
+            self.progress[peer] = old.get(peer) or Progress.for_new_leader(
+                r.store.end_index, window
+            )
+        self._rearm_all()
+
     def stop_leading(self) -> None:
         self.progress.clear()
         self._rearm_all()
         self._set_commit_push(math.inf)
 
-    def peer_answered(self, peer: str, now_ms: float) -> None:
-        """`peer` answered a beat: replication to it resumes if a push had failed."""
+    def peer_answered(self, peer: str, verified_index: int, now_ms: float) -> None:
+        """`peer` answered a beat, knowing its log agrees with ours up to
+        `verified_index`: replication to it resumes if a push had failed, and starts
+        again with a COMPARE if it has forgotten what it acknowledged (it restarted),
+        so that it learns our commit index with nothing written."""
         prog = self.progress.get(peer)
-        if prog is not None and prog.resume():
+        if prog is not None and (prog.resume() or prog.forgotten(verified_index)):
             self._replicate(peer, prog, now_ms)
             self._rearm(peer, prog)
             self._send_pushes()
 
     def send_failed(self, msg: PushRequest) -> None:
-        prog = self.progress[msg.remote_id]
+        prog = self.progress.get(msg.remote_id)
+        if prog is None:  # removed since
+            return
         prog.stall()
         self._rearm(msg.remote_id, prog)
 
@@ -85,6 +110,22 @@ class LeaderReplication:
 
     def _set_commit_push(self, at_ms: float) -> None:
         self._due_ms["commit push"] = at_ms
+
+    def peer_fsyncs(self, peer: str, p99_us: int) -> None:
+        """`peer`'s own fsyncs' p99 as it reported it (core.fsync_health)."""
+        prog = self.progress.get(peer)
+        if prog is not None:
+            prog.fsync_p99_us = p99_us
+
+    def fsync_p99_us(self, peer: str) -> int:
+        """`peer`'s own fsyncs' p99 at its last heartbeat answer; UNKNOWN_US if none."""
+        prog = self.progress.get(peer)
+        return UNKNOWN_US if prog is None else prog.fsync_p99_us
+
+    def disk_full(self, peer: str) -> bool:
+        """Whether `peer` last answered DISK_FULL and has stored nothing of ours since."""
+        prog = self.progress.get(peer)
+        return prog is not None and prog.disk_full
 
     def match_index(self, peer: str) -> int | None:
         """How far `peer` holds our log durably, if it is a follower of ours."""
@@ -157,6 +198,9 @@ class LeaderReplication:
         if prog.state is PushType.COMPARE:
             pre = prog.next_index - 1
             if pre < store.begin_index - 1:
+                if self._r.snapshot_source is not None and prog.needs_snapshot(store.begin_index):
+                    self._send_snapshot(peer, prog, now_ms)
+                    return
                 self._send_truncate(peer, prog, now_ms, reset=True)
                 return
             prog.probe_sent(self._push(peer, prog, PushType.COMPARE, pre), now_ms)
@@ -168,9 +212,15 @@ class LeaderReplication:
         store = self._r.store
         prog.become_probe(PushType.TRUNCATE, store.begin_index if reset else prog.next_index)
         pre = prog.next_index - 1
-        reset_pos = -1
+        reset_pos, members = -1, ""
         if reset:
             reset_pos = store.get(store.begin_index).pos if not store.empty else store.end_pos
+            # the configuration in force at `pre` if an entry we no longer hold set it:
+            # one still in our log reaches the follower with the entries, and a
+            # start-up one (index -1) is every member's own dLegerPeers
+            state = self._r.members.truncated(pre)
+            if 0 <= state.current.index <= pre:
+                members = state.text()
         seq = self._push(
             peer,
             prog,
@@ -179,8 +229,66 @@ class LeaderReplication:
             term_runs=self._term_runs(pre + 1, store.end_index),
             leader_end_index=store.end_index,
             reset_pos=reset_pos,
+            members=members,
         )
         prog.probe_sent(seq, now_ms)
+
+    def _send_snapshot(self, peer: str, prog: Progress, now_ms: float) -> None:
+        """The next chunk of the snapshot `peer` needs before its log can restart at our
+        beginning (core.snapshot), taking one from the application if none is under way
+        or retention moved our beginning past the one that is."""
+        r = self._r
+        begin = r.store.begin_index
+        sending = prog.snapshot
+        if sending is None or sending.index < begin - 1:
+            # the application's state is of committed entries, though not always of
+            # ones we know are (a restarted leader learns its commit index anew)
+            index, data = r.snapshot_source()
+            if index < begin - 1:  # the application lags our beginning: try again later
+                prog.snapshot = None
+                prog.stall()
+                return
+            sending = prog.snapshot = SnapshotSend(index, data)
+        chunk = sending.chunk(r.config.max_batch_push_bytes)
+        seq = next(r.seqs)
+        self._pushes.append(
+            InstallSnapshotRequest(
+                r.config.group,
+                r.self_id,
+                peer,
+                r.self_id,
+                r.term,
+                sending.index,
+                len(sending.data),
+                sending.acked_bytes,
+                chunk,
+                seq=seq,
+            )
+        )
+        prog.probe_sent(seq, now_ms)
+
+    def on_snapshot_response(self, resp: InstallSnapshotResponse, now_ms: float) -> None:
+        self._answered(self._on_snapshot_response, resp, now_ms)
+
+    def _on_snapshot_response(self, resp: InstallSnapshotResponse, now_ms: float) -> None:
+        prog = self.progress.get(resp.local_id)
+        if prog is None or resp.term != self._r.term:
+            return
+        sending = prog.snapshot
+        if sending is None or resp.index != sending.index or not prog.probe_answered(resp.seq):
+            return
+        total = len(sending.data)
+        if resp.code not in (Code.SUCCESS, Code.INCONSISTENT_STATE) or not (
+            0 <= resp.offset <= total
+        ):
+            prog.snapshot = None  # refused (its disk): a new one at its next beat
+            prog.stall()
+            return
+        if resp.code == Code.SUCCESS and resp.offset == total:
+            prog.snapshot_installed()
+        else:  # the next chunk, or where the follower stands (it lost what it had)
+            sending.acked_bytes = resp.offset
+        self._replicate(resp.local_id, prog, now_ms)
 
     def _term_runs(self, low: int, high: int) -> list[tuple[int, int]]:
         """[(first index, term)] of our log over [low, high], oldest first."""
@@ -196,7 +304,18 @@ class LeaderReplication:
 
     # ------------------------------------------------------------------ answers
     def on_push_response(self, resp: PushResponse, now_ms: float) -> None:
-        self._on_push_response(resp, now_ms)
+        self._answered(self._on_push_response, resp, now_ms)
+
+    def _answered(self, handle, resp, now_ms: float) -> None:
+        """A follower's answer, to a push or a snapshot chunk: `handle` it while we lead
+        in its term or a later one (a later one ends our leadership), then rearm the
+        follower's timer and send what that made."""
+        r = self._r
+        if r.role is Role.LEADER:
+            if resp.term > r.term:
+                r.change_to_candidate(resp.term, now_ms)
+            else:
+                handle(resp, now_ms)
         prog = self.progress.get(resp.local_id)
         if prog is not None:
             self._rearm(resp.local_id, prog)
@@ -205,11 +324,6 @@ class LeaderReplication:
     def _on_push_response(self, resp: PushResponse, now_ms: float) -> None:
         r = self._r
         store = r.store
-        if r.role is not Role.LEADER:
-            return
-        if resp.term > r.term:
-            r.change_to_candidate(resp.term, now_ms)
-            return
         prog = self.progress.get(resp.local_id)
         if prog is None or resp.index > store.end_index:  # vouching for what we never sent
             return
@@ -231,17 +345,20 @@ class LeaderReplication:
                 self._replicate(resp.local_id, prog, now_ms)
             elif resp.code == Code.DISK_FULL:  # it wrote nothing: try again at its next beat
                 prog.stall()
+                prog.disk_full = True
             return
         if resp.type == PushType.COMMIT or not prog.probe_answered(resp.seq):
             return
         if resp.code == Code.DISK_FULL:  # a reset found no room
             prog.stall()
+            prog.disk_full = True
             return
         if resp.type == PushType.COMPARE:
             self._on_compare_response(prog, resp, now_ms)
         elif resp.code == Code.SUCCESS:  # TRUNCATE done: the follower is a prefix of our log
             self._matched(prog, resp.index, now_ms)
             prog.become_replicate(resp.index + 1)
+            prog.log_reset()
         else:
             # A refused TRUNCATE: compare again, but at the follower's next heartbeat
             # answer, not at once; resent at once, a refusal that repeats (a reset that
@@ -294,12 +411,17 @@ class LeaderReplication:
         r = self._r
         if r.role is not Role.LEADER:
             return
-        matches = [p.match_index for p in self.progress.values()]
-        matches.append(r.persisted_index)
+        matches = [self.progress[p].match_index for p in r.voter_peers]
+        if r.is_voter:
+            matches.append(r.persisted_index)
         matches.sort(reverse=True)
         candidate = matches[r.quorum - 1]
         if candidate > r.committed_index and r.store.term_at(candidate) == r.term:
             r.set_committed(candidate)
+            if not r.is_voter:  # a leader removing itself: rare, so off the send's walk
+                r.leave_if_removed(now_ms)
+                if r.role is not Role.LEADER:
+                    return
             if self._due_ms["commit push"] == math.inf:
                 self._set_commit_push(now_ms + COMMIT_LINGER_MS)
 

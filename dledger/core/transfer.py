@@ -12,6 +12,7 @@ import math
 
 import attrs
 from raftmq.dledger.codes import Code, Role
+from raftmq.dledger.core.fsync_health import UNKNOWN_US
 from raftmq.dledger.core.messages import LeadershipTransferRequest, LeadershipTransferResponse
 from raftmq.dledger.core.output import Completion
 
@@ -42,16 +43,18 @@ class LeadershipTransfer:
         self._due_ms = replica.timers.due_ms
         self.current: Transfer | None = None
         self.term_to_take_leadership = -1
-        self._due_ms["preferred leader"] = now_ms
+        self._leading_since_ms = now_ms
+        self._due_ms["leader placement"] = now_ms
         self._rearm()
 
     def start_leading(self, now_ms: float) -> None:
+        self._leading_since_ms = now_ms
         self._next_preferred_check(now_ms)
 
     def _next_preferred_check(self, now_ms: float) -> None:
         """The leader looks for a preferred peer again an interval after `now_ms`."""
         interval_ms = self._r.config.check_preferred_leader_interval_ms
-        self._due_ms["preferred leader"] = now_ms + interval_ms
+        self._due_ms["leader placement"] = now_ms + interval_ms
 
     def _rearm(self) -> None:
         """A transfer times out at its deadline; a transferee that has caught up moves on
@@ -75,7 +78,7 @@ class LeadershipTransfer:
         r = self._r
         if r.role is not Role.LEADER:
             return Code.NOT_LEADER
-        if transferee not in r.peers:
+        if transferee not in r.voter_peers:
             return Code.UNKNOWN_MEMBER if transferee != r.self_id else Code.SUCCESS
         if self.current is not None:
             return Code.LEADER_TRANSFERRING
@@ -86,6 +89,13 @@ class LeadershipTransfer:
         self.current = Transfer(
             transferee, now_ms + 3 * timeout_ms + self._election_span_ms(), handle=handle
         )
+        self._ask_to_take_over(transferee, r.store.end_index)
+        self._rearm()
+        return Code.SUCCESS
+
+    def _ask_to_take_over(self, transferee: str, take_index: int) -> None:
+        """Ask `transferee` to campaign at once, once it holds our log up to `take_index`."""
+        r = self._r
         r.send(
             LeadershipTransferRequest(
                 r.config.group,
@@ -95,12 +105,19 @@ class LeadershipTransfer:
                 r.term,
                 transfer_id=r.self_id,
                 transferee_id=transferee,
-                take_leadership_ledger_index=r.store.end_index,
+                take_leadership_ledger_index=take_index,
                 seq=next(r.seqs),
             )
         )
-        self._rearm()
-        return Code.SUCCESS
+
+    def hand_over(self) -> None:
+        """We lead no longer (our own removal committed): ask the voter furthest along
+        to campaign at once rather than wait out its lease. Nothing waits for the
+        answer: we are not a member."""
+        r = self._r
+        best = max(r.voter_peers, key=lambda p: r.replication.match_index(p), default=None)
+        if best is not None:
+            self._ask_to_take_over(best, r.committed_index)
 
     def _election_span_ms(self) -> float:
         return self._r.lease_ms + self._r.config.max_vote_interval_ms
@@ -115,6 +132,12 @@ class LeadershipTransfer:
             return
         if req.term != r.term:
             self._answer_transfer(req.local_id, req.seq, Code.INCONSISTENT_TERM)
+            return
+        if r.disk_full:  # as leader it could not append its first entry
+            self._answer_transfer(req.local_id, req.seq, Code.DISK_FULL)
+            return
+        if self._fsyncs_over_bound(now_ms):  # as leader it would hand over again
+            self._answer_transfer(req.local_id, req.seq, Code.TAKE_LEADERSHIP_FAILED)
             return
         self.current = Transfer(
             r.self_id,
@@ -180,18 +203,44 @@ class LeadershipTransfer:
             return
         self.current = None
         self._rearm()
+        prog = self._r.replication.progress.get(t.transferee)
+        if resp.code == Code.DISK_FULL and prog is not None:
+            prog.disk_full = True  # not a candidate until it stores our entries again
         self._r.complete(Completion(t.handle, Code(resp.code)))
 
-    def check_preferred_leader(self, now_ms: float) -> None:
-        """Every checkPreferredLeaderInterval: hand over to a preferred peer that is
-        alive and close enough behind."""
+    def check_leader_placement(self, now_ms: float) -> None:
+        """Every checkPreferredLeaderInterval: a leader whose disk is full (it refuses
+        every append) hands over to any voter whose disk is not; a leader whose fsyncs
+        are slow (`_fsyncs_slow`) to a voter whose own are known to be quick; and
+        otherwise a leader that is not preferred hands over to a preferred peer; in
+        each case one that is alive and close enough behind. (DLedger keeps a full
+        leader leading.)"""
         r = self._r
         self._next_preferred_check(now_ms)
-        preferred = r.config.preferred_leader_ids
-        if self.current is not None or not preferred or r.self_id in preferred:
+        if self.current is not None:
+            return
+        if r.disk_full:
+            candidates = [p for p in r.voter_peers if not r.replication.disk_full(p)]
+        elif self._fsyncs_slow(now_ms):
+            bound_us = r.config.leader_slow_fsync_ms * 1000
+            candidates = [
+                p
+                for p in r.voter_peers
+                if not r.replication.disk_full(p)
+                and UNKNOWN_US < r.replication.fsync_p99_us(p) <= bound_us
+            ]
+        elif r.config.preferred_leader_ids and r.self_id not in r.config.preferred_leader_ids:
+            # not back to a preferred peer whose own fsyncs are slow: it would hand over again
+            bound_us = r.config.leader_slow_fsync_ms * 1000
+            candidates = [
+                p
+                for p in r.config.preferred_leader_ids
+                if not bound_us or r.replication.fsync_p99_us(p) <= bound_us
+            ]
+        else:
             return
         best = None
-        for peer in preferred:
+        for peer in candidates:
             match = r.replication.match_index(peer)
             if match is None or not r.heartbeats.heard_within(peer, now_ms, r.lease_ms):
                 continue
@@ -202,3 +251,16 @@ class LeadershipTransfer:
                 best = (lag, peer)
         if best is not None:
             self.transfer_leadership(-1, best[1], now_ms)
+
+    def _fsyncs_slow(self, now_ms: float) -> bool:
+        """We have led for a whole leaderSlowFsyncWindowMs (a hold-off: a new leader is
+        not judged, nor handed over from, at once), and our own fsyncs are slow."""
+        r = self._r
+        if now_ms - self._leading_since_ms < r.config.leader_slow_fsync_window_ms:
+            return False
+        return self._fsyncs_over_bound(now_ms)
+
+    def _fsyncs_over_bound(self, now_ms: float) -> bool:
+        """leaderSlowFsyncMs is set and our own fsyncs' p99 over the window is over it."""
+        bound_ms = self._r.config.leader_slow_fsync_ms
+        return bool(bound_ms) and self._r.fsync_latency.p99_us(now_ms) > bound_ms * 1000

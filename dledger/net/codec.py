@@ -3,7 +3,9 @@
 Peer messages travel as a msgpack array `[KIND, field values in attrs field order]`
 rather than a map: field names would roughly double the size of a heartbeat and the
 per-key work would dominate decoding at tens of thousands of messages per second.
-Both ends run the same `messages.py`, so positional order is the schema.
+Positional order is the schema, so a field is only ever added at the end of its
+message, with a default: during a rolling upgrade a member drops the fields a newer
+peer appends and gives the ones an older peer leaves off their defaults.
 
 Everything a peer or a client sends is untrusted, so decoding checks the shape and
 the type of every field and reports any problem as one exception type, `FrameError`:
@@ -46,7 +48,8 @@ class RpcCode(IntEnum):
     """Request codes of the client-facing RPCs.
 
     The first three and LEADERSHIP_TRANSFER are DLedger's (`DLedgerRequestCode`);
-    STATUS is ours (an admin snapshot of a replica), numbered well away from
+    STATUS and MEMBERS are ours (an admin snapshot of a replica, a change of its
+    group's members), numbered well away from
     DLedger's range so a future DLedger code cannot collide with it.
     """
 
@@ -55,6 +58,7 @@ class RpcCode(IntEnum):
     GET = RequestCode.GET
     LEADERSHIP_TRANSFER = RequestCode.LEADERSHIP_TRANSFER
     STATUS = 59000
+    MEMBERS = 59001  # ours: add a learner, promote it, remove a member (core.membership)
 
 
 _unpackb = msgpack.unpackb
@@ -121,6 +125,7 @@ class _Spec:
     getter: attrgetter
     allowed: tuple[tuple[type, ...], ...]
     converters: tuple[tuple[int, object], ...]  # (position, converter)
+    defaults: tuple[object, ...]  # per field, attrs.NOTHING where a sender may not omit it
     fast_decode: object = None
 
 
@@ -176,6 +181,10 @@ def _build_specs() -> tuple[dict[type, _Spec], dict[int, _Spec]]:
             getter=attrgetter(*names),
             allowed=tuple(allowed for allowed, _ in rules),
             converters=tuple((i, conv) for i, (_, conv) in enumerate(rules) if conv is not None),
+            # a field with a factory default (a list) cannot be left off: none is last
+            defaults=tuple(
+                attrs.NOTHING if isinstance(f.default, attrs.Factory) else f.default for f in fields
+            ),
         )
         spec = attrs.evolve(spec, fast_decode=_compile_fast_decoder(spec))
         if spec.kind in by_kind:
@@ -218,11 +227,24 @@ def decode_message(data):
     if spec is None:
         raise FrameError(f"unknown peer message KIND {obj[0]}")
     if len(obj) != len(spec.names) + 1:
-        raise FrameError(f"{spec.cls.__name__} needs {len(spec.names)} fields, got {len(obj) - 1}")
+        obj = _fitted(spec, obj)
     msg = spec.fast_decode(obj)
     if msg is None:
         _decode_slowly(spec, obj)
     return msg
+
+
+def _fitted(spec: _Spec, obj: tuple) -> tuple:
+    """A message of a peer of another version: the fields a newer one appended are
+    dropped, those an older one did not have yet take their defaults; FrameError if
+    one of those has no default (the peers cannot understand each other)."""
+    known, given = len(spec.names), len(obj) - 1
+    if given > known:
+        return obj[: known + 1]
+    missing = spec.defaults[given:]
+    if attrs.NOTHING in missing:
+        raise FrameError(f"{spec.cls.__name__} needs {known} fields, got {given}")
+    return obj + missing
 
 
 def _decode_slowly(spec: _Spec, obj: tuple) -> None:

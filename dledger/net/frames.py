@@ -30,10 +30,12 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "PEER",
     "RPC",
+    "SNIFF_BYTES",
     "FrameError",
     "FrameReader",
     "FrameSplitter",
     "FrameWriter",
+    "opens_peer_frame",
     "pack_frame",
 ]
 
@@ -43,6 +45,17 @@ MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 _HEADER = struct.Struct(">IB")  # length, channel
 HEADER_SIZE = _HEADER.size
+
+
+# A peer frame's payload is a msgpack array or map, whose first byte is never 0; the
+# frame of another protocol sharing the port (RocketMQ remoting: length, serialize-type
+# byte, 24-bit header length) has 0 there for any header under 64 KiB.
+SNIFF_BYTES = HEADER_SIZE + 1
+
+
+def opens_peer_frame(prefix: bytes) -> bool:
+    """Whether a connection's first `SNIFF_BYTES` bytes open a peer frame."""
+    return len(prefix) >= SNIFF_BYTES and prefix[4] in (PEER, RPC) and prefix[5] != 0
 
 
 def pack_frame(channel: int, payload) -> bytes:

@@ -56,7 +56,15 @@ from raftmq.dledger.net.codec import (
     encode_message,
     encode_rpc,
 )
-from raftmq.dledger.net.frames import MAX_FRAME_BYTES, PEER, RPC, FrameReader, FrameWriter
+from raftmq.dledger.net.frames import (
+    MAX_FRAME_BYTES,
+    PEER,
+    RPC,
+    SNIFF_BYTES,
+    FrameReader,
+    FrameWriter,
+    opens_peer_frame,
+)
 
 from raftmq.config.address import parse_address
 from raftmq.transport.idle import ConnectionCap, ReceiveClock, close_when_idle, close_when_stalled
@@ -70,6 +78,10 @@ RpcHandler = Callable[[dict], Awaitable[dict]]
 # Takes a request and a `reply(response)` callable; returns False to leave the request
 # to the task-per-request RpcHandler. Lets a hot request (append) skip a task spawn.
 RpcFastHandler = Callable[[dict, Callable[[dict], None]], bool]
+# Serves a connection that does not open with a peer frame (`PeerTransport`'s `foreign`).
+ForeignHandler = Callable[[trio.SocketStream], Awaitable[None]]
+SNIFF_TIMEOUT_S = 5.0  # a connection that sends fewer bytes than a frame header is dropped
+SNIFF_POLL_S = 0.005
 
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -238,6 +250,10 @@ class PeerTransport:
     port it bound). `rpc_handler`, if given, answers client RPC frames; each request
     runs in its own task so a long append does not hold up later requests on the same
     connection, and the response carries the request's `opaque`.
+
+    `foreign`, if given, serves the connections whose first bytes are not a peer frame
+    (`frames.opens_peer_frame`): RocketMQ's controller answers its remoting requests on
+    its DLedger peer port, and so does ours. Not with TLS, which hides those bytes.
     """
 
     def __init__(
@@ -258,6 +274,7 @@ class PeerTransport:
         max_connections: int = 1024,
         tls: PeerTls | None = None,
         frame_deadline_s: float = 60.0,
+        foreign: ForeignHandler | None = None,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
@@ -273,6 +290,9 @@ class PeerTransport:
         self.reconnect_backoff_s = reconnect_backoff_s
         self.check_peer_hosts = check_peer_hosts
         self.tls = tls
+        if foreign is not None and tls is not None:
+            raise ValueError("a port shared with another protocol cannot use peer TLS")
+        self.foreign = foreign
         # Built here so that a bad certificate, key or trust file fails the start.
         self._tls_server_context = None if tls is None else tls.server_context()
         if tls is not None:
@@ -289,6 +309,7 @@ class PeerTransport:
         self._peer_hosts: dict[str, frozenset[str]] = {}
         self.listen_host, self.listen_port = parse_address(peers[self_id])
         self._links = {pid: _Link(self, pid, addr) for pid, addr in peers.items() if pid != self_id}
+        self._nursery: trio.Nursery | None = None  # where the links run, once serving
         self._failed: list = []
         self._failed_wake = trio.Event()
 
@@ -332,6 +353,17 @@ class PeerTransport:
             for msg in failed:
                 self.on_send_failed(msg)
 
+    def set_addresses(self, peers: dict[str, str]) -> None:
+        """The group's members changed (core.membership): links to members that joined
+        start now. A link to a member that left stays, idle: nothing is sent on it."""
+        for peer_id, address in peers.items():
+            if peer_id == self.self_id or peer_id in self._links:
+                continue
+            self.peers[peer_id] = address
+            link = self._links[peer_id] = _Link(self, peer_id, address)
+            if self._nursery is not None:
+                self._nursery.start_soon(link.run)
+
     def is_connected(self, peer_id: str) -> bool:
         link = self._links.get(peer_id)
         return link is not None and link.state == _CONNECTED
@@ -348,6 +380,7 @@ class PeerTransport:
             nursery.start_soon(self._report_failures)
             for link in self._links.values():
                 nursery.start_soon(link.run)
+            self._nursery = nursery
             task_status.started(self.listen_port)
 
     async def _resolve_peer_hosts(self) -> None:
@@ -395,6 +428,9 @@ class PeerTransport:
             return
         set_nodelay(stream)
         try:
+            if self.foreign is not None and not await _opens_peer_frame(stream):
+                await self.foreign(stream)
+                return
             if self.tls is not None:
                 secured = await self._authenticate(stream)
                 if secured is None:
@@ -527,6 +563,21 @@ class PeerTransport:
                 pass  # the client went away
 
         return reply
+
+
+async def _opens_peer_frame(stream: trio.SocketStream) -> bool:
+    """Whether `stream`'s first bytes, left unread, open a peer frame; True for one that
+    closes or stalls before sending enough to tell (the peer path then drops it)."""
+    with trio.move_on_after(SNIFF_TIMEOUT_S):
+        while True:
+            try:
+                prefix = await stream.socket.recv(SNIFF_BYTES, socket.MSG_PEEK)
+            except OSError:
+                return True
+            if len(prefix) >= SNIFF_BYTES or not prefix:
+                return not prefix or opens_peer_frame(prefix)
+            await trio.sleep(SNIFF_POLL_S)  # part of a header: wait for the rest
+    return True
 
 
 def _write_quietly(writer: FrameWriter, payload: bytes) -> None:

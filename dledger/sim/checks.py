@@ -89,6 +89,8 @@ class Checker:
             if other is not node and other.alive:
                 self._check_matching(node, other)
         r, store = node.replica, node.store
+        if r.role is Role.LEADER and r.committed_index > self._seen_commit.get(node.id, -1):
+            self._check_commit_quorum(node)
         self._note_commit_terms(node.id, r, store)
         if r.committed_index > store.end_index:
             self._fail(f"{node.id} committed {r.committed_index} beyond its end {store.end_index}")
@@ -97,6 +99,25 @@ class Checker:
             known = self.committed_chains.get(committed)
             if known is not None and known != store.chain_at(committed):
                 self._fail(f"{node.id} changed committed entry {committed}")
+
+    def _check_commit_quorum(self, leader) -> None:
+        """A leader's commit index just moved: a quorum of the voters of its configuration
+        holds the entry there (a removed member or a learner never counts)."""
+        if self.cluster.variant.ack_before_fsync:
+            return  # acks of entries a crash then took: that control's failure is elsewhere
+        r = leader.replica
+        index = r.committed_index
+        chain = leader.store.chain_at(index)
+        holders = [
+            n
+            for n in r.members.current.voters
+            if self._holds(self.cluster.nodes[n].store, index, chain)
+        ]
+        if not r.members.current.is_quorum(holders):
+            self._fail(
+                f"leader {leader.id} committed {index} held by {holders} only, "
+                f"not a quorum of voters {r.members.current.voters}"
+            )
 
     def _note_commit_terms(self, node_id: str, replica, store) -> None:
         """Read from the replica itself, not from its (possibly held back) outputs, so the
@@ -123,12 +144,17 @@ class Checker:
 
     @staticmethod
     def _holds(store, index: int, chain: int) -> bool:
-        return store.begin_index <= index <= store.end_index and store.chain_at(index) == chain
+        """The entry at `index` is in `store`, or below its beginning: retention deleted
+        it, which deletes only entries committed and applied (an application's state, or
+        the snapshot a follower restarted past them installed, holds them)."""
+        if index < store.begin_index:
+            return True
+        return index <= store.end_index and store.chain_at(index) == chain
 
     # ------------------------------------------------------------------ at the end
     def check_final(self) -> None:
-        """After healing and converging: every live replica holds every acknowledged append."""
-        for node in self.cluster.nodes.values():
+        """After healing and converging: every live member holds every acknowledged append."""
+        for node in (self.cluster.nodes[n] for n in self.cluster.members()):
             if not node.alive:
                 continue
             for handle, (index, chain) in self.acked.items():

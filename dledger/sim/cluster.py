@@ -32,7 +32,9 @@ import random
 import attrs
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.config import PAGE_CACHE, DLedgerConfig
+from raftmq.dledger.core import snapshot
 from raftmq.dledger.core.group_commit import INLINE_FSYNC_MAX_S, Fsync, GroupCommitSchedule
+from raftmq.dledger.core.membership import Change, MemberState
 from raftmq.dledger.core.messages import REQUESTS
 from raftmq.dledger.core.output import Ready
 from raftmq.dledger.core.replica import Replica
@@ -76,6 +78,7 @@ class SimNode:
         self.replica = replica
         self.store = store
         self.hard_state = hard_state  # (term, vote) as durable on disk
+        self.members: MemberState | None = replica.members  # saved with them
         self.alive = True
         self.paused = False
         self.group_commit = GroupCommitSchedule(
@@ -101,6 +104,7 @@ class SimCluster:
         config_overrides: dict | None = None,
         stores=MemoryStores,
         hard_state_fsync_ms: tuple[float, float] | None = None,
+        spares: int = 0,
     ) -> None:
         self.rng = rng
         self.conditions = conditions or NetworkConditions()
@@ -109,8 +113,12 @@ class SimCluster:
         self.slow_fsync_chance = slow_fsync_chance  # of an fsync taking SLOW_FSYNC_MS
         self.hard_state_fsync_ms = hard_state_fsync_ms  # None: term and vote save at once
         self.segment_size = segment_size
-        self.ids = [f"n{i}" for i in range(size)]
-        peers = {node_id: f"127.0.0.1:{40911 + i}" for i, node_id in enumerate(self.ids)}
+        self.ids = [f"n{i}" for i in range(size)]  # every node booted, a joined spare too
+        # `spares` more nodes, not started, that `add_member` starts and adds
+        self.spare_ids = [f"n{i}" for i in range(size, size + spares)]
+        self.addresses = {f"n{i}": f"127.0.0.1:{40911 + i}" for i in range(size + spares)}
+        peers = {node_id: self.addresses[node_id] for node_id in self.ids}
+        self._peers_of: dict[str, dict[str, str]] = {}  # dLegerPeers of a node that joined
         self._config_kwargs = dict(group="sim", peers=peers, **(config_overrides or {}))
         if self.variant.ack_before_fsync:
             self._config_kwargs["flush_disk_type"] = PAGE_CACHE
@@ -124,18 +132,26 @@ class SimCluster:
         self.nodes: dict[str, SimNode] = {}
         self._handles = 0
         self.appends: dict[int, bytes] = {}  # handle -> body as placed in the log
+        self.member_changes: dict[int, Code | None] = {}  # handle -> outcome, None until known
         # Models layered on the group (a broker per replica): `after_event(node)` once a
         # live node has handled an event, `completed(node_id, handle, code, positions)`
         # for every client append's outcome.
         self.observers: list = []
+        # An application per node, kept across its crashes (`set_state_machine`)
+        self.state_machines: dict[str, object] = {}
         # What each log is kept in and what a crash leaves of it (`sim.disk`).
         self.stores = stores(rng, segment_size)
         for node_id in self.ids:
             self.nodes[node_id] = self._boot(node_id, self.stores.fresh(node_id), (0, None))
 
     # ------------------------------------------------------------------ nodes
-    def _boot(self, node_id: str, store: LogStore, hard_state) -> SimNode:
-        config = DLedgerConfig(self_id=node_id, **self._config_kwargs)
+    def _boot(
+        self, node_id: str, store: LogStore, hard_state, members: MemberState | None = None
+    ) -> SimNode:
+        kwargs = self._config_kwargs
+        if node_id in self._peers_of:
+            kwargs = {**kwargs, "peers": self._peers_of[node_id], "join_as_learner": True}
+        config = DLedgerConfig(self_id=node_id, **kwargs)
         replica = Replica(
             config,
             store,
@@ -143,11 +159,66 @@ class SimCluster:
             hard_state[0],
             hard_state[1],
             self.now_ms,
+            members,
         )
+        machine = self.state_machines.get(node_id)
+        if machine is not None:
+            replica.snapshot_source = machine.snapshot
         node = SimNode(node_id, replica, store, hard_state, self.now_ms)
         self.nodes[node_id] = node
         self._schedule_tick(node)
         return node
+
+    def set_state_machine(self, node_id: str, machine) -> None:
+        """The application on `node_id`, as `DLedgerServer.set_state_snapshots` gives the
+        server one: `machine.snapshot()` is its state as of an entry it applied, (index,
+        bytes), `machine.install(index, data)` replaces it with one (core.snapshot), at
+        once. What it applies, and when, is its own (an observer's `after_event`)."""
+        self.state_machines[node_id] = machine
+        self.nodes[node_id].replica.snapshot_source = machine.snapshot
+
+    def add_member(self, peers: tuple[str, ...] | None = None) -> str | None:
+        """Start the next spare node as a learner and ask the leader to add it; its id,
+        or None when no spare or no leader is left. Its dLegerPeers are `peers` and
+        itself (an operator's conf may name a group that has changed since), by default
+        the leader's configuration."""
+        leader = self.leader()
+        if not self.spare_ids or leader is None or leader.paused:
+            return None
+        node_id = self.spare_ids.pop(0)
+        if peers is None:
+            peers = leader.replica.members.current.ids
+        self._peers_of[node_id] = {p: self.addresses[p] for p in (*peers, node_id)}
+        self.ids.append(node_id)
+        self._boot(node_id, self.stores.fresh(node_id), (0, None))
+        self.change_members(Change.ADD_LEARNER, node_id)
+        return node_id
+
+    def change_members(self, change: Change, member: str) -> int | None:
+        """Ask the current leader to make one change of its members; the request's
+        handle (its outcome a completion like an append's), or None when there is no
+        leader to ask or the change does not apply."""
+        node = self.leader()
+        if node is None or node.paused:
+            return None
+        self._handles += 1
+        handle = self._handles
+        self.member_changes[handle] = None
+        try:
+            code = node.replica.change_members(
+                handle, change, member, self.addresses[member], self.now_ms
+            )
+        except ValueError:
+            return None
+        if code is not Code.SUCCESS:
+            self._completed(node.id, handle, code, None)
+        self._drain(node)
+        return handle
+
+    def members(self) -> tuple[str, ...]:
+        """The members of the leader's configuration (all nodes when there is no leader)."""
+        leader = self.leader()
+        return tuple(self.ids) if leader is None else leader.replica.members.current.ids
 
     def crash(self, node_id: str, keep_unsynced: int = 0) -> None:
         node = self.nodes[node_id]
@@ -164,7 +235,7 @@ class SimCluster:
         node = self.nodes[node_id]
         if node.alive:
             return
-        self._boot(node_id, node.store, node.hard_state)
+        self._boot(node_id, node.store, node.hard_state, node.members)
 
     def pause(self, node_id: str) -> None:
         self.nodes[node_id].paused = True
@@ -302,9 +373,10 @@ class SimCluster:
                 schedule.finished(took_ms / 1000.0, plan.syncs, self.now_ms)
                 replica.persisted(plan.end_index, plan.generation, self.now_ms)
         elif kind == "hard_state_saved":
-            saved_by, hard_state = data
+            saved_by, hard_state, members = data
             if saved_by is replica:  # not a save from before a crash
                 node.hard_state = hard_state
+                node.members = members or node.members
                 if not self.variant.send_before_hard_state:
                     replica.hard_state_saved()
         self._drain(node)
@@ -348,26 +420,49 @@ class SimCluster:
                 self.checker.committed(node.id, out.committed_index)
             for completion in out.completions:
                 self._completed(node.id, completion.handle, completion.code, completion.positions)
+            if out.snapshot is not None:
+                self._install(node, *out.snapshot)
         if ready.save is not None:
-            self._save_hard_state(node, ready.save)
+            self._save_hard_state(node, ready.save, ready.members)
 
-    def _save_hard_state(self, node: SimNode, hard_state: tuple[int, str | None]) -> None:
-        """Save (term, vote) at once, or after a drawn `hard_state_fsync_ms`; the outputs
-        that waited for it go out with the replica's next Ready."""
+    def _install(self, node: SimNode, index: int, data: bytes) -> None:
+        """The node's application installs the leader's snapshot at once (the server
+        gives it a task; an install taking time is a delay the simulator leaves out)."""
+        machine = self.state_machines.get(node.id)
+        ok = True
+        if machine is not None:
+            try:
+                machine.install(index, data)
+            except snapshot.INSTALL_ERRORS:
+                ok = False
+        node.replica.snapshot_installed(index, ok)
+        self._take_ready(node)
+
+    def _save_hard_state(
+        self, node: SimNode, hard_state: tuple[int, str | None], members: MemberState | None
+    ) -> None:
+        """Save (term, vote), and the configuration when it changed, at once or after a
+        drawn `hard_state_fsync_ms`; the outputs that waited for it go out with the
+        replica's next Ready."""
         if self.hard_state_fsync_ms is None:
             node.hard_state = hard_state
+            node.members = members or node.members
             node.replica.hard_state_saved()
             self._take_ready(node)
             return
         delay = self.rng.uniform(*self.hard_state_fsync_ms)
         self._push_event(
-            self.now_ms + delay, "hard_state_saved", (node.id, (node.replica, hard_state))
+            self.now_ms + delay,
+            "hard_state_saved",
+            (node.id, (node.replica, hard_state, members)),
         )
         if self.variant.send_before_hard_state:
             node.replica.hard_state_saved()
             self._take_ready(node)
 
     def _completed(self, node_id: str, handle: int, code: Code, positions) -> None:
+        if handle in self.member_changes:
+            self.member_changes[handle] = code
         self.checker.completed(node_id, handle, code, positions)
         for observer in self.observers:
             observer.completed(node_id, handle, code, positions)

@@ -13,6 +13,7 @@ import random
 
 import attrs
 from raftmq.dledger.codes import Code
+from raftmq.dledger.core.membership import Change
 from raftmq.dledger.sim.checks import InvariantViolation
 from raftmq.dledger.sim.cluster import NetworkConditions, SimCluster, Variant
 from raftmq.dledger.sim.disk import MemoryStores
@@ -21,8 +22,11 @@ from raftmq.dledger.sim.disk import MemoryStores
 @attrs.frozen
 class Fault:
     at_ms: float
-    kind: str  # crash | restart | pause | resume | partition | one_way | heal
-    nodes: tuple[int, ...] = ()  # indexes into the group (partition: the first group)
+    # crash | restart | pause | resume | partition | one_way | heal, and the leader's
+    # membership changes: add (a spare joins as a learner) | promote (its first
+    # learner) | remove (the first of `nodes`, which may be the leader itself)
+    kind: str
+    nodes: tuple[int, ...] = ()  # indexes into the nodes (partition: the first group)
     keep_unsynced: int = 0  # crash: unsynced entries that survive (a partly flushed page cache)
 
 
@@ -36,6 +40,7 @@ class Schedule:
     heal_ms: float = 4000.0
     hard_state_fsync_ms: tuple[float, float] | None = None  # see SimCluster
     slow_fsync_chance: float = 0.0  # see SimCluster
+    spares: int = 0  # nodes that `add` faults start (see SimCluster)
 
 
 class Appends:
@@ -79,6 +84,7 @@ def run(
         stores=stores,
         hard_state_fsync_ms=schedule.hard_state_fsync_ms,
         slow_fsync_chance=schedule.slow_fsync_chance,
+        spares=schedule.spares,
     )
     client = workload(cluster)
     ids = cluster.ids
@@ -115,6 +121,14 @@ def _apply(cluster: SimCluster, fault: Fault, ids: list[str]) -> None:
         cluster.block_one_way(nodes[0], nodes[1])
     elif fault.kind == "heal":
         cluster.heal()
+    elif fault.kind == "add":
+        cluster.add_member()
+    elif fault.kind == "promote" and (leader := cluster.leader()) is not None:
+        learners = leader.replica.members.current.learners
+        if learners:
+            cluster.change_members(Change.PROMOTE, learners[0])
+    elif fault.kind == "remove":
+        cluster.change_members(Change.REMOVE, nodes[0])
 
 
 def _converge(cluster: SimCluster, heal_ms: float, client) -> None:
@@ -133,7 +147,7 @@ def _converge(cluster: SimCluster, heal_ms: float, client) -> None:
     if not acknowledged():
         raise InvariantViolation(f"a request to leader {leader.id} after healing did not commit")
     target = leader.replica.committed_index
-    for node in cluster.nodes.values():
+    for node in (cluster.nodes[n] for n in cluster.members()):
         if node.replica.committed_index < target:
             raise InvariantViolation(
                 f"{node.id} did not catch up: committed {node.replica.committed_index} < {target}"

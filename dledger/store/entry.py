@@ -11,6 +11,11 @@ header's first 36 bytes and bodyCrc. A torn or flipped entry then fails its own
 bodyCrc, and two replicas whose entries at index i carry the same chainCrc hold
 the same log up to i (which makes log matching checkable in O(1)).
 
+An entry whose two CRC fields are both zero is taken as DLedger wrote it, unchecked
+(the chain restarts after it from zero): what lets raftmq open a log Apache
+RocketMQ's DLedger wrote. A real entry has both zero with odds of 2^-64; a
+zeroed tail fails the magic check first.
+
 An index entry is 32 bytes: magic(4) pos(8) size(4) index(8) term(8); entry i
 sits at index-file offset 32*i.
 """
@@ -117,6 +122,8 @@ def check(buf, offset: int, prev_chain: int | None) -> tuple[int, int, int, int,
     end = offset + size
     if end > len(buf):
         raise CorruptEntry("entry runs past the end of the data")
+    if chain == 0 and body_crc == 0:  # as DLedger writes it: nothing to check
+        return magic, size, index, term, chain
     view = buf if type(buf) is memoryview else memoryview(buf)
     if crc32c(view[offset + HEADER_SIZE : end]) != body_crc:
         raise CorruptEntry(f"bodyCrc mismatch at index {index}")

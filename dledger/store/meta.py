@@ -18,6 +18,8 @@ from raftmq.disk.filesystem import atomic_write
 BEGIN_FILE = "begin"  # where a file store's log starts, when not at index 0 and pos 0
 TERM_KEY = "currTerm"
 VOTE_KEY = "voteLeader"
+MEMBERS_KEY = "members"  # not DLedger's: the configuration in force (core.membership)
+PRIOR_MEMBERS_KEY = "priorMembers"  # ... and the committed one before it
 
 
 def begin_text(begin: tuple[int, int, int, int | None]) -> bytes:
@@ -49,6 +51,10 @@ class TermVoteFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        # The configuration saved with the term and vote, as core.membership's
+        # `MemberState.text` writes it: the one in force, a newline, the one before
+        # (None: never changed, the member's dLegerPeers are in force); set by `load`.
+        self.members_text: str | None = None
 
     def load(self) -> tuple[int, str | None]:
         """(term, vote); a node that never saved starts at term 0 with no vote, as DLedger does.
@@ -67,13 +73,20 @@ class TermVoteFile:
             raise ValueError(f"{self.path}: {TERM_KEY} is not an integer") from None
         if term < 0:
             raise ValueError(f"{self.path}: negative {TERM_KEY} {term}")
+        if MEMBERS_KEY in pairs:
+            self.members_text = f"{pairs[MEMBERS_KEY]}\n{pairs.get(PRIOR_MEMBERS_KEY, '')}"
         return term, pairs.get(VOTE_KEY) or None
 
-    def save(self, term: int, vote: str | None) -> None:
+    def save(self, term: int, vote: str | None, members_text: str | None = None) -> None:
+        """Save the term and vote, and the configuration when given (else the last saved)."""
         if term < 0:
             raise ValueError(f"negative term {term}")
-        text = format_properties({TERM_KEY: str(term), VOTE_KEY: vote or ""})
-        atomic_write(self.path, text.encode("utf-8"))
+        if members_text is not None:
+            self.members_text = members_text
+        pairs = {TERM_KEY: str(term), VOTE_KEY: vote or ""}
+        if self.members_text is not None:
+            pairs[MEMBERS_KEY], pairs[PRIOR_MEMBERS_KEY] = self.members_text.split("\n")
+        atomic_write(self.path, format_properties(pairs).encode("utf-8"))
 
 
 class MemoryTermVote:
@@ -82,14 +95,17 @@ class MemoryTermVote:
     def __init__(self, term: int = 0, vote: str | None = None) -> None:
         self.term = term
         self.vote = vote
+        self.members_text: str | None = None
 
     def load(self) -> tuple[int, str | None]:
         return self.term, self.vote
 
-    def save(self, term: int, vote: str | None) -> None:
+    def save(self, term: int, vote: str | None, members_text: str | None = None) -> None:
         if term < 0:
             raise ValueError(f"negative term {term}")
         self.term, self.vote = term, vote
+        if members_text is not None:
+            self.members_text = members_text
 
 
 class Checkpoint:

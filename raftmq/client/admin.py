@@ -26,13 +26,13 @@ from collections.abc import Sequence
 import attrs
 import trio
 
-from raftmq.client import fastjson
 from raftmq.client.connections import ConnectionPool
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import parse_namesrv_addrs
 from raftmq.client.route import MASTER_ID, BrokerData, TopicRouteData, parse_route
 from raftmq.config.address import parse_peers
 from raftmq.config.properties import format_properties, parse_properties
+from raftmq.protocol import fastjson
 from raftmq.protocol.message import MessageExt, MessageFormatError, decode
 from raftmq.protocol.msgid import decode_message_id
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
@@ -51,6 +51,7 @@ __all__ = [
     "UnreachableError",
     "fall_behind_bytes",
     "group_members",
+    "is_broker_topic",
     "is_classic",
     "parse_cluster_info",
     "table_number",
@@ -60,6 +61,22 @@ UNREACHABLE = "UNREACHABLE"
 DEFAULT_TOPIC = "TBW102"  # what UPDATE_AND_CREATE_TOPIC names as `defaultTopic`
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 _NO_ANSWER = (RemotingConnectError, RemotingTimeoutError)
+# RocketMQ's TopicValidator system topics, and its prefix for the ones it adds later
+SYSTEM_TOPICS = frozenset(
+    {"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"}
+)
+SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
+
+
+def is_broker_topic(topic: str, info: ClusterInfo) -> bool:
+    """A topic the brokers keep for themselves (TopicValidator.isSystemTopic): the
+    system topics, and each broker's and cluster's own name."""
+    return (
+        topic in SYSTEM_TOPICS
+        or topic.startswith(SYSTEM_TOPIC_PREFIXES)
+        or topic in info.clusters
+        or topic in info.brokers
+    )
 
 
 class UnreachableError(MQClientError):
@@ -146,6 +163,9 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp_ms: int = 0
+    # a POP consumer's messages popped and neither acknowledged nor redelivered (None
+    # for a queue the group does not pop; raftmq's field, Java brokers have none)
+    pop_in_flight: int | None = None
 
     @property
     def diff(self) -> int:
@@ -276,7 +296,8 @@ class Admin:
         tls: ClientTls | None = None,
         credentials: SessionCredentials | None = None,
     ) -> None:
-        self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr)
+        # none: the caller names each server (the controller's verbs)
+        self.namesrv_addrs = parse_namesrv_addrs(namesrv_addr) if namesrv_addr else []
         self.timeout_s = timeout_s
         self.tls = tls
         self.credentials = credentials  # RocketMQ's ACL account; every request is signed
@@ -346,6 +367,68 @@ class Admin:
         except (UnicodeDecodeError, ValueError) as exc:
             raise MQClientError(f"{address} answered a malformed route: {exc}") from None
 
+    async def each_namesrv(
+        self, code: int, ext: dict | None = None, body: bytes = b"", addrs: Sequence[str] = ()
+    ) -> dict[str, RemotingCommand]:
+        """One request to every name server (or to `addrs`), as DefaultMQAdminExt sends
+        the KV and config changes: {address: answer}; the first failure raises, an
+        unanswered one as UnreachableError."""
+        answers = {}
+        for address in addrs or self.namesrv_addrs:
+            try:
+                answers[address] = await self.call(address, code, ext, body)
+            except _NO_ANSWER as exc:
+                raise UnreachableError(f"name server {address}: {exc}") from None
+        return answers
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        ext = {"namespace": namespace, "key": key, "value": value}
+        await self.each_namesrv(RequestCode.PUT_KV_CONFIG, ext)
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        ext = {"namespace": namespace, "key": key}
+        await self.each_namesrv(RequestCode.DELETE_KV_CONFIG, ext)
+
+    async def kv_config(self, namespace: str, key: str) -> str:
+        """GET_KV_CONFIG from the first name server that answers; MQBrokerError
+        QUERY_NOT_FOUND (22) when it has no such entry."""
+        _, response = await self._namesrv(
+            RequestCode.GET_KV_CONFIG, {"namespace": namespace, "key": key}
+        )
+        return str(response.ext_fields.get("value", ""))
+
+    async def change_write_perm(self, namesrv_addr: str, broker_name: str, writable: bool) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER or ADD_WRITE_PERM_OF_BROKER on one name server: the
+        number of topics of `broker_name` it changed."""
+        code, count_field = (
+            (RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount")
+            if writable
+            else (RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount")
+        )
+        answers = await self.each_namesrv(code, {"brokerName": broker_name}, addrs=[namesrv_addr])
+        return int(answers[namesrv_addr].ext_fields.get(count_field) or 0)
+
+    async def namesrv_configs(self, addrs: Sequence[str] = ()) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG from every name server (or `addrs`): {address: keys}."""
+        configs = {}
+        for address, response in (
+            await self.each_namesrv(RequestCode.GET_NAMESRV_CONFIG, addrs=addrs)
+        ).items():
+            try:
+                configs[address] = parse_properties(response.body.decode("utf-8"), address)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise MQClientError(f"{address} answered a malformed config: {exc}") from None
+        return configs
+
+    async def update_namesrv_config(
+        self, changes: dict[str, str], addrs: Sequence[str] = ()
+    ) -> list[str]:
+        """UPDATE_NAMESRV_CONFIG on every name server (or `addrs`); the addresses."""
+        body = format_properties(changes).encode()
+        return list(
+            await self.each_namesrv(RequestCode.UPDATE_NAMESRV_CONFIG, body=body, addrs=addrs)
+        )
+
     # ------------------------------------------------------------------ brokers
     async def create_topic(
         self,
@@ -357,10 +440,13 @@ class Admin:
         cluster: str | None = None,
         broker_addr: str | None = None,
         order: bool = False,
+        attributes: str | None = None,
     ) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC on one broker, or on the master of every broker group
         of `cluster` (of every cluster when neither is given). Returns the addresses
-        written to. Nothing is sent unless every group has a master to send it to."""
+        written to. Nothing is sent unless every group has a master to send it to.
+        `attributes` is RocketMQ 5's change of the topic's attributes, e.g.
+        "+message.type=FIFO" (`+k=v` adds or replaces, `-k` removes; joined by ',')."""
         targets = await self._masters(cluster, broker_addr)
         ext = {
             "topic": topic,
@@ -372,6 +458,8 @@ class Admin:
             "topicSysFlag": 0,
             "order": order,
         }
+        if attributes:
+            ext["attributes"] = attributes
         for address in targets:
             await self.call(address, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
         return targets
@@ -390,6 +478,10 @@ class Admin:
         if headless:
             raise UnreachableError(f"no master registered for {', '.join(headless)}")
         return [b.master for b in groups]
+
+    async def cluster_masters(self, cluster: str) -> list[str]:
+        """The master of every broker group of `cluster`; UnreachableError if one has none."""
+        return await self._masters(cluster)
 
     async def _members(self, cluster: str | None, broker_addr: str | None = None) -> list[str]:
         """`[broker_addr]`, or every registered member of `cluster`'s groups."""
@@ -426,12 +518,19 @@ class Admin:
         return targets
 
     async def delete_subscription_group(
-        self, group: str, *, cluster: str | None = None, broker_addr: str | None = None
+        self,
+        group: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        remove_offset: bool = False,
     ) -> list[str]:
-        """DELETE_SUBSCRIPTIONGROUP on one broker or every master of `cluster`."""
+        """DELETE_SUBSCRIPTIONGROUP on one broker or every master of `cluster`; with
+        `remove_offset`, the group's committed offsets go too."""
         targets = await self._masters(cluster, broker_addr)
+        ext = {"groupName": group, "removeOffset": str(remove_offset).lower()}
         for address in targets:
-            await self.call(address, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+            await self.call(address, RequestCode.DELETE_SUBSCRIPTIONGROUP, ext)
         return targets
 
     async def acl_change(
@@ -457,6 +556,18 @@ class Admin:
         response = await self.call(broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         return dict(_loads(response.body, broker_addr).get("subscriptionGroupTable") or {})
 
+    async def topic_configs(self, broker_addr: str) -> dict[str, dict]:
+        """GET_ALL_TOPIC_CONFIG: topic name -> its TopicConfig's JSON."""
+        response = await self.call(broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        return dict(_loads(response.body, broker_addr).get("topicConfigTable") or {})
+
+    async def update_consume_offset(
+        self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int
+    ) -> None:
+        """UPDATE_CONSUMER_OFFSET: `group`'s committed offset of one queue, on its master."""
+        ext = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset}
+        await self.call(broker_addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+
     async def broker_config(self, broker_addr: str) -> dict[str, str]:
         """GET_BROKER_CONFIG: the broker's keys and values, as its properties text has them."""
         response = await self.call(broker_addr, RequestCode.GET_BROKER_CONFIG)
@@ -476,18 +587,52 @@ class Admin:
             await self.call(address, RequestCode.UPDATE_BROKER_CONFIG, body=body)
         return targets
 
-    async def consumer_connection(self, group: str) -> dict:
-        """GET_CONSUMER_CONNECTION_LIST from the master of a broker group serving the
-        group's retry topic, as DefaultMQAdminExt asks: ConsumerConnection's JSON."""
-        return await self._connections(
-            RETRY_PREFIX + group, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
-        )
+    async def consumer_connection(self, group: str, broker_addr: str | None = None) -> dict:
+        """GET_CONSUMER_CONNECTION_LIST from `broker_addr`, else from the master of a
+        broker group serving the group's retry topic, as DefaultMQAdminExt asks:
+        ConsumerConnection's JSON."""
+        code, ext = RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}
+        if broker_addr is not None:
+            return _loads((await self.call(broker_addr, code, ext)).body, broker_addr)
+        return await self._connections(RETRY_PREFIX + group, code, ext)
 
     async def producer_connection(self, group: str, topic: str) -> dict:
         """GET_PRODUCER_CONNECTION_LIST from the master of a group serving `topic`."""
         return await self._connections(
             topic, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}
         )
+
+    async def consumer_running_info(
+        self, group: str, client_id: str, jstack: bool = False, broker_addr: str | None = None
+    ) -> dict:
+        """GET_CONSUMER_RUNNING_INFO, through `broker_addr` or the master of a broker
+        group serving the group's retry topic, to the consumer `client_id`:
+        ConsumerRunningInfo's JSON (its `mqTable` as (MessageQueue, info) pairs)."""
+        ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": jstack}
+        code = RequestCode.GET_CONSUMER_RUNNING_INFO
+        if broker_addr is not None:
+            return _loads((await self.call(broker_addr, code, ext)).body, broker_addr)
+        return await self._connections(RETRY_PREFIX + group, code, ext)
+
+    async def consumer_status(
+        self, topic: str, group: str, client_id: str = ""
+    ) -> dict[str, list[tuple[dict, int]]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS on the first master of `topic`'s route,
+        as DefaultMQAdminExt asks: each online member's (or only `client_id`'s) owned
+        queues of the topic and their offsets, {clientId: [(MessageQueue, offset)]}."""
+        ext = {"topic": topic, "group": group, "clientAddr": client_id}
+        doc = await self._connections(topic, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, ext)
+        table = doc.get("consumerTable") or {}
+        return {cid: list(mqs) if isinstance(mqs, list) else [] for cid, mqs in table.items()}
+
+    async def broker_json(
+        self, broker_addr: str, code: int, ext: dict | None = None, timeout_s: float | None = None
+    ):
+        """One request to a broker whose answer is (fast)JSON: GET_BROKER_CONSUME_STATS,
+        QUERY_CONSUME_QUEUE, GET_ALL_PRODUCER_INFO; the body read, maps keyed by
+        MessageQueue as (key, value) pairs."""
+        response = await self.call(broker_addr, code, ext, timeout_s=timeout_s)
+        return _loads(response.body, broker_addr)
 
     async def _connections(self, topic: str, code: int, ext: dict) -> dict:
         masters = await self.route_masters(topic)
@@ -577,6 +722,7 @@ class Admin:
                     int(row["brokerOffset"]),
                     int(row["consumerOffset"]),
                     int(row.get("lastTimestamp") or 0),
+                    None if row.get("popInFlight") is None else int(row["popInFlight"]),
                 )
                 for mq, row in _queue_map(doc)
             ]
@@ -594,6 +740,45 @@ class Admin:
         if not isinstance(info, dict):
             raise MQClientError(f"{broker_addr} answered an HA status that is not an object")
         return info
+
+    async def dledger_members(
+        self, broker_addr: str, change: str = "", member: str = "", address: str = ""
+    ) -> dict:
+        """DLEDGER_MEMBERS (ours): the DLedger group of the broker at `broker_addr`,
+        `{"voters", "learners", "peers", "leaderId"}`, after `change` (add, promote or
+        remove `member`, at `address` to add; or lead: `member` takes over) has taken
+        effect when one is given; the broker asks its DLedger leader. A change may take
+        an election and a catch-up: it is given 15 s."""
+        fields = {"change": change, "memberId": member, "address": address} if change else {}
+        timeout_s = 15.0 if change else None
+        response = await self.call(
+            broker_addr, RequestCode.DLEDGER_MEMBERS, fields, timeout_s=timeout_s
+        )
+        members = _loads(response.body, broker_addr)
+        if not isinstance(members, dict):
+            raise MQClientError(f"{broker_addr} answered members that are not an object")
+        return members
+
+    async def add_dledger_member(
+        self, broker_addr: str, member: str, address: str, timeout_s: float = 60.0
+    ) -> dict:
+        """Add `member` (a broker started with joinAsLearner=true, its DLedger peer
+        `address`) to the group of the broker at `broker_addr`: two changes, each
+        committed before the next (docs/membership.md), as a learner, then promoted once
+        it has caught up (within `timeout_s`); a step already made is skipped, so running
+        it again after a timeout is safe. The group's members after."""
+        if member not in (await self.dledger_members(broker_addr))["peers"]:
+            await self.dledger_members(broker_addr, "add", member, address)
+        deadline = trio.current_time() + timeout_s
+        while member in (members := await self.dledger_members(broker_addr))["learners"]:
+            try:
+                await self.dledger_members(broker_addr, "promote", member)
+            except MQBrokerError as exc:  # still catching up, or the add not yet committed
+                retry = "FALL_BEHIND_TOO_MUCH" in exc.remark or "LEADER_NOT_READY" in exc.remark
+                if not retry or trio.current_time() >= deadline:
+                    raise
+                await trio.sleep(0.1)
+        return members
 
     async def query_msg_by_id(self, msg_id: str) -> MessageExt:
         """The message an offset msgId names (ValueError if it is not one)."""

@@ -51,6 +51,10 @@ class _Blocking:
         if self._error is not None:
             raise self._error
 
+    def alive(self) -> bool:
+        """Opened, and its loop still runs."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _run(self) -> None:
         try:
             trio.run(self._main)

@@ -58,14 +58,20 @@ class ConnectionPool:
         stack, self._stack = self._stack, None
         await stack.aclose()
 
+    def open_client(self, address: str) -> RemotingClient | None:
+        """The open connection to `address`, if there is one (no waiting: a send's
+        common case, which then needs no connect timeout)."""
+        client = self._clients.get(address)
+        return client if client is not None and not client.closed else None
+
     async def get(self, address: str) -> RemotingClient:
         """The open connection to `address`, connecting first if there is none.
 
         Raises RemotingConnectError when the address cannot be reached; nothing has
         been sent then.
         """
-        client = self._clients.get(address)
-        if client is not None and not client.closed:
+        client = self.open_client(address)
+        if client is not None:
             return client
         lock = self._connecting.setdefault(address, trio.Lock())
         async with lock:

@@ -217,6 +217,26 @@ def pull_result(
     )
 
 
+def send_back_request(
+    group: str, msg: MessageExt, delay_level: int, max_reconsume_times: int
+) -> RemotingCommand:
+    """CONSUMER_SEND_MSG_BACK for `msg` (by its physical offset): to `%RETRY%group`
+    after `delay_level`, or to `%DLQ%group` with a negative level or past
+    `max_reconsume_times`."""
+    return RemotingCommand(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        ext_fields={
+            "offset": msg.physical_offset,
+            "group": group,
+            "delayLevel": delay_level,
+            "originMsgId": msg.uniq_key or msg.msg_id,
+            "originTopic": msg.topic,
+            "unitMode": False,
+            "maxReconsumeTimes": max_reconsume_times,
+        },
+    )
+
+
 class PullConsumer:
     """`async with PullConsumer(namesrv, "group") as c: await c.pull(mq, offset)`.
 
@@ -360,18 +380,7 @@ class PullConsumer:
 
         `msg.physical_offset` identifies it; `mq` is where it was pulled from.
         """
-        request = RemotingCommand(
-            RequestCode.CONSUMER_SEND_MSG_BACK,
-            ext_fields={
-                "offset": msg.physical_offset,
-                "group": self.group,
-                "delayLevel": delay_level,
-                "originMsgId": msg.uniq_key or msg.msg_id,
-                "originTopic": msg.topic,
-                "unitMode": False,
-                "maxReconsumeTimes": max_reconsume_times,
-            },
-        )
+        request = send_back_request(self.group, msg, delay_level, max_reconsume_times)
         response = await self.instance.call_broker(mq.topic, mq.broker_name, request)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark, mq.broker_name)

@@ -115,6 +115,10 @@ class ClientInstance:
         self.rpc_timeout_s = rpc_timeout_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.producer_group: str | None = None
+        # More producer groups to heartbeat as: mqproxy's, one per topic its clients
+        # publish to (Apache's proxy uses the topic as PGROUP), so that brokers send it
+        # the transaction checks of those groups.
+        self.more_producer_groups: set[str] = set()
         # Heartbeat every member, not only masters (a transactional producer: a new
         # master must know whom to ask about open transactions).
         self.heartbeat_replicas = False
@@ -167,7 +171,11 @@ class ClientInstance:
     # ------------------------------------------------------------------ heartbeats
     @property
     def _registered(self) -> bool:
-        return self.producer_group is not None or self.consumer_data is not None
+        return (
+            self.producer_group is not None
+            or bool(self.more_producer_groups)
+            or self.consumer_data is not None
+        )
 
     def heartbeat_addresses(self) -> set[str]:
         """Masters of every route in use; consumers also heartbeat the slaves they may
@@ -179,12 +187,12 @@ class ClientInstance:
         return addrs
 
     def heartbeat_body(self) -> bytes:
+        groups = [] if self.producer_group is None else [self.producer_group]
+        groups += sorted(self.more_producer_groups - set(groups))
         data = {
             "clientID": self.client_id,
             "consumerDataSet": [] if self.consumer_data is None else [self.consumer_data],
-            "producerDataSet": []
-            if self.producer_group is None
-            else [{"groupName": self.producer_group}],
+            "producerDataSet": [{"groupName": group} for group in groups],
         }
         return json.dumps(data, separators=(",", ":")).encode()
 

@@ -17,6 +17,7 @@ from raftmq.client.admin import Admin
 from raftmq.client.consumer import PullConsumer, PullStatus
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.route import MessageQueue
+from raftmq.client.trace import TRACE_TOPIC, TraceRecord, records_of
 from raftmq.protocol.message import MessageExt, decode_all
 from raftmq.protocol.msgid import uniq_id_nearly_time
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
@@ -96,6 +97,23 @@ async def query_by_key(
     if not messages:
         raise _no_message(topic, key)
     return messages
+
+
+async def query_traces(
+    admin: Admin,
+    msg_id: str,
+    trace_topic: str = TRACE_TOPIC,
+    max_num: int = MAX_KEY_HITS,
+    begin_ms: int = 0,
+    end_ms: int = END_OF_TIME_MS,
+) -> list[TraceRecord]:
+    """The trace records about `msg_id` (a UNIQ_KEY) in `trace_topic`, oldest trace
+    message first (`QueryMsgTraceByIdSubCommand.queryTraceByMsgId`): the trace messages
+    carry the traced msgIds among their KEYS. MQBrokerError NO_MESSAGE when no trace
+    message names it."""
+    messages = await query_by_key(admin, trace_topic, msg_id, max_num, begin_ms, end_ms)
+    messages.sort(key=lambda m: m.store_timestamp)
+    return [record for msg in messages for record in records_of(msg_id, msg)]
 
 
 async def query_by_unique_key(

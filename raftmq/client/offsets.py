@@ -26,6 +26,11 @@ class QueueOffsets:
         return self._next_pull
 
     @property
+    def in_flight(self) -> frozenset[int]:
+        """The offsets handed to the handler and not yet done."""
+        return frozenset(self._in_flight)
+
+    @property
     def consumed(self) -> int:
         """The offset to commit: every message below it is done."""
         return min(self._in_flight) if self._in_flight else self._next_pull

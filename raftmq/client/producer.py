@@ -19,11 +19,29 @@ send retried with a 50 -> 400 ms back-off until `send_timeout_s` has passed, bec
 the new master registers with the name servers within about a second. A failure
 raises SendError whose `indeterminate` says whether the message may have been stored.
 
+A send with no answer after `hedge_after_s` (0.3 s; `math.inf`: never) is not simply
+waited out: the producer asks a name server for the route while it waits, and once the
+route names another master for the queue's broker group (a DLedger group elected one:
+the old master is paused, cut off, or stepping down with its connections open) it sends
+the message there too, marked a resend (PROPERTY_RESEND), and the first stored answer
+wins (raftmq.client.hedge). Any attempt after one whose outcome is unknown is marked so.
+A raftmq broker answers a resend with the copy it already stores, if any, so a message
+is not stored twice (broker.send); RocketMQ's brokers store it again (and keep the mark
+as a property). Java's and the C++ client wait out their 3 s send timeout instead. A
+batch is not sent again this way.
+
 With `send_latency_fault_enable` (RocketMQ's `sendLatencyFaultEnable`, off by default)
 the producer avoids broker groups whose last attempt failed or was slow, for a while
 set by `latency_max_ms` and `not_available_duration_ms` (raftmq.client.latency_fault):
 once one group's master is dead, sends go to the others at once instead of each trying
 the dead one first.
+
+Timer messages (RocketMQ 5): `send(..., deliver_at_ms=...)` or `delay_ms=` asks the
+broker to deliver the message at that time (Java's `Message.setDeliverTimeMs` and
+`setDelayTimeMs`: the TIMER_DELIVER_MS and TIMER_DELAY_MS properties), never before it
+and normally less than the broker's `timerPrecisionMs` (1 s) after; at most
+`timerMaxDelaySec` (3 days) ahead. The result's `recall_handle` cancels it while it is
+pending: `await producer.recall(topic, handle)` (RECALL_MESSAGE, 370).
 
 Requests are pipelined: concurrent sends share one connection per broker.
 """
@@ -32,6 +50,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import random
 import struct
 import time
@@ -41,7 +60,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 import trio
 
-from raftmq.client.errors import RouteNotFoundError, SendError
+from raftmq.client.errors import MQBrokerError, MQClientError, RouteNotFoundError, SendError
+from raftmq.client.hedge import HEDGE_AFTER_S, STORED_CODES, Hedger, attempt
 from raftmq.client.instance import ClientInstance, backoff_delays, local_ip
 from raftmq.client.latency_fault import (
     LATENCY_MAX_MS,
@@ -49,15 +69,37 @@ from raftmq.client.latency_fault import (
     LatencyFaultTolerance,
 )
 from raftmq.client.route import MessageQueue, TopicRouteData
+from raftmq.client.trace import (
+    GROUP_NAME_PREFIX,
+    TRACE_TOPIC,
+    MessageType,
+    TraceDispatcher,
+    TraceRecord,
+    TraceType,
+)
 from raftmq.protocol.headers import send_header_v2
-from raftmq.protocol.message import MessageConst, MessageSysFlag, properties_to_string
-from raftmq.protocol.msgid import UniqIdGenerator
-from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
+from raftmq.protocol.message import (
+    PROPERTY_RESEND,
+    MessageConst,
+    MessageSysFlag,
+    properties_to_string,
+)
+from raftmq.protocol.msgid import UniqIdGenerator, decode_message_id
+from raftmq.protocol.recall import RecallHandle
+from raftmq.remoting import RemotingCommand
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
 from raftmq.transport.tls import ClientTls
 
-__all__ = ["Message", "Producer", "SendResult", "SendStatus", "encode_batch", "send_request"]
+__all__ = [
+    "RESEND_MARK",
+    "Message",
+    "Producer",
+    "SendResult",
+    "SendStatus",
+    "encode_batch",
+    "send_request",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +118,7 @@ class SendStatus(enum.Enum):
 
 
 _STORED = {status.value: status for status in SendStatus}
+assert frozenset(_STORED) == STORED_CODES, (_STORED, STORED_CODES)
 # `retryResponseCodes` plus SYSTEM_BUSY: worth another attempt.
 RETRY_CODES = frozenset(
     (
@@ -88,23 +131,23 @@ RETRY_CODES = frozenset(
         ResponseCode.NOT_IN_CURRENT_UNIT,
     )
 )
-# The one error answer that leaves the outcome open: the broker failed after accepting
-# the request (a processor error, or a quorum-ack timeout: the entry may still commit).
-# Every other error code is a refusal.
-OUTCOME_UNKNOWN_CODES = frozenset((ResponseCode.SYSTEM_ERROR,))
+# appended to the properties of a send that repeats one whose outcome is unknown
+RESEND_MARK = properties_to_string({PROPERTY_RESEND: "true"})
 
 
 @attrs.frozen
 class SendResult:
     """`msg_id` is the UNIQ_KEY (comma-joined for a batch), `offset_msg_id` the broker's
     offset msgId(s) (store host + physical offset), `queue_offset` the first message's
-    logical offset in `message_queue`."""
+    logical offset in `message_queue`. `recall_handle` is set for a timer message: what
+    `Producer.recall` takes to cancel it (SendMessageResponseHeader.recallHandle)."""
 
     status: SendStatus
     msg_id: str
     offset_msg_id: str
     message_queue: MessageQueue
     queue_offset: int
+    recall_handle: str | None = None
 
 
 @attrs.define
@@ -169,7 +212,12 @@ class Producer:
         send_latency_fault_enable: bool = False,
         latency_max_ms: Sequence[float] = LATENCY_MAX_MS,
         not_available_duration_ms: Sequence[float] = NOT_AVAILABLE_DURATION_MS,
+        hedge_after_s: float = HEDGE_AFTER_S,
+        enable_trace: bool = False,
+        trace_topic: str = TRACE_TOPIC,
     ) -> None:
+        """`enable_trace` (the Java client's `enableMsgTrace`): a `Pub` trace record
+        after each `send`, to `trace_topic`, in the background (`trace.TraceDispatcher`)."""
         self.group = group
         self.latency_fault = (
             LatencyFaultTolerance(latency_max_ms, not_available_duration_ms)
@@ -188,15 +236,35 @@ class Producer:
             credentials=credentials,
         )
         self.instance.producer_group = group
+        self.hedger = Hedger(self.instance, hedge_after_s)
+        self._once = Hedger(self.instance, math.inf)  # a batch: never sent twice at once
         self._uniq_ids = UniqIdGenerator(ip=local_ip())
         self._next_queue: dict[str, int] = {}  # per topic, Java's `sendWhichQueue`
+        # per topic, the route last sent by and its writable queues (a send's route is
+        # usually the cached one, whose queues need not be listed again)
+        self._write_queues: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
+        self.trace = (
+            trace_dispatcher(namesrv_addr, group, trace_topic, rpc_timeout_s, tls, credentials)
+            if enable_trace
+            else None
+        )
 
     async def __aenter__(self) -> Producer:
         await self.instance.__aenter__()
+        if self.trace is not None:
+            try:
+                await self.trace.__aenter__()
+            except BaseException:
+                await self.instance.__aexit__(None, None, None)
+                raise
         return self
 
     async def __aexit__(self, *exc_info) -> None:
-        await self.instance.__aexit__(*exc_info)
+        try:
+            if self.trace is not None:
+                await self.trace.__aexit__(*exc_info)
+        finally:
+            await self.instance.__aexit__(*exc_info)
 
     def _properties(
         self,
@@ -223,15 +291,58 @@ class Producer:
         keys: str | Iterable[str] | None = None,
         properties: Mapping[str, str] | None = None,
         queue: MessageQueue | None = None,
+        *,
+        deliver_at_ms: int | None = None,
+        delay_ms: int | None = None,
     ) -> SendResult:
         """Send one message, to `queue` if given (retried there), else round-robin.
+
+        `deliver_at_ms` (ms since the epoch) or `delay_ms` (from when the broker stores
+        it) makes it a timer message, delivered then and never before; a time already
+        past delivers it at once; more than the broker's `timerMaxDelaySec` ahead is
+        refused (SendError, code MESSAGE_ILLEGAL, 13). Its result's `recall_handle`
+        cancels it (`recall`).
 
         Raises SendError when it is not acknowledged within `send_timeout_s`.
         """
         props = self._properties(tags, keys, properties)
-        return await self._send_message(topic, body, props, queue)
+        if deliver_at_ms is not None and delay_ms is not None:
+            raise ValueError("deliver_at_ms or delay_ms, not both")
+        if deliver_at_ms is not None:
+            props[MessageConst.PROPERTY_TIMER_DELIVER_MS] = str(int(deliver_at_ms))
+        if delay_ms is not None:
+            props[MessageConst.PROPERTY_TIMER_DELAY_MS] = str(int(delay_ms))
+        started_ms = time.time() * 1000
+        result = await self.send_with_properties(topic, body, props, queue)
+        if self.trace is not None:
+            self.trace.submit([_pub_record(self.group, props, len(body), started_ms, result)])
+        return result
 
-    async def _send_message(
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a pending timer message by the `recall_handle` of its send: it is then
+        never delivered. Returns its msgId (UNIQ_KEY). ValueError for a handle that does
+        not parse; MQBrokerError when the broker refuses (ILLEGAL_OPERATION, 604: the
+        handle names another topic, or its time has come) or RouteNotFoundError when the
+        handle's broker group has no master in the topic's route. It is not retried:
+        recalling twice is harmless, so a caller may simply call again after a failover
+        (the old master answers SLAVE_NOT_AVAILABLE, 11)."""
+        handle = RecallHandle.parse(recall_handle)
+        route = await self.instance.routes.get(topic)
+        address = route.master(handle.broker_name)
+        if address is None:
+            raise RouteNotFoundError(topic, f"no master for {handle.broker_name!r}")
+        header = {"topic": topic, "recallHandle": recall_handle, "producerGroup": self.group}
+        request = RemotingCommand(RequestCode.RECALL_MESSAGE, ext_fields=header)
+        response, reason, _sent = await attempt(
+            self.instance, address, request, trio.current_time() + self.send_timeout_s
+        )
+        if response is None:
+            raise MQClientError(f"recall of {handle.uniq_key}: {reason}")
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark, address)
+        return response.ext_fields.get("msgId", handle.uniq_key)
+
+    async def send_with_properties(
         self,
         topic: str,
         body: bytes,
@@ -239,7 +350,8 @@ class Producer:
         queue: MessageQueue | None,
         sysflag: int = 0,
     ) -> SendResult:
-        """One message with its properties (UNIQ_KEY set), compressed if large."""
+        """One message with the properties the caller made (UNIQ_KEY set: mqproxy keeps
+        its clients' message ids), compressed if large."""
         if len(body) >= self.compress_over_bytes:
             body = zlib.compress(body, COMPRESS_LEVEL)
             sysflag |= MessageSysFlag.COMPRESSED_FLAG
@@ -248,10 +360,16 @@ class Producer:
         return await self._send(
             topic,
             queue,
-            lambda mq: send_request(
-                RequestCode.SEND_MESSAGE_V2, self.group, mq, body, text, sysflag
+            lambda mq, resend: send_request(
+                RequestCode.SEND_MESSAGE_V2,
+                self.group,
+                mq,
+                body,
+                text + RESEND_MARK if resend else text,
+                sysflag,
             ),
             uniq_key,
+            hedge=True,
         )
 
     async def send_batch(self, topic: str, messages: Iterable[bytes | Message]) -> SendResult:
@@ -272,20 +390,24 @@ class Producer:
         return await self._send(
             topic,
             None,
-            lambda mq: send_request(
+            lambda mq, _resend: send_request(
                 RequestCode.SEND_BATCH_MESSAGE, self.group, mq, body, header_props, 0
             ),
             ",".join(uniq_keys),
+            hedge=False,
         )
 
     def _select(self, route: TopicRouteData, avoid_broker: str | None) -> MessageQueue | None:
         """The next writable queue round-robin, on another broker group than
         `avoid_broker` if the topic has one (`selectOneMessageQueue(lastBrokerName)`)
         and, with latency fault avoidance, on a group not avoided for now."""
-        queues = route.write_queues()
+        topic = route.topic
+        known = self._write_queues.get(topic)
+        if known is None or known[0] is not route:
+            known = self._write_queues[topic] = (route, route.write_queues())
+        queues = known[1]
         if not queues:
             return None
-        topic = route.topic
         index = self._next_queue.get(topic)
         if index is None:
             index = random.randrange(len(queues))
@@ -318,9 +440,14 @@ class Producer:
         self,
         topic: str,
         fixed_queue: MessageQueue | None,
-        make_request: Callable[[MessageQueue], RemotingCommand],
+        make_request: Callable[[MessageQueue, bool], RemotingCommand],
         msg_id: str,
+        *,
+        hedge: bool,
     ) -> SendResult:
+        """Attempts until one is stored, a refusal, or `send_timeout_s`. `make_request(mq,
+        resend)` is an attempt's request; `hedge`: whether a slow attempt is sent to a
+        new master as well (`hedger`), which a request marked `resend` must make safe."""
         routes = self.instance.routes
         deadline = trio.current_time() + self.send_timeout_s
         delays = backoff_delays()
@@ -346,7 +473,10 @@ class Producer:
             else:
                 attempts += 1
                 started = trio.current_time()
-                response, reason, sent = await self._attempt(address, make_request(mq), deadline)
+                sent = await (self.hedger if hedge else self._once).send(
+                    mq, address, make_request, deadline, resend=indeterminate
+                )
+                response, reason, address = sent.response, sent.reason, sent.address
                 if self.latency_fault is not None:
                     self.latency_fault.update(
                         mq.broker_name,
@@ -357,7 +487,7 @@ class Producer:
                 if response is not None and response.code in _STORED:
                     return _result(response, msg_id, mq)
                 code = None if response is None else response.code
-                indeterminate |= sent and (code is None or code in OUTCOME_UNKNOWN_CODES)
+                indeterminate |= sent.unknown
                 if code is not None and code not in RETRY_CODES:
                     raise failure()
                 log.debug("send to %s failed (%s), retrying", address, reason)
@@ -387,6 +517,9 @@ class Producer:
         return fixed_queue is not None or len({q.broker_name for q in route.queue_datas}) <= 1
 
     async def _route(self, topic: str, deadline: float) -> TopicRouteData | None:
+        route = self.instance.routes.current(topic)
+        if route is not None:  # cached: no fetch to bound by the deadline
+            return route
         with trio.move_on_after(max(0.0, deadline - trio.current_time())):
             try:
                 return await self.instance.routes.get(topic)
@@ -394,30 +527,53 @@ class Producer:
                 log.debug("%s", exc)
         return None
 
-    async def _attempt(
-        self, address: str, request: RemotingCommand, deadline: float
-    ) -> tuple[RemotingCommand | None, str, bool]:
-        """One request: (response or None, what went wrong, whether the request left)."""
-        pool = self.instance.pool
-        client = None
-        with trio.move_on_after(max(0.0, deadline - trio.current_time())):
-            try:
-                client = await pool.get(address)
-            except RemotingConnectError as exc:
-                return None, str(exc), False
-        if client is None:
-            return None, f"connecting to {address} timed out", False
-        # One RPC timeout at most: a master that hangs (stopped, cut off) should not
-        # use up the time in which its successor could take the send.
-        timeout_s = min(self.instance.rpc_timeout_s, max(0.001, deadline - trio.current_time()))
-        try:
-            response = await client.invoke(request, timeout_s)
-        except (RemotingConnectError, RemotingTimeoutError) as exc:
-            return None, str(exc), True
-        # Its answer: what the result reports (stored or not, queue offset, msgId) is
-        # this message's, never another send's on the same connection.
-        assert response.is_response and response.opaque == request.opaque, (request, response)
-        return response, f"broker {address} answered {response.code}: {response.remark}", True
+
+def trace_dispatcher(
+    namesrv_addr: str | Sequence[str],
+    group: str,
+    trace_topic: str,
+    rpc_timeout_s: float,
+    tls: ClientTls | None,
+    credentials: SessionCredentials | None,
+) -> TraceDispatcher:
+    """A traced client's dispatcher, with a producer of its own in group
+    `_INNER_TRACE_PRODUCER-<group>` (the Java client's trace producer)."""
+    producer = Producer(
+        namesrv_addr,
+        f"{GROUP_NAME_PREFIX}-{group}",
+        rpc_timeout_s=rpc_timeout_s,
+        tls=tls,
+        credentials=credentials,
+    )
+    return TraceDispatcher(producer, trace_topic)
+
+
+def _pub_record(
+    group: str, props: dict[str, str], body_bytes: int, started_ms: float, result: SendResult
+) -> TraceRecord:
+    """The `Pub` record of a send (`SendMessageTraceHookImpl`): a timer message is a
+    Delay_Msg; the store host is the one the offset msgId names."""
+    delayed = {MessageConst.PROPERTY_TIMER_DELIVER_MS, MessageConst.PROPERTY_TIMER_DELAY_MS}
+    try:
+        ip, port = decode_message_id(result.offset_msg_id).host
+        store_host = f"{ip}:{port}"
+    except ValueError:
+        store_host = ""
+    return TraceRecord(
+        TraceType.Pub,
+        result.msg_id,
+        timestamp_ms=int(started_ms),
+        group=group,
+        topic=result.message_queue.topic,
+        tags=props.get(MessageConst.PROPERTY_TAGS),
+        keys=props.get(MessageConst.PROPERTY_KEYS),
+        store_host=store_host,
+        body_length=body_bytes,
+        cost_ms=int(time.time() * 1000 - started_ms),
+        msg_type=MessageType.Delay_Msg if delayed & props.keys() else MessageType.Normal_Msg,
+        offset_msg_id=result.offset_msg_id,
+        success=result.status is SendStatus.SEND_OK,
+    )
 
 
 def _result(response: RemotingCommand, msg_id: str, mq: MessageQueue) -> SendResult:
@@ -429,4 +585,5 @@ def _result(response: RemotingCommand, msg_id: str, mq: MessageQueue) -> SendRes
         offset_msg_id=ext.get("msgId", ""),
         message_queue=MessageQueue(mq.topic, mq.broker_name, queue_id),
         queue_offset=int(ext.get("queueOffset", -1)),
+        recall_handle=ext.get("recallHandle"),
     )

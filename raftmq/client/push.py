@@ -47,7 +47,6 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from raftmq.client import fastjson
 from raftmq.client.allocate import allocate_averagely
 from raftmq.client.consumer import (
     MAX_RECONSUME_TIMES,
@@ -61,7 +60,21 @@ from raftmq.client.consumer import (
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import backoff_delays
 from raftmq.client.offsets import QueueOffsets
+from raftmq.client.producer import trace_dispatcher
 from raftmq.client.route import MessageQueue, TopicRouteData
+from raftmq.client.running_info import (
+    QueueState,
+    consumer_status_body,
+    java_timestamp,
+    running_info_body,
+)
+from raftmq.client.trace import (
+    TRACE_TOPIC,
+    ConsumeReturnType,
+    consume_records,
+    new_request_id,
+)
+from raftmq.protocol import fastjson
 from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError, decode
 from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
@@ -112,6 +125,8 @@ class _QueueWorker:
         self.pull_scope = trio.CancelScope()
         self.commit_lock = trio.Lock()  # commits of one queue land in order
         self.reset = False  # its progress was overruled by an offset reset: never commit it
+        self.last_pull_ms = 0  # when a pull last answered, and the handler last returned
+        self.last_consume_ms = 0
 
     def stop(self) -> None:
         self.stopping = True
@@ -146,7 +161,12 @@ class PushConsumer:
         heartbeat_interval_s: float = 30.0,
         tls: ClientTls | None = None,
         credentials: SessionCredentials | None = None,
+        enable_trace: bool = False,
+        trace_topic: str = TRACE_TOPIC,
     ) -> None:
+        """`enable_trace` (the Java client's `enableMsgTrace`): a `SubBefore` and a
+        `SubAfter` trace record per consumed message, to `trace_topic`, in the
+        background (`trace.TraceDispatcher`)."""
         self.group = group
         self.topic = topic
         self.handler = handler
@@ -189,12 +209,20 @@ class PushConsumer:
         self.instance.handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
         self.instance.handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
         self.instance.handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = self._on_consume_directly
+        self.instance.handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._on_running_info
+        self.instance.handlers[RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT] = self._on_status
+        self.started_ms = int(time.time() * 1000)
         self.instance.route_listeners.append(self._route_changed)
         self._workers: dict[MessageQueue, _QueueWorker] = {}
         self._closing = False
         self._loops = trio.CancelScope()
         self._wakeup: trio.Event | None = None
         self._assignment_changed: trio.Event | None = None
+        self.trace = (
+            trace_dispatcher(namesrv_addr, group, trace_topic, rpc_timeout_s, tls, credentials)
+            if enable_trace
+            else None
+        )
 
     @property
     def client_id(self) -> str:
@@ -217,6 +245,8 @@ class PushConsumer:
         self._assignment_changed = trio.Event()
         await self._pull.__aenter__()
         try:
+            if self.trace is not None:
+                await self.trace.__aenter__()
             for topic in self.subscriptions:
                 try:
                     await self.instance.routes.get(topic)
@@ -261,7 +291,11 @@ class PushConsumer:
                 for mq in list(self._workers):
                     nursery.start_soon(self._release, mq)
         finally:
-            await self._pull.__aexit__(*exc_info)
+            try:
+                if self.trace is not None:
+                    await self.trace.__aexit__(*exc_info)
+            finally:
+                await self._pull.__aexit__(*exc_info)
 
     async def _on_ids_changed(self, request: RemotingCommand, _connection: Connection) -> None:
         if request.ext_fields.get("consumerGroup") == self.group:
@@ -314,6 +348,38 @@ class PushConsumer:
             "spentTimeMills": spent_ms,
         }
         body = json.dumps({k: v for k, v in answer.items() if v is not None}).encode()
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    def _queue_states(self) -> list[QueueState]:
+        return [
+            QueueState(
+                mq, w.offsets.consumed, w.offsets.in_flight, w.last_pull_ms, w.last_consume_ms
+            )
+            for mq, w in self._workers.items()
+        ]
+
+    async def _on_running_info(self, request: RemotingCommand, _connection: Connection):
+        """ClientRemotingProcessor.getConsumerRunningInfo (raftmq.client.running_info)."""
+        properties = {
+            "consumerGroup": self.group,
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": self.consume_from.name,
+            "consumeTimestamp": java_timestamp(self.consume_timestamp_ms),
+            "pullBatchSize": str(self.pull_batch_size),
+            "consumeMessageBatchMaxSize": str(self.consume_batch_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "namesrvAddr": ";".join(self.instance.namesrv_addrs),
+            "PROP_NAMESERVER_ADDR": ";".join(self.instance.namesrv_addrs),
+            "PROP_CONSUMER_START_TIMESTAMP": str(self.started_ms),
+        }
+        subscriptions = [s.to_json() for s in self.subscriptions.values()]
+        body = running_info_body(properties, subscriptions, self._queue_states())
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def _on_status(self, request: RemotingCommand, _connection: Connection):
+        """ClientRemotingProcessor.getConsumeStatus: the offsets of a topic's queues."""
+        topic = request.ext_fields.get("topic") or ""
+        body = consumer_status_body(topic, self._queue_states())
         return request.make_response(ResponseCode.SUCCESS, body=body)
 
     def _restore_topic(self, msg: MessageExt) -> None:
@@ -446,6 +512,7 @@ class PushConsumer:
                     await trio.sleep(next(delays))
             if result is None:
                 continue
+            worker.last_pull_ms = int(time.time() * 1000)
             delays = backoff_delays()
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 log.warning(
@@ -471,11 +538,18 @@ class PushConsumer:
             self._restore_topic(msg)
         pending = messages
         while True:
+            request_id, started_ms = new_request_id(), int(time.time() * 1000)
+            self._trace(pending, request_id, started_ms, None)
             try:
                 consumed = bool(await self.handler(pending))
             except Exception:
                 log.exception("handler failed on %d messages of %s", len(pending), worker.mq)
                 consumed = False
+                self._trace(pending, request_id, started_ms, ConsumeReturnType.EXCEPTION)
+            else:
+                outcome = ConsumeReturnType.SUCCESS if consumed else ConsumeReturnType.FAILED
+                self._trace(pending, request_id, started_ms, outcome)
+            worker.last_consume_ms = int(time.time() * 1000)
             if consumed:
                 worker.offsets.done(m.queue_offset for m in pending)
                 return
@@ -492,6 +566,18 @@ class PushConsumer:
             if not pending or worker.stopping:
                 return
             await trio.sleep(REDELIVER_LOCALLY_S)
+
+    def _trace(
+        self,
+        messages: list[MessageExt],
+        request_id: str,
+        started_ms: int,
+        outcome: ConsumeReturnType | None,
+    ) -> None:
+        if self.trace is not None:
+            self.trace.submit(
+                consume_records(self.group, messages, request_id, started_ms, outcome)
+            )
 
     async def _commit(self, worker: _QueueWorker) -> None:
         async with worker.commit_lock:

@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Sequence
 import attrs
 import trio
 
-from raftmq.client import fastjson
 from raftmq.client.errors import RouteNotFoundError
+from raftmq.protocol import fastjson
 from raftmq.remoting import RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 
@@ -200,11 +200,16 @@ class RouteCache:
         self._on_change = on_change
         self._routes: dict[str, TopicRouteData] = {}
         self._stale: set[str] = set()
+        self._fetched_at: dict[str, float] = {}  # topic -> trio time of its last fetch
         self._fetches: dict[str, _Fetch] = {}
         self._current = 0  # the name server that answered last: asked first next time
 
     def cached(self, topic: str) -> TopicRouteData | None:
         return self._routes.get(topic)
+
+    def current(self, topic: str) -> TopicRouteData | None:
+        """What `get(topic)` would return without fetching, or None when it would fetch."""
+        return None if topic in self._stale else self._routes.get(topic)
 
     @property
     def topics(self) -> list[str]:
@@ -216,8 +221,17 @@ class RouteCache:
 
     async def get(self, topic: str) -> TopicRouteData:
         """The cached route, fetched first if there is none or it was invalidated."""
+        route = self.current(topic)
+        if route is None:
+            return await self.refresh(topic)
+        return route
+
+    async def fresh(self, topic: str, max_age_s: float) -> TopicRouteData:
+        """The route as a name server gave it at most `max_age_s` ago, fetched if older:
+        however many callers watch a route at once, it is fetched once per `max_age_s`."""
         route = self._routes.get(topic)
-        if route is None or topic in self._stale:
+        fetched_at = self._fetched_at.get(topic)
+        if route is None or fetched_at is None or trio.current_time() - fetched_at > max_age_s:
             return await self.refresh(topic)
         return route
 
@@ -277,6 +291,7 @@ class RouteCache:
         # A client never sends one topic's messages by another topic's route.
         assert route.topic == topic, (topic, route.topic)
         self._stale.discard(topic)
+        self._fetched_at[topic] = trio.current_time()
         old = self._routes.get(topic)
         self._routes[topic] = route
         if route != old:

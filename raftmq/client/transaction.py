@@ -136,7 +136,7 @@ class TransactionProducer(Producer):
         props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
         props[MessageConst.PROPERTY_TRANSACTION_PREPARED] = "true"
         props[MessageConst.PROPERTY_PRODUCER_GROUP] = self.group
-        sent = await self._send_message(
+        sent = await self.send_with_properties(
             topic, body, props, queue, MessageSysFlag.TRANSACTION_PREPARED_TYPE
         )
         if sent.status is SendStatus.SEND_OK:
@@ -144,11 +144,13 @@ class TransactionProducer(Producer):
         else:
             state = LocalTransactionState.ROLLBACK_MESSAGE
         if state is not LocalTransactionState.UNKNOW:
-            await self._end(sent, state)
+            await self.end(sent, state)
         return TransactionSendResult(sent, state)
 
-    async def _end(self, sent: SendResult, state: LocalTransactionState) -> None:
-        """END_TRANSACTION at the master; a failure is logged and left to the check-back."""
+    async def end(self, sent: SendResult, state: LocalTransactionState) -> None:
+        """END_TRANSACTION for the half `sent` at the master (also for a half sent earlier,
+        by this producer or another of its group, whose send result was kept); a failure
+        is logged and left to the check-back."""
         mq = sent.message_queue
         header = {
             "producerGroup": self.group,

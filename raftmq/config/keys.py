@@ -94,6 +94,20 @@ class KeyTable:
         """`read` for keys that all come from one source."""
         return self.read({name: (source, raw) for name, raw in values.items()})
 
+    def updated(self, config, changes: Mapping[str, str], source: str, runtime: frozenset[str],
+                conf_file: str):  # fmt: skip
+        """`config` (an attrs instance) with `changes` ({key: text}) applied, for a
+        process that changes some keys while it runs; ValueError naming the key when it
+        is unknown, its value does not parse, or it is not among `runtime`."""
+        fields, _warnings = self.read_text(changes, source)
+        for name in changes:
+            if name not in runtime:
+                raise ValueError(
+                    f"{source}: {name}: cannot change at run time (set it in {conf_file} and "
+                    f"restart); these can: {', '.join(sorted(runtime))}"
+                )
+        return attrs.evolve(config, **fields)
+
     def _nearest(self, name: str) -> str:
         by_lower = {known.lower(): known for known in (*self._by_name, *self.unused, *self.aliases)}
         close = difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=0.6)

@@ -14,6 +14,11 @@ servers:
 - `\\t`, `\\n`, `\\r`, `\\f` and `\\uXXXX` are escapes, and a backslash before any other
   character stands for that character (`\\=`, `\\:`, `\\#`, `\\ `).
 
+One departure: lines from one starting `<!--` to one ending `-->` are skipped. RocketMQ
+5 ships `namesrv-n*.conf` (controller samples) with its licence in such an XML comment,
+which Java reads as a dozen junk keys (`Licensed`, `http`, ...) that its config loader
+ignores; our loaders refuse unknown keys, so the comment is dropped here instead.
+
 Trailing blanks belong to the value, as in Java; the config loaders trim values as
 RocketMQ's `MixAll.properties2Object` does.
 """
@@ -37,9 +42,13 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     lines: list[tuple[int, str]] = []
     pending: str | None = None  # a logical line continued on the next natural line
     start = 0
+    in_xml_comment = False
     for lineno, natural in enumerate(_NATURAL_LINE.split(text), 1):
         if pending is None:
             line = natural.lstrip(_BLANKS)
+            if in_xml_comment or line.startswith("<!--"):
+                in_xml_comment = not line.rstrip().endswith("-->")
+                continue
             if not line or line[0] in "#!":
                 continue
             start = lineno

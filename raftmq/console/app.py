@@ -11,12 +11,15 @@
            /api/messages?by=uniqKey&topic=T&uniqKey=U
            /api/messages?by=msgId&msgId=I[&topic=T]
            /api/messages?by=offset&topic=T&brokerName=B&queueId=Q&offset=O
+    GET    /api/traces?msgId=U[&traceTopic=T]  a message's trace (queryMsgTraceById)
+    GET    /api/series[?window=S]           the charts' last S seconds (sampler.py)
 
 Starlette runs on anyio, so under hypercorn's trio worker the handlers are trio tasks
 sharing the caller's `Admin` (one connection per server, as `mqadmin` uses). A failure
 is never a traceback page: every API answer is JSON, and an error is
 `{"error": "<one line>"}` with 400 for bad input, 502 when a server of the cluster
-answered with an error, 503 when none could be reached (the name servers down).
+answered with an error, 503 when none could be reached (the name servers down); a
+Prometheus server that fails a chart query is a 502 too.
 """
 
 from __future__ import annotations
@@ -31,24 +34,30 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from raftmq.client.admin import Admin
-from raftmq.client.errors import MQClientError
+from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.message_query import (
     MAX_KEY_HITS,
     message_at,
     query_all_by_unique_key,
     query_by_key,
+    query_traces,
     view_by_either_id,
 )
 from raftmq.client.mqadmin.commands import EXIT_UNREACHABLE
 from raftmq.client.mqadmin.groups import SUB_GROUP_DEFAULTS, remove_sub_group, write_sub_group
 from raftmq.client.mqadmin.main import failure_reason
 from raftmq.client.route import MessageQueue
+from raftmq.client.trace import TRACE_TOPIC
 from raftmq.console import views
+from raftmq.console.history import LONGEST_S
+from raftmq.console.sampler import PrometheusError, PrometheusSeries, Sampler
 from raftmq.process.errors import first_leaf
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
+from raftmq.remoting.codes import ResponseCode
 
 STATIC_DIR = Path(__file__).with_name("static")  # shipped as package data
 HTTP_BAD_REQUEST, HTTP_BAD_GATEWAY, HTTP_UNAVAILABLE = 400, 502, 503
+DEFAULT_WINDOW_S, SHORTEST_WINDOW_S = 900, 60
 TOPIC_FIELDS = {"readQueueNums": 8, "writeQueueNums": 8, "perm": 6}  # updateTopic's defaults
 
 
@@ -75,6 +84,8 @@ def _api(handler: Handler) -> Callable[[Request], Awaitable[JSONResponse]]:
             reason, status = failure_reason(exc)
             http = HTTP_UNAVAILABLE if status == EXIT_UNREACHABLE else HTTP_BAD_GATEWAY
             return _error(reason, http)
+        except PrometheusError as exc:
+            return _error(str(exc), HTTP_BAD_GATEWAY)
 
     endpoint.__name__ = handler.__name__
     return endpoint
@@ -159,6 +170,29 @@ async def messages(request: Request, admin: Admin) -> dict:
     return {"messages": [views.message_json(msg, broker_name) for msg in found]}
 
 
+async def traces(request: Request, admin: Admin) -> dict:
+    """The trace records of the message whose msgId (UNIQ_KEY) is given, as
+    `mqadmin queryMsgTraceById` finds them; none when no trace message names it."""
+    query = request.query_params
+    trace_topic = query.get("traceTopic") or TRACE_TOPIC
+    try:
+        records = await query_traces(admin, _text(query, "msgId"), trace_topic)
+    except MQBrokerError as exc:
+        if exc.code != ResponseCode.NO_MESSAGE:
+            raise
+        records = []
+    return {"traceTopic": trace_topic, "traces": [views.trace_json(r) for r in records]}
+
+
+async def series(request: Request, admin: Admin) -> dict:
+    """The charts' series over the last `window` seconds (900 by default, from 60 to
+    the history's length) and the elections in it."""
+    window_s = _integer(request.query_params, "window", DEFAULT_WINDOW_S)
+    if not SHORTEST_WINDOW_S <= window_s <= LONGEST_S:
+        raise BadInput(f"window must be from {SHORTEST_WINDOW_S} to {LONGEST_S:.0f} seconds")
+    return await request.app.state.charts.series(window_s)
+
+
 # ---------------------------------------------------------------------- actions
 
 
@@ -207,8 +241,9 @@ async def delete_group(request: Request, admin: Admin) -> dict:
 # ---------------------------------------------------------------------- the app
 
 
-def create_app(admin: Admin) -> Starlette:
-    """The console over `admin`, which the caller opens and closes around serving."""
+def create_app(admin: Admin, charts: Sampler | PrometheusSeries) -> Starlette:
+    """The console over `admin`, which the caller opens and closes around serving; the
+    charts from `charts` (a Sampler the caller runs, or a Prometheus server)."""
 
     async def index(request: Request) -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html")
@@ -224,8 +259,11 @@ def create_app(admin: Admin) -> Starlette:
             Route("/api/groups", _api(update_group), methods=["POST"]),
             Route("/api/groups/{group}", _api(delete_group), methods=["DELETE"]),
             Route("/api/messages", _api(messages)),
+            Route("/api/traces", _api(traces)),
+            Route("/api/series", _api(series)),
             Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
         ]
     )
     app.state.admin = admin
+    app.state.charts = charts
     return app

@@ -19,6 +19,7 @@ from raftmq.client.admin import (
     UnreachableError,
     fall_behind_bytes,
     group_members,
+    is_broker_topic,
     is_classic,
     table_number,
 )
@@ -27,26 +28,17 @@ from raftmq.client.mqadmin.groups import rates
 from raftmq.client.mqadmin.main import failure_reason
 from raftmq.client.mqadmin.messages import body_text
 from raftmq.client.route import MASTER_ID, BrokerData
+from raftmq.client.trace import TraceRecord
 from raftmq.protocol.message import MessageExt
 from raftmq.remoting import RemotingConnectError, RemotingTimeoutError
 
-# RocketMQ's TopicValidator system topics, and its prefix for the ones it adds later;
-# a broker's own name and its cluster's name are system topics too.
-SYSTEM_TOPICS = frozenset(
-    {"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"}
-)
-SYSTEM_TOPIC_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, "RMQ_SYS_", "rmq_sys_")
 LOOKUPS_AT_ONCE = 8  # topics or groups asked about concurrently
 _NO_ANSWER = (MQClientError, RemotingConnectError, RemotingTimeoutError)
 
 
 def is_system_topic(topic: str, info: ClusterInfo) -> bool:
-    return (
-        topic in SYSTEM_TOPICS
-        or topic.startswith(SYSTEM_TOPIC_PREFIXES)
-        or topic in info.clusters
-        or topic in info.brokers
-    )
+    """RocketMQ's system topics, and the groups' retry and dead-letter topics."""
+    return topic.startswith((RETRY_PREFIX, DLQ_PREFIX)) or is_broker_topic(topic, info)
 
 
 async def _gather(items, lookup) -> list:
@@ -103,6 +95,7 @@ async def _group_view(admin: Admin, broker: BrokerData) -> dict:
                 "version": table.get("brokerVersionDesc"),
                 "inTotal": table.get("msgPutTotalTodayNow"),
                 "outTotal": table.get("msgGetTotalTodayNow"),
+                **_timer_fields(table),
             }
         )
     master = next((m for m in members if m["addr"] is not None and m["brokerId"] == 0), None)
@@ -133,18 +126,33 @@ def _classic_group_view(broker: BrokerData, tables: dict[int, dict | None]) -> d
                 "slaveFallBehindBytes": fall_behind_bytes(broker_id, tables),
                 "haConnections": table_number(known, "haConnections"),
                 "haMasterAddr": known.get("masterAddr"),
+                "masterEpoch": table_number(known, "masterEpoch"),  # controller mode only
                 "version": known.get("brokerVersionDesc"),
                 "inTotal": known.get("msgPutTotalTodayNow"),
                 "outTotal": known.get("msgGetTotalTodayNow"),
+                **_timer_fields(known),
             }
         )
     master = broker.addrs.get(MASTER_ID)
+    in_sync = (tables.get(MASTER_ID) or {}).get("syncStateSet")
     return {
         "brokerName": broker.broker_name,
         "cluster": broker.cluster,
         "replication": "classic",
         "master": None if master is None else {"brokerId": MASTER_ID, "addr": master},
+        # controller mode: the brokerIds the master counts in sync (its SyncStateSet)
+        "syncStateSet": None if in_sync is None else [int(i) for i in in_sync.split(",") if i],
         "members": members,
+    }
+
+
+def _timer_fields(table: dict) -> dict:
+    """A member's timer messages as `mqadmin timerStatus` shows them: the backlog (filed,
+    not yet fired), how many the master holds in memory, how late its last delivery was."""
+    return {
+        "timerBacklog": table_number(table, "timerBacklog"),
+        "timerInMemory": table_number(table, "timerInMemory"),
+        "timerLatenessMs": table_number(table, "timerLatenessMs"),
     }
 
 
@@ -233,6 +241,8 @@ async def _group_progress(admin: Admin, group: str, config: dict) -> dict:
         **view,
         "consumeTps": round(stats.consume_tps, 2),
         "diffTotal": stats.diff_total,
+        # popped, not yet acknowledged (RocketMQ 5's POP consumers; `mqadmin popStatus`)
+        "popInFlight": sum(q.pop_in_flight or 0 for q in stats.queues),
         "queues": [
             {
                 "topic": q.topic,
@@ -242,6 +252,7 @@ async def _group_progress(admin: Admin, group: str, config: dict) -> dict:
                 "consumerOffset": q.consumer_offset,
                 "diff": q.diff,
                 "lastTimestampMs": q.last_timestamp_ms,
+                "popInFlight": q.pop_in_flight,
             }
             for q in stats.queues
         ],
@@ -271,4 +282,23 @@ def message_json(msg: MessageExt, broker_name: str | None = None) -> dict:
         "sysFlag": msg.sysflag,
         "properties": dict(sorted(msg.properties.items())),
         "body": body_text(msg),
+    }
+
+
+def trace_json(record: TraceRecord) -> dict:
+    """One trace record's fields (queryMsgTraceById's columns and the rest)."""
+    return {
+        "type": record.type.value,
+        "group": record.group,
+        "clientHost": record.client_host,
+        "timestampMs": record.timestamp_ms,
+        "costMs": record.cost_ms,
+        "success": record.success,
+        "topic": record.topic,
+        "tags": record.tags,
+        "keys": record.keys,
+        "storeHost": record.store_host,
+        "offsetMsgId": record.offset_msg_id,
+        "requestId": record.request_id,
+        "retryTimes": record.retry_times,
     }

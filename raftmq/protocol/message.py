@@ -162,7 +162,20 @@ class MessageConst:
     PROPERTY_PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
     PROPERTY_CLUSTER = "CLUSTER"
     PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+    # RocketMQ 5's timer messages (broker.timer)
+    PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # absolute, ms since the epoch
+    PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"  # the due time the broker rounded it to
+    PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"  # when the broker delivered it
+    PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a recall's: <topic>+<UNIQ_KEY>
     KEY_SEPARATOR = " "
+
+
+# raftmq's: set by a producer on a send that repeats one whose outcome it does not know
+# (same UNIQ_KEY). The broker takes it off and answers with the copy it already stores,
+# if any, instead of storing the message twice (broker.send). RocketMQ has none.
+PROPERTY_RESEND = "RAFTMQ_RESEND"
 
 
 # --- properties ----------------------------------------------------------------------

@@ -5,10 +5,13 @@ Names and values are RocketMQ 4.9.x's (`RequestCode`, `ResponseCode` +
 line or a packet capture reads the same as it would against a Java broker. Only codes
 whose number is the same across 4.9.x and 5.x are listed: a few slots were reused
 (response 29 is FLUSH_DISK_FAILED in 4.9 and INVALID_PARAMETER in 5.x; 209-211
-changed meaning), and a wrong name in a log is worse than a bare number.
+changed meaning), and a wrong name in a log is worse than a bare number. The exception
+is the answers to RocketMQ 5's POP requests (29, 209, 210), listed under their 5.x
+names: only a POP request, which a 4.9 client never sends, is answered with them.
 
 Codes travel as Java `int`s in a JSON header but as `short`s in a ROCKETMQ binary
-header, which is why every code here fits in 16 signed bits.
+header, which is why every code here fits in 16 signed bits, but for RocketMQ 5's POP
+requests (200050...), which Apache's clients send with a JSON header only.
 """
 
 from __future__ import annotations
@@ -124,11 +127,46 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_ALL_PRODUCER_INFO = 328
+    DELETE_EXPIRED_COMMITLOG = 329
     QUERY_TOPICS_BY_CONSUMER = 343
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
+    RECALL_MESSAGE = 370  # RocketMQ 5: a timer message's recall (broker.timer)
+    # RocketMQ 5's controller (RIP-44, raftmq.controller); 1007 is asked of a broker
+    BROKER_HEARTBEAT = 904  # broker -> every controller, oneway
     GET_BROKER_HA_STATUS = 907  # RocketMQ 5: HARuntimeInfo (`mqadmin haStatus`)
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008  # controller -> broker, oneway
+    UPDATE_CONTROLLER_CONFIG = 1009
+    GET_CONTROLLER_CONFIG = 1010
+    CLEAN_BROKER_DATA = 1011
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
+    # RocketMQ 5: POP consumption (broker.pop)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
+    # ours: a DLedger group's members, listed or changed, on a broker (broker.dledger_members)
+    # or a controller (controller.server)
+    DLEDGER_MEMBERS = 259001
+
+
+# DLEDGER_MEMBERS's `change` that moves the group's leadership to `memberId` rather than
+# changing its members (add, promote, remove: DLedger's own Change values); the value
+# DLedgerServer.change_at_leader takes (LEAD_CHANGE there: remoting is below dledger)
+DLEDGER_LEAD_CHANGE = "lead"
 
 
 class ResponseCode(IntEnum):
@@ -174,6 +212,27 @@ class ResponseCode(IntEnum):
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
     FLOW_CONTROL = 215  # 5.x
+    # 5.x only, answers to POP requests (4.9 used 29 for FLUSH_DISK_FAILED, never sent here)
+    INVALID_PARAMETER = 29
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
+    ILLEGAL_OPERATION = 604  # 5.x: RecallMessageProcessor's refusals
+    # 5.x: the controller's answers (raftmq.controller)
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000
+    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
+    CONTROLLER_INVALID_MASTER = 2002
+    CONTROLLER_INVALID_REPLICAS = 2003
+    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
+    CONTROLLER_INVALID_REQUEST = 2005
+    CONTROLLER_BROKER_NOT_ALIVE = 2006
+    CONTROLLER_NOT_LEADER = 2007
+    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
+    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
+    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
+    CONTROLLER_MASTER_STILL_EXIST = 2011
+    CONTROLLER_ELECT_MASTER_FAILED = 2012
+    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
+    CONTROLLER_BROKER_ID_INVALID = 2014
 
 
 class LanguageCode(IntEnum):

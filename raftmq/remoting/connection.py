@@ -24,6 +24,16 @@ completion, as they would on Java's executor threads (a oneway offset commit sen
 just before a client exits must not be lost); their responses are dropped. A
 processor that waits for a long time can watch `closed` or `wait_closed()`.
 
+`finish()` ends a connection without leaving a request unanswered where that can be
+helped: once it has answered something, a moment has passed with nothing received or
+sent, and every request received is answered (a peer that sends nothing is cut off at
+a time limit). Closed at an arbitrary moment, a request the peer had just
+written goes unanswered, and RocketMQ's C++ client fails a request on a closed
+connection only when its own timeout expires (3 s for a send); it also resends a
+refused send at once on the same connection, before it has read an end that followed
+the refusal, hence the quiet moment after the last answer too. What the peer writes
+in the instant before it reads the end is still lost: only the peer can close that.
+
 Requests processed in tasks are capped per connection (`max_running_requests`):
 past the cap a request is answered SYSTEM_BUSY at once, as Java's broker answers
 when a processor's queue is full, so a client pipelining held pulls without end
@@ -39,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 
 import trio
@@ -58,6 +69,7 @@ from raftmq.remoting.processor import (
 from raftmq.transport.deadlines import DeadlineReaper
 from raftmq.transport.frames import RECEIVE_CHUNK
 from raftmq.transport.idle import close_when_stalled
+from raftmq.transport.writer import unread_bytes
 
 __all__ = ["DEFAULT_MAX_PENDING_BYTES", "DEFAULT_MAX_RUNNING_REQUESTS", "Connection"]
 
@@ -125,6 +137,15 @@ class Connection:
         self._tasks: trio.Nursery | None = None
         self._closed_event = trio.Event()
         self._started = False
+        # While finishing: trio time of the last request read or answer queued, and
+        # whether an answer has been queued since `finish`.
+        self._last_exchange_s = -math.inf
+        self._answered_since_finish = trio.Event()
+        # Answers an inline processor took on and has not given yet (a batch of sends
+        # waiting for its append): kept by the processor, waited for by `finish`.
+        self.answers_owed = 0
+        self._finishing: tuple[float, float] | None = None  # `finish`'s (quiet_s, limit_s)
+        self._io: trio.Nursery | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -139,6 +160,11 @@ class Connection:
     def in_flight(self) -> int:
         """Requests sent by this end that still await their response."""
         return len(self._calls)
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes queued to send and not yet handed to the socket."""
+        return self._writer.pending_bytes
 
     async def wait_closed(self) -> None:
         """Return once the connection's I/O has ended."""
@@ -159,6 +185,9 @@ class Connection:
             writer.write(command)
         except trio.ClosedResourceError:
             raise self._closed_error() from None
+        if self._finishing is not None:  # the peer may answer this at once
+            self._last_exchange_s = trio.current_time()
+            self._answered_since_finish.set()
         if self._backlog_too_long():
             raise self._closed_error()
 
@@ -172,6 +201,9 @@ class Connection:
             self._writer.write_encoded(frames)
         except trio.ClosedResourceError:
             return
+        if self._finishing is not None:  # the peer may answer these at once
+            self._last_exchange_s = trio.current_time()
+            self._answered_since_finish.set()
         self._backlog_too_long()
 
     def _backlog_too_long(self) -> bool:
@@ -241,6 +273,34 @@ class Connection:
         if self._io_scope is not None:
             self._io_scope.cancel()
 
+    def finish(self, quiet_s: float, limit_s: float) -> None:
+        """End the connection once it has answered a request, nothing has been received
+        or sent for `quiet_s` and every request received is answered (see the module's
+        docstring), or after `limit_s` whatever is owed. Never blocks."""
+        if self._finishing is not None or self._error is not None:
+            return
+        self._finishing = (quiet_s, limit_s)
+        self._last_exchange_s = trio.current_time()
+        if self._io is not None:
+            self._io.start_soon(self._finish, quiet_s, limit_s)
+
+    async def _finish(self, quiet_s: float, limit_s: float) -> None:
+        with trio.move_on_after(limit_s):
+            # Not while the peer is idle: it may be about to write. Just after an answer
+            # it reads, then resends at once or pauses.
+            await self._answered_since_finish.wait()
+            while True:
+                quiet_at_s = self._last_exchange_s + quiet_s
+                if trio.current_time() < quiet_at_s:
+                    await trio.sleep_until(quiet_at_s)
+                elif self._running or self.answers_owed or unread_bytes(self._stream):
+                    await trio.sleep(quiet_s)  # answered, or read, by other tasks
+                else:
+                    break
+            self._writer.finish()  # a FIN now, then the I/O ends
+            return
+        self.close(f"not quiet within {limit_s} s of finishing")
+
     def _fail_all(self, reason: str) -> None:
         """Fail every pending call and all later ones (the first reason wins)."""
         if self._error is None:
@@ -273,8 +333,11 @@ class Connection:
                 try:
                     async with trio.open_nursery() as io:
                         self._io_scope = io.cancel_scope
+                        self._io = io
                         if self._error is not None:  # closed before it ran
                             io.cancel_scope.cancel()
+                        if self._finishing is not None:  # finished before it ran
+                            io.start_soon(self._finish, *self._finishing)
                         io.start_soon(self._write_loop, io.cancel_scope)
                         io.start_soon(self._deadlines.run)
                         if self._frame_deadline_s is not None:
@@ -290,6 +353,7 @@ class Connection:
                         self._fail_all(reason)
                         io.cancel_scope.cancel()
                 finally:
+                    self._io = None
                     # Synchronous steps first: under cancellation the await below raises
                     # Cancelled, and waiters and on_close must hear of the end anyway.
                     self._fail_all("connection closed")
@@ -334,6 +398,8 @@ class Connection:
                         requests.append(command)
                 if not requests:
                     continue
+                if self._finishing is not None:
+                    self._last_exchange_s = trio.current_time()
                 for request in take_inline(inline, requests, self):
                     if self._running >= self._max_running:
                         self._refuse_busy(request)

@@ -96,6 +96,8 @@ class RemotingServer:
         self.idle_s = idle_s
         self.frame_deadline_s = frame_deadline_s
         self.connections: set[Connection] = set()
+        self._accepting: trio.CancelScope | None = None
+        self._finishing: tuple[float, float] | None = None  # `finish`'s (quiet_s, limit_s)
         self._cap = ConnectionCap("remoting server", max_connections)
         self.tls = tls if tls is not None and tls.enabled else None
         # Built here so that a bad certificate or key file fails the start, not a connection.
@@ -111,19 +113,50 @@ class RemotingServer:
         await self.serve_listeners(listeners, task_status=task_status)
 
     async def serve_listeners(
-        self, listeners: list[trio.SocketListener], task_status=trio.TASK_STATUS_IGNORED
+        self,
+        listeners: list[trio.SocketListener],
+        task_status=trio.TASK_STATUS_IGNORED,
+        *,
+        handler_nursery: trio.Nursery | None = None,
     ) -> None:
         """Serve on `listeners`, bound by the caller (one that must see a failed bind as
-        an OSError of its own, not inside a nursery's exception group), until cancelled."""
+        an OSError of its own, not inside a nursery's exception group), until cancelled
+        or, after `finish`, until the connections have ended; with `handler_nursery`
+        they run there instead, and `finish` returns at once (the caller may listen
+        again while the last ones end)."""
         self.port = listeners[0].socket.getsockname()[1]
         log.info(
             "remoting server listening on %s (TLS %s)",
             self.address,
             "disabled" if self.tls is None else self.tls.mode,
         )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.serve_listeners, self._handle, listeners)
+        self._finishing = None
+        async with trio.open_nursery() as connections:
+            self._accepting = trio.CancelScope()
+            connections.start_soon(
+                self._accept, self._accepting, listeners, handler_nursery or connections
+            )
             task_status.started(self.port)
+
+    async def _accept(self, scope: trio.CancelScope, listeners, connections) -> None:
+        with scope:  # the listeners close when it is cancelled; the connections go on
+            await trio.serve_listeners(self._handle, listeners, handler_nursery=connections)
+
+    def finish(self, quiet_s: float, limit_s: float) -> None:
+        """Stop accepting at once and end every connection once it has gone quiet with
+        everything answered (`Connection.finish`, at most `limit_s` later), so that its
+        clients' next requests go to new connections; `serve_listeners` returns when
+        the last has ended. Never blocks."""
+        self._finishing = (quiet_s, limit_s)
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for connection in list(self.connections):
+            connection.finish(quiet_s, limit_s)
+
+    async def serve_accepted(self, stream: trio.SocketStream) -> None:
+        """Serve one connection another listener accepted: a port shared with another
+        protocol (the controller's DLedger peer port, `dledger.net.tcp`)."""
+        await self._handle(stream)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         # trio's SocketStream already sets TCP_NODELAY: a lone response must not wait
@@ -170,6 +203,8 @@ class RemotingServer:
             frame_deadline_s=self.frame_deadline_s,
         )
         self.connections.add(connection)
+        if self._finishing is not None:  # accepted just before the server finished
+            connection.finish(*self._finishing)
         try:
             if self.on_connect is not None:
                 self.on_connect(connection)

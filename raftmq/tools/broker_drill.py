@@ -1,6 +1,7 @@
 """The failover drill users run: produce and consume through a master kill, then tally.
 
-A name server and a 3-broker DLedger group run as real processes. Producers send
+A name server and a 3-broker DLedger group (or, with `replicas`, three controllers and
+a controller-mode group of that many brokers) run as real processes. Producers send
 numbered messages while a push-consumer group consumes them; mid-way the master
 is killed with SIGKILL. The drill records when the new master acknowledged its
 first send, lets the consumers drain, restarts the killed broker, and counts:
@@ -17,7 +18,7 @@ import attrs
 import trio
 
 from raftmq.client import ConsumeFromWhere, Producer, PushConsumer, SendError
-from raftmq.tools.broker_local import LocalCluster
+from raftmq.tools.broker_local import LocalCluster, LocalControllerGroup
 
 TOPIC = "DrillTopic"
 GROUP = "DrillGroup"
@@ -59,9 +60,11 @@ async def run_drill(
     say=lambda text: None,
     *,
     group_address: bool = False,
+    replicas: int | None = None,
 ) -> Tally:
     """The drill on a fresh group under `base_dir` (with a group address if asked:
-    clients then dial the address that follows the master, LocalCluster's `group_addr`)."""
+    clients then dial the address that follows the master, LocalCluster's `group_addr`;
+    with `replicas`, a controller-mode group of that many brokers)."""
     tally = Tally()
     last_offset: dict[int, int] = {}
     delivered: set[tuple[int, int]] = set()
@@ -81,7 +84,11 @@ async def run_drill(
             last_offset[msg.queue_id] = max(previous, msg.queue_offset)
         return True
 
-    async with LocalCluster(base_dir, group_address=group_address) as cluster:
+    if replicas is None:
+        group: LocalCluster = LocalCluster(base_dir, group_address=group_address)
+    else:
+        group = LocalControllerGroup(base_dir, replicas=replicas)
+    async with group as cluster:
         tally.old_master = await cluster.wait_master()
         say(
             f"name server {cluster.namesrv_addr}; brokers "

@@ -33,7 +33,7 @@ from raftmq.remoting import (
     ResponseCode,
 )
 from raftmq.remoting.signing import SessionCredentials
-from raftmq.tools.dledger_local import free_ports, stop_process
+from raftmq.tools.dledger_local import free_ports, stop_process, stop_processes
 
 LOOPBACK = "127.0.0.1"
 GROUP_HOST = "127.0.0.2"  # a group address's host (any 127.x.y.z is bindable)
@@ -41,6 +41,7 @@ LOCAL_SEGMENT_BYTES = (
     64 << 20
 )  # DLedger's 1 GiB segments are preallocated; see raftmq.tools.dledger_local
 BOOT_TIMEOUT_S = 20.0
+STARTS_TIMEOUT_S = 60.0  # seven Python processes starting at once on a loaded machine
 
 
 def _lenient_json(body: bytes):
@@ -128,8 +129,11 @@ class LocalCluster:
             + (f"metricsPort={self._metrics_port('namesrv')}\n" if self.metrics_addrs else "")
         )
         for node in self.ids:
-            conf = {**self._broker_conf(node), **self.extra_conf}
-            self.conf_path(node).write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+            self._write_broker_conf(node)
+
+    def _write_broker_conf(self, node: str, **more: str) -> None:
+        conf = {**self._broker_conf(node), **self.extra_conf, **more}
+        self.conf_path(node).write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
 
     def _common_conf(self, node: str) -> dict[str, str]:
         """What every broker here is given, DLedger or classic."""
@@ -178,10 +182,10 @@ class LocalCluster:
     def start_broker(self, node: str) -> None:
         self._spawn(node, ["-m", "raftmq.broker.cli", "-c", str(self.conf_path(node))])
 
-    async def _booted(self, name: str) -> None:
+    async def _booted(self, name: str, timeout_s: float = BOOT_TIMEOUT_S) -> None:
         """Wait until process `name`, spawned last, says "boot success" in its log."""
         path = self.base_dir / f"{name}.log"
-        with trio.fail_after(BOOT_TIMEOUT_S):
+        with trio.fail_after(timeout_s):
             with path.open("rb") as log:
                 log.seek(self._log_starts[name])
                 printed = b""
@@ -197,10 +201,44 @@ class LocalCluster:
     def pid(self, name: str) -> int:
         return self.procs[name].pid
 
+    async def join(self, node: str) -> str:
+        """Start a new DLedger member `node` on 127.0.0.1 as a learner of the group
+        (`joinAsLearner`; `mqadmin addDLedgerPeer` adds it); its `id-host:port`."""
+        broker_port, peer_port = free_ports(2, {LOOPBACK})
+        self.ids.append(node)
+        self.broker_addrs[node] = self.client_addrs[node] = f"{LOOPBACK}:{broker_port}"
+        self.peer_addrs[node] = f"{LOOPBACK}:{peer_port}"
+        self._write_broker_conf(node, joinAsLearner="true")
+        self.start_broker(node)
+        await self._booted(node)
+        return f"{node}-{self.peer_addrs[node]}"
+
     async def restart(self, node: str) -> None:
         self.kill(node)
         self.start_broker(node)
         await self._booted(node)
+
+    def proxy_conf(self, name: str, grpc_port: int, **extra: object) -> Path:
+        """An rmq-proxy.json for an mqproxy named `name` in front of this cluster's name
+        server, serving gRPC on 127.0.0.1:`grpc_port`; `extra` adds RocketMQ's proxy keys."""
+        conf = {
+            "rocketMQClusterName": self.cluster_name,
+            "namesrvAddr": self.namesrv_addr,
+            "grpcServerPort": grpc_port,
+            "grpcServerHost": "127.0.0.1",
+            **extra,
+        }
+        path = self.base_dir / f"{name}.json"
+        path.write_text(json.dumps(conf))
+        return path
+
+    async def start_proxy(self, name: str = "proxy") -> str:
+        """Start an mqproxy process `name` (stopped with the cluster, `pid(name)` gives
+        it); returns its gRPC endpoint once it serves."""
+        (port,) = free_ports(1, {"127.0.0.1"})
+        self._spawn(name, ["-m", "raftmq.proxy.cli", "-pc", str(self.proxy_conf(name, port))])
+        await self._booted(name)
+        return f"127.0.0.1:{port}"
 
     async def start_namesrv(self) -> None:
         """Write every config file and start the name server (unless it is someone
@@ -233,8 +271,8 @@ class LocalCluster:
         self.stop()
 
     def stop(self) -> None:
-        for name in list(self.procs):
-            self.kill(name, signal.SIGTERM)
+        """SIGTERM to every process of the cluster at once; returns when all are gone."""
+        stop_processes([self.procs.pop(name) for name in list(self.procs)], signal.SIGTERM)
 
     # ------------------------------------------------------------------ asking
     async def namesrv_call(self, code: int, ext: dict | None = None, body: bytes = b""):
@@ -294,10 +332,15 @@ class LocalCluster:
 
         A member restarted under load replays what it missed; killing the master
         before it has caught up leaves a quorum whose new leader cannot commit
-        until it has."""
+        until it has. A member still starting (its broker port not yet open) counts as
+        not caught up."""
         with trio.fail_after(timeout_s):
             while True:
-                states = [await self.member_state(n) for n in self.ids if n in self.procs]
+                try:
+                    states = [await self.member_state(n) for n in self.ids if n in self.procs]
+                except (OSError, RemotingError):
+                    await trio.sleep(0.05)
+                    continue
                 ends = {s["dLegerLedgerEndIndex"] for s in states}
                 committed = {s["dLegerCommittedIndex"] for s in states}
                 if (
@@ -321,7 +364,11 @@ class LocalCluster:
         refused: list[str] = []
 
         async def create(client: RemotingClient, topic: str) -> None:
-            ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
+            ext = {  # every field a Java broker requires (CreateTopicRequestHeader)
+                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
+                "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0, "order": "false",
+            }  # fmt: skip
             async with limiter:
                 request = RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext)
                 response = await client.invoke(request, 10.0)
@@ -463,6 +510,127 @@ class LocalClassicGroup(LocalCluster):
         return cluster
 
 
+class LocalControllerGroup(LocalClassicGroup):
+    """`async with LocalControllerGroup(tmp, replicas=2) as group:` — a controller-mode
+    group (enableControllerMode=true): three standalone controllers (`c0`..`c2`) and
+    `replicas` brokers started from RocketMQ's quick-start settings (brokerId=-1,
+    brokerRole=SLAVE, allAckInSyncStateSet=true), which take their ids and roles from
+    the controllers; returns once one is master with every other in its SyncStateSet."""
+
+    CONTROLLERS = ("c0", "c1", "c2")
+
+    def __init__(
+        self, base_dir, replicas: int = 2, controller_addrs: dict | None = None, **kwargs
+    ) -> None:
+        """`controller_addrs`: another group's controllers (already running) instead of
+        three of its own."""
+        super().__init__(base_dir, slaves=replicas - 1, **kwargs)
+        self.own_controllers = controller_addrs is None
+        if controller_addrs is None:
+            ports = free_ports(len(self.CONTROLLERS), {LOOPBACK})
+            controller_addrs = {
+                c: f"{LOOPBACK}:{p}" for c, p in zip(self.CONTROLLERS, ports, strict=True)
+            }
+        self.controller_addrs = controller_addrs
+        if self.metrics_addrs and self.own_controllers:
+            ports = free_ports(len(self.CONTROLLERS), {LOOPBACK})
+            self.metrics_addrs |= {
+                c: f"{LOOPBACK}:{p}" for c, p in zip(self.CONTROLLERS, ports, strict=True)
+            }
+
+    def _broker_conf(self, node: str) -> dict[str, str]:
+        conf = super()._broker_conf(node)
+        return {
+            **conf,
+            "brokerId": "-1",
+            "brokerRole": "SLAVE",
+            "enableControllerMode": "true",
+            "controllerAddr": self.controller_addr(node),
+            "allAckInSyncStateSet": "true",
+        }
+
+    def controller_addr(self, node: str) -> str:
+        """Broker `node`'s controllerAddr: how it reaches each controller (a harness may
+        put proxies here)."""
+        return ";".join(self.controller_addrs.values())
+
+    def controller_peers(self, name: str) -> str:
+        """Controller `name`'s controllerDLegerPeers: how it reaches each controller (a
+        harness may put proxies here)."""
+        return ";".join(f"{c}-{a}" for c, a in self.controller_addrs.items())
+
+    def controller_conf(self, name: str, join: bool = False) -> Path:
+        """`join`: a controller added to the running group (joinAsLearner)."""
+        path = self.base_dir / f"controller-{name}.conf"
+        peers = self.controller_peers(name)
+        path.write_text(
+            f"controllerDLegerGroup=group1\ncontrollerDLegerPeers={peers}\n"
+            f"controllerDLegerSelfId={name}\ncontrollerStorePath={self.base_dir / name}\n"
+            # a silent broker is found within a second of its timeout (not 5 s)
+            "scanNotActiveBrokerInterval=1000\n"
+            + ("joinAsLearner=true\n" if join else "")
+            + (
+                f"metricsPromExporterPort={self._metrics_port(name)}\n"
+                if name in self.metrics_addrs
+                else ""
+            )
+        )
+        return path
+
+    def start_controller(self, name: str, join: bool = False) -> None:
+        conf = self.controller_conf(name, join)
+        self._spawn(name, ["-m", "raftmq.controller.cli", "-c", str(conf)])
+
+    async def join_controller(self, name: str) -> str:
+        """Start controller `name` on a new port as a learner of the controllers' group
+        (`dledger addPeer` adds it); its `id-host:port`. Brokers are not told."""
+        (port,) = free_ports(1, {LOOPBACK})
+        self.controller_addrs[name] = f"{LOOPBACK}:{port}"
+        self.start_controller(name, join=True)
+        await self._booted(name, STARTS_TIMEOUT_S)
+        return f"{name}-{self.controller_addrs[name]}"
+
+    async def start_controllers(self, *names: str) -> None:
+        """Start controllers `names` at once; return when each listens."""
+        for name in names:
+            self.start_controller(name)
+        for name in names:
+            await self._booted(name, STARTS_TIMEOUT_S)
+
+    async def restart(self, name: str) -> None:
+        """Restart broker or controller `name` (killed first if it runs)."""
+        if name not in self.CONTROLLERS:
+            await super().restart(name)
+            return
+        self.kill(name)
+        await self.start_controllers(name)
+
+    async def __aenter__(self) -> LocalControllerGroup:
+        try:
+            await self.start_namesrv()
+            await self.start_controllers(*(self.CONTROLLERS if self.own_controllers else ()))
+            for node in self.ids:
+                self.start_broker(node)
+            for node in self.ids:
+                await self._booted(node, STARTS_TIMEOUT_S)
+            await self.wait_in_sync(len(self.ids))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def wait_in_sync(self, count: int, timeout_s: float = 30.0) -> str:
+        """The master, once its SyncStateSet has `count` members."""
+        with trio.fail_after(timeout_s):
+            while True:
+                master = await self.wait_master(timeout_s)
+                with contextlib.suppress(OSError, RemotingError, KeyError):
+                    members = (await self.member_state(master))["syncStateSet"]
+                    if len(members.split(",")) == count:
+                        return master
+                await trio.sleep(0.05)
+
+
 class LocalGroups:
     """`async with LocalGroups(tmp, groups=2) as groups:` — several groups, one cluster,
     one name server (the first group's): what `updateTopic -c` spreads a topic over and
@@ -477,8 +645,11 @@ class LocalGroups:
         groups: int = 2,
         nodes: int = 3,
         master_role: str | None = None,
+        controller: bool = False,
         **kwargs,
     ) -> None:
+        """`controller`: controller-mode groups of `nodes` brokers each (brokerName
+        broker-a, broker-b...), all under the first group's three controllers."""
         assert 1 <= groups <= 26, groups
         self.base_dir = Path(base_dir)
         self.groups: list[LocalCluster] = []
@@ -486,10 +657,15 @@ class LocalGroups:
             if index:
                 kwargs["namesrv_addr"] = self.groups[0].namesrv_addr
             group_dir = self.base_dir / f"g{index}"
-            if master_role is None:
+            broker_name = f"broker-{chr(ord('a') + index)}"
+            if controller:
+                controllers = self.groups[0].controller_addrs if index else None
+                group = LocalControllerGroup(
+                    group_dir, nodes, controllers, broker_name=broker_name, **kwargs
+                )
+            elif master_role is None:
                 group = LocalCluster(group_dir, nodes, f"RaftNode{index:02d}", **kwargs)
             else:
-                broker_name = f"broker-{chr(ord('a') + index)}"
                 group = LocalClassicGroup(
                     group_dir, nodes - 1, master_role, broker_name=broker_name, **kwargs
                 )
@@ -520,14 +696,36 @@ def _print_metrics(cluster: LocalCluster, names: list[str]) -> None:
 
 
 async def _serve(
-    base_dir: str, groups: int, nodes: int, master_role: str | None, metrics: bool
+    base_dir: str,
+    groups: int,
+    nodes: int,
+    master_role: str | None,
+    metrics: bool,
+    controller: bool = False,
 ) -> None:
-    async with LocalGroups(base_dir, groups, nodes, master_role, metrics=metrics) as cluster:
+    async with LocalGroups(
+        base_dir, groups, nodes, master_role, controller, metrics=metrics
+    ) as cluster:
         print(f"name server {cluster.namesrv_addr}, cluster {cluster.cluster_name}", flush=True)
         if metrics:
             _print_metrics(cluster.groups[0], ["namesrv"])
+        first = cluster.groups[0]
+        if isinstance(first, LocalControllerGroup):
+            addresses = ";".join(first.controller_addrs.values())
+            print(f"controllers {addresses} (mqadmin getSyncStateSet -a ...)", flush=True)
+            if metrics:
+                _print_metrics(first, list(first.CONTROLLERS))
         for group in cluster.groups:
-            if isinstance(group, LocalClassicGroup):
+            if isinstance(group, LocalControllerGroup):
+                master = await group.wait_master()
+                for node in group.ids:
+                    role = "master" if node == master else "slave"
+                    print(
+                        f"  {group.broker_name} {role}: {group.client_addrs[node]}"
+                        f" (HA {group.ha_addrs[node]})",
+                        flush=True,
+                    )
+            elif isinstance(group, LocalClassicGroup):
                 for index, node in enumerate(group.ids):
                     role = "SLAVE" if index else master_role
                     print(
@@ -559,6 +757,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     groups (`--classic --groups 2`: RocketMQ's 2m-2s);
     `--upgrade --dir DIR`: the classic group stopped in DIR, upgraded in place to a
     DLedger group of `--nodes` (LocalClassicGroup.upgraded);
+    `--controller [--groups 2] [--nodes 2]`: controller-mode groups under three standalone
+    controllers (LocalControllerGroup);
     `--metrics`: every process serves Prometheus metrics (their addresses are printed)."""
     import argparse
     import tempfile
@@ -568,6 +768,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3, help="brokers in each group")
     parser.add_argument("--dir", help="where stores and logs go (a temporary directory if not)")
     parser.add_argument("--classic", action="store_true", help="a classic master/slave group")
+    parser.add_argument(
+        "--controller", action="store_true",
+        help="controller-mode groups of --nodes brokers under three controllers",
+    )  # fmt: skip
     parser.add_argument("--slaves", type=int, default=1, help="with --classic: slaves")
     parser.add_argument(
         "--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER",
@@ -597,24 +801,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
 
+    stop = InterruptOnStopSignals().install()
+
     def serve(base_dir: str) -> None:
         if classic is not None:
-            trio.run(_serve_upgraded, classic, args.nodes)
+            stop.run(_serve_upgraded, classic, args.nodes)
+        elif args.controller:
+            stop.run(_serve, base_dir, args.groups, args.nodes, None, args.metrics, True)
         elif args.classic:
-            trio.run(_serve, base_dir, args.groups, 1 + args.slaves, args.role, args.metrics)
+            stop.run(_serve, base_dir, args.groups, 1 + args.slaves, args.role, args.metrics)
         else:
-            trio.run(_serve, base_dir, args.groups, args.nodes, None, args.metrics)
+            stop.run(_serve, base_dir, args.groups, args.nodes, None, args.metrics)
 
-    stop = InterruptOnStopSignals().install()
     try:
         if args.dir:
             serve(args.dir)
         else:
             with tempfile.TemporaryDirectory(prefix="raftmq-local-") as tmp:
                 serve(tmp)
-    except KeyboardInterrupt:
-        return stop.exit_status
-    return 0
+    except KeyboardInterrupt:  # a stop signal before the run took the signals over
+        pass
+    return stop.exit_status
 
 
 if __name__ == "__main__":

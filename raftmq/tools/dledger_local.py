@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,6 +29,18 @@ def _ephemeral_range() -> range:
     except (OSError, ValueError):
         low, high = 32768, 60999  # Linux's default
     return range(low, high + 1)
+
+
+#: "LOW-HIGH": where `free_ports` looks (10000-32767 unless set). Two test workers
+#: running at once are each given a range of their own (tests/conftest.py): a port one
+#: has picked but its process not yet bound, or one a Java broker takes beside its
+#: listenPort (HA at +1, its fast port at -2), is never the other's pick.
+LOCAL_PORTS_ENV = "RAFTMQ_LOCAL_PORTS"
+
+
+def _local_range() -> range:
+    low, _, high = os.environ.get(LOCAL_PORTS_ENV, "10000-32767").partition("-")
+    return range(int(low), int(high) + 1)
 
 
 def _bindable(host: str, port: int) -> bool:
@@ -51,7 +64,7 @@ def free_ports(count: int, hosts: Iterable[str] = ("127.0.0.1",)) -> list[int]:
     """
     hosts = list(hosts)
     ephemeral = _ephemeral_range()
-    candidates = [p for p in range(10000, 32768) if p not in ephemeral]
+    candidates = [p for p in _local_range() if p not in ephemeral]
     random.shuffle(candidates)
     ports: list[int] = []
     for port in candidates:
@@ -65,10 +78,20 @@ def free_ports(count: int, hosts: Iterable[str] = ("127.0.0.1",)) -> list[int]:
 
 def stop_process(proc: subprocess.Popen | None, sig: int) -> None:
     """Signal `proc` and reap it (SIGKILL after 10 s); nothing if it is gone already."""
-    if proc is not None and proc.poll() is None:
+    stop_processes([] if proc is None else [proc], sig)
+
+
+def stop_processes(procs: list[subprocess.Popen], sig: int) -> None:
+    """Signal every one of `procs` first, then reap them (SIGKILL to those still running
+    10 s after the signal): stopping a group costs its slowest member's shutdown, not
+    the sum of them (a JVM's shutdown hooks take seconds)."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
         proc.send_signal(sig)
+    deadline = time.monotonic() + 10
+    for proc in running:
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -104,8 +127,9 @@ class LocalGroup:
         self.peers_arg = ";".join(f"{i}-{a}" for i, a in self.peers.items())
         self.extra_args = extra_args
         self.procs: dict[str, subprocess.Popen] = {}
+        self.joined: set[str] = set()  # started by `join`, as learners
 
-    def command(self, node_id: str) -> list[str]:
+    def command(self, node_id: str, peers_arg: str | None = None) -> list[str]:
         return [
             sys.executable,
             "-m",
@@ -116,17 +140,30 @@ class LocalGroup:
             "--id",
             node_id,
             "--peers",
-            self.peers_arg,
+            peers_arg or self.peers_arg,
             "--store-base-dir",
             str(self.base_dir / node_id),
             *LOCAL_SEGMENT_ARGS,
             *self.extra_args,
+            *(["-D", "joinAsLearner=true"] if node_id in self.joined else []),
         ]
 
-    def start(self, node_id: str) -> None:
+    def join(self, node_id: str) -> str:
+        """Start a new member on a free port, as a learner of the group and itself
+        (the group adds it with `dledger addPeer`); its `id-host:port`."""
+        self.peers[node_id] = f"127.0.0.1:{free_ports(1)[0]}"
+        self.peers_arg = ";".join(f"{i}-{a}" for i, a in self.peers.items())
+        self.ids.append(node_id)
+        self.joined.add(node_id)
+        self.start(node_id)
+        return f"{node_id}-{self.peers[node_id]}"
+
+    def start(self, node_id: str, peers_arg: str | None = None) -> None:
+        """Start `node_id` with `--peers` `peers_arg`, by default the group's members as
+        this harness knows them (a conf written before members joined lists fewer)."""
         log = open(self.base_dir / f"{node_id}.log", "ab")  # noqa: SIM115 - owned by the process
         self.procs[node_id] = subprocess.Popen(
-            self.command(node_id), stdout=log, stderr=subprocess.STDOUT
+            self.command(node_id, peers_arg), stdout=log, stderr=subprocess.STDOUT
         )
         log.close()
 
@@ -149,8 +186,8 @@ class LocalGroup:
         self.stop()
 
     def stop(self) -> None:
-        for node_id in list(self.procs):
-            self.kill(node_id, signal.SIGTERM if os.name == "posix" else signal.SIGKILL)
+        sig = signal.SIGTERM if os.name == "posix" else signal.SIGKILL
+        stop_processes([self.procs.pop(node_id) for node_id in list(self.procs)], sig)
 
     def client(self, timeout_s: float = 5.0) -> DLedgerClient:
         return DLedgerClient(self.group, self.peers, timeout_s)

@@ -18,13 +18,18 @@ before, and under load, with the socket's buffer full, writes batch as before.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import socket
+import sys
+import termios
 
 import trio
 
 from raftmq.process import stages
 
-__all__ = ["BatchWriter"]
+__all__ = ["BatchWriter", "plain_socket", "unread_bytes"]
 
 
 class BatchWriter:
@@ -52,7 +57,7 @@ class BatchWriter:
         self.closed = False
         self._running = False
         self._sending = False  # the task is inside send_all: writes must queue behind it
-        self._socket = _plain_socket(stream)  # for writing through; None for TLS and others
+        self._socket = plain_socket(stream)  # for writing through; None for TLS and others
 
     @property
     def pending_bytes(self) -> int:
@@ -100,6 +105,18 @@ class BatchWriter:
         self.closed = True
         self._wake.set()
 
+    def finish(self) -> None:
+        """`close()`, and end the stream's sending direction (a FIN) at once when
+        everything queued is already in the kernel: the peer then reads the last bytes
+        with the end right behind them, not after this task next runs."""
+        self.close()
+        if self._pending or self._sending or self._socket is None:
+            return  # the owner closes the stream once `run()` has flushed
+        fd = self._socket.fileno()
+        if fd >= 0:
+            with contextlib.suppress(OSError):  # a broken socket: the owner closes it
+                self._socket.shutdown(socket.SHUT_WR)
+
     def abort(self) -> None:
         """Refuse further writes and drop the queue; `run()` returns without sending it."""
         self.closed = True
@@ -133,9 +150,22 @@ class BatchWriter:
             raise
 
 
-def _plain_socket(stream):
+def plain_socket(stream):
     """The socket of a plain socket stream (trio.SocketStream, perhaps inside a wrapper
     that only watches what it receives, `wrapped_stream`), else None: a TLS stream's
     bytes must pass through its encryption, so only its task writes them."""
     stream = getattr(stream, "wrapped_stream", stream)
     return stream.socket if type(stream) is trio.SocketStream else None
+
+
+def unread_bytes(stream) -> int:
+    """How many received bytes wait in the kernel for a plain socket stream's reader
+    (FIONREAD); 0 for a TLS stream, whose bytes the kernel cannot count as requests."""
+    sock = plain_socket(stream)
+    if sock is None or sock.fileno() < 0:
+        return 0
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:  # a broken socket: its reader meets the error
+        return 0
+    return int.from_bytes(answer, sys.byteorder, signed=True)

@@ -19,34 +19,21 @@ under $HOME/logs/rocketmq-cpp, so the test gives it a HOME of its own.
 from __future__ import annotations
 
 import itertools
-import json
 import sys
-import threading
 import time
+from pathlib import Path
 
 from rocketmq.client import Message, Producer, PushConsumer, SendStatus
 
-_print_lock = threading.Lock()  # consumer callbacks run on the library's threads
-
-
-def emit(**event) -> None:
-    line = json.dumps(event)
-    with _print_lock:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-
-
-def _set_at_end_of_stdin(event: threading.Event) -> None:
-    sys.stdin.read()
-    event.set()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for peer_lines
+from peer_lines import emit, stop_at_end_of_stdin
 
 
 def produce(namesrv: str, topic: str, interval_s: float) -> None:
     producer = Producer("CppPeerProducer")
     producer.set_namesrv_addr(namesrv)
     producer.start()
-    stop = threading.Event()
-    threading.Thread(target=_set_at_end_of_stdin, args=(stop,), daemon=True).start()
+    stop = stop_at_end_of_stdin()
     try:
         for number in itertools.count():
             if stop.is_set():

@@ -30,7 +30,9 @@ class Command:
     name: str
     desc: str
     options: tuple[tuple, ...]  # (flag, long name, help, add_argument kwargs)
-    run: Run
+    run: Run | None
+    needs_namesrv: bool = True  # False: it names its servers itself (the controller's -a)
+    reason: str | None = None  # why a RocketMQ verb does not apply to raftmq
 
     def parser(self) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog=f"mqadmin {self.name}", description=self.desc)
@@ -60,15 +62,50 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 ALIASES: dict[str, str] = {}  # a SubCommand's commandAlias -> its name
 
+# `mqadmin`'s list, in MQAdminStartup.initCommand's order (4.9.8), raftmq's own verbs
+# beside their kin; a verb not named here is listed after these, as registered.
+LISTING = (
+    "updateTopic", "deleteTopic", "updateSubGroup", "deleteSubGroup", "updateBrokerConfig",
+    "updateTopicPerm", "topicRoute", "topicStatus", "topicClusterList",
+    "brokerStatus", "dledgerStatus", "getDLedgerPeers", "addDLedgerPeer", "removeDLedgerPeer",
+    "haStatus", "timerStatus",
+    "queryMsgById", "queryMsgByKey", "queryMsgByUniqueKey", "queryMsgByOffset",
+    "queryMsgTraceById", "printMsg", "printMsgByQueue", "sendMsgStatus", "brokerConsumeStats",
+    "producerConnection", "consumerConnection", "consumerProgress", "popStatus",
+    "consumerStatus", "cloneGroupOffset", "producer", "clusterList", "topicList",
+    "updateKvConfig", "deleteKvConfig", "wipeWritePerm", "addWritePerm", "resetOffsetByTime",
+    "skipAccumulatedMessage", "updateOrderConf", "cleanExpiredCQ", "deleteExpiredCommitLog",
+    "cleanUnusedTopic", "startMonitoring", "statsAll", "allocateMQ", "checkMsgSendRT",
+    "clusterRT", "getNamesrvConfig", "updateNamesrvConfig", "getBrokerConfig",
+    "getConsumerConfig", "getConsumerStatus", "queryCq", "sendMessage", "consumeMessage",
+    "updateAclConfig", "deleteAclConfig", "clusterAclConfigVersion",
+    "getAccessConfigSubCommand", "updateGlobalWhiteAddr",
+    "exportMetadata", "exportConfigs", "exportMetrics",
+)  # fmt: skip
 
-def verb(name: str, desc: str, *options: tuple, alias: str | None = None) -> Callable[[Run], Run]:
+
+def listed() -> list[Command]:
+    """The verbs in `LISTING`'s order, the others after them as registered."""
+    order = {name: n for n, name in enumerate(LISTING)}
+    return sorted(COMMANDS.values(), key=lambda c: order.get(c.name, len(LISTING)))
+
+
+def verb(
+    name: str, desc: str, *options: tuple, alias: str | None = None, needs_namesrv: bool = True
+) -> Callable[[Run], Run]:
     def register(run: Run) -> Run:
-        COMMANDS[name] = Command(name, desc, options, run)
+        COMMANDS[name] = Command(name, desc, options, run, needs_namesrv)
         if alias is not None:
             ALIASES[alias] = name
         return run
 
     return register
+
+
+def not_applicable(name: str, desc: str, reason: str) -> None:
+    """A RocketMQ verb raftmq has no use for: listed with RocketMQ's description, and
+    run it prints `reason` in one line and exits with the usage status."""
+    COMMANDS[name] = Command(name, desc, (), None, reason=reason)
 
 
 def option(flag: str, name: str, help_text: str, **kwargs) -> tuple:
@@ -81,10 +118,14 @@ def broker_or_cluster(broker_help: str, cluster_help: str) -> tuple[tuple, tuple
     return option("-b", "brokerAddr", broker_help), option("-c", "clusterName", cluster_help)
 
 
-def print_row(fmt: str, *values) -> None:
+def format_row(fmt: str, *values) -> str:
     """One line of a table; the formats are RocketMQ's printf formats, which Python's
     % operator reads the same way."""
-    print(fmt % values)
+    return fmt % values
+
+
+def print_row(fmt: str, *values) -> None:
+    print(format_row(fmt, *values))
 
 
 def human_ms(ms: int) -> str:
@@ -121,3 +162,17 @@ def parse_timestamp_ms(text: str) -> int:
             f"-s {text!r}: expected now, epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
         ) from None
     return int(moment.timestamp() * 1000)
+
+
+not_applicable(
+    "deleteExpiredCommitLog",
+    "Delete expired CommitLog files",
+    "a raftmq broker deletes expired log files as soon as fileReservedTime allows, at any "
+    "hour (it has no deleteWhen window for this to override)",
+)
+not_applicable(
+    "startMonitoring",
+    "Start Monitoring",
+    "the brokers export consumer lag and rates as Prometheus metrics (metricsPort) instead "
+    "of a tool polling them into a log",
+)

@@ -1,13 +1,15 @@
-"""Consumer and producer group verbs: consumerProgress, updateSubGroup, deleteSubGroup,
-consumerConnection, producerConnection, resetOffsetByTime, statsAll."""
+"""Consumer and producer group verbs: consumerProgress, popStatus, updateSubGroup,
+deleteSubGroup, getConsumerConfig, consumerConnection, producerConnection,
+resetOffsetByTime, skipAccumulatedMessage, cloneGroupOffset, statsAll."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 
-from raftmq.client.admin import DLQ_PREFIX, RETRY_PREFIX, Admin
-from raftmq.client.errors import MQBrokerError
+from raftmq.client.admin import DLQ_PREFIX, RETRY_PREFIX, Admin, UnreachableError
+from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.mqadmin.commands import (
     broker_or_cluster,
     human_ms,
@@ -25,10 +27,20 @@ from raftmq.client.route import TopicRouteData
 @verb(
     "consumerProgress",
     "Query consumers's progress, speed",
-    option("-g", "groupName", "consumer group name", required=True),
+    option("-g", "groupName", "consumer group name; without it, every group in one line each"),
+    option("-s", "showClientIP", "Show Client IP per Queue"),
 )
 async def consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
-    stats = await admin.consumer_progress(args.groupName.strip())
+    """One group's queues (-g), or every group in a line each. `#Client IP` is the
+    queue's consumer's with -s true (N/A for a queue no online consumer holds), else
+    NA (RocketMQ's leaves the column out)."""
+    if args.groupName is None:
+        await every_group_progress(admin)
+        return
+    group = args.groupName.strip()
+    stats = await admin.consumer_progress(group)
+    show_ip = args.showClientIP is not None and java_bool(args.showClientIP)
+    clients = await queue_clients(admin, group) if show_ip else {}
     fmt = "%-32s  %-32s  %-4s  %-20s  %-20s  %-20s %-20s  %s"
     print_row(
         fmt,
@@ -50,13 +62,88 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> None:
             q.queue_id,
             q.broker_offset,
             q.consumer_offset,
-            "NA",
+            clients.get((q.topic, q.broker_name, q.queue_id), "N/A") if show_ip else "NA",
             q.diff,
             last,
         )
     print()
     print(f"Consume TPS: {stats.consume_tps}")
     print(f"Diff Total: {stats.diff_total}")
+
+
+async def queue_clients(admin: Admin, group: str) -> dict[tuple[str, str, int], str]:
+    """(topic, brokerName, queueId) -> the IP of the online consumer of `group` the
+    queue is allocated to (its clientId's part before `@`), from each consumer's
+    running info, as RocketMQ's getMessageQueueAllocationResult; a consumer that does
+    not answer is passed over, and a group not online has none."""
+    clients: dict[tuple[str, str, int], str] = {}
+    with contextlib.suppress(MQClientError):
+        members = (await admin.consumer_connection(group)).get("connectionSet") or ()
+        for member in members:
+            client_id = str(member.get("clientId") or "")
+            with contextlib.suppress(MQClientError):
+                table = (await admin.consumer_running_info(group, client_id)).get("mqTable")
+                for mq, _info in table if isinstance(table, list) else ():
+                    key = (mq["topic"], mq["brokerName"], int(mq["queueId"]))
+                    clients[key] = client_id.split("@")[0]
+    return clients
+
+
+async def every_group_progress(admin: Admin) -> None:
+    """ConsumerProgressSubCommand without -g: each consumer group (one per %RETRY% topic)
+    with its online clients (count, lowest version, PULL or PUSH, the push model) or
+    OFFLINE, its consume TPS and its total lag; most clients first, then most lag."""
+    rows = []
+    for topic in await admin.topic_list():
+        if not topic.startswith(RETRY_PREFIX):
+            continue
+        group = topic[len(RETRY_PREFIX) :]
+        tps = diff = 0
+        with contextlib.suppress(MQBrokerError):  # RocketMQ's tool logs and goes on
+            stats = await admin.consumer_progress(group)
+            tps, diff = int(stats.consume_tps), stats.diff_total
+        connections: dict = {}
+        with contextlib.suppress(MQBrokerError):  # no client online: CONSUMER_NOT_ONLINE
+            connections = await admin.consumer_connection(group)
+        clients = connections.get("connectionSet") or ()
+        versions = [int(c.get("version") or 0) for c in clients]
+        push = connections.get("consumeType") == "CONSUME_PASSIVELY"
+        rows.append((
+            -len(clients), -diff, group, version_desc(min(versions)) if clients else "OFFLINE",
+            ("PUSH" if push else "PULL") if clients else "",
+            connections.get("messageModel", "") if clients and push else "", tps,
+        ))  # fmt: skip
+    fmt = "%-64s  %-6s  %-24s %-5s  %-14s  %-7s  %s"
+    print_row(fmt, "#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total")
+    for count, diff, group, version, kind, model, tps in sorted(rows):
+        print_row(fmt, group, -count, version, kind, model, tps, -diff)
+
+
+@verb(
+    "popStatus",
+    "Show a POP consumer group's state: per queue, how far its pops got and how many "
+    "messages are in flight",
+    option("-g", "groupName", "consumer group name", required=True),
+    option("-t", "topic", "topic name (every topic the group pops when absent)"),
+)
+async def pop_status(admin: Admin, args: argparse.Namespace) -> None:
+    """raftmq's verb (Apache's mqadmin has none): GET_CONSUME_STATS rows of the queues
+    the group pops, with the messages popped and neither acknowledged nor redelivered
+    (retry topics included, as their own rows), and their sum."""
+    stats = await admin.consumer_progress(args.groupName.strip(), args.topic)
+    fmt = "%-32s  %-32s  %-4s  %-14s  %-14s  %-10s"
+    print_row(fmt, "#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Pop Offset", "#InFlight")
+    total = 0
+    for q in stats.queues:
+        if q.pop_in_flight is None:
+            continue
+        total += q.pop_in_flight
+        print_row(
+            fmt, q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset,
+            q.pop_in_flight,
+        )  # fmt: skip
+    print()
+    print(f"In Flight Total: {total}")
 
 
 # SubscriptionGroupConfig's defaults with broadcast and from-min off, as
@@ -88,6 +175,14 @@ SUB_GROUP_DEFAULTS = {
     option("-i", "brokerId", "consumer from which broker id", type=int),
     option("-w", "whichBrokerWhenConsumeSlowly", "which broker id when consume slowly", type=int),
     option("-a", "notifyConsumerIdsChanged", "notify consumerId changed"),
+    option("-o", "consumeMessageOrderly", "consume message orderly"),
+    option(
+        "-p",
+        "groupRetryPolicy",
+        "the json string of retry policy ( exp: "
+        '{"type":"EXPONENTIAL","exponentialRetryPolicy":{"initial":5000,"max":7200000,'
+        '"multiplier":2}} {"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[1000,5000]}} )',
+    ),
 )
 async def update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
     """The config starts from SUB_GROUP_DEFAULTS; each flag given overrides."""
@@ -98,18 +193,33 @@ async def update_sub_group(admin: Admin, args: argparse.Namespace) -> None:
         ("consumeFromMinEnable", "consumeFromMinEnable"),
         ("consumeBroadcastEnable", "consumeBroadcastEnable"),
         ("notifyConsumerIdsChanged", "notifyConsumerIdsChangedEnable"),
+        ("consumeMessageOrderly", "consumeMessageOrderly"),
     ):
         if getattr(args, flag) is not None:
             config[key] = java_bool(getattr(args, flag))
     for key in ("retryQueueNums", "retryMaxTimes", "brokerId", "whichBrokerWhenConsumeSlowly"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
+    if args.groupRetryPolicy is not None:
+        config["groupRetryPolicy"] = retry_policy(args.groupRetryPolicy)
     for address in await write_sub_group(admin, config, target):
         print(f"create subscription group to {address} success.")
     fields = ", ".join(
         f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in config.items()
     )
     print(f"SubscriptionGroupConfig [{fields}]")
+
+
+def retry_policy(text: str) -> dict:
+    """`-p`'s JSON, checked as GroupRetryPolicy reads it: SystemExit naming the fault."""
+    try:
+        policy = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"groupRetryPolicy is not JSON: {exc}") from None
+    kind = policy.get("type") if isinstance(policy, dict) else None
+    if kind not in ("CUSTOMIZED", "EXPONENTIAL"):
+        raise SystemExit(f"groupRetryPolicy type must be CUSTOMIZED or EXPONENTIAL: {text}")
+    return policy
 
 
 async def write_sub_group(admin: Admin, config: dict, target: dict) -> list[str]:
@@ -147,10 +257,12 @@ async def _resize_retry_topic(
         "delete subscription group from which cluster",
     ),
     option("-g", "groupName", "subscription group name", required=True),
+    option("-r", "removeOffset", "remove offset"),
 )
 async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:
     group, target = args.groupName.strip(), target_kwargs(args)
-    targets, topics = await remove_sub_group(admin, group, target)
+    remove_offset = args.removeOffset is not None and java_bool(args.removeOffset)
+    targets, topics = await remove_sub_group(admin, group, target, remove_offset)
     for address in targets:
         if "cluster" in target:
             print(
@@ -163,11 +275,13 @@ async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> None:
         report_topic_deleted(topic, target["cluster"])
 
 
-async def remove_sub_group(admin: Admin, group: str, target: dict) -> tuple[list[str], list[str]]:
-    """Delete the group (`target` as in write_sub_group): (the brokers written to, the
-    topics deleted). With a cluster the group's retry and dead-letter topics go too,
-    as RocketMQ's deleteSubGroup does."""
-    targets = await admin.delete_subscription_group(group, **target)
+async def remove_sub_group(
+    admin: Admin, group: str, target: dict, remove_offset: bool = False
+) -> tuple[list[str], list[str]]:
+    """Delete the group (`target` as in write_sub_group), and its committed offsets
+    with `remove_offset`: (the brokers written to, the topics deleted). With a cluster
+    the group's retry and dead-letter topics go too, as RocketMQ's deleteSubGroup does."""
+    targets = await admin.delete_subscription_group(group, remove_offset=remove_offset, **target)
     topics = []
     if "cluster" in target:
         for prefix in (RETRY_PREFIX, DLQ_PREFIX):
@@ -176,7 +290,7 @@ async def remove_sub_group(admin: Admin, group: str, target: dict) -> tuple[list
     return targets, topics
 
 
-def _version_desc(version: int) -> str:
+def version_desc(version: int) -> str:
     """MQVersion.getVersionDesc for 4.x and 5.x: from V4_0_0_SNAPSHOT (212) on, every
     release follows its snapshot. Older numbers (ali-ons sends 121) are shown as they are."""
     if version < 212:
@@ -190,11 +304,13 @@ def _version_desc(version: int) -> str:
     "consumerConnection",
     "Query consumer's socket connection, client version and subscription",
     option("-g", "consumerGroup", "consumer group name", required=True),
+    option("-b", "brokerAddr", "broker address"),
 )
 async def consumer_connection(admin: Admin, args: argparse.Namespace) -> None:
     """ConsumerConnectionSubCommand's lines (with the line break it leaves out after
     "Below is subscription:")."""
-    doc = await admin.consumer_connection(args.consumerGroup.strip())
+    broker = args.brokerAddr.strip() if args.brokerAddr else None
+    doc = await admin.consumer_connection(args.consumerGroup.strip(), broker)
     for n, conn in enumerate(doc.get("connectionSet") or (), 1):
         print_row(
             "%03d  %-32s %-22s %-8s %s",
@@ -202,7 +318,7 @@ async def consumer_connection(admin: Admin, args: argparse.Namespace) -> None:
             conn.get("clientId"),
             conn.get("clientAddr"),
             conn.get("language"),
-            _version_desc(int(conn.get("version") or 0)),
+            version_desc(int(conn.get("version") or 0)),
         )
     print()
     print("Below is subscription:")
@@ -228,7 +344,7 @@ async def producer_connection(admin: Admin, args: argparse.Namespace) -> None:
             conn.get("clientId"),
             conn.get("clientAddr"),
             conn.get("language"),
-            _version_desc(int(conn.get("version") or 0)),
+            version_desc(int(conn.get("version") or 0)),
         )
 
 
@@ -252,12 +368,96 @@ async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> None:
         f"rollback consumer offset by specified group[{group}], topic[{topic}], "
         f"force[{str(force).lower()}], timestamp(string)[{text}], timestamp(long)[{timestamp_ms}]"
     )
+    _print_reset(rows)
+
+
+def _print_reset(rows: list[tuple[str, int, int]]) -> None:
     print_row("%-40s  %-40s  %-40s", "#brokerName", "#queueId", "#offset")
     for broker_name, queue_id, offset in rows:
         print_row("%-40s  %-40d  %-40d", broker_name, queue_id, offset)
 
 
-def _day_sum(stats: dict) -> int:
+@verb(
+    "skipAccumulatedMessage",
+    "Skip all messages that are accumulated (not consumed) currently",
+    option("-g", "group", "set the consumer group", required=True),
+    option("-t", "topic", "set the topic", required=True),
+    option("-f", "force", "set the force rollback by timestamp switch[true|false]"),
+)
+async def skip_accumulated_message(admin: Admin, args: argparse.Namespace) -> None:
+    """resetOffsetByTime to the queues' ends (-1), running consumers told as well."""
+    force = True if args.force is None else java_bool(args.force)
+    _print_reset(
+        await admin.reset_offset_by_time(args.group.strip(), args.topic.strip(), -1, force)
+    )
+
+
+@verb(
+    "cloneGroupOffset",
+    "clone offset from other group.",
+    option("-s", "srcGroup", "set source consumer group", required=True),
+    option("-d", "destGroup", "set destination consumer group", required=True),
+    option("-t", "topic", "set the topic", required=True),
+    option(
+        "-o", "offline", "the group or the topic is offline (accepted, as RocketMQ's ignores it)"
+    ),
+)
+async def clone_group_offset(admin: Admin, args: argparse.Namespace) -> None:
+    """The source group's committed offsets of the topic's queues become the
+    destination group's, on each queue's master (UPDATE_CONSUMER_OFFSET), so the
+    destination group consumes from where the source got. RocketMQ's tool copies the
+    source group's offsets of every topic it consumes, -t naming only the route it
+    looks the brokers up in; ours copies the offsets of -t's queues."""
+    src, dest, topic = args.srcGroup.strip(), args.destGroup.strip(), args.topic.strip()
+    route = await admin.topic_route(topic)
+    for queue in (await admin.consumer_progress(src, topic)).queues:
+        master = route.master(queue.broker_name)
+        if master is None:
+            raise UnreachableError(f"no master registered for {queue.broker_name}")
+        if queue.consumer_offset >= 0:
+            await admin.update_consume_offset(
+                master, dest, topic, queue.queue_id, queue.consumer_offset
+            )
+    print(f"clone group offset success. srcGroup[{src}], destGroup=[{dest}], topic[{topic}]")
+
+
+@verb(
+    "getConsumerConfig",
+    "get consumer config by subscription group name!",
+    option("-g", "groupName", "subscription group name", required=True),
+)
+async def get_consumer_config(admin: Admin, args: argparse.Namespace) -> None:
+    """The group's SubscriptionGroupConfig on each broker group that has it (asked of
+    its master, else another member), field by field."""
+    group = args.groupName.strip()
+    info = await admin.cluster_info()
+    for broker in info.broker_datas():
+        address = next(iter(broker.addresses()), None)
+        if address is None:
+            continue
+        config = (await admin.subscription_groups(address)).get(group)
+        if config is None:
+            continue
+        print(
+            f"============================={info.cluster_of(broker.broker_name)}:"
+            f"{broker.broker_name}============================="
+        )
+        for key, value in config.items():
+            print_row("%s%-40s=  %s", "", key, _java_text(value))
+
+
+def _java_text(value) -> str:
+    """A field as Java's toString shows it: booleans lower case, null as nothing."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def day_sum(stats: dict) -> int:
     """StatsAllSubCommand.compute24HourSum: the day's sum, else the hour's, else the minute's."""
     for window in ("statsDay", "statsHour", "statsMinute"):
         total = int((stats.get(window) or {}).get("sum") or 0)
@@ -276,7 +476,7 @@ async def rates(admin: Admin, masters: list[str], name: str, key: str) -> tuple[
         except MQBrokerError:
             continue
         tps += float((stats.get("statsMinute") or {}).get("tps") or 0)
-        day += _day_sum(stats)
+        day += day_sum(stats)
     return tps, day
 
 

@@ -22,8 +22,13 @@ from raftmq.client.instance import namesrv_from_flag
 from raftmq.client.mqadmin import (  # noqa: F401  (they register)
     acl,
     brokers,
+    clients,
+    controller,
+    export,
     groups,
+    leaders,
     messages,
+    namesrv,
     queries,
     topics,
 )
@@ -37,6 +42,7 @@ from raftmq.client.mqadmin.commands import (
     EXIT_USAGE,
     Command,
     UsageError,
+    listed,
     print_row,
 )
 from raftmq.process.errors import first_leaf
@@ -50,7 +56,7 @@ __all__ = ["failure_reason", "main"]
 
 def _print_commands() -> None:
     print("The most commonly used mqadmin commands are:")
-    for command in COMMANDS.values():
+    for command in listed():
         print_row("   %-20s %s", command.name, command.desc)
     print("\nSee 'mqadmin help <command>' for more information on a specific command.")
 
@@ -150,10 +156,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"The sub command {argv[1]} not exist.", file=sys.stderr)
             return EXIT_USAGE
         command.parser().print_help()
+        if command.reason is not None:
+            print(f"\nNot applicable to raftmq: {command.reason}")
         return EXIT_OK
     command = _find(argv[0])
     if command is None:
         print(f"The sub command {argv[0]} not exist.", file=sys.stderr)
+        return EXIT_USAGE
+    if command.reason is not None:
+        print(
+            f"mqadmin {command.name}: not applicable to raftmq: {command.reason}", file=sys.stderr
+        )
         return EXIT_USAGE
     parser = command.parser()
     try:
@@ -161,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: 2 for bad flags, 0 for -h
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
-        namesrv = namesrv_from_flag(args.namesrvAddr)
+        if command.needs_namesrv or args.namesrvAddr or os.environ.get("NAMESRV_ADDR"):
+            namesrv = namesrv_from_flag(args.namesrvAddr)
+        else:
+            namesrv = []
     except ValueError as exc:
         print(f"mqadmin: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -174,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def run() -> int:
         async with Admin(namesrv, tls=_client_tls(args), credentials=credentials) as admin:
+            assert command.run is not None, command.name  # inapplicable verbs return earlier
             return await command.run(admin, args) or EXIT_OK
 
     try:

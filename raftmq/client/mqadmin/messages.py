@@ -1,4 +1,5 @@
-"""Message verbs: queryMsgById (either kind of id), sendMessage, consumeMessage."""
+"""Message verbs: queryMsgById (either kind of id), sendMessage, checkMsgSendRT,
+consumeMessage."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from raftmq.client.admin import Admin
 from raftmq.client.consumer import PullConsumer, PullStatus, inflate
+from raftmq.client.errors import MQClientError
 from raftmq.client.message_query import consume_message_directly, view_by_either_id
 from raftmq.client.mqadmin.commands import (
     UsageError,
@@ -182,7 +184,46 @@ async def send_message(admin: Admin, args: argparse.Namespace) -> None:
     print_row(fmt, mq.broker_name, mq.queue_id, result.status.name, result.msg_id)
 
 
-def _message_line(msg: MessageExt, broker_name: str, body: str) -> str:
+@verb(
+    "checkMsgSendRT",
+    "check message send response time",
+    option("-t", "topic", "topic name", required=True),
+    option("-a", "amount", "message amount | default 100", type=int, default=100),
+    option("-s", "size", "message size | default 128 Byte", type=int, default=128),
+)
+async def check_msg_send_rt(admin: Admin, args: argparse.Namespace) -> None:
+    """CheckMsgSendRTCommand: `amount` sends of `size` bytes, send i to the topic's
+    writable queue i (mod their number); each send's result and time in ms, then the
+    mean time of all but the first."""
+    if args.amount < 2:
+        raise UsageError("-a: at least 2 messages (the first is not timed)")
+    topic = args.topic.strip()
+    queues = (await admin.topic_route(topic)).write_queues()
+    if not queues:
+        raise UsageError(f"topic {topic} has no writable queue")
+    fmt = "%-32s  %-4s  %-20s    %s"
+    print_row(fmt, "#Broker Name", "#QID", "#Send Result", "#RT")
+    body, elapsed_ms = b"a" * args.size, 0
+    async with Producer(
+        admin.namesrv_addrs, str(int(time.time() * 1000)), tls=admin.tls,
+        credentials=admin.credentials,
+    ) as producer:  # fmt: skip
+        for n in range(args.amount):
+            mq = queues[n % len(queues)]
+            start_ms = time.time() * 1000
+            try:
+                await producer.send(topic, body, queue=mq)
+                sent = True
+            except MQClientError:
+                sent = False
+            rt_ms = int(time.time() * 1000 - start_ms)
+            if n:
+                elapsed_ms += rt_ms
+            print_row(fmt, mq.broker_name, mq.queue_id, str(sent).lower(), rt_ms)
+    print(f"Avg RT: {elapsed_ms / (args.amount - 1):.2f}")
+
+
+def message_line(msg: MessageExt, broker_name: str, body: str) -> str:
     """PrintMessageByQueueCommand.printMessage's line; MessageExt's toString shortened
     to the fields an operator looks for."""
     store_host = "{}:{}".format(*msg.store_host)
@@ -281,7 +322,7 @@ async def print_queue(
             if consume_ok:
                 print("Consume ok")
             for msg in result.messages:
-                print(_message_line(msg, mq.broker_name, body(msg)))
+                print(message_line(msg, mq.broker_name, body(msg)))
         elif result.status is PullStatus.NO_MATCHED_MSG:
             print(f"{mq_text(mq)} no matched msg. status={result.status.name}, offset={offset}")
         else:

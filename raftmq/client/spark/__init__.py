@@ -1,5 +1,6 @@
-"""A PySpark (4.3) data source reading RocketMQ topics from raftmq or any RocketMQ 4.x
-broker: `spark.readStream.format("rocketmq")` and `spark.read.format("rocketmq")`.
+"""A PySpark (4.3) data source reading and writing RocketMQ topics on raftmq or any
+RocketMQ 4.x broker: `spark.readStream.format("rocketmq")`, `spark.read.format("rocketmq")`,
+`df.writeStream.format("rocketmq")` and `df.write.format("rocketmq")`.
 
 Needs the `spark` extra (`pip install raftmq[spark]`: pyspark and pyarrow) and, for
 the executors, `PYSPARK_PYTHON` pointing at a Python that has raftmq installed.
@@ -9,7 +10,8 @@ Installing raftmq registers the source by itself (pyspark imports every top-leve
 
 Modules: `options` (the options, checked), `offsets` (offset planning, pure),
 `session` (broker calls from Spark's threads), `reading` (an executor's range read),
-`rows` (the columns, as Arrow), `source` (the DataSource and its readers).
+`rows` (the columns, as Arrow), `source` (the DataSource and its readers), `writing`
+(the sink's columns, checked, and rows as messages), `sink` (the writers).
 """
 
 from raftmq.client.spark.offsets import DataLossError

@@ -1,4 +1,5 @@
-"""The source's options, checked once on the driver and carried to the executors.
+"""The source's and the sink's options, checked once on the driver and carried to the
+executors.
 
 Spark hands a data source a case-insensitive dict of strings; `SourceOptions.parse`
 turns it into a frozen, picklable value, so a typo or a bad number fails the query
@@ -11,14 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from raftmq.client.consumer import SQL92, TAG, MessageSelector
 from raftmq.client.instance import parse_namesrv_addrs
+from raftmq.client.spark.exactly_once import RECORDS_TOPIC
 from raftmq.client.spark.offsets import EARLIEST, split_key
 
-__all__ = ["SourceOptions"]
+__all__ = ["SinkOptions", "SourceOptions"]
 
 DEFAULT_GROUP = "raftmq-spark"  # what pulls name when no consumerGroup is given
+DEFAULT_PRODUCER_GROUP = "raftmq-spark-sink"  # what the sink sends as without producerGroup
+NO_TAG = "raftmq-spark: no tag"  # a TAG expression that selects nothing (see with_tags)
 
 
 def _offsets_json(name: str, text: str) -> dict[str, int]:
@@ -81,19 +86,36 @@ class SourceOptions:
     consumer_group: str | None
     pull_timeout_s: float  # an executor gives up on a queue that makes no progress this long
     fetch_timeout_s: float  # the driver keeps asking for offsets this long
+    selector: MessageSelector  # what the brokers hand out (subExpression)
+    push_filters: bool  # batch reads: Spark's filters on the tags column go to the brokers
 
     @property
     def group(self) -> str:
         return self.consumer_group or DEFAULT_GROUP
 
+    @property
+    def filtered(self) -> bool:
+        """Whether pulls skip messages: then offsets jump past those not selected."""
+        return self.selector.expression_type != TAG or self.selector.expression.strip() != "*"
+
+    def with_tags(self, tags: frozenset[str]) -> SourceOptions:
+        """These options reading only messages tagged one of `tags` (a filter Spark pushed
+        down), as well as what `subExpression` already selects; an SQL92 selector is kept
+        as it is (the caller leaves the filter to Spark)."""
+        assert self.selector.expression_type == TAG and tags
+        given = self.selector.expression.strip()
+        if given != "*":
+            tags = tags & {t.strip() for t in given.split("||")}
+        # an empty intersection selects nothing: a tag no message can carry (RocketMQ's
+        # tags never contain "||", so this one cannot be a real message's)
+        expression = " || ".join(sorted(tags)) if tags else NO_TAG
+        return replace(self, selector=MessageSelector.by_tag(expression))
+
     @classmethod
     def parse(cls, given: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         """Spark's options (names in any case) checked; ValueError names the bad one."""
         options = _Lower(given)
-        namesrv = options.get("nameSrvAddr")
-        if not namesrv:
-            raise ValueError('option nameSrvAddr is required (e.g. "127.0.0.1:9876")')
-        parse_namesrv_addrs(namesrv)
+        namesrv = _namesrv(options)
         topic = options.get("topic")
         if not topic:
             raise ValueError("option topic is required")
@@ -118,6 +140,8 @@ class SourceOptions:
         return cls(
             namesrv_addr=namesrv,
             topic=topic,
+            selector=_selector(options),
+            push_filters=_boolean(options, "pushFilters", False),
             starting=starting,
             starting_timestamp_ms=timestamp,
             ending=ending,
@@ -126,4 +150,64 @@ class SourceOptions:
             consumer_group=options.get("consumerGroup") or None,
             pull_timeout_s=_positive(options, "pullTimeoutMs", 60_000) / 1000,
             fetch_timeout_s=_positive(options, "fetchOffset.timeoutMs", 15_000) / 1000,
+        )
+
+
+def _selector(options: Mapping[str, str]) -> MessageSelector:
+    """subExpression (a TAG expression, "*" by default, as RocketMQ's connectors name it)
+    and subExpressionType (TAG or SQL92: the brokers then need enablePropertyFilter)."""
+    expression = options.get("subExpression", "*").strip() or "*"
+    kind = options.get("subExpressionType", TAG).strip().upper()
+    if kind == TAG:
+        return MessageSelector.by_tag(expression)
+    if kind == SQL92:
+        if expression == "*":
+            raise ValueError("option subExpression: an SQL92 expression is required")
+        return MessageSelector.by_sql(expression)
+    raise ValueError(f"option subExpressionType: TAG or SQL92, not {kind!r}")
+
+
+def _namesrv(options: Mapping[str, str]) -> str:
+    namesrv = options.get("nameSrvAddr")
+    if not namesrv:
+        raise ValueError('option nameSrvAddr is required (e.g. "127.0.0.1:9876")')
+    parse_namesrv_addrs(namesrv)
+    return namesrv
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    namesrv_addr: str
+    topic: str | None  # for rows without a topic column or with a null one
+    producer_group: str
+    sends_in_flight: int  # per task: sends awaiting their result at once
+    send_timeout_s: float  # one send, retries included, before the task fails
+    query_id: str | None  # exactly-once: names the query in its batch records; else None
+    records_topic: str  # exactly-once: where committed batches are recorded
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.query_id is not None
+
+    @classmethod
+    def parse(cls, given: Mapping[str, str], *, streaming: bool) -> SinkOptions:
+        """Spark's options (names in any case) checked; ValueError names the bad one."""
+        options = _Lower(given)
+        exactly_once = _boolean(options, "exactlyOnce", False)
+        if exactly_once and not streaming:
+            raise ValueError("option exactlyOnce is for streaming writes (writeStream) only")
+        query_id = options.get("queryId") or options.get("checkpointLocation") or None
+        if exactly_once and query_id is None:
+            raise ValueError(
+                "option exactlyOnce needs option queryId or a checkpointLocation: it names "
+                "the query in the records of its committed batches"
+            )
+        return cls(
+            namesrv_addr=_namesrv(options),
+            topic=options.get("topic") or None,
+            producer_group=options.get("producerGroup") or DEFAULT_PRODUCER_GROUP,
+            sends_in_flight=_positive(options, "sendsInFlight", 64),
+            send_timeout_s=_positive(options, "sendTimeoutMs", 10_000) / 1000,
+            query_id=query_id if exactly_once else None,
+            records_topic=options.get("recordsTopic") or RECORDS_TOPIC,
         )

@@ -1,4 +1,5 @@
-"""`RocketMQSource`: the "rocketmq" Python data source, batch and streaming.
+"""`RocketMQSource`: the "rocketmq" Python data source, batch and streaming, reading
+(here) and writing (`sink`).
 
 How pyspark 4.3 drives it, and what follows:
 
@@ -25,7 +26,13 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    EqualTo,
+    Filter,
+    In,
     InputPartition,
+    IsNotNull,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -35,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from raftmq.client.consumer import TAG
 from raftmq.client.instance import backoff_delays
 from raftmq.client.spark.offsets import (
     Bounds,
@@ -47,10 +55,12 @@ from raftmq.client.spark.offsets import (
     ranges,
     regressed,
 )
-from raftmq.client.spark.options import SourceOptions
+from raftmq.client.spark.options import SinkOptions, SourceOptions
 from raftmq.client.spark.reading import read_range
 from raftmq.client.spark.rows import SCHEMA, to_batch
 from raftmq.client.spark.session import session_for
+from raftmq.client.spark.sink import RocketMQStreamWriter, RocketMQWriter
+from raftmq.client.spark.writing import columns_of
 
 __all__ = ["RocketMQSource"]
 
@@ -61,7 +71,8 @@ ROWS_PER_BATCH = 2048
 
 
 class RocketMQSource(DataSource):
-    """`spark.readStream.format("rocketmq").option("nameSrvAddr", ...).option("topic", ...)`."""
+    """`spark.readStream.format("rocketmq").option("nameSrvAddr", ...).option("topic", ...)`,
+    and the same names to write (`sink`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -72,11 +83,24 @@ class RocketMQSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         _check_schema(schema)
-        return RocketMQBatchReader(SourceOptions.parse(self.options, streaming=False))
+        options = SourceOptions.parse(self.options, streaming=False)
+        if options.push_filters:
+            return RocketMQFilteringBatchReader(options)
+        return RocketMQBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         _check_schema(schema)
         return RocketMQStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ValueError('a topic is appended to, never overwritten: use mode("append")')
+        options = SinkOptions.parse(self.options, streaming=False)
+        return RocketMQWriter(options, columns_of(schema, options.topic))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = SinkOptions.parse(self.options, streaming=True)
+        return RocketMQStreamWriter(options, columns_of(schema, options.topic))
 
 
 def _check_schema(schema: StructType) -> None:
@@ -104,6 +128,7 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
         queue,
         fail_on_data_loss=options.fail_on_data_loss,
         timeout_s=options.pull_timeout_s,
+        selector=options.selector if options.filtered else None,
     ):
         pending += chunk
         if len(pending) >= ROWS_PER_BATCH:
@@ -162,6 +187,52 @@ class RocketMQBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
+
+
+class RocketMQFilteringBatchReader(RocketMQBatchReader):
+    """`spark.read` with option pushFilters=true: as RocketMQBatchReader, and Spark's
+    filters on the tags column go to the brokers. A separate class because pyspark
+    refuses any reader that implements pushFilters unless the session sets
+    spark.sql.python.filterPushdown.enabled (false by default): implemented on every
+    reader, it would break every batch read in a default session."""
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        """`where(tags == "A")` and `tags.isin("A", "B")` become the brokers' TAG filter
+        (with subExpression's tags, if any: the filters are ANDed), so what is not
+        selected never leaves the broker; any other filter, or any under an SQL92
+        subExpression, is left to Spark. The TAG filter is exact (brokers select by tag
+        hash, the client then by the tag itself), so Spark need not apply it again."""
+        if self.options.selector.expression_type != TAG:
+            return filters
+        left, tags = [], None
+        for pushed in filters:
+            these = _tags_of(pushed)
+            if these is None:
+                left.append(pushed)
+            else:
+                tags = these if tags is None else tags & these
+        if tags is None:
+            return filters
+        self.options = self.options.with_tags(tags)
+        # `tags IS NOT NULL`, which Spark adds beside `tags = ...`, holds for every row
+        # a TAG filter selects
+        return [f for f in left if not (isinstance(f, IsNotNull) and f.attribute == ("tags",))]
+
+
+def _tags_of(pushed: Filter) -> frozenset[str] | None:
+    """The tags a filter on the tags column keeps, if a TAG expression can say it: a
+    tag with "||" or surrounding blanks cannot be written in one."""
+    if isinstance(pushed, EqualTo):
+        values: tuple = (pushed.value,)
+    elif isinstance(pushed, In):
+        values = pushed.value
+    else:
+        return None
+    if pushed.attribute != ("tags",) or not all(
+        isinstance(v, str) and v and v == v.strip() and "||" not in v for v in values
+    ):
+        return None
+    return frozenset(values)
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

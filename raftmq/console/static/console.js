@@ -3,7 +3,7 @@
 
 const CLUSTER_POLL_MS = 500; // the cluster view follows a failover at this pace
 const PAGE_POLL_MS = 5000; // topics and groups: heavier, refreshed less often
-const PAGES = ["cluster", "topics", "groups", "messages"];
+const PAGES = ["cluster", "topics", "groups", "messages", "charts"];
 const expanded = new Set(); // topic or group rows whose queues are shown
 let clusterNames = [];
 let pageTimer = null;
@@ -113,15 +113,18 @@ function dledgerGroup(g) {
     el("td", {}, m.selfId), el("td", {}, number(m.brokerId)), el("td", {}, m.addr || "-"),
     el("td", {}, m.peerAddr || "-"), el("td", { class: "role" }, m.role), el("td", { class: "term" }, number(m.term)),
     el("td", { class: "end" }, number(m.ledgerEndIndex)), el("td", { class: "committed" }, number(m.committedIndex)),
-    el("td", {}, m.version || ""), el("td", {}, number(m.inTotal)), el("td", {}, number(m.outTotal))));
+    el("td", {}, m.version || ""), el("td", {}, number(m.inTotal)), el("td", {}, number(m.outTotal)),
+    el("td", { class: "timers" }, number(m.timerBacklog))));
   return groupSection(g, master, pending, ["SelfId", "BrokerId", "Addr", "DLedger addr", "Role", "Term",
-    "Ledger end", "Committed", "Version", "In total", "Out total"], rows);
+    "Ledger end", "Committed", "Version", "In total", "Out total", "Timers pending"], rows);
 }
 
-/* A classic master/slave group: brokerRole, CommitLog end and each slave's HA lag. */
+/* A classic master/slave group: brokerRole, CommitLog end and each slave's HA lag; in
+   controller mode also each member's epoch and the master's SyncStateSet. */
 function classicGroup(g) {
+  const inSync = g.syncStateSet ? ` · in sync {${g.syncStateSet.join(",")}}` : "";
   const master = g.master
-    ? el("span", { class: "master", dataset: { brokerId: g.master.brokerId } }, `brokerId 0 · ${g.master.addr}`)
+    ? el("span", { class: "master", dataset: { brokerId: g.master.brokerId } }, `brokerId 0 · ${g.master.addr}${inSync}`)
     : el("span", { class: "master none" }, "no master");
   const rows = g.members.map((m) => {
     const lag = m.slaveFallBehindBytes;
@@ -131,11 +134,12 @@ function classicGroup(g) {
       el("td", {}, m.brokerId), el("td", {}, m.addr), el("td", { class: "role" }, m.role),
       el("td", { class: "end" }, number(m.commitLogMaxOffset)),
       el("td", { class: lag > 0 ? "lag behind" : "lag" }, lag === -1 ? "no slave" : number(lag)),
-      el("td", {}, ha), el("td", {}, m.version || ""), el("td", { class: "in" }, number(m.inTotal)),
-      el("td", {}, number(m.outTotal)));
+      el("td", {}, ha), el("td", { class: "epoch" }, number(m.masterEpoch)), el("td", {}, m.version || ""),
+      el("td", { class: "in" }, number(m.inTotal)),
+      el("td", {}, number(m.outTotal)), el("td", { class: "timers" }, number(m.timerBacklog)));
   });
   return groupSection(g, master, null, ["BrokerId", "Addr", "Role", "CommitLog max offset",
-    "Slave fall behind (bytes)", "HA", "Version", "In total", "Out total"], rows);
+    "Slave fall behind (bytes)", "HA", "Epoch", "Version", "In total", "Out total", "Timers pending"], rows);
 }
 
 async function pollCluster() {
@@ -226,10 +230,11 @@ function submitTopic(event) {
 function renderGroups(doc) {
   const rows = itemRows(doc.groups, "group", "group", [
     (g) => cell(g.config.consumeEnable === false ? "no" : "yes"), (g) => cell(g.config.retryMaxTimes),
-    (g) => cell(g.diffTotal, "lag"), (g) => cell(g.consumeTps),
-  ], deleteGroup, (g) => table(["Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Last consumed"],
+    (g) => cell(g.diffTotal, "lag"), (g) => cell(g.consumeTps), (g) => cell(g.popInFlight, "pop"),
+  ], deleteGroup, (g) => table(["Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Last consumed",
+    "POP in flight"],
     g.queues.map((q) => el("tr", {}, cell(q.topic), cell(q.brokerName), cell(q.queueId), cell(q.brokerOffset),
-      cell(q.consumerOffset), cell(q.diff, "lag"), cell(clock(q.lastTimestampMs))))));
+      cell(q.consumerOffset), cell(q.diff, "lag"), cell(clock(q.lastTimestampMs)), cell(q.popInFlight, "pop")))));
   document.querySelector("#groups-table tbody").replaceChildren(...rows);
 }
 
@@ -263,7 +268,8 @@ function lookupFields() {
 }
 
 function renderMessages(doc) {
-  const cards = doc.messages.map((m) => el("article", { class: "message", dataset: { msgId: m.msgId } },
+  const cards = doc.messages.map((m) => {
+    const card = el("article", { class: "message", dataset: { msgId: m.msgId } },
     el("dl", {}, [
       ["msgId (offset)", m.msgId], ["Unique key", m.uniqKey], ["Topic", m.topic], ["Tags", m.tags],
       ["Keys", m.keys], ["Queue", `${m.brokerName ? m.brokerName + " " : ""}${m.queueId}`],
@@ -272,10 +278,39 @@ function renderMessages(doc) {
       ["Reconsume times", m.reconsumeTimes],
       ["Properties", Object.entries(m.properties).map(([k, v]) => `${k}=${v}`).join(", ")],
     ].map(([name, value]) => [el("dt", {}, name), el("dd", {}, number(value))])),
-    el("pre", { class: "body" }, m.body)));
+    el("pre", { class: "body" }, m.body),
+    el("button", { type: "button", class: "trace-button", onclick: () => showTrace(m.uniqKey || m.msgId, card) },
+      "Trace"),
+    el("div", { class: "trace" }));
+    return card;
+  });
   if (!cards.length) cards.push(el("p", {}, "No message there."));
   document.getElementById("lookup-results").replaceChildren(
     el("p", { class: "muted" }, `${doc.messages.length} message(s)`), ...cards);
+}
+
+// A message's trace (GET /api/traces): its sends and consumptions, as queryMsgTraceById.
+async function showTrace(msgId, card) {
+  const box = card.querySelector(".trace");
+  const topic = document.getElementById("lookup-trace-topic").value.trim();
+  const params = new URLSearchParams({ msgId });
+  if (topic) params.set("traceTopic", topic);
+  box.replaceChildren(el("p", { class: "muted" }, "Looking up the trace…"));
+  try {
+    const doc = await api("GET", `/api/traces?${params}`);
+    if (!doc.traces.length) {
+      box.replaceChildren(el("p", { class: "muted" }, `No trace in ${doc.traceTopic}.`));
+      return;
+    }
+    box.replaceChildren(el("table", {},
+      el("thead", {}, el("tr", {}, ["Type", "Group", "Client host", "Time", "Cost", "Status"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, doc.traces.map((t) => el("tr", { dataset: { type: t.type } },
+        el("td", {}, t.type), el("td", {}, t.group), el("td", {}, t.clientHost),
+        el("td", {}, t.timestampMs ? clock(t.timestampMs) : ""), el("td", {}, `${t.costMs} ms`),
+        el("td", {}, t.success ? "success" : "failed"))))));
+  } catch (err) {
+    box.replaceChildren(el("p", { class: "failed" }, err.message));
+  }
 }
 
 async function submitLookup(event) {
@@ -294,6 +329,99 @@ async function submitLookup(event) {
   }
 }
 
+// ------------------------------------------------------------------ charts
+
+// Drawn as plain SVG: no charting library, nothing fetched. [id, title] in page order.
+const CHARTS = [
+  ["brokerPutTps", "Put TPS per broker"], ["brokerGetTps", "Get TPS per broker"],
+  ["topicPutTps", "Put TPS per topic"], ["topicGetTps", "Get TPS per topic (committed offsets)"],
+  ["groupLag", "Consumer lag per group (messages)"], ["commitLag", "DLedger commit lag (entries appended, not committed)"],
+];
+const PALETTE = ["#2458c6", "#d1495b", "#1b7f3a", "#e08e0b", "#7b3fb5", "#1a9bb0", "#8c564b", "#c2185b"];
+// drawn at this size in CSS pixels, unscaled, so that lines fall on whole pixels
+const CHART_SIZE = { width: 560, height: 200, left: 52, right: 12, top: 14, bottom: 22 };
+const CHART_POLL_LIMITS_MS = [1000, 10000]; // the charts refresh once per sample, within these
+// The SVG namespace, from the parser, so that the page names no URL.
+const SVG_NS = new DOMParser().parseFromString("<svg></svg>", "text/html").querySelector("svg").namespaceURI;
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, value);
+  for (const child of children) node.append(child);
+  return node;
+}
+
+// The smallest 1, 2 or 5 times a power of ten at or above `value`: the y axis's top.
+function niceCeiling(value) {
+  if (!(value > 0)) return 1;
+  const power = 10 ** Math.floor(Math.log10(value));
+  return [1, 2, 5, 10].map((m) => m * power).find((top) => top >= value);
+}
+
+function axisTime(ms, windowS) {
+  const d = new Date(ms);
+  const parts = [d.getHours(), d.getMinutes()].concat(windowS < 3600 ? [d.getSeconds()] : []);
+  return parts.map((n) => String(n).padStart(2, "0")).join(":");
+}
+
+function drawChart(id, title, series, elections, fromMs, toMs, windowS) {
+  const { width, height, left, right, top, bottom } = CHART_SIZE;
+  const plotW = width - left - right, plotH = height - top - bottom;
+  const highest = niceCeiling(series.reduce((most, s) => s.points.reduce((m, p) => Math.max(m, p[1]), most), 0));
+  const x = (ms) => left + ((ms - fromMs) / (toMs - fromMs)) * plotW;
+  const y = (value) => top + plotH - (value / highest) * plotH;
+  const picture = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "plot", "data-chart": id });
+  for (let i = 0; i <= 4; i++) {
+    const value = (highest * i) / 4;
+    picture.append(svg("line", { class: "grid-line", x1: left, x2: width - right, y1: y(value), y2: y(value) }),
+      svg("text", { x: left - 4, y: y(value) + 4, "text-anchor": "end" }, String(+value.toPrecision(3))));
+  }
+  for (let i = 0; i <= 5; i++) {
+    const ms = fromMs + ((toMs - fromMs) * i) / 5;
+    const anchor = i === 0 ? "start" : i === 5 ? "end" : "middle";
+    picture.append(svg("text", { x: x(ms), y: height - 6, "text-anchor": anchor }, axisTime(ms, windowS)));
+  }
+  series.forEach((s, i) => {
+    const points = s.points.filter((p) => p[0] >= fromMs).map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`);
+    picture.append(svg("polyline", { class: "series", "data-series": s.name, points: points.join(" "), fill: "none",
+      stroke: PALETTE[i % PALETTE.length], "stroke-width": 2, "stroke-linejoin": "round" },
+    svg("title", {}, s.name)));
+  });
+  for (const e of elections.filter((e) => e.timeMs >= fromMs)) {
+    const at = Math.round(x(e.timeMs)); // a 2-pixel line on whole pixels
+    const label = `${e.brokerName} term ${e.term}${e.leader ? " · " + e.leader : ""}`;
+    picture.append(svg("g", { class: "election", "data-broker-name": e.brokerName, "data-term": e.term },
+      svg("line", { x1: at, x2: at, y1: top, y2: top + plotH }),
+      svg("text", at > width - 60 ? { x: at - 3, y: top + 8, "text-anchor": "end" } : { x: at + 3, y: top + 8 },
+        `term ${e.term}`), svg("title", {}, label)));
+  }
+  const legend = el("ul", { class: "legend" }, series.map((s, i) =>
+    el("li", {}, el("span", { class: "swatch", style: `background:${PALETTE[i % PALETTE.length]}` }), s.name)));
+  if (!series.length) legend.append(el("li", { class: "muted" }, "no samples yet"));
+  return el("section", { class: "chart", dataset: { chart: id } }, el("h2", {}, title), picture, legend);
+}
+
+// The time axis ends now and starts at the window's start, or at the oldest point when
+// the history is younger (a console just started), a minute back at least.
+function renderCharts(doc, windowS) {
+  const toMs = Date.now();
+  const oldestMs = Object.values(doc.charts).flat().reduce((oldest, s) =>
+    (s.points.length ? Math.min(oldest, s.points[0][0]) : oldest), toMs - 60000);
+  const fromMs = Math.max(toMs - windowS * 1000, oldestMs);
+  const source = doc.source === "prometheus" ? "Prometheus" : "the console's own samples";
+  document.getElementById("charts-source").textContent = `${source}, a point every ${doc.stepS} s`;
+  document.getElementById("charts").replaceChildren(...CHARTS.map(([id, title]) =>
+    drawChart(id, title, doc.charts[id] || [], doc.elections, fromMs, toMs, windowS)));
+}
+
+async function refreshCharts() {
+  const windowS = Number(document.getElementById("charts-window").value);
+  const doc = await api("GET", `/api/series?window=${windowS}`);
+  renderCharts(doc, windowS);
+  const [shortest, longest] = CHART_POLL_LIMITS_MS;
+  return Math.min(longest, Math.max(shortest, doc.stepS * 1000));
+}
+
 // ------------------------------------------------------------------ pages
 
 function currentPage() {
@@ -304,8 +432,11 @@ function currentPage() {
 async function refreshPage() {
   clearTimeout(pageTimer);
   const page = currentPage();
+  let nextMs = PAGE_POLL_MS;
   try {
-    if (page === "topics") {
+    if (page === "charts") {
+      nextMs = await refreshCharts();
+    } else if (page === "topics") {
       const system = document.getElementById("topics-system").checked;
       renderTopics(await api("GET", `/api/topics?system=${system}`));
     } else if (page === "groups") {
@@ -314,7 +445,7 @@ async function refreshPage() {
   } catch (err) {
     notice(`${page}: ${err.message}`, true);
   }
-  if (page === "topics" || page === "groups") pageTimer = setTimeout(refreshPage, PAGE_POLL_MS);
+  if (page !== "cluster" && page !== "messages") pageTimer = setTimeout(refreshPage, nextMs);
 }
 
 function showPage() {
@@ -333,6 +464,7 @@ document.getElementById("group-form").addEventListener("submit", submitGroup);
 document.getElementById("lookup-form").addEventListener("submit", submitLookup);
 document.getElementById("lookup-by").addEventListener("change", lookupFields);
 document.getElementById("topics-system").addEventListener("change", refreshPage);
+document.getElementById("charts-window").addEventListener("change", refreshPage);
 for (const button of document.querySelectorAll("button.refresh")) button.addEventListener("click", refreshPage);
 window.addEventListener("hashchange", () => {
   notice("");

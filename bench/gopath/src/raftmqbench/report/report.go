@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"time"
 )
 
 // Print writes out as the tool's whole output, or fails with err if there is one.
@@ -45,4 +46,48 @@ func percentile(sorted []float64, q float64) any {
 		i = n - 1
 	}
 	return sorted[i]
+}
+
+// Tally is what a load generator's connection measured in its window; Add sums them.
+type Tally struct {
+	Sent, Acked, Errors int
+	FirstError          string
+	LatenciesMs         []float64
+}
+
+// Add counts o into t; t's first error stays first.
+func (t *Tally) Add(o Tally) {
+	t.Sent += o.Sent
+	t.Acked += o.Acked
+	t.Errors += o.Errors
+	if t.FirstError == "" {
+		t.FirstError = o.FirstError
+	}
+	t.LatenciesMs = append(t.LatenciesMs, o.LatenciesMs...)
+}
+
+// Out is the tool's output for t measured over duration: sent, acked, errors, acked_per_s,
+// the latency percentiles, and first_error when there was one.
+func (t Tally) Out(duration time.Duration) map[string]any {
+	out := map[string]any{
+		"sent":        t.Sent,
+		"acked":       t.Acked,
+		"errors":      t.Errors,
+		"acked_per_s": float64(t.Acked) / duration.Seconds(),
+	}
+	AddLatencies(out, t.LatenciesMs)
+	if t.FirstError != "" {
+		out["first_error"] = t.FirstError
+	}
+	return out
+}
+
+// Share is connection k's share of window requests in flight over conns connections: the
+// first ones one more when conns does not divide window.
+func Share(window, conns, k int) int {
+	share := window / conns
+	if k < window%conns {
+		share++
+	}
+	return share
 }

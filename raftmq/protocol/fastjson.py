@@ -6,6 +6,10 @@ map a MessageQueue to its offsets, and fastjson writes the key as an object:
 which no standard JSON reader accepts. `loads` reads it: a map with such keys becomes a
 list of (key, value) pairs; one with bare integer keys (`{0:"h:1"}`) a dict keyed by
 their text, as if quoted; anything else what `json.loads` gives.
+
+`dumps` writes it, for the broker's answers and the client's (ConsumerRunningInfo's
+`mqTable`, GetConsumerStatusBody's tables): a `QueueMap` value becomes such a map,
+everything else standard compact JSON with sorted keys, as fastjson sorts them.
 """
 
 from __future__ import annotations
@@ -13,9 +17,45 @@ from __future__ import annotations
 import json
 import re
 
-__all__ = ["loads"]
+__all__ = ["QueueMap", "dumps", "loads", "queue_map_body"]
 
 _DECODER = json.JSONDecoder()
+
+
+class QueueMap(tuple):
+    """A map keyed by MessageQueue: (topic, brokerName, queueId, value) entries."""
+
+
+def dumps(value) -> str:
+    """`value` as fastjson writes it; a QueueMap anywhere in it keyed by objects."""
+    if isinstance(value, QueueMap):
+        return (
+            "{"
+            + ",".join(
+                dumps({"brokerName": b, "queueId": q, "topic": t}) + ":" + dumps(v)
+                for t, b, q, v in value
+            )
+            + "}"
+        )
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(json.dumps(str(k)) + ":" + dumps(v) for k, v in sorted(value.items()))
+            + "}"
+        )
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(dumps(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def queue_map_body(entries: list[tuple[str, str, int, object]], **fields) -> bytes:
+    """A JSON object whose `offsetTable` maps MessageQueue objects to their values
+    (TopicStatsTable, ConsumeStats, a reset's offsets); `fields` are its other members.
+    `entries` are (topic, brokerName, queueId, value)."""
+    rest = "".join(f",{json.dumps(k)}:{dumps(v)}" for k, v in sorted(fields.items()))
+    return ('{"offsetTable":' + dumps(QueueMap(entries)) + rest + "}").encode()
+
+
 _BLANKS = re.compile(r"\s*")
 
 

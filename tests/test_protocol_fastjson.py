@@ -4,9 +4,8 @@ by bare integers (a Java name server's brokerAddrs)."""
 import json
 
 import pytest
-from raftmq.broker.admin_queries import queue_map_body
 
-from raftmq.client.fastjson import loads
+from raftmq.protocol.fastjson import loads, queue_map_body
 
 
 def test_a_map_keyed_by_message_queues_reads_as_pairs():

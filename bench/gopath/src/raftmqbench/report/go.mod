@@ -1,0 +1,3 @@
+module raftmqbench/report
+
+go 1.21

@@ -1,0 +1,140 @@
+"""Stores both ways with Apache RocketMQ's own 4.9 Java broker.
+
+The migration off Java brokers is: stop them, start raftmq on the same disks. So
+raftmq must open a store RocketMQ 4.9's BrokerStartup wrote (bench/java_brokers.py)
+and serve every message where the Java broker put it, at the same queue offsets,
+commit-log offsets and msgIds, with its tags, keys and properties, and then append
+after it; and the way back, RocketMQ's broker opening what raftmq wrote: raftmq
+leaves RocketMQ's tables (config/topics.json and its kin) at a clean stop, and its
+ConsumeQueue files, which RocketMQ refuses unless each is its full preallocated size,
+are removed first (RocketMQ's broker rebuilds its queues from the CommitLog at start).
+In DLedger mode only the first way works: a raftmq leader's NOOP entries (magic 2,
+empty body) are not entries to the DLedger 0.3.1.2 RocketMQ embeds, whose recovery
+ends the log at the first one (docs/replica.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+from bench.java_brokers import JavaMembers, MixedClassicGroup, MixedDLedgerGroup
+from raftmq.client import Producer
+from raftmq.client.producer import SendStatus
+from tests.helpers import pull_all
+
+pytestmark = [pytest.mark.processes, pytest.mark.requires("rocketmq-java"), pytest.mark.untimed]
+
+FILE_BYTES = 1 << 20  # small CommitLog files (mappedFileSizeCommitLog): several fill up
+QUEUES = 2
+
+
+SENDERS = 8  # sends in flight: a synchronous DLedger group commits each in milliseconds
+
+
+async def send_varied(producer: Producer, topic: str, count: int, start: int = 0) -> list:
+    """`count` messages with tags, keys and a user property each, every result SEND_OK."""
+    results = []
+
+    async def sender(first: int) -> None:
+        for n in range(first, start + count, SENDERS):
+            results.append(
+                await producer.send(
+                    topic,
+                    f"{n:06d}".encode().ljust(200 + n % 300, b"."),
+                    tags=f"Tag{n % 3}",
+                    keys=[f"key-{n}", f"order-{n % 7}"],
+                    properties={"n": str(n)},
+                )
+            )
+
+    async with trio.open_nursery() as nursery:
+        for first in range(start, start + SENDERS):
+            nursery.start_soon(sender, first)
+    assert len(results) == count
+    assert {r.status for r in results} == {SendStatus.SEND_OK}, results[-1]
+    return results
+
+
+async def pulled(group: JavaMembers, topic: str, node: str = "n0") -> list:
+    messages = []
+    for queue_id in range(QUEUES):
+        messages += await pull_all(group.broker_addrs[node], topic, queue_id, group.broker_name)
+    return messages
+
+
+def assert_served(messages: list, results: list) -> None:
+    """Every sent message, once, at the queue and offsets its send result gave, with
+    its tags, keys and property."""
+    by_id = {m.msg_id: m for m in messages}
+    assert len(by_id) == len(messages) == len(results)
+    for result in results:
+        message = by_id[result.offset_msg_id]
+        assert message.queue_id == result.message_queue.queue_id
+        assert message.queue_offset == result.queue_offset
+        assert message.properties["UNIQ_KEY"] == result.msg_id
+        number = int(message.body[:6])
+        assert message.properties["n"] == str(number)
+        assert message.properties["TAGS"] == f"Tag{number % 3}"
+        assert message.properties["KEYS"] == f"key-{number} order-{number % 7}"
+    assert len({int(r.offset_msg_id[16:], 16) for r in results}) == len(results)
+
+
+async def served_across(group: JavaMembers, switch: Callable[[], Awaitable[None]]) -> None:
+    """Messages sent to `group` as it is, then `switch` (the same stores, the other
+    broker): every message served by every running member at the offsets and msgIds
+    it was sent at, and new sends after them."""
+    await group.create_topic("Moved", queues=QUEUES)
+    with trio.fail_after(30):  # a Java slave copies its master's topics every 10 s
+        for node in group.procs.keys() & set(group.ids):
+            while "Moved" not in await group.topics(node):
+                await trio.sleep(0.5)
+    async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
+        before = await send_varied(producer, "Moved", 2000)
+    await switch()
+    master = await group.wait_master(timeout_s=60)
+    assert_served(await pulled(group, "Moved", master), before)
+    async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
+        after = await send_varied(producer, "Moved", 500, start=2000)
+    if isinstance(group, MixedDLedgerGroup):
+        await group.wait_caught_up()
+    for node in group.ids if isinstance(group, MixedDLedgerGroup) else [master]:
+        assert_served(await pulled(group, "Moved", node), before + after)
+
+
+def classic(tmp_path, java: set[str]) -> MixedClassicGroup:
+    conf = {"mappedFileSizeCommitLog": str(FILE_BYTES)}
+    return MixedClassicGroup(tmp_path, slaves=0, java=java, extra_conf=conf)
+
+
+async def test_raftmq_serves_a_classic_store_java_wrote(tmp_path):
+    async with (group := classic(tmp_path, java={"n0"})):
+        await served_across(group, lambda: group.reboot_as("n0", java=False))
+
+
+async def test_java_serves_a_classic_store_raftmq_wrote(tmp_path):
+    async def back_to_java() -> None:
+        group.kill("n0", signal.SIGTERM)
+        shutil.rmtree(group.store_dir("n0") / "consumequeue")
+        await group.reboot_as("n0", java=True)
+
+    async with (group := classic(tmp_path, java=set())):
+        await served_across(group, back_to_java)
+
+
+async def test_raftmq_serves_a_dledger_store_java_wrote(tmp_path):
+    """Three Java brokers in DLedger mode write; three raftmq brokers start on their
+    stores at once (entries with DLedger's zero CRC fields) and serve the same."""
+
+    async def to_raftmq() -> None:
+        group.stop()
+        group.java.clear()
+        await group.start_namesrv()
+        await group.boot(*group.ids)
+
+    async with (group := MixedDLedgerGroup(tmp_path, java={"n0", "n1", "n2"})):
+        await served_across(group, to_raftmq)
