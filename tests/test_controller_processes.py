@@ -38,7 +38,7 @@ from tests.helpers import (
     request,
 )
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.untimed]
 
 CONF = REPO / "controller" / "conf"
 BIN = Path(sys.executable).parent

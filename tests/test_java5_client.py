@@ -90,6 +90,7 @@ async def sent_and_received(
     return producer, consumer
 
 
+@pytest.mark.untimed
 async def test_java5_fifo_and_delay_messages(tmp_path):
     """FIFO: a Java 5.x producer's messages of one message group arrive at a
     SimpleConsumer in the order sent; delay: a message due 2 s after it was sent is

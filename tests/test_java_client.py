@@ -140,6 +140,7 @@ async def test_java_producer_and_consumer_lose_nothing_across_a_master_kill(tmp_
     assert first_ack_s <= limit_s, "sends resume at the group address within a second"
 
 
+@pytest.mark.untimed
 async def test_java_orderly_consumer_keeps_each_queues_order_across_a_master_kill(tmp_path):
     """A Java producer sends with a MessageQueueSelector (message n to queue n mod 4) and a
     Java PushConsumer with a MessageListenerOrderly consumes while the master is killed:
@@ -170,6 +171,7 @@ async def test_java_orderly_consumer_keeps_each_queues_order_across_a_master_kil
 FAST_CHECKS = {"transactionTimeOut": "200", "transactionCheckInterval": "200"}
 
 
+@pytest.mark.untimed
 async def test_java_transactions_are_resolved_across_a_master_kill(tmp_path):
     """A Java TransactionMQProducer commits a third of its messages, rolls back a third
     and leaves a third open (UNKNOW) for the check-back to commit, while the master is
@@ -206,6 +208,7 @@ async def test_java_transactions_are_resolved_across_a_master_kill(tmp_path):
     assert {n for n, state in sent.items() if state == "UNKNOW"} <= checked
 
 
+@pytest.mark.untimed
 async def test_java_clients_sign_with_acl_keys_and_filter_by_sql92(tmp_path):
     """With `aclEnable`, a Java producer signing with its AclClientRPCHook sends; one with
     a wrong secret is refused (NO_PERMISSION, the remark naming the key). A Java
@@ -249,6 +252,7 @@ async def test_java_clients_sign_with_acl_keys_and_filter_by_sql92(tmp_path):
     assert numbers(consumer) == matching, "bySql delivered a message whose property does not match"
 
 
+@pytest.mark.untimed
 async def test_java_lite_pull_consumer_reads_everything_across_a_master_kill(tmp_path):
     """A Java DefaultLitePullConsumer (subscribe, poll, auto-commit) reads while a Java
     producer sends and the master is killed: every acknowledged message is read."""
@@ -264,6 +268,7 @@ async def test_java_lite_pull_consumer_reads_everything_across_a_master_kill(tmp
     assert numbers(consumer) <= {e["n"] for e in producer.events}, "read something never sent"
 
 
+@pytest.mark.untimed
 async def test_java_clients_over_tls_to_a_group_that_enforces_it(tmp_path):
     """With the brokers' remoting ports enforcing TLS (tls.server.mode=enforcing), a Java
     producer and consumer with RocketMQ's own TLS switch (-Dtls.enable=true, the group's
@@ -291,6 +296,7 @@ async def test_java_clients_over_tls_to_a_group_that_enforces_it(tmp_path):
     assert not plain.of("sent"), "a send without TLS was acknowledged"
 
 
+@pytest.mark.untimed
 async def test_java_consumer_retries_through_the_retry_topic_then_the_dlq(tmp_path):
     """A Java PushConsumer answering RECONSUME_LATER: the message comes back through
     %RETRY%<group> with its reconsume count growing (delay levels shortened to 1 s here),
@@ -328,6 +334,7 @@ async def test_java_consumer_retries_through_the_retry_topic_then_the_dlq(tmp_pa
     assert [e["body"] for e in consumer.of("consumed")].count("fail-9") == 3
 
 
+@pytest.mark.untimed
 async def test_java_oneway_sends_all_arrive_on_a_healthy_group(tmp_path):
     """sendOneway gets no answer, so no failover promise holds for it; on a healthy group
     every message a Java producer hands over that way is delivered, once."""
@@ -349,6 +356,7 @@ async def test_java_oneway_sends_all_arrive_on_a_healthy_group(tmp_path):
     assert sorted(delivered) == sorted(handed), "a oneway message delivered twice or never sent"
 
 
+@pytest.mark.untimed
 async def test_java_clients_traces_are_read_by_our_mqadmin(tmp_path):
     """Apache's Java producer and push consumer with enableMsgTrace, to a custom trace
     topic the broker creates (msgTraceTopicName): `mqadmin queryMsgTraceById -t` decodes

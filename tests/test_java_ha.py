@@ -25,7 +25,7 @@ from raftmq.client import Producer
 from raftmq.client.producer import SendStatus
 from tests.helpers import commitlog_files, pull_all, send_all
 
-pytestmark = [pytest.mark.processes, pytest.mark.requires("rocketmq-java")]
+pytestmark = [pytest.mark.processes, pytest.mark.requires("rocketmq-java"), pytest.mark.untimed]
 
 FILE_BYTES = 1 << 20  # small CommitLog files (mappedFileSizeCommitLog): several fill up
 

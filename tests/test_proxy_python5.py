@@ -73,6 +73,7 @@ async def stored(namesrv_addr: str, topic: str) -> dict[int, list]:
     return found
 
 
+@pytest.mark.untimed
 async def test_producer_sends_normal_and_fifo_messages_through_mqproxy(tmp_path):
     """Normal sends are stored with the client's message id as UNIQ_KEY, tag and body;
     FIFO sends of one message group all land in one queue, in the order sent."""
@@ -104,6 +105,7 @@ async def test_producer_sends_normal_and_fifo_messages_through_mqproxy(tmp_path)
                     assert all(m.properties["__SHARDINGKEY"] == f"g{group}" for m in mine)
 
 
+@pytest.mark.untimed
 async def test_transactions_commit_roll_back_and_orphans_are_checked(tmp_path):
     """A committed half is delivered, a rolled-back one never; one left open is asked
     about on the producer's Telemetry stream, its checker commits it, and it is delivered."""
@@ -133,6 +135,7 @@ async def test_transactions_commit_roll_back_and_orphans_are_checked(tmp_path):
         assert delivered == {halves["commit"]: b"commit", halves["orphan"]: b"orphan"}
 
 
+@pytest.mark.untimed
 @pytest.mark.parametrize("kind", ["simple", "push"])
 async def test_consumers_receive_and_acknowledge_every_message_once(tmp_path, kind):
     """A SimpleConsumer (receive + ack) and a PushConsumer (QueryAssignment, long-polled
@@ -232,6 +235,7 @@ async def test_one_of_two_proxies_killed_loses_nothing(tmp_path):
     assert errors_s <= 1.0
 
 
+@pytest.mark.untimed
 async def test_timer_messages_are_never_early_and_a_recalled_one_never_comes(tmp_path):
     """Timer messages (delivery_timestamp, whole seconds from the Python client) become
     visible to a SimpleConsumer no earlier than due, and within the timer's precision
@@ -268,6 +272,7 @@ async def test_timer_messages_are_never_early_and_a_recalled_one_never_comes(tmp
         assert late_s < 1 + 5 + 1, f"message {sent[msg_id]['n']} {late_s:.3f} s late"
 
 
+@pytest.mark.untimed
 async def test_a_push_consumer_of_an_orderly_group_gets_each_message_group_in_order(tmp_path):
     """A group made orderly (`mqadmin updateSubGroup -o true`) gets `fifo` in its
     Settings: the PushConsumer consumes FIFO messages of each message group in the
@@ -299,6 +304,7 @@ async def test_a_push_consumer_of_an_orderly_group_gets_each_message_group_in_or
         assert mine == sorted(mine), f"g{message_group} out of order: {mine}"
 
 
+@pytest.mark.untimed
 async def test_local_mode_a_broker_serves_grpc_itself(tmp_path, nursery):
     """`mqbroker --enable-proxy -pc rmq-proxy.json` (Apache's local mode): the broker's
     process serves the gRPC proxy too, and the official client sends through it."""

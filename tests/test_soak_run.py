@@ -11,6 +11,7 @@ from jepsen.__main__ import main
 from jepsen.soak import CLIENTS, SoakConfig, soak
 
 
+@pytest.mark.untimed
 @pytest.mark.processes
 @pytest.mark.slow
 async def test_a_short_soak_loses_nothing_and_writes_its_report(tmp_path):
