@@ -471,11 +471,12 @@ class PopProcessor:
 
     # ------------------------------------------------------ CHANGE_MESSAGE_INVISIBLETIME
     async def change_invisible_time(self, request: RemotingCommand, connection: Connection):
-        """The message stays in flight until now + invisibleTime, under a new popTime
-        (now); the old handle no longer acks it. A FIFO message keeps its batch's popTime
-        (the answer's invisibleTime reaches from it), as Apache's order handles do. A
-        message already acknowledged or redelivered is left as it is (the answer is
-        SUCCESS all the same, as Apache's)."""
+        """The message stays in flight until now + invisibleTime, under a new popTime:
+        now, or one past the old popTime when renewed within its millisecond, so that the
+        old handle never equals the new one and no longer acks the message. A FIFO message
+        keeps its batch's popTime (the answer's invisibleTime reaches from it), as Apache's
+        order handles do. A message already acknowledged or redelivered is left as it is
+        (the answer is SUCCESS all the same, as Apache's)."""
         if not self.role.is_master:
             return self.role.not_master(request)
         group = text(request, "consumerGroup")
@@ -486,7 +487,7 @@ class PopProcessor:
                 f"invisibleTime {invisible_ms} ms is negative", ResponseCode.INVALID_PARAMETER
             )
         queue_topic, queue_id, offset, handle = self._handle(request, group, topic)
-        now_ms = self.store.now_ms()
+        now_ms = max(self.store.now_ms(), handle.pop_time_ms + 1)
         await self.meta.write(
             "popChange", c=group, t=queue_topic, q=queue_id, o=offset,
             pt=handle.pop_time_ms, npt=now_ms, it=invisible_ms,

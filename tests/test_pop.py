@@ -115,15 +115,19 @@ def test_batch_ack_bitsets_are_javas_bitset_bytes_in_base64(indexes):
 
 
 async def test_a_changed_invisible_time_moves_the_redelivery_and_retires_the_old_handle(
-    nursery, tmp_path
+    nursery, tmp_path, monkeypatch
 ):
     g = await client_group(nursery, tmp_path, topics={"T": 1})
     await send_all(g, "T", [b"m0"])
     address = g.master().address
     async with ConnectionPool() as pool:
+        store = g.master().store
+        frozen_ms = store.now_ms()
+        monkeypatch.setattr(store, "now_ms", lambda: frozen_ms)  # pop and renewal in one ms
         [popped] = (await pop(pool, g, invisible_ms=60_000)).messages
         renewed = await client.change_invisible_time(pool, address, "G", "T", popped.handle, 60_000)
-        assert renewed.pop_time_ms >= popped.handle.pop_time_ms
+        monkeypatch.undo()
+        assert renewed.pop_time_ms > popped.handle.pop_time_ms  # a handle of its own
         assert renewed.queue_offset == popped.handle.queue_offset
         await client.ack(pool, address, "G", "T", popped.handle)  # stale: acks nothing
         assert g.master().store.metadata.pop.in_flight_count("G", "T") == 1
