@@ -94,6 +94,8 @@ SPARK_COLUMNS = [
     ("size", "size B"),
     ("seconds", "seconds"),
     ("rows_per_s", "rows/s"),
+    ("of_pull", "of PullConsumer"),
+    ("runs_s", "runs, s"),
     ("batches", "micro-batches"),
 ]
 
@@ -101,6 +103,8 @@ SPARK_COLUMNS = [
 def _cell(key: str, value) -> str:
     if value is None:
         return "-"
+    if key == "of_pull":
+        return f"{value:.2f}x"
     if key.endswith("_per_s") or key == "failover_ms" or key.startswith(("cpu_", "receive_cpu_")):
         return f"{round(value):,}"
     if isinstance(value, float):
@@ -345,7 +349,9 @@ def _nats_rows(size: int, args) -> list[dict]:
 def run_spark(args) -> list[dict]:
     from bench import spark_bench
 
-    return spark_bench.measure(args.messages, args.size, args.queues, args.per_trigger)
+    return spark_bench.measure(
+        args.messages, args.size, args.queues, args.per_trigger, args.repeats
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -406,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--size", type=int, default=256, help="message body bytes")
     sp.add_argument("--queues", type=int, default=4)
     sp.add_argument("--per-trigger", type=int, default=20_000, help="maxMessagesPerTrigger")
+    sp.add_argument("--repeats", type=int, default=3, help="runs of each read (median shown)")
     sp.add_argument("--json", type=Path)
     wk = sub.add_parser("walk", help="the files one send passes through on the master")
     wk.add_argument("--sends", type=int, default=7, help="sends walked; the shortest is shown")

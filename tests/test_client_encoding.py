@@ -7,10 +7,10 @@ import zlib
 
 import pytest
 
-from raftmq.client.consumer import Subscription, inflate
+from raftmq.client.consumer import Subscription
 from raftmq.client.producer import encode_batch
 from raftmq.client.push import ConsumeFromWhere
-from raftmq.protocol.message import MessageExt, MessageSysFlag, java_string_hash
+from raftmq.protocol.message import MessageExt, MessageSysFlag, inflate, java_string_hash
 
 
 def test_batch_body_matches_java_encode_message():

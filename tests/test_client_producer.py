@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from raftmq.client import Message, MessageQueue, Producer, SendError, SendStatus
-from raftmq.client.consumer import inflate
+from raftmq.protocol.message import inflate
 from raftmq.remoting import RemotingClient, RequestCode, ResponseCode
 from raftmq.tools.dledger_local import free_ports
 from tests.helpers import queue_contents, register_request, relayed_group, start_namesrv

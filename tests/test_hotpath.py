@@ -12,6 +12,7 @@ import os
 import struct
 import subprocess
 import sys
+import zlib
 
 import pytest
 from hypothesis import example, given
@@ -24,7 +25,7 @@ from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
 
 from raftmq import hotpath
-from raftmq.protocol import message
+from raftmq.protocol import columns, message
 from raftmq.protocol.headers import from_send_v2, send_header_v2
 from raftmq.remoting import RemotingCommand, SerializeType, frames
 from raftmq.remoting import codec as remoting_codec
@@ -48,6 +49,7 @@ TWINS = {
     "split_requests": frames.split_requests,
     "plain_request": remoting_codec.plain_request,
     "send_values": send_encoding.send_values,
+    "decode_columns": columns.decode_columns,
 }
 
 try:
@@ -954,3 +956,65 @@ def test_pull_body_by_sql92_reads_topics_as_the_twin_does():
         result, fallbacks = compiled_outcome("pull_body", *args, read_from(b""), sql92)
         assert result == outcome(commitlog.pull_body, *args, read_from(b""), sql92)
         assert (result[0], bool(fallbacks)) == (("raised", True) if bad else ("ok", False))
+
+
+# --------------------------------------------------------- pull replies as Arrow columns
+
+
+def pulled_record(record, queue_offset, physical_offset, born_ms, store_ms, compressed):
+    """`record` as the broker hands it out: offsets placed, timestamps set, and with
+    `compressed` its body deflated under COMPRESSED_FLAG."""
+    data = bytearray(record)
+    if compressed:
+        decoded, _ = message.decode(bytes(data))
+        decoded.body = zlib.compress(decoded.body)
+        decoded.sysflag |= message.MessageSysFlag.COMPRESSED_FLAG
+        data = bytearray(message.encode(decoded))
+    struct.pack_into(">qq", data, 20, queue_offset, physical_offset)
+    struct.pack_into(">q", data, 40, born_ms)
+    sysflag = struct.unpack_from(">i", data, 36)[0]
+    store_ts = 48 + (16 if sysflag & 0x10 else 4) + 4
+    struct.pack_into(">q", data, store_ts, store_ms)
+    return bytes(data)
+
+
+column_props = st.lists(
+    st.sampled_from(
+        ["TAGS\x01a", "KEYS\x01k1 k2", "UNIQ_KEY\x01AB01", "TAGS\x01é", "X\x01", "\x01y", "z",
+         "KEYS\x01again", "P\x01v\x01w", ""]
+    ),
+    max_size=6,
+).map("\x02".join)
+pulled_records = st.builds(
+    pulled_record,
+    st.builds(
+        record_of,
+        st.sampled_from(["T", "é", "%RETRY%g"]),
+        st.integers(0, 3),
+        st.sampled_from([0, 0x10, 0x20, 0x30, 0x4]),
+        column_props,
+        st.binary(max_size=20),
+    ),
+    st.integers(0, 1 << 40),
+    st.integers(0, 1 << 62),
+    st.sampled_from([0, 1_795_000_000_000, -1, (1 << 63) // 1000, (1 << 63) - 1]),
+    st.sampled_from([1_795_000_000_123, -((1 << 63) // 1000) - 1]),
+    st.booleans(),
+)
+
+
+@given(st.lists(pulled_records, max_size=4), st.integers(0, 400), st.integers(0, 255),
+       st.integers(-1, 3), st.booleans())  # fmt: skip
+@example([], 0, 0, 0, False)
+def test_decode_columns(records, at, xor, cut, as_view):
+    blob = bytearray(b"".join(records))
+    if at < len(blob):
+        blob[at] ^= xor
+    data = bytes(blob)[: len(blob) - cut] if cut > 0 else bytes(blob)
+    same("decode_columns", memoryview(data) if as_view else data)
+
+
+def test_decode_columns_takes_ordinary_records_itself():
+    plain = [pulled_record(record_of(props=p), 7, 99, 1, 2, False) for p in ("", "TAGS\x01a")]
+    (result, handed) = compiled_outcome("decode_columns", b"".join(plain))
+    assert result[0] == "ok" and result[1][0] == 2 and not handed

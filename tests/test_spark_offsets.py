@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,8 +18,8 @@ from raftmq.client.errors import MQBrokerError
 from raftmq.client.spark import offsets as plan
 from raftmq.client.spark.offsets import Bounds, DataLossError, QueueRange
 from raftmq.client.spark.options import NO_TAG, SourceOptions
-from raftmq.client.spark.reading import FilterRefusedError, StalledError, read_range
-from raftmq.protocol.message import MessageExt
+from raftmq.client.spark.reading import FilterRefusedError, StalledError, read_joined
+from raftmq.protocol.message import MessageExt, decode_all, encode
 from raftmq.remoting import RemotingConnectError, ResponseCode
 
 A0, A1, A2, B0 = "RaftNode00:0", "RaftNode00:1", "RaftNode00:2", "RaftNode01:0"
@@ -248,8 +250,10 @@ def test_the_stream_reader_pickles_and_plans_with_spark_limits(monkeypatch):
 # ---------------------------------------------------------------- one range, on an executor
 
 
-def message(offset: int) -> MessageExt:
-    return MessageExt("T", b"%d" % offset, queue_offset=offset)
+def found(status: PullStatus, offsets, next_begin: int, low: int, high: int) -> PullResult:
+    """An answer as a raw pull brings it: the records of `offsets`, undecoded."""
+    body = b"".join(encode(MessageExt("T", b"%d" % o, queue_offset=o)) for o in offsets)
+    return PullResult(status, [], next_begin, low, high, body)
 
 
 class Member:
@@ -264,8 +268,8 @@ class Member:
         if offset == self.high:
             return PullResult(PullStatus.NO_NEW_MSG, [], offset, self.low, self.high)
         # a broker may answer more than asked (up to its own cap): the reader must cut
-        found = [message(o) for o in range(offset, min(offset + count + 3, self.high))]
-        return PullResult(PullStatus.FOUND, found, found[-1].queue_offset + 1, self.low, self.high)
+        end = min(offset + count + 3, self.high)
+        return found(PullStatus.FOUND, range(offset, end), end, self.low, self.high)
 
 
 class Cluster:
@@ -276,38 +280,34 @@ class Cluster:
         self.forgotten = 0
         self.pulls: list[int] = []
 
-    def pull(self, topic, broker_name, queue_id, offset, count, until, selector):
+    async def pull(self, topic, broker_name, queue_id, offset, count, until, selector):
         self.pulls.append(offset)
         answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer.pull(offset, count)
 
-    def forget_route(self, topic):
+    async def forget_route(self, topic):
         self.forgotten += 1
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
+def read(cluster, queue, *, fail=True, timeout_s=30.0, selector=None, rows=1):
+    """The queue offsets `read_joined` hands out (chunks of at least `rows`), on a
+    virtual clock: the back-off sleeps take no time."""
 
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+    async def offsets():
+        got = []
+        async for chunk in read_joined(
+            cluster, "T", queue, rows,
+            fail_on_data_loss=fail, timeout_s=timeout_s, selector=selector,
+        ):  # fmt: skip
+            records = decode_all(chunk.records)
+            assert len(records) == chunk.count and chunk.count > 0
+            got.append([m.queue_offset for m in records])
+        assert all(len(c) >= rows for c in got[:-1])
+        return [offset for c in got for offset in c]
 
-
-def read(cluster, queue, *, fail=True, timeout_s=30.0, selector=None):
-    clock = Clock()
-    chunks = read_range(
-        cluster,
-        "T",
-        queue,
-        fail_on_data_loss=fail,
-        timeout_s=timeout_s,
-        selector=selector,
-        sleep=clock.sleep,
-        clock=lambda: clock.now,
-    )
-    return [m.queue_offset for chunk in chunks for m in chunk]
+    return trio.run(offsets, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_a_range_is_read_exactly_even_when_pulls_overshoot():
@@ -342,8 +342,8 @@ def test_retention_inside_a_range_is_data_loss_or_skipped():
 def test_a_gap_between_pulled_messages_is_data_loss():
     class Gappy(Member):
         def pull(self, offset, count):
-            found = [message(o) for o in range(offset, offset + 4) if o != 12]
-            return PullResult(PullStatus.FOUND, found, offset + 4, 0, 100)
+            kept = [o for o in range(offset, offset + 4) if o != 12]
+            return found(PullStatus.FOUND, kept, offset + 4, 0, 100)
 
     with pytest.raises(DataLossError, match=r"offsets 12\.\.12"):
         read(Cluster(Gappy(0, 100)), QueueRange("RaftNode00", 0, 10, 20))
@@ -362,13 +362,13 @@ class Tagged(Member):
     def pull(self, offset, count):
         if offset < self.low or offset >= self.high:
             return super().pull(offset, count)
-        found, scanned = [], offset
-        while scanned < min(offset + self.scan, self.high) and len(found) < count:
+        matched, scanned = [], offset
+        while scanned < min(offset + self.scan, self.high) and len(matched) < count:
             if scanned % self.every == 0:
-                found.append(message(scanned))
+                matched.append(scanned)
             scanned += 1
-        status = PullStatus.FOUND if found else PullStatus.NO_MATCHED_MSG
-        return PullResult(status, found, scanned, self.low, self.high)
+        status = PullStatus.FOUND if matched else PullStatus.NO_MATCHED_MSG
+        return found(status, matched, scanned, self.low, self.high)
 
 
 def test_a_filtered_range_skips_what_the_broker_did_not_select_and_loses_nothing():

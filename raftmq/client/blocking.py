@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import outcome
 import trio
 
 from raftmq.client.consumer import PullConsumer
@@ -30,6 +31,7 @@ class _Blocking:
         self._make = make
         self._client: Any = None
         self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -65,11 +67,50 @@ class _Blocking:
 
     async def _main(self) -> None:
         self._stop = trio.Event()
-        async with self._make() as client:
+        async with self._make() as client, trio.open_nursery() as nursery:
             self._client = client
+            self._nursery = nursery
             self._token = trio.lowlevel.current_trio_token()
             self._ready.set()
             await self._stop.wait()
+            nursery.cancel_scope.cancel()  # iterations the callers left open
+
+    def iterate(
+        self, function: Callable[..., AsyncIterator], *args, ahead: int = 2, **kwargs
+    ) -> Iterator:
+        """The items of the async generator `function(client, *args, **kwargs)`, which
+        runs in the loop up to `ahead` items before the caller takes them: one thread
+        hop per item. What it raises is raised here; leaving the loop early cancels it."""
+        if self._token is None:
+            raise RuntimeError(f"{type(self).__name__} is not open: use it in a with block")
+        items = function(self._client, *args, **kwargs)
+        receive, scope = trio.from_thread.run(self._forward, items, ahead, trio_token=self._token)
+        try:
+            while True:
+                try:
+                    got = trio.from_thread.run(receive.receive, trio_token=self._token)
+                except trio.EndOfChannel:
+                    return
+                yield got.unwrap()
+        finally:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(scope.cancel, trio_token=self._token)
+
+    async def _forward(self, items: AsyncIterator, ahead: int):
+        send, receive = trio.open_memory_channel(ahead)
+        scope = trio.CancelScope()
+
+        async def forward() -> None:
+            with scope:
+                async with send, contextlib.aclosing(items):
+                    try:
+                        async for item in items:
+                            await send.send(outcome.Value(item))
+                    except Exception as exc:  # noqa: BLE001 - the caller's to see
+                        await send.send(outcome.Error(exc))
+
+        self._nursery.start_soon(forward)
+        return receive, scope
 
     def _call(self, name: str, *args, **kwargs):
         if self._token is None:

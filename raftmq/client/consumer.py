@@ -20,7 +20,6 @@ import enum
 import json
 import logging
 import time
-import zlib
 from collections.abc import Sequence
 
 import attrs
@@ -28,7 +27,7 @@ import attrs
 from raftmq.client.errors import MQBrokerError
 from raftmq.client.instance import ClientInstance
 from raftmq.client.route import MessageQueue
-from raftmq.protocol.message import MessageExt, MessageSysFlag, decode_all, java_string_hash
+from raftmq.protocol.message import MessageExt, decode_all, inflate, java_string_hash
 from raftmq.remoting import RemotingCommand
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials
@@ -41,7 +40,6 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "Subscription",
-    "inflate",
     "pull_request",
     "pull_result",
 ]
@@ -74,6 +72,9 @@ class PullResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
+    # pull(raw=True): the records as the broker sent them, neither decoded (messages is
+    # empty), filtered by tag nor inflated, for a reader that decodes them its own way
+    body: bytes | None = None
 
 
 TAG, SQL92 = "TAG", "SQL92"  # ExpressionType
@@ -138,22 +139,6 @@ class Subscription:
         }
 
 
-def inflate(msg: MessageExt) -> None:
-    """Inflate a zlib-compressed body in place (4.x COMPRESSED_FLAG, or 5.x's ZLIB type);
-    5.x LZ4/ZSTD bodies are left as they are, flag set."""
-    if not msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
-        return
-    kind = msg.sysflag & MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
-    if kind not in (0, MessageSysFlag.COMPRESSION_ZLIB_TYPE):
-        return
-    try:
-        msg.body = zlib.decompress(msg.body)
-    except zlib.error as exc:
-        log.warning("message %s: cannot inflate its body: %s", msg.msg_id, exc)
-        return
-    msg.sysflag &= ~(MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.COMPRESSION_TYPE_COMPARATOR)
-
-
 def _offset(response: RemotingCommand, broker: str) -> int:
     if response.code != ResponseCode.SUCCESS:
         raise MQBrokerError(response.code, response.remark, broker)
@@ -194,16 +179,21 @@ def pull_request(
 
 
 def pull_result(
-    response: RemotingCommand, offset: int, subscription: Subscription, broker: str
+    response: RemotingCommand,
+    offset: int,
+    subscription: Subscription,
+    broker: str,
+    raw: bool = False,
 ) -> PullResult:
-    """A pull reply as a PullResult (messages filtered by tag and inflated); raises
-    MQBrokerError for a code that is not a pull status."""
+    """A pull reply as a PullResult (messages filtered by tag and inflated, or with
+    `raw` the body as it came); raises MQBrokerError for a code that is not a pull
+    status."""
     status = _PULL_STATUS.get(response.code)
     if status is None:
         raise MQBrokerError(response.code, response.remark, broker)
     ext = response.ext_fields
     messages = []
-    if status is PullStatus.FOUND:
+    if status is PullStatus.FOUND and not raw:
         for msg in decode_all(response.body):
             if subscription.matches(msg):
                 inflate(msg)
@@ -214,6 +204,7 @@ def pull_result(
         int(ext.get("nextBeginOffset", offset)),
         int(ext.get("minOffset", 0)),
         int(ext.get("maxOffset", 0)),
+        response.body if raw and status is PullStatus.FOUND else None,
     )
 
 
@@ -285,9 +276,12 @@ class PullConsumer:
         long_poll_s: float | None = None,
         commit_offset: int | None = None,
         timeout_s: float | None = None,
+        raw: bool = False,
     ) -> PullResult:
         """Up to `max_nums` messages of `mq` from `offset` that `subscription` selects:
-        a TAG expression ("TagA || TagB"), a MessageSelector or a Subscription.
+        a TAG expression ("TagA || TagB"), a MessageSelector or a Subscription. With
+        `raw` the result holds the reply's records undecoded (`PullResult.body`): the
+        broker filtered them by tag hash only, the caller checks the tags.
 
         With `long_poll_s` the broker holds the request until a message arrives or that
         time passes (SUSPEND); `commit_offset` rides along for the broker to store
@@ -306,7 +300,7 @@ class PullConsumer:
         response = await self.instance.call_broker(
             mq.topic, mq.broker_name, request, timeout_s, replicas=True
         )
-        return pull_result(response, offset, subscription, mq.broker_name)
+        return pull_result(response, offset, subscription, mq.broker_name, raw)
 
     async def _read_offset(self, code: RequestCode, mq: MessageQueue, **extra) -> int:
         request = RemotingCommand(

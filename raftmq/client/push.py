@@ -55,7 +55,6 @@ from raftmq.client.consumer import (
     PullConsumer,
     PullStatus,
     Subscription,
-    inflate,
 )
 from raftmq.client.errors import MQBrokerError, MQClientError
 from raftmq.client.instance import backoff_delays
@@ -75,7 +74,13 @@ from raftmq.client.trace import (
     new_request_id,
 )
 from raftmq.protocol import fastjson
-from raftmq.protocol.message import MessageConst, MessageExt, MessageFormatError, decode
+from raftmq.protocol.message import (
+    MessageConst,
+    MessageExt,
+    MessageFormatError,
+    decode,
+    inflate,
+)
 from raftmq.remoting import Connection, RemotingCommand, RemotingConnectError, RemotingTimeoutError
 from raftmq.remoting.codes import RequestCode, ResponseCode
 from raftmq.remoting.signing import SessionCredentials

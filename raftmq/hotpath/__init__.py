@@ -23,6 +23,8 @@ the same results and errors by property tests (tests/test_hotpath.py):
     protocol.message           read_dispatch_fields   a record's dispatch fields
                                properties_index_keys  a record's UNIQ_KEY and KEYS
                                java_string_hash       a key index key's hash
+    protocol.columns           decode_columns         a pull reply's records as Arrow
+                                                      buffers (the Spark source)
     dledger.store.entry        encode_entry           an entry with its CRCs (memory store)
                                encode_entries         a leader append's entries and index
                                                       entries, as one span each

@@ -1677,3 +1677,287 @@ def split_requests(src, Py_ssize_t max_frame_bytes, codes, names):
         items.append((pos + 4, pos + 4 + <Py_ssize_t>length) if item is None else item)
         pos += 4 + length
     return items, pos
+
+
+# ------------------------------------------------ decode_columns: records as Arrow buffers
+
+cdef int _COMPRESSED = 0x1
+cdef Py_ssize_t _MAX_PAIRS = 64  # more properties than this take the Python path
+cdef int64_t _TIMESTAMP_MS_LIMIT = 9223372036854775  # (1 << 63) // 1000
+cdef Py_ssize_t _RECORD_HEAD = 48  # TOTALSIZE .. BORNTIMESTAMP
+
+
+cdef struct _Record:
+    Py_ssize_t start, store_host, store_host_len, body, body_len, topic, topic_len
+    Py_ssize_t props, props_len
+
+
+cdef struct _Pair:
+    Py_ssize_t name, name_len, value, value_len  # positions in the buffer
+
+
+cdef Py_ssize_t _pairs(const uint8_t *p, Py_ssize_t start, Py_ssize_t end, _Pair *out) noexcept:
+    """The properties text p[start:end] as string_to_properties reads it: items split at
+    \\x02, each at its first \\x01, those with an empty name or value skipped, a later
+    duplicate replacing the value in the first one's place; -1 past _MAX_PAIRS pairs."""
+    cdef Py_ssize_t count = 0, i = start, item_end, sep, j
+    while i <= end:
+        item_end = i
+        while item_end < end and p[item_end] != 2:
+            item_end += 1
+        sep = i
+        while sep < item_end and p[sep] != 1:
+            sep += 1
+        if i < sep < item_end - 1:
+            for j in range(count):
+                if out[j].name_len == sep - i and memcmp(p + out[j].name, p + i, sep - i) == 0:
+                    break
+            else:
+                if count == _MAX_PAIRS:
+                    return -1
+                out[count].name = i
+                out[count].name_len = sep - i
+                j = count
+                count += 1
+            out[j].value = sep + 1
+            out[j].value_len = item_end - sep - 1
+        i = item_end + 1
+    return count
+
+
+cdef Py_ssize_t _named(const uint8_t *p, _Pair *pairs, Py_ssize_t count, const char *name,
+                       Py_ssize_t name_len) noexcept:
+    """The index of the pair called `name`, or -1."""
+    cdef Py_ssize_t j
+    for j in range(count):
+        if pairs[j].name_len == name_len and memcmp(p + pairs[j].name, name, name_len) == 0:
+            return j
+    return -1
+
+
+cdef bint _utf8(const uint8_t *p, Py_ssize_t start, Py_ssize_t end):
+    """Whether p[start:end] is UTF-8 as Python's decoder (the twin's) takes it."""
+    cdef Py_ssize_t k
+    for k in range(start, end):
+        if p[k] >= 0x80:
+            try:
+                (<const char *>p)[start:end].decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+            return True
+    return True
+
+
+cdef bint _column_record(const uint8_t *p, Py_ssize_t n, Py_ssize_t start, _Record *r) noexcept:
+    """Read the V1 record at p[start:] into `r`; False for anything the twin would refuse
+    or treat apart (another magic, a compressed body, a bad length, port or text, a
+    timestamp a microsecond column cannot hold)."""
+    cdef Py_ssize_t remaining = n - start, pos, end
+    cdef const uint8_t *q = p + start
+    cdef int32_t total, sysflag, port, body_len
+    cdef int born_len, store_len, props_len
+    cdef int64_t born_ms, store_ms
+    if remaining < 8 or <int32_t>_get32(q + 4) != _MESSAGE_MAGIC_CODE:
+        return False
+    total = <int32_t>_get32(q)
+    if total < _MIN_RECORD_SIZE or total > remaining:
+        return False
+    sysflag = <int32_t>_get32(q + 36)
+    if sysflag & _COMPRESSED:
+        return False
+    born_len = 16 if sysflag & _BORN_V6 else 4
+    store_len = 16 if sysflag & _STORE_V6 else 4
+    if total < _RECORD_HEAD + born_len + 4 + 8 + store_len + 4 + 16 + 1 + 2:
+        return False
+    end = total
+    pos = _RECORD_HEAD
+    port = <int32_t>_get32(q + pos + born_len)
+    if port < 0 or port > 0xFFFF:
+        return False
+    pos += born_len + 4
+    store_ms = <int64_t>_get64(q + pos)
+    born_ms = <int64_t>_get64(q + 40)
+    if not (-_TIMESTAMP_MS_LIMIT <= born_ms < _TIMESTAMP_MS_LIMIT
+            and -_TIMESTAMP_MS_LIMIT <= store_ms < _TIMESTAMP_MS_LIMIT):
+        return False
+    pos += 8
+    r.store_host = start + pos
+    r.store_host_len = store_len + 4
+    port = <int32_t>_get32(q + pos + store_len)
+    if port < 0 or port > 0xFFFF:
+        return False
+    pos += store_len + 4 + 12
+    body_len = <int32_t>_get32(q + pos)
+    pos += 4
+    if body_len < 0 or pos + body_len + 1 + 2 > end:
+        return False
+    r.body = start + pos
+    r.body_len = body_len
+    pos += body_len
+    r.topic_len = q[pos]  # a signed byte in the twin: 128 and over is refused there
+    pos += 1
+    if r.topic_len > 127 or pos + r.topic_len + 2 > end:
+        return False
+    r.topic = start + pos
+    pos += r.topic_len
+    props_len = <int16_t>((q[pos] << 8) | q[pos + 1])
+    pos += 2
+    if props_len < 0 or pos + props_len != end:
+        return False
+    r.props = start + pos
+    r.props_len = props_len
+    r.start = start
+    return (_utf8(p, r.topic, r.topic + r.topic_len)
+            and _utf8(p, r.props, r.props + r.props_len))
+
+
+cdef inline void _put_i32(char *buf, Py_ssize_t i, int32_t v) noexcept:
+    memcpy(buf + 4 * i, &v, 4)
+
+
+cdef inline void _put_i64(char *buf, Py_ssize_t i, int64_t v) noexcept:
+    memcpy(buf + 8 * i, &v, 8)
+
+
+cdef inline void _hex(char *out, const uint8_t *src, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t k
+    for k in range(n):
+        out[2 * k] = _HEX[src[k] >> 4]
+        out[2 * k + 1] = _HEX[src[k] & 0xF]
+
+
+cdef Py_ssize_t _put_property(const uint8_t *p, _Pair *pairs, Py_ssize_t count, const char *name,
+                              Py_ssize_t name_len, Py_ssize_t row, bytes data, bytes offsets,
+                              bytes valid, Py_ssize_t at):
+    """Row `row` of the text column of property `name` (null where it is absent), its
+    value written at `at` of `data`; returns where the next row's value goes."""
+    cdef Py_ssize_t k = _named(p, pairs, count, name, name_len)
+    if k >= 0:
+        memcpy(PyBytes_AS_STRING(data) + at, p + pairs[k].value, pairs[k].value_len)
+        at += pairs[k].value_len
+        PyBytes_AS_STRING(valid)[row >> 3] |= 1 << (row & 7)
+    _put_i32(PyBytes_AS_STRING(offsets), row + 1, at)
+    return at
+
+
+cdef tuple _columns(const uint8_t *p, Py_ssize_t n):
+    """decode_columns's tuple, or None for anything its twin should read."""
+    cdef Py_ssize_t cap = n // _MIN_RECORD_SIZE + 1, rows = 0, start = 0, k, j, c, pairs_total = 0
+    cdef Py_ssize_t topic_bytes = 0, id_bytes = 0, keys_bytes = 0, tags_bytes = 0
+    cdef Py_ssize_t body_bytes = 0, name_bytes = 0, value_bytes = 0
+    cdef Py_ssize_t at_topic = 0, at_id = 0, at_keys = 0, at_tags = 0, at_body = 0
+    cdef Py_ssize_t at_name = 0, at_value = 0, pair = 0, u, kk, t
+    cdef _Pair pairs[64]
+    cdef _Record *recs = <_Record *>PyMem_Malloc(cap * sizeof(_Record))
+    cdef const uint8_t *q
+    if recs == NULL:
+        raise MemoryError()
+    try:
+        if n > _INT32_MAX:  # int32 offsets throughout, as the twin's arrays hold
+            return None
+        while start < n:
+            if rows == cap or not _column_record(p, n, start, &recs[rows]):
+                return None
+            c = _pairs(p, recs[rows].props, recs[rows].props + recs[rows].props_len, pairs)
+            if c < 0:
+                return None
+            pairs_total += c
+            for j in range(c):
+                name_bytes += pairs[j].name_len
+                value_bytes += pairs[j].value_len
+            topic_bytes += recs[rows].topic_len
+            body_bytes += recs[rows].body_len
+            u = _named(p, pairs, c, b"UNIQ_KEY", 8)
+            id_bytes += pairs[u].value_len if u >= 0 else 2 * (recs[rows].store_host_len + 8)
+            k = _named(p, pairs, c, b"KEYS", 4)
+            keys_bytes += pairs[k].value_len if k >= 0 else 0
+            t = _named(p, pairs, c, b"TAGS", 4)
+            tags_bytes += pairs[t].value_len if t >= 0 else 0
+            start += <int32_t>_get32(p + start)
+            rows += 1
+        queue_ids = PyBytes_FromStringAndSize(NULL, 4 * rows)
+        queue_offsets = PyBytes_FromStringAndSize(NULL, 8 * rows)
+        born_us = PyBytes_FromStringAndSize(NULL, 8 * rows)
+        store_us = PyBytes_FromStringAndSize(NULL, 8 * rows)
+        topic_offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1))
+        topic_data = PyBytes_FromStringAndSize(NULL, topic_bytes)
+        id_offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1))
+        id_data = PyBytes_FromStringAndSize(NULL, id_bytes)
+        keys_valid = PyBytes_FromStringAndSize(NULL, (rows + 7) // 8)
+        keys_offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1))
+        keys_data = PyBytes_FromStringAndSize(NULL, keys_bytes)
+        tags_valid = PyBytes_FromStringAndSize(NULL, (rows + 7) // 8)
+        tags_offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1))
+        tags_data = PyBytes_FromStringAndSize(NULL, tags_bytes)
+        body_offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1))
+        body_data = PyBytes_FromStringAndSize(NULL, body_bytes)
+        property_offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1))
+        name_offsets = PyBytes_FromStringAndSize(NULL, 4 * (pairs_total + 1))
+        name_data = PyBytes_FromStringAndSize(NULL, name_bytes)
+        value_offsets = PyBytes_FromStringAndSize(NULL, 4 * (pairs_total + 1))
+        value_data = PyBytes_FromStringAndSize(NULL, value_bytes)
+        record_starts = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1))
+        _put_i32(PyBytes_AS_STRING(record_starts), rows, n)
+        memset(PyBytes_AS_STRING(keys_valid), 0, (rows + 7) // 8)
+        memset(PyBytes_AS_STRING(tags_valid), 0, (rows + 7) // 8)
+        for o in (topic_offsets, id_offsets, keys_offsets, tags_offsets, body_offsets,
+                  property_offsets, name_offsets, value_offsets):
+            _put_i32(PyBytes_AS_STRING(o), 0, 0)
+        for j in range(rows):
+            q = p + recs[j].start
+            _put_i32(PyBytes_AS_STRING(record_starts), j, recs[j].start)
+            _put_i32(PyBytes_AS_STRING(queue_ids), j, <int32_t>_get32(q + 12))
+            _put_i64(PyBytes_AS_STRING(queue_offsets), j, <int64_t>_get64(q + 20))
+            _put_i64(PyBytes_AS_STRING(born_us), j, <int64_t>_get64(q + 40) * 1000)
+            _put_i64(PyBytes_AS_STRING(store_us), j,
+                     <int64_t>_get64(p + recs[j].store_host - 8) * 1000)
+            memcpy(PyBytes_AS_STRING(topic_data) + at_topic, p + recs[j].topic, recs[j].topic_len)
+            at_topic += recs[j].topic_len
+            _put_i32(PyBytes_AS_STRING(topic_offsets), j + 1, at_topic)
+            memcpy(PyBytes_AS_STRING(body_data) + at_body, p + recs[j].body, recs[j].body_len)
+            at_body += recs[j].body_len
+            _put_i32(PyBytes_AS_STRING(body_offsets), j + 1, at_body)
+            c = _pairs(p, recs[j].props, recs[j].props + recs[j].props_len, pairs)
+            for kk in range(c):
+                memcpy(PyBytes_AS_STRING(name_data) + at_name, p + pairs[kk].name,
+                       pairs[kk].name_len)
+                at_name += pairs[kk].name_len
+                memcpy(PyBytes_AS_STRING(value_data) + at_value, p + pairs[kk].value,
+                       pairs[kk].value_len)
+                at_value += pairs[kk].value_len
+                pair += 1
+                _put_i32(PyBytes_AS_STRING(name_offsets), pair, at_name)
+                _put_i32(PyBytes_AS_STRING(value_offsets), pair, at_value)
+            _put_i32(PyBytes_AS_STRING(property_offsets), j + 1, pair)
+            u = _named(p, pairs, c, b"UNIQ_KEY", 8)
+            if u >= 0:
+                memcpy(PyBytes_AS_STRING(id_data) + at_id, p + pairs[u].value, pairs[u].value_len)
+                at_id += pairs[u].value_len
+            else:
+                _hex(PyBytes_AS_STRING(id_data) + at_id, p + recs[j].store_host,
+                     recs[j].store_host_len)
+                at_id += 2 * recs[j].store_host_len
+                _hex(PyBytes_AS_STRING(id_data) + at_id, q + 28, 8)
+                at_id += 16
+            _put_i32(PyBytes_AS_STRING(id_offsets), j + 1, at_id)
+            at_keys = _put_property(p, pairs, c, b"KEYS", 4, j, keys_data, keys_offsets,
+                                    keys_valid, at_keys)
+            at_tags = _put_property(p, pairs, c, b"TAGS", 4, j, tags_data, tags_offsets,
+                                    tags_valid, at_tags)
+    finally:
+        PyMem_Free(recs)
+    return (rows, queue_ids, queue_offsets, born_us, store_us, topic_offsets, topic_data,
+            id_offsets, id_data, keys_valid, keys_offsets, keys_data, tags_valid, tags_offsets,
+            tags_data, body_offsets, body_data, property_offsets, name_offsets, name_data,
+            value_offsets, value_data, record_starts)
+
+
+def decode_columns(buf):
+    """Fast for bytes (what a pull reply's body and joined records are); anything else
+    is the twin's."""
+    cdef tuple columns = None
+    if type(buf) is bytes and PyBytes_GET_SIZE(buf):
+        columns = _columns(<const uint8_t *>PyBytes_AS_STRING(buf), PyBytes_GET_SIZE(buf))
+    if columns is None:
+        return TWINS["decode_columns"](buf)
+    return columns

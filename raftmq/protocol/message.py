@@ -42,6 +42,7 @@ port raises one `MessageFormatError`, never a struct or Unicode error.
 from __future__ import annotations
 
 import functools
+import logging
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
@@ -50,6 +51,8 @@ import attrs
 
 from raftmq.hotpath import compiled_or
 from raftmq.protocol.msgid import Host, create_message_id, pack_ip, unpack_ip
+
+log = logging.getLogger(__name__)
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, MessageDecoder.MESSAGE_MAGIC_CODE (V1)
 MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, 5.x, for topics longer than 127 bytes
@@ -660,6 +663,22 @@ def decode_all(
         messages.append(msg)
         offset += size
     return messages
+
+
+def inflate(msg: MessageExt) -> None:
+    """Inflate a zlib-compressed body in place (4.x COMPRESSED_FLAG, or 5.x's ZLIB type);
+    5.x LZ4/ZSTD bodies are left as they are, flag set."""
+    if not msg.sysflag & MessageSysFlag.COMPRESSED_FLAG:
+        return
+    kind = msg.sysflag & MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
+    if kind not in (0, MessageSysFlag.COMPRESSION_ZLIB_TYPE):
+        return
+    try:
+        msg.body = zlib.decompress(msg.body)
+    except zlib.error as exc:
+        log.warning("message %s: cannot inflate its body: %s", msg.msg_id, exc)
+        return
+    msg.sysflag &= ~(MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.COMPRESSION_TYPE_COMPARATOR)
 
 
 # --- in place: the append path and the dispatcher ------------------------------------

@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Callable
 
 from raftmq.client.admin import Admin
-from raftmq.client.consumer import PullConsumer, PullStatus, inflate
+from raftmq.client.consumer import PullConsumer, PullStatus
 from raftmq.client.errors import MQClientError
 from raftmq.client.message_query import consume_message_directly, view_by_either_id
 from raftmq.client.mqadmin.commands import (
@@ -24,7 +24,7 @@ from raftmq.client.mqadmin.commands import (
 )
 from raftmq.client.producer import Producer
 from raftmq.client.route import MessageQueue
-from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag
+from raftmq.protocol.message import MessageConst, MessageExt, MessageSysFlag, inflate
 
 
 def body_text(msg: MessageExt, charset: str = "utf-8") -> str:

@@ -71,7 +71,7 @@ PullRequest = tuple[int, int, MessageSelector | None]
 
 async def _pull(consumer: PullConsumer, mq: MessageQueue, request: PullRequest) -> PullResult:
     offset, count, selector = request
-    return await consumer.pull(mq, offset, count, subscription=selector or "*")
+    return await consumer.pull(mq, offset, count, subscription=selector or "*", raw=True)
 
 
 class _Ahead:
@@ -166,13 +166,15 @@ class BrokerSession:
         selector: MessageSelector | None = None,
     ) -> PullResult:
         """Up to `count` messages from `offset` that `selector` selects (None: all), no
-        long poll, no offset commit riding along.
+        long poll, no offset commit riding along, left undecoded (`PullResult.body`:
+        the reader decodes them into columns and checks the tags the broker matched by
+        hash).
 
         With `until` (the end of the range being read), the next pull of the range is sent
         before this one's answer is handed back, so it travels while the caller (Spark's
-        thread) converts and ships this one; the next call for that offset takes it. A
-        filtered pull's next offset is where the broker stopped looking (nextBeginOffset),
-        past messages the selector skipped.
+        thread) converts and ships this one; the next call for that offset takes it: the
+        broker's nextBeginOffset, past the messages found, and for a filtered pull past
+        those the selector skipped.
         """
         mq = MessageQueue(topic, broker_name, queue_id)
         request = (offset, count, selector)
@@ -181,12 +183,11 @@ class BrokerSession:
             result = await ahead.result()
         else:
             result = await _pull(self.consumer, mq, request)
-        following = None
-        if result.status is PullStatus.FOUND and result.messages:
-            following = result.messages[-1].queue_offset + 1
-        if selector is not None and result.status in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG):
-            following = max(following or 0, result.next_begin_offset)
-        if until is not None and following is not None and offset < following < until:
+        following = result.next_begin_offset
+        found = result.status is PullStatus.FOUND or (
+            selector is not None and result.status is PullStatus.NO_MATCHED_MSG
+        )
+        if until is not None and found and offset < following < until:
             request = (following, min(count, until - following), selector)
             self._ahead[mq] = _Ahead(self.consumer, mq, request, self.consumer.instance.nursery)
         return result

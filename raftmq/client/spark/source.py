@@ -42,7 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from raftmq.client.consumer import TAG
+from raftmq.client.consumer import TAG, Subscription
 from raftmq.client.instance import backoff_delays
 from raftmq.client.spark.offsets import (
     Bounds,
@@ -56,8 +56,8 @@ from raftmq.client.spark.offsets import (
     regressed,
 )
 from raftmq.client.spark.options import SinkOptions, SourceOptions
-from raftmq.client.spark.reading import read_range
-from raftmq.client.spark.rows import SCHEMA, to_batch
+from raftmq.client.spark.reading import read_joined
+from raftmq.client.spark.rows import SCHEMA, records_batch, tagged
 from raftmq.client.spark.session import session_for
 from raftmq.client.spark.sink import RocketMQStreamWriter, RocketMQWriter
 from raftmq.client.spark.writing import columns_of
@@ -66,7 +66,8 @@ __all__ = ["RocketMQSource"]
 
 log = logging.getLogger(__name__)
 
-# Pulls bring 32 messages; Spark pays per Arrow batch it receives, so they are joined.
+# Pulls bring 32 messages; Spark pays per Arrow batch it receives, so they are joined
+# (and decoded into one batch at once).
 ROWS_PER_BATCH = 2048
 
 
@@ -121,21 +122,19 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
         return
     session = session_for(options.namesrv_addr, options.group)
     queue = partition.queue
-    pending: list = []
-    for chunk in read_range(
-        session,
+    selector = options.selector if options.filtered else None
+    tags = Subscription.of(options.topic, selector).tags if selector is not None else None
+    for chunk in session.iterate(
+        read_joined,
         options.topic,
         queue,
+        ROWS_PER_BATCH,
         fail_on_data_loss=options.fail_on_data_loss,
         timeout_s=options.pull_timeout_s,
-        selector=options.selector if options.filtered else None,
+        selector=selector,
     ):
-        pending += chunk
-        if len(pending) >= ROWS_PER_BATCH:
-            yield to_batch(queue.broker_name, pending)
-            pending = []
-    if pending:
-        yield to_batch(queue.broker_name, pending)
+        batch = records_batch(queue.broker_name, chunk.records)
+        yield tagged(batch, tags) if tags else batch
 
 
 def _report(plan: Plan) -> Plan:
