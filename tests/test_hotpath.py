@@ -980,8 +980,18 @@ def pulled_record(record, queue_offset, physical_offset, born_ms, store_ms, comp
 
 column_props = st.lists(
     st.sampled_from(
-        ["TAGS\x01a", "KEYS\x01k1 k2", "UNIQ_KEY\x01AB01", "TAGS\x01é", "X\x01", "\x01y", "z",
-         "KEYS\x01again", "P\x01v\x01w", ""]
+        [
+            "TAGS\x01a",
+            "KEYS\x01k1 k2",
+            "UNIQ_KEY\x01AB01",
+            "TAGS\x01é",
+            "X\x01",
+            "\x01y",
+            "z",
+            "KEYS\x01again",
+            "P\x01v\x01w",
+            "",
+        ]
     ),
     max_size=6,
 ).map("\x02".join)
