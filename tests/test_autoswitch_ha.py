@@ -14,12 +14,14 @@ import trio
 from raftmq.broker.metawriter import meta_message
 from raftmq.broker.replicas_manager import controller_links_to_change
 from raftmq.broker.send import _append_failure
+from raftmq.broker.store import classic_log
 from raftmq.broker.store.autoswitch import (
     AlterRefused,
     AlterUnknown,
     AutoSwitchConfig,
     AutoSwitchMaster,
     AutoSwitchSlave,
+    SyncStateSet,
 )
 from raftmq.broker.store.autoswitch_wire import (
     Ack,
@@ -426,6 +428,56 @@ async def test_the_set_grows_with_a_caught_up_slave_and_shrinks_without_it(tmp_p
         assert controller.members == {1} and master.sync_state.epoch == 2
         assert await put(commitlog, 11) is Code.SUCCESS  # the master alone
         nursery.cancel_scope.cancel()
+
+
+async def test_a_restarted_store_serves_what_was_confirmed_before_any_master_speaks(
+    tmp_path, monkeypatch
+):
+    """The confirmOffset is in the CommitLog checkpoint (RocketMQ's StoreCheckpoint
+    keeps it): B, killed and started again with no master to follow, dispatches what
+    the set held, not only what its ConsumeQueues had written; as a master (A, whose
+    slave has not come back) it starts from it too, not from 0."""
+    monkeypatch.setattr(classic_log, "CHECKPOINT_INTERVAL_S", 0.0)
+    config = AutoSwitchConfig(link=LINK, all_ack_in_sync_state_set=True)
+    async with trio.open_nursery() as nursery:
+        pair = await Pair().start(nursery, tmp_path, config)
+        a, b, master, commitlog = pair.a, pair.b, pair.master, pair.commitlog
+        await wait_for(lambda: master.sync_state.members == {1, 2})
+        assert await put(commitlog, 0, 3) is Code.SUCCESS
+        confirmed = master.confirm_offset
+        assert confirmed == a.log.write_pos
+        assert await put(commitlog, 3) is Code.SUCCESS  # its frame carries the confirmOffset
+        await wait_for(lambda: b.log.confirmed() >= confirmed)
+        for store in (a, b):
+            store.log.flush_plan()[1]()  # durable, with a checkpoint
+        pair.slave_scope.cancel()
+        nursery.cancel_scope.cancel()
+    for root, broker_id in ((tmp_path / "b", 2), (tmp_path / "a", 1)):
+        again = Store(root, broker_id)  # no close: as after SIGKILL
+        slave = again.slave(config, 1)  # its master's address answers nothing
+        assert confirmed <= slave.confirm_offset <= again.log.write_pos
+        if broker_id == 1:
+            both = SyncStateSet(1, frozenset({1, 2}), 1)
+            master = AutoSwitchMaster(
+                again.log, again.epochs, config, 1, Controller(1).alter, sync_state_set=both
+            )
+            master.begin(2)  # B is not back: nothing more confirmed, nothing less
+            assert confirmed <= master.confirm_offset <= again.log.write_pos
+        store = MessageStore(
+            again.log,
+            root,
+            {},
+            [1000],
+            commitlog=ClassicCommitLog(again.log, PutPolicy(False, 5, 1)),
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            await store.wait_dispatch(0.5)
+            held = store.get_message("T", 0, 0, 32).records
+            assert len(held) >= 3
+            nursery.cancel_scope.cancel()
+    restarted = Store(tmp_path / "a2", 1)
+    assert AutoSwitchSlave(restarted.log, restarted.epochs, config, 1, str).confirm_offset == 0
 
 
 @pytest.mark.slow  # waits out slaveTimeout or RECONNECT_S

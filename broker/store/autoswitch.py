@@ -245,7 +245,6 @@ class AutoSwitchMaster:
         alter_sync_state_set: AlterSyncStateSet,
         on_ack: Callable[[int], None] = lambda offset: None,
         sync_state_set: SyncStateSet | None = None,
-        confirm_offset: int = 0,
     ) -> None:
         self.log = log_
         self.epochs = epochs
@@ -261,7 +260,7 @@ class AutoSwitchMaster:
         # lease: broker.replicas_manager); always, for a master without one
         self.lease: Callable[[], bool] = lambda: True
         self.last_caught_up_s: dict[int, float] = {}
-        self._confirm = confirm_offset  # as persisted: what the set was known to hold
+        self._confirm = log_.checkpointed_confirm()  # what the set was last known to hold
         self._proposing: set[frozenset[int]] = set()
         log_.confirmed = lambda: self.confirm_offset  # dispatch stops there
         log_.add_retention_limit(lambda: keep_for_slaves(log_, self.connections))
@@ -516,7 +515,9 @@ class AutoSwitchSlave:
         self.config = config
         self.broker_id = broker_id
         self.master_address = master_address
-        self.confirm_offset = 0
+        # what the set was last known to hold (a restarted slave serves it before its
+        # master speaks); RocketMQ's slave starts from the StoreCheckpoint's as well
+        self.confirm_offset = log_.checkpointed_confirm()
         log_.confirmed = lambda: self.confirm_offset  # dispatch stops there
         log_.add_deletion_handler(epochs.retain_from)
         self.refusal: str | None = None  # why this store cannot copy its master's log

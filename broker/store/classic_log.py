@@ -65,7 +65,11 @@ BLANK_MAGIC_CODE = codec.BLANK_MAGIC_CODE
 END_FILE_MIN_BLANK_LENGTH = 8  # CommitLog.END_FILE_MIN_BLANK_LENGTH
 MESSAGE_MAGIC_CODES = (codec.MESSAGE_MAGIC_CODE, codec.MESSAGE_MAGIC_CODE_V2)
 ABORT_FILE = "abort"
-CHECKPOINT_FILE = "commitlog_checkpoint"  # the offset below which the files are durable
+# JSON: "flushed", the offset below which the files are durable, and in controller mode
+# "confirmed", the confirmOffset then (at most "flushed"): RocketMQ's StoreCheckpoint
+# keeps it too, so a restarted broker serves what it knew confirmed before any master
+# speaks to it.
+CHECKPOINT_FILE = "commitlog_checkpoint"
 CHECKPOINT_INTERVAL_S = 1.0
 _HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _MIN_RECORD_BYTES = 20  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG at the least
@@ -142,7 +146,7 @@ class ClassicLog:
             stop, why = self._scan(first, end, check_crc_from=durable if self.aborted else end)
             self._cut_at(stop, why)
         if durable > self.write_pos:  # the log was cut below it: what comes next is not durable
-            self.fs.atomic_write(self.checkpoint_path, json.dumps({"flushed": 0}).encode())
+            self._write_checkpoint(0)
         self.flushed_pos = self.write_pos
         self.abort_path.parent.mkdir(parents=True, exist_ok=True)
         self.abort_path.touch()
@@ -157,13 +161,35 @@ class ClassicLog:
     def _durable_offset(self) -> int:
         """Where the last checkpoint says the files were durable up to (0 if unknown):
         after a crash, the records from there on have their body CRCs checked."""
+        return self._checkpointed("flushed")
+
+    def checkpointed_confirm(self) -> int:
+        """The confirmOffset the last checkpoint kept (0 if none), within the log: where a
+        controller-mode store may dispatch to before a master confirms anything."""
+        return min(self._checkpointed("confirmed"), self.write_pos)
+
+    def _checkpointed(self, name: str) -> int:
         try:
-            return int(json.loads(self.checkpoint_path.read_bytes())["flushed"])
+            return int(json.loads(self.checkpoint_path.read_bytes()).get(name, 0))
         except FileNotFoundError:
             return 0
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("%s unreadable (%s): checking every record", self.checkpoint_path, exc)
+        except (ValueError, AttributeError, TypeError) as exc:
+            log.warning("%s unreadable (%s): taken as 0", self.checkpoint_path, exc)
             return 0
+
+    def _checkpoint(self, flushed: int, confirmed: int | None) -> bytes:
+        """The checkpoint's bytes; "confirmed" only in controller mode (`confirmed` set)."""
+        fields = {"flushed": flushed}
+        if self.confirmed is not None and confirmed is not None:
+            fields["confirmed"] = min(confirmed, flushed)
+        return json.dumps(fields).encode()
+
+    def _write_checkpoint(self, flushed: int) -> None:
+        """Say (durably) that the files are durable up to `flushed` only, and keep the
+        confirmOffset within it."""
+        self.fs.atomic_write(
+            self.checkpoint_path, self._checkpoint(flushed, self._checkpointed("confirmed"))
+        )
 
     def _cut_at(self, stop: int, why: str | None) -> None:
         """End the log at `stop`: zero what follows in its file, delete later files."""
@@ -462,7 +488,7 @@ class ClassicLog:
         self._dirs_dirty = True  # _cut_at syncs the directory, deleting files or not
         self._cut_at(pos, "the rest is not in the master's log")
         if self._durable_offset() > pos:
-            self.fs.atomic_write(self.checkpoint_path, json.dumps({"flushed": pos}).encode())
+            self._write_checkpoint(pos)
         self.flushed_pos = min(self.flushed_pos, pos)
         self._confirmed_index = min(self._confirmed_index, index - 1)
         for handler in self._cut_handlers:
@@ -502,7 +528,8 @@ class ClassicLog:
         now_s = time.monotonic()
         if now_s - self._checkpointed_at >= CHECKPOINT_INTERVAL_S:
             self._checkpointed_at = now_s
-            checkpoint = json.dumps({"flushed": target}).encode()
+            confirmed = self.confirmed() if self.confirmed is not None else None
+            checkpoint = self._checkpoint(target, confirmed)
         files = (self._segment_at(start) for start in sorted(self._dirty))
         handles = [seg.file.handle.dup() for seg in files if seg is not None]
         dirs = self._dirs_dirty
