@@ -389,10 +389,10 @@ class JepsenControllerCluster(JepsenCluster, LocalControllerGroup):
     """A controller-mode group (`replicas` classic brokers, n0.., and three standalone
     controllers, c0..c2) under the same harness. The peer links are each broker's
     connections to each controller (its controllerAddr lists the proxies) and the
-    controllers' DLedger links to each other, so the nemesis can cut a master off from
-    the controllers only, or a controller from everything. The HA links (slave to
-    master) are direct: a slave dials the address its master registered with the
-    controllers."""
+    controllers' DLedger links to each other, and the HA links (slaves to a master): a
+    broker registers its HA proxy's host as brokerIP2, so the address a slave learns
+    from the controllers is the proxy's. The nemesis can so cut a master off from the
+    controllers only, from its slaves only, or a controller from everything."""
 
     controllers = LocalControllerGroup.CONTROLLERS
     HA_HOST = "127.0.2.{}"  # where node i's HA proxy listens: its brokerIP2
