@@ -250,6 +250,9 @@ def test_the_stream_reader_pickles_and_plans_with_spark_limits(monkeypatch):
 # ---------------------------------------------------------------- one range, on an executor
 
 
+RECORD_BYTES = len(encode(MessageExt("T", b"100", queue_offset=100)))  # offsets 100..199
+
+
 def found(status: PullStatus, offsets, next_begin: int, low: int, high: int) -> PullResult:
     """An answer as a raw pull brings it: the records of `offsets`, undecoded."""
     body = b"".join(encode(MessageExt("T", b"%d" % o, queue_offset=o)) for o in offsets)
@@ -291,20 +294,34 @@ class Cluster:
         self.forgotten += 1
 
 
-def read(cluster, queue, *, fail=True, timeout_s=30.0, selector=None, rows=1):
-    """The queue offsets `read_joined` hands out (chunks of at least `rows`), on a
-    virtual clock: the back-off sleeps take no time."""
+def read(
+    cluster,
+    queue,
+    *,
+    fail=True,
+    timeout_s=30.0,
+    selector=None,
+    rows=1,
+    max_bytes=1 << 30,
+    sizes=None,
+):
+    """The queue offsets `read_joined` hands out (chunks of at least `rows` or
+    `max_bytes`; their sizes in bytes added to `sizes`), on a virtual clock: the
+    back-off sleeps take no time."""
+    sizes = [] if sizes is None else sizes
 
     async def offsets():
         got = []
         async for chunk in read_joined(
-            cluster, "T", queue, rows,
+            cluster, "T", queue, rows, max_bytes,
             fail_on_data_loss=fail, timeout_s=timeout_s, selector=selector,
         ):  # fmt: skip
             records = decode_all(chunk.records)
             assert len(records) == chunk.count and chunk.count > 0
+            sizes.append(len(chunk.records))
             got.append([m.queue_offset for m in records])
-        assert all(len(c) >= rows for c in got[:-1])
+        for c in got[:-1]:
+            assert len(c) >= rows or len(c) * RECORD_BYTES >= max_bytes
         return [offset for c in got for offset in c]
 
     return trio.run(offsets, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -313,6 +330,17 @@ def read(cluster, queue, *, fail=True, timeout_s=30.0, selector=None, rows=1):
 def test_a_range_is_read_exactly_even_when_pulls_overshoot():
     queue = QueueRange("RaftNode00", 0, 5, 70)  # the second pull brings 40..72
     assert read(Cluster(Member(0, 200)), queue) == list(range(5, 70))
+
+
+def test_chunks_are_joined_up_to_a_row_or_byte_bound():
+    queue = QueueRange("RaftNode00", 0, 0, 200)
+    assert read(Cluster(Member(0, 200)), queue, rows=50) == list(range(200))
+    sizes = []
+    bound = 40 * RECORD_BYTES
+    assert read(Cluster(Member(0, 200)), queue, rows=10**6, max_bytes=bound, sizes=sizes) == (
+        list(range(200))
+    )
+    assert len(sizes) > 1 and max(sizes) < bound + 32 * RECORD_BYTES  # a pull over at most
 
 
 def test_the_read_resumes_on_the_new_master_after_a_leader_change():

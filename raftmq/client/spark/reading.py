@@ -109,19 +109,22 @@ def _refused(exc: MQBrokerError, selector: MessageSelector | None) -> bool:
 
 
 async def read_joined(
-    puller: Puller, topic: str, queue: QueueRange, rows: int, **options
+    puller: Puller, topic: str, queue: QueueRange, rows: int, max_bytes: int, **options
 ) -> AsyncIterator[Chunk]:
-    """read_range's chunks joined into chunks of at least `rows` messages (but the
-    last): the unit a reader converts and hands on at once."""
+    """read_range's chunks joined until they hold `rows` messages or `max_bytes` of
+    records (the last may hold less): the unit a reader converts and hands on at once.
+    The byte bound keeps big messages from piling up (2,048 of 4 MiB would be 8 GiB)
+    and a batch's columns within Arrow's 32-bit offsets."""
     pending: list[bytes] = []
-    count = 0
+    count = size = 0
     async with contextlib.aclosing(read_range(puller, topic, queue, **options)) as chunks:
         async for chunk in chunks:
             pending.append(chunk.records)
             count += chunk.count
-            if count >= rows:
+            size += len(chunk.records)
+            if count >= rows or size >= max_bytes:
                 yield Chunk(b"".join(pending), count)
-                pending, count = [], 0
+                pending, count, size = [], 0, 0
     if count:
         yield Chunk(b"".join(pending), count)
 

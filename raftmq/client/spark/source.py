@@ -67,8 +67,9 @@ __all__ = ["RocketMQSource"]
 log = logging.getLogger(__name__)
 
 # Pulls bring 32 messages; Spark pays per Arrow batch it receives, so they are joined
-# (and decoded into one batch at once).
+# (and decoded into one batch at once), up to so many rows or bytes of records.
 ROWS_PER_BATCH = 2048
+BYTES_PER_BATCH = 16 << 20
 
 
 class RocketMQSource(DataSource):
@@ -129,6 +130,7 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
         options.topic,
         queue,
         ROWS_PER_BATCH,
+        BYTES_PER_BATCH,
         fail_on_data_loss=options.fail_on_data_loss,
         timeout_s=options.pull_timeout_s,
         selector=selector,
