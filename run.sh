@@ -79,7 +79,7 @@ case "$cmd" in
         bootstrap_python5
         "$venv/bin/ruff" check .
         report_missing_tools
-        # The in-process tests run four at a time (pytest-xdist): most of their time is
+        # The in-process tests run two at a time (pytest-xdist): most of their time is
         # spent waiting on timers, not on a core. The real-process tests that time
         # nothing (marked untimed) run two at a time, a file's tests on one worker,
         # sharing its fixtures. The other
@@ -89,11 +89,11 @@ case "$cmd" in
         if [ "${1:-}" = fast ]; then
             # everything that starts no real process, but the few slow ones: about 2 minutes
             shift
-            exec "$venv/bin/python" -m pytest -q -rs -n 4 -m "not processes and not slow" "$@"
+            exec "$venv/bin/python" -m pytest -q -rs -n 2 -m "not processes and not slow" "$@"
         fi
         # (exit status 5: the arguments chose no test of that tier)
         status=0
-        "$venv/bin/python" -m pytest -q -rs -n 4 -m "not processes" "$@" || [ $? = 5 ] || status=1
+        "$venv/bin/python" -m pytest -q -rs -n 2 -m "not processes" "$@" || [ $? = 5 ] || status=1
         "$venv/bin/python" -m pytest -q -rs -n 2 --dist loadfile -m "processes and untimed" "$@" ||
             [ $? = 5 ] || status=1
         "$venv/bin/python" -m pytest -q -rs -m "processes and not untimed" "$@" || [ $? = 5 ] || status=1

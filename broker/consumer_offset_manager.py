@@ -55,8 +55,12 @@ class ConsumerOffsetManager:
 
     async def commit_and_wait(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
         """Commit and wait for the record; False when this master stepped down first
-        (`forget_pending`): the commit may never have committed, so it is not to be
-        acknowledged."""
+        (`forget_pending`), or is no master now: the commit may never have committed,
+        so it is not to be acknowledged. (A commit made while not master would wait for
+        a record nobody writes: RESET_CONSUMER's second queue, after a step-down during
+        the first's wait, hung so.)"""
+        if not self.role.is_master:
+            return False
         stepped_down = self._stepped_down
         self.commit(group, topic, queue_id, offset)
         key = (group, topic, queue_id)

@@ -157,6 +157,19 @@ async def test_a_slave_refuses_writes_and_names_itself(broker):
     assert broker.topics.get("T") is None
 
 
+async def test_an_offset_commit_waits_on_a_master_only(broker, nursery):
+    """A commit awaited on a broker that is no master (any more) is answered False at
+    once: nothing would ever write its record (it hung forever before)."""
+    nursery.start_soon(broker.offsets.run)
+    with trio.fail_after(5):
+        assert await broker.offsets.commit_and_wait("CG", "T", 0, 4)
+        broker.role.become_slave(2)
+        broker.offsets.forget_pending()
+        assert not await broker.offsets.commit_and_wait("CG", "T", 1, 7)
+    assert broker.offsets.query("CG", "T", 0) == 4
+    assert broker.offsets.query("CG", "T", 1) is None
+
+
 async def test_admin_topics_and_groups_go_through_the_log(broker):
     bad = await broker.call(
         broker.admin.create_topic, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "a b"}

@@ -189,8 +189,8 @@ async def test_broker_metrics_reflect_sends_and_pulls(tmp_path):
         # group CG pulls queue 0 (5 messages), then commits 2 of them
         pulled = await g.pull(master, topic, 0, 0)
         assert pulled.code == ResponseCode.SUCCESS
-        await master.offsets.commit_and_wait("CG", topic, 0, 2)
-        await master.offsets.commit_and_wait("CG", topic, 1, 3)
+        assert await master.offsets.commit_and_wait("CG", topic, 0, 2)  # False: not master
+        assert await master.offsets.commit_and_wait("CG", topic, 1, 3)
 
         found = scrape_registry(master.registry)
         ours = {"cluster": "TestCluster", "broker": "broker-t", "topic": topic}
