@@ -145,7 +145,10 @@ async def test_rocketmqs_mqadmin_and_ours_print_the_same(tmp_path):
     assert our_msg["Keys"] == "[key3]" and our_msg["OffsetID"] == sent[3].offset_msg_id
 
     java, ours = both["consumerProgress", 1]
-    assert rows(java) == rows(ours)
+    # #Group #Count #Version #Type #Model #TPS #Diff Total; the TPS is a rate over the
+    # broker's last minute (8 pulls), read seconds apart by the two tools: it moves
+    assert [r[:5] + r[6:] for r in rows(java)] == [r[:5] + r[6:] for r in rows(ours)]
+    assert all(int(r[5]) >= 0 for r in rows(java) + rows(ours))
     assert [r[0] for r in rows(ours)] == [group]
 
     java, ours = both["consumerProgress", 3]
