@@ -18,27 +18,40 @@ listenPort + 1.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import subprocess
 from dataclasses import dataclass, field
 
 import trio
 
-from bench.javatools import JVM_FLAGS, SERVER_POM, JavaTool
+from bench.javatools import JVM_FLAGS, SERVER5_POM, SERVER_POM, JavaTool
+from raftmq.client.admin import Admin
+from raftmq.client.errors import MQClientError
+from raftmq.client.mqadmin.controller import leader as controller_leader
 from raftmq.config.address import parse_address
 from raftmq.protocol.headers import send_header_v2
-from raftmq.remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
+from raftmq.remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingError,
+    RequestCode,
+    ResponseCode,
+)
 from raftmq.tools.broker_local import (
     BOOT_TIMEOUT_S,
     LOOPBACK,
     LocalClassicGroup,
     LocalCluster,
+    LocalControllerGroup,
     _lenient_json,
 )
 from raftmq.tools.dledger_local import _bindable, free_ports
 
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
+CONTROLLER_MAIN = "org.apache.rocketmq.controller.ControllerStartup"
 JAVA_BOOT_TIMEOUT_S = 90.0
 DLEDGER_INDEX_BYTES = 32 * 5 * 1024 * 1024  # DLedgerConfig.mappedFileSizeForEntryIndex
 # What every Java broker here is given: Java 17 needs these for RocketMQ 4.9's
@@ -102,6 +115,9 @@ class JavaMembers(LocalCluster):
     harness: each member in `java` runs BrokerStartup with a broker.conf written from
     raftmq's (`_java_conf`), listening where a Java broker can (its listenPort - 2 and
     + 1 free), and any member can be restarted as the other kind on its store."""
+
+    #: Which RocketMQ's Java broker a member runs (bench/java/server: 4.9.7).
+    server_pom = SERVER_POM
 
     def __init__(
         self,
@@ -186,7 +202,7 @@ class JavaMembers(LocalCluster):
 
     def _spawn_java(self, name: str, main: str, conf, flags: tuple[str, ...]) -> None:
         """Start RocketMQ's `main` as process `name` on `conf`, logging beside raftmq's."""
-        command = JavaTool(SERVER_POM).command(
+        command = JavaTool(self.server_pom).command(
             main, "-c", str(conf),
             properties={"user.home": str(self.base_dir / name)},  # its ~/logs
             jvm_flags=flags,
@@ -209,6 +225,9 @@ class JavaMembers(LocalCluster):
         if not self.java:
             await super().wait_caught_up(timeout_s)
             return
+        await self._same_commitlog_end(timeout_s)
+
+    async def _same_commitlog_end(self, timeout_s: float) -> None:
         with trio.fail_after(timeout_s):
             while True:
                 states = [await self.member_state(n) for n in self.ids if n in self.procs]
@@ -314,3 +333,81 @@ class MixedDLedgerGroup(JavaMembers, LocalCluster):
         ours = self._broker_conf(node)
         keys = ("enableDLegerCommitLog", "dLegerGroup", "dLegerPeers", "dLegerSelfId")
         return {**super()._java_conf(node), **{key: ours[key] for key in keys}}
+
+
+class MixedControllerGroup(JavaMembers, LocalControllerGroup):
+    """A controller-mode group (raftmq's controllers, `LocalControllerGroup`) whose
+    members in `java` are RocketMQ 5.3's Java broker (bench/java/server5), started from
+    the same quick-start keys (brokerId=-1, brokerRole=SLAVE, allAckInSyncStateSet): they
+    take their ids and roles from raftmq's controllers and replicate with raftmq's
+    brokers over RocketMQ 5's AutoSwitch HA protocol."""
+
+    server_pom = SERVER5_POM
+
+    def __init__(self, base_dir, java: set[str], java_controllers: bool = False, **kwargs) -> None:
+        """`java_controllers`: the three controllers are RocketMQ 5.3's ControllerStartup
+        on the same controller.conf, instead of raftmq's."""
+        super().__init__(base_dir, java, **kwargs)
+        self.java_controllers = java_controllers
+        for node in java:  # RocketMQ 5 honours haListenPort; its default is listenPort + 1
+            self.ha_addrs[node] = f"{LOOPBACK}:{parse_address(self.broker_addrs[node])[1] + 1}"
+
+    async def wait_caught_up(self, timeout_s: float = 60.0) -> None:
+        """Until every running member's CommitLog ends at the same offset and each has
+        dispatched it, whichever kinds they are."""
+        await self._same_commitlog_end(timeout_s)
+
+    def start_controller(self, name: str, join: bool = False) -> None:
+        if not self.java_controllers:
+            super().start_controller(name, join)
+            return
+        conf = self.controller_conf(name, join)
+        self._spawn_java(name, CONTROLLER_MAIN, conf, self.profile.namesrv_flags)
+
+    def _is_java(self, name: str) -> bool:
+        return super()._is_java(name) or (name in self.CONTROLLERS and self.java_controllers)
+
+    def _java_conf(self, node: str) -> dict[str, str]:
+        ours = {**self._broker_conf(node), **self.extra_conf}
+        keys = (
+            "brokerId", "brokerRole", "enableControllerMode", "controllerAddr",
+            "allAckInSyncStateSet", "haListenPort", "haSendHeartbeatInterval",
+            "haHousekeepingInterval",
+        )  # fmt: skip
+        return {
+            **super()._java_conf(node),
+            **{key: ours[key] for key in keys},
+            "storePathCommitLog": str(self.commitlog_dir(node)),
+            **self.extra_conf,  # RocketMQ's keys, which both kinds read
+        }
+
+    async def sync_state(self) -> dict:
+        """The controllers' view of the group (CONTROLLER_GET_SYNC_STATE_DATA at their
+        leader): masterAddress, masterEpoch, inSyncReplicas... A Java broker does not
+        report its SyncStateSet the way raftmq's does (`syncStateSet` in its runtime
+        table), so the group is watched from the controllers."""
+        async with Admin([self.namesrv_addr]) as admin:
+            address = await controller_leader(admin, next(iter(self.controller_addrs.values())))
+            response = await admin.call(
+                address,
+                RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+                body=json.dumps([self.broker_name]).encode(),
+            )
+        return json.loads(response.body)["replicasInfoTable"][self.broker_name]
+
+    async def wait_in_sync(self, count: int, timeout_s: float = 60.0) -> str:
+        """The master, once the controllers list `count` members in its SyncStateSet
+        and it serves as master (brokerId 0 at the name server)."""
+        by_address = {a: n for n, a in self.broker_addrs.items()}
+        with trio.fail_after(timeout_s):
+            while True:
+                with contextlib.suppress(OSError, RemotingError, MQClientError, KeyError):
+                    state = await self.sync_state()
+                    master = by_address.get(state.get("masterAddress"))
+                    if (
+                        master in self.procs
+                        and len(state["inSyncReplicas"]) == count
+                        and await self.master_address() == self.broker_addrs[master]
+                    ):
+                        return master
+                await trio.sleep(0.1)

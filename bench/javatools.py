@@ -34,6 +34,8 @@ JAVA_DIR = Path(__file__).resolve().with_name("java")
 ROCKETMQ_HOME = JAVA_DIR / "home"
 #: RocketMQ's 4.9 name server and broker (no drivers of ours).
 SERVER_POM = JAVA_DIR / "server" / "pom.xml"
+#: RocketMQ 5.3's name server, broker, controller and proxy (no drivers of ours).
+SERVER5_POM = JAVA_DIR / "server5" / "pom.xml"
 #: RocketMQ's 5.x gRPC client and its driver (Client5Peer.java), through a proxy.
 CLIENT5_POM = JAVA_DIR / "client5" / "pom.xml"
 #: RocketMQ 5.3.3's mqadmin, for its controller verbs.
@@ -128,5 +130,6 @@ class JavaTool:
 if __name__ == "__main__":
     print(JavaTool().build())
     print(JavaTool(SERVER_POM).build())
+    print(JavaTool(SERVER5_POM).build())
     print(JavaTool(CLIENT5_POM).build())
     print(JavaTool(TOOLS5_POM).build())
