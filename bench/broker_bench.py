@@ -20,12 +20,12 @@ pipelined generator in Python, in this process. Each row names the generator tha
 and CPU per message is counted per role: master, followers, name server, generator and
 (with the Go generator) this process, which runs the pullers.
 
-The same generator, unchanged, loads Apache RocketMQ 4.9.7's Java brokers and name
-server (`JAVA_SYSTEMS`, started by bench/java_brokers.py as the tests start them): its
-DLedger mode and its classic SYNC_MASTER + SLAVE, each with flushDiskType=SYNC_FLUSH
-and with its defaults, with the same window, connections and warm-up (`measure`'s
-`system`). Every system gets the same warm-up (WARMUP_S at the measured window), and a
-row per count of connections.
+The same generator, unchanged, loads Apache RocketMQ's Java brokers and name server
+(`JAVA_SYSTEMS`, started by bench/java_brokers.py as the tests start them): 4.9.7's
+DLedger mode and 5.3.3's classic SYNC_MASTER + SLAVE, each with
+flushDiskType=SYNC_FLUSH and with its defaults, and 5.3.3's controller mode, with the
+same window, connections and warm-up (`measure`'s `system`). Every system gets the same
+warm-up (WARMUP_S at the measured window), and a row per count of connections.
 """
 
 from __future__ import annotations
@@ -45,7 +45,13 @@ import trio
 
 from bench import cpu, gotools
 from bench.dledger_bench import percentile
-from bench.java_brokers import BENCH_PROFILE, MixedClassicGroup, MixedDLedgerGroup
+from bench.java_brokers import (
+    BENCH_PROFILE,
+    MixedClassicGroup,
+    MixedControllerGroup,
+    MixedDLedgerGroup,
+)
+from bench.javatools import SERVER5_POM
 from bench.rss import peak_rss_mib
 from raftmq.config.address import parse_address
 from raftmq.protocol.headers import send_header_v2
@@ -316,43 +322,69 @@ def _java_dledger(flush_disk_type: str) -> Callable[[str], LocalCluster]:
 
 
 def _java_classic(flush_disk_type: str) -> Callable[[str], LocalCluster]:
-    """Apache RocketMQ's classic HA: a Java SYNC_MASTER, one Java SLAVE, its name server."""
+    """Apache RocketMQ 5.3's classic HA: a Java SYNC_MASTER, one Java SLAVE, its name
+    server."""
     return functools.partial(
         MixedClassicGroup, java={"n0", "n1"}, slaves=1, master_role="SYNC_MASTER",
         profile=BENCH_PROFILE, flush_disk_type=flush_disk_type, java_namesrv=True,
+        server_pom=SERVER5_POM,
     )  # fmt: skip
 
 
-ROCKETMQ = "Apache RocketMQ 4.9.7"
-_CLASSIC_FAILOVER = "4.9's classic HA has no failover: a SLAVE never takes writes"
+def _java_controller(base_dir: str) -> LocalCluster:
+    """Apache RocketMQ 5.3's controller mode as its quick start runs it: two Java
+    brokers (brokerId=-1, allAckInSyncStateSet=true), three Java controllers, its name
+    server; RocketMQ's defaults otherwise (ASYNC_FLUSH)."""
+    return MixedControllerGroup(
+        base_dir, java={"n0", "n1"}, java_controllers=True, replicas=2,
+        profile=BENCH_PROFILE, java_namesrv=True,
+    )  # fmt: skip
+
+
+ROCKETMQ = "Apache RocketMQ"
+ROCKETMQ4 = f"{ROCKETMQ} 4.9.7"
+ROCKETMQ5 = f"{ROCKETMQ} 5.3.3"
+_CLASSIC_FAILOVER = "classic HA has no failover: a SLAVE never takes writes"
 #: Apache RocketMQ's Java brokers, each labelled with what its acknowledgement means.
 #: DLedger 0.3.1.2 acknowledges on a quorum's append to the page cache and flushes every
 #: 10 ms; flushDiskType does not reach it (DLedgerCommitLog never takes the flush path).
 #: A SYNC_MASTER acknowledges once its SLAVE has the bytes (in its page cache), and with
 #: SYNC_FLUSH once its own fsync (group commit) is done too.
+#: A controller-mode master with allAckInSyncStateSet acknowledges once every member of
+#: the SyncStateSet has the bytes, which under ASYNC_FLUSH means their page caches.
 JAVA_SYSTEMS = (
     System(
-        f"{ROCKETMQ} DLedger R3 SYNC_FLUSH (no effect: quorum page cache)",
+        f"{ROCKETMQ4} DLedger R3 SYNC_FLUSH (no effect: quorum page cache)",
         _java_dledger("SYNC_FLUSH"),
     ),
     System(
-        f"{ROCKETMQ} DLedger R3 defaults (ASYNC_FLUSH: quorum page cache)",
+        f"{ROCKETMQ4} DLedger R3 defaults (ASYNC_FLUSH: quorum page cache)",
         _java_dledger("ASYNC_FLUSH"),
     ),
     System(
-        f"{ROCKETMQ} SYNC_MASTER+SLAVE SYNC_FLUSH (master fsync, slave page cache)",
+        f"{ROCKETMQ5} SYNC_MASTER+SLAVE SYNC_FLUSH (master fsync, slave page cache)",
         _java_classic("SYNC_FLUSH"),
         no_failover=_CLASSIC_FAILOVER,
     ),
     System(
-        f"{ROCKETMQ} SYNC_MASTER+SLAVE defaults (ASYNC_FLUSH: both page caches)",
+        f"{ROCKETMQ5} SYNC_MASTER+SLAVE defaults (ASYNC_FLUSH: both page caches)",
         _java_classic("ASYNC_FLUSH"),
         no_failover=_CLASSIC_FAILOVER,
     ),
+    System(
+        f"{ROCKETMQ5} controller mode R2 defaults (ASYNC_FLUSH: both page caches)",
+        _java_controller,
+    ),
 )
-#: RocketMQ DLedger's default election timing (reference dledger.md): heartbeats every
-#: 2 s, a follower stands after 3 missed (6 s), then votes after 300-1000 ms gaps.
-JAVA_DLEDGER_ELECTION = "DLedger defaults: 2 s heartbeats, a candidate after 6 s silent"
+#: Each Java system's default election timing: DLedger's (reference dledger.md):
+#: heartbeats every 2 s, a follower stands after 3 missed (6 s), then votes after
+#: 300-1000 ms gaps; the controller's (controller.md): it elects as soon as a broker's
+#: connection closes, a silent one after controllerHeartBeatTimeoutMills (10 s).
+JAVA_ELECTION = {
+    "DLedger": "DLedger defaults: 2 s heartbeats, a candidate after 6 s silent",
+    "controller": "controller defaults: elected when the master's connection closes,"
+    " or 10 s after its last heartbeat",
+}
 
 
 async def measure(
@@ -455,7 +487,8 @@ def _notes(system: System, generator: str, connections: int, load: dict, single:
     if system.no_failover:
         notes += f"; no failover figure: {system.no_failover}"
     elif system in JAVA_SYSTEMS:
-        notes += f"; failover with {JAVA_DLEDGER_ELECTION}"
+        kind = "DLedger" if " DLedger " in system.name else "controller"
+        notes += f"; failover with {JAVA_ELECTION[kind]}"
     if load.get("first_error"):
         notes += f"; {load['errors']} errors, the first: {load['first_error']}"
     return notes

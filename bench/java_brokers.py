@@ -9,7 +9,10 @@ name server, so the two replicate over RocketMQ's HA protocol. `MixedDLedgerGrou
 the same for a DLedger group (LocalCluster). Either can restart a member as the other
 kind on its store (`reboot_as`). With every member in `java` and `java_namesrv`, the
 name server is RocketMQ's NamesrvStartup too: Apache RocketMQ alone, as `bench broker`
-runs it beside raftmq (BENCH_PROFILE, each `flush_disk_type`).
+runs it beside raftmq (BENCH_PROFILE, each `flush_disk_type`). `server_pom` picks the
+release: 4.9.7, or RocketMQ 5.3.3 (bench/java/server5/pom.xml). `MixedControllerGroup`
+is the same for a controller-mode group (RocketMQ 5.3.3's brokers, and with
+`java_controllers` its ControllerStartup instead of raftmq's controllers).
 
 A Java broker binds listenPort - 2 (its VIP channel) and listenPort + 1 (its HA port,
 forced so in 4.9), so its listen port is chosen with both free, and its HA address is
@@ -23,6 +26,7 @@ import json
 import signal
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import trio
 
@@ -116,9 +120,6 @@ class JavaMembers(LocalCluster):
     raftmq's (`_java_conf`), listening where a Java broker can (its listenPort - 2 and
     + 1 free), and any member can be restarted as the other kind on its store."""
 
-    #: Which RocketMQ's Java broker a member runs (bench/java/server: 4.9.7).
-    server_pom = SERVER_POM
-
     def __init__(
         self,
         base_dir,
@@ -126,10 +127,12 @@ class JavaMembers(LocalCluster):
         profile: JavaProfile = TEST_PROFILE,
         flush_disk_type: str = "ASYNC_FLUSH",
         java_namesrv: bool = False,
+        server_pom: Path = SERVER_POM,
         **kwargs,
     ) -> None:
         """`profile` runs the Java processes; `flush_disk_type` is the Java brokers'
-        flushDiskType; `java_namesrv` runs RocketMQ's name server instead of raftmq's."""
+        flushDiskType; `java_namesrv` runs RocketMQ's name server instead of raftmq's;
+        `server_pom` names the release (bench/java/server: 4.9.7, server5: 5.3.3)."""
         super().__init__(base_dir, **kwargs)
         assert java <= set(self.ids), java
         assert flush_disk_type in ("ASYNC_FLUSH", "SYNC_FLUSH"), flush_disk_type
@@ -138,6 +141,7 @@ class JavaMembers(LocalCluster):
         self.profile = profile
         self.flush_disk_type = flush_disk_type
         self.java_namesrv = java_namesrv
+        self.server_pom = server_pom
         for node in self.ids:  # every member's listenPort - 2 is free: a raftmq master's
             port = _java_listen_port()  # VIP channel, for its Java slaves' sync
             self.broker_addrs[node] = self.client_addrs[node] = f"{LOOPBACK}:{port}"
@@ -342,11 +346,10 @@ class MixedControllerGroup(JavaMembers, LocalControllerGroup):
     take their ids and roles from raftmq's controllers and replicate with raftmq's
     brokers over RocketMQ 5's AutoSwitch HA protocol."""
 
-    server_pom = SERVER5_POM
-
     def __init__(self, base_dir, java: set[str], java_controllers: bool = False, **kwargs) -> None:
         """`java_controllers`: the three controllers are RocketMQ 5.3's ControllerStartup
         on the same controller.conf, instead of raftmq's."""
+        kwargs.setdefault("server_pom", SERVER5_POM)
         super().__init__(base_dir, java, **kwargs)
         self.java_controllers = java_controllers
         for node in java:  # RocketMQ 5 honours haListenPort; its default is listenPort + 1

@@ -85,16 +85,17 @@ def test_the_grpc_rows_send_and_receive_through_mqproxy():
 @pytest.mark.requires("rocketmq-java", "go")
 @pytest.mark.parametrize(
     # The rows with RocketMQ's defaults start the same groups with another flushDiskType:
-    # the two kinds of group are what this checks (each case costs about a minute).
+    # the three kinds of group are what this checks (each case costs about a minute).
     "system",
-    [broker_bench.JAVA_SYSTEMS[0], broker_bench.JAVA_SYSTEMS[2]],
-    ids=["dledger-sync", "classic-sync"],
+    [broker_bench.JAVA_SYSTEMS[0], broker_bench.JAVA_SYSTEMS[2], broker_bench.JAVA_SYSTEMS[4]],
+    ids=["dledger-sync", "classic-sync", "controller"],
 )
 def test_the_java_rows_measure_apache_rocketmq_with_the_same_generator(system):
     """Apache RocketMQ's rows for one size: RocketMQ's own name server and brokers (Java
     processes), loaded by the Go generator raftmq's rows use, a row per count of
     connections, with each JVM's CPU per message measured, and a failover figure where
-    the group elects a master by itself (DLedger) and none where it cannot (classic).
+    the group elects a master by itself (DLedger, controller mode) and none where it
+    cannot (classic).
     The warm-up is cut to a second: this checks the rows, not the figures."""
     trials = 0 if system.no_failover else 1
     measure = partial(broker_bench.measure, system=system, warmup_s=1.0)
