@@ -68,8 +68,9 @@ BROKER_COLUMNS = [
     ("cpu_puller_us", "puller"),
 ]
 
-#: `bench broker --grpc`: the same group through mqproxy, sends then receive+ack, in a
-#: table of its own below the remoting rows (bench/broker_bench.py measure_grpc).
+#: `bench broker --grpc`: the same group through mqproxy (and, with the rocketmq peer,
+#: through Apache RocketMQ's proxy), sends then receive+ack, in a table of its own below
+#: the remoting rows (bench/broker_bench.py measure_grpc).
 GRPC_COLUMNS = [
     ("system", "system"),
     ("size", "size B"),
@@ -189,12 +190,16 @@ def run_broker(args) -> list[dict]:
                 if fallback:
                     row["notes"] += f"; {fallback}"
                 rows.append(row)
-        if args.grpc:
-            print(f"{broker_bench.GRPC_SYSTEM}, {size} B ...", file=sys.stderr, flush=True)
+        # through Apache's proxy too, with the RocketMQ peer
+        proxies = (
+            broker_bench.GRPC_SYSTEMS if "rocketmq" in args.peers else [broker_bench.GRPC_SYSTEM]
+        )
+        for system in proxies if args.grpc else ():
+            print(f"{system}, {size} B ...", file=sys.stderr, flush=True)
             rows.append(
                 _measured(
-                    broker_bench.GRPC_SYSTEM, "size", size, trio.run, broker_bench.measure_grpc,
-                    size, args.duration, args.window,
+                    system, "size", size, trio.run, broker_bench.measure_grpc,
+                    size, args.duration, args.window, system,
                 )
             )  # fmt: skip
         if "nats" in args.peers:
@@ -388,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     br.add_argument(
         "--grpc",
         action="store_true",
-        help="also the gRPC path: sends and receive+ack through mqproxy (Go generator)",
+        help="also the gRPC path: sends and receive+ack through mqproxy, and through"
+        " Apache RocketMQ's proxy with the rocketmq peer (Go generator)",
     )
     br.add_argument(
         "--stages",
@@ -440,9 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{machine(load_at_start)}\n")
     grpc_rows = []
     if args.what == "broker":
-        from bench.broker_bench import GRPC_SYSTEM
+        from bench.broker_bench import GRPC_SYSTEMS
 
-        grpc_rows = [row for row in rows if row["system"] == GRPC_SYSTEM]
+        grpc_rows = [row for row in rows if row["system"] in GRPC_SYSTEMS]
     print(table([row for row in rows if row not in grpc_rows], columns))
     if grpc_rows:
         print(f"\n{table(grpc_rows, GRPC_COLUMNS)}")

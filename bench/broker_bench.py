@@ -47,9 +47,11 @@ from bench import cpu, gotools
 from bench.dledger_bench import percentile
 from bench.java_brokers import (
     BENCH_PROFILE,
+    PROXY_FLAGS,
     MixedClassicGroup,
     MixedControllerGroup,
     MixedDLedgerGroup,
+    start_java_proxy,
 )
 from bench.javatools import SERVER5_POM
 from bench.rss import peak_rss_mib
@@ -643,6 +645,12 @@ def _roles(cluster: LocalCluster, master: str) -> dict[str, int]:
 
 # ---------------------------------------------------------------- the gRPC path
 GRPC_SYSTEM = "raftmq broker R3 through mqproxy (gRPC)"
+#: The same group and load through Apache RocketMQ 5.3.3's own proxy (ProxyStartup,
+#: cluster mode) instead: what the proxy costs in each.
+GRPC_JAVA_SYSTEM = f"raftmq broker R3 through {ROCKETMQ5}'s proxy (gRPC)"
+GRPC_SYSTEMS = (GRPC_SYSTEM, GRPC_JAVA_SYSTEM)
+#: The proxy threads a row's notes name, the busiest first (a JVM has dozens).
+GRPC_THREADS_NOTED = 6
 GRPC_GENERATOR = gotools.GoModule("grpc_pub")
 #: Messages per ReceiveMessage; `window` // RECEIVE_BATCH long polls are kept open, so
 #: about `window` messages are in flight between receipt and acknowledgement.
@@ -650,20 +658,31 @@ RECEIVE_BATCH = 32
 GRPC_GROUP = "BENCH_CG"
 
 
-async def measure_grpc(size: int, duration_s: float, window: int) -> dict:
-    """The gRPC rows' figures: the same group behind an `mqproxy`, the Go generator
-    (bench/grpc_pub) speaking apache.rocketmq.v2 to it.  First `window` SendMessage
-    calls in flight (sends/s, p50/p99, CPU per message per role), then the backlog they
-    left received (ReceiveMessage, long-polled, RECEIVE_BATCH at a time) and each message
-    acknowledged by its own AckMessage (received+acked/s, CPU per message per role).
-    The proxy's CPU is also split by thread (the main thread, gRPC's)."""
+async def measure_grpc(
+    size: int, duration_s: float, window: int, system: str = GRPC_SYSTEM
+) -> dict:
+    """The gRPC rows' figures: the same group behind an `mqproxy` (or, for
+    GRPC_JAVA_SYSTEM, Apache RocketMQ's proxy), the Go generator (bench/grpc_pub)
+    speaking apache.rocketmq.v2 to it.  First `window` SendMessage calls in flight
+    (sends/s, p50/p99, CPU per message per role), then the backlog they left received
+    (ReceiveMessage, long-polled, RECEIVE_BATCH at a time) and each message acknowledged
+    by its own AckMessage (received+acked/s, CPU per message per role). The proxy's CPU
+    is also split by thread (mqproxy's main thread, gRPC's; the JVM's busiest)."""
+    assert system in GRPC_SYSTEMS, system
     with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
         async with LocalCluster(tmp) as cluster:
             await cluster.create_topic(TOPIC, QUEUES)
             master = await cluster.wait_master()
-            endpoint = await cluster.start_proxy()
+            if system == GRPC_JAVA_SYSTEM:
+                endpoint = await start_java_proxy(cluster, "proxy")
+            else:
+                endpoint = await cluster.start_proxy()
             roles = {"proxy": cluster.pid("proxy"), **_roles(cluster, master)}
             run = (endpoint, cluster.broker_name, size)
+            # The group receives first, from the empty queues: Apache's proxy starts a
+            # group new to a queue at its end (POP initMode MAX), so the group must be
+            # placed before the sends whose backlog it is to receive.
+            await trio.to_thread.run_sync(_grpc_run, "receive", *run, 1, 0.5)
             warm = await trio.to_thread.run_sync(_grpc_run, "send", *run, 16, 1.0)
             sends, send_cpu, send_threads = await trio.to_thread.run_sync(
                 _grpc_load, roles, "send", *run, window, duration_s
@@ -672,19 +691,23 @@ async def measure_grpc(size: int, duration_s: float, window: int) -> dict:
                 _grpc_load, roles, "receive", *run, max(1, window // RECEIVE_BATCH), duration_s
             )
             stored = await _stored(cluster, master)
+    noted = [dict(list(t.items())[:GRPC_THREADS_NOTED]) for t in (send_threads, receive_threads)]
     notes = (
         f"load from the Go generator (bench/grpc_pub, {CONNECTIONS} HTTP/2 connections to "
-        f"mqproxy); receive+ack: {max(1, window // RECEIVE_BATCH)} long polls of "
+        f"the proxy); receive+ack: {max(1, window // RECEIVE_BATCH)} long polls of "
         f"{RECEIVE_BATCH}, one AckMessage per message, over the backlog the sends left; "
-        f"proxy CPU µs/msg by thread, sends {send_threads}, receive+ack {receive_threads}"
+        f"proxy CPU µs/msg by thread (the busiest {GRPC_THREADS_NOTED}), sends {noted[0]}, "
+        f"receive+ack {noted[1]}"
     )
+    if system == GRPC_JAVA_SYSTEM:
+        notes += f"; the proxy's JVM {_flags(PROXY_FLAGS)}"
     if receives["empty"]:
         notes += f"; the backlog ran out ({receives['empty']} empty polls)"
     for phase in (sends, receives):
         if phase.get("first_error"):
             notes += f"; first error: {phase['first_error']}"
     return {
-        **_row(GRPC_SYSTEM, GO, size, window, sends),
+        **_row(system, GO, size, window, sends),
         "errors": warm["errors"] + sends["errors"],
         "sent": warm["sent"] + sends["sent"],  # the warm-up's too: each is stored
         "stored": stored,

@@ -414,3 +414,33 @@ class MixedControllerGroup(JavaMembers, LocalControllerGroup):
                     ):
                         return master
                 await trio.sleep(0.1)
+
+
+PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
+#: A proxy in cluster mode holds no messages: RocketMQ's runserver.sh gives it 4 GiB,
+#: reference java-peers.md §3 sizes it at 512 MiB on this machine.
+PROXY_FLAGS = (*_OPENS, "-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseG1GC")
+
+
+async def start_java_proxy(cluster: LocalCluster, name: str = "java-proxy") -> str:
+    """Start Apache RocketMQ 5.3.3's own proxy (ProxyStartup, cluster mode) in front of
+    `cluster`'s name server, as process `name` of the cluster (stopped with it); returns
+    its gRPC endpoint once it serves. Its remoting port is a free one too."""
+    grpc_port, remoting_port = free_ports(2, {LOOPBACK})
+    conf = cluster.proxy_conf(
+        name, grpc_port, proxyMode="cluster", remotingListenPort=remoting_port
+    )
+    command = JavaTool(SERVER5_POM).command(
+        PROXY_MAIN, "-pc", str(conf), "-pm", "cluster",
+        properties={"user.home": str(cluster.base_dir / name)},  # its ~/logs
+        jvm_flags=PROXY_FLAGS,
+    )  # fmt: skip
+    path = cluster.base_dir / f"{name}.log"
+    with path.open("ab") as log:
+        cluster.procs[name] = proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    with trio.fail_after(JAVA_BOOT_TIMEOUT_S):
+        while b"startup successfully" not in path.read_bytes():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited at start:\n{path.read_text()[-2000:]}")
+            await trio.sleep(0.1)
+    return f"{LOOPBACK}:{grpc_port}"

@@ -7,8 +7,11 @@ Go can be had, else its Python one), measured phase after phase in the same sitt
 - `payload` and `window`: acked/s, p50/p99 and CPU µs per message per role against the
   message size (at the default window) and against the sends in flight (at 1 KiB);
 - `topics`: the same load over 1 topic and over many topics of 4 queues each, and the
-  group's CPU while idle with 1 topic, with the many topics created, and once all their
-  queues exist: periodic work (dispatch checkpoints, registration) next to idle queues;
+  group's CPU (and the master's RSS) while idle with 1 topic, with the many topics
+  created, and once all their queues exist: periodic work (dispatch checkpoints,
+  registration) next to idle queues. With the `rocketmq` peer, the same phase again
+  against Apache RocketMQ 4.9.7's DLedger mode (three Java brokers, as `bench broker`
+  runs them), the same generator and load, in the same tables;
 - `rss`: a backlog written to one topic, every broker's RSS split into RssAnon (heap:
   what a leak grows) and RssFile (touched pages of the mapped log segments, which the
   kernel reclaims) sampled as the log grows;
@@ -63,14 +66,20 @@ _LOAD = [
     ("cpu_follower_us", "per follower"),
     ("cpu_generator_us", "generator"),
 ]
-_TOPICS = [("load", "load over"), *_LOAD[2:]]
+_TOPICS = [("load", "load over"), ("system", "system"), *_LOAD[2:]]
 _IDLE = [
     ("idle", "idle, no load"),
+    ("system", "system"),
     ("settled_s", "checkpoint after s"),
     ("idle_leader_ms", "CPU ms/s leader"),
     ("idle_follower_ms", "per follower"),
     ("idle_namesrv_ms", "name server"),
+    ("leader_rss_mib", "RSS MiB leader"),
 ]
+RAFTMQ = "raftmq"
+#: RocketMQ writes no file to watch for its dispatch: it flushes its ConsumeQueues every
+#: second (flushIntervalConsumeQueue) and its checkpoint with them; this is waited instead.
+JAVA_SETTLE_S = 3.0
 _RSS = [("log_mib", "log MiB written")] + [
     (f"{member}_{part}_mib", f"{title} {part}")
     for member, title in (
@@ -142,7 +151,11 @@ async def _run(args, generator: str) -> list[Table]:
         Table("payload", f"acked/s and latency against payload size (window {args.window})", _LOAD),
         Table("window", "acked/s and latency against sends in flight (1 KiB)", _LOAD),
         Table("topics", f"1 topic against {args.topics:,} topics under the same load", _TOPICS),
-        Table("idle", "the group's CPU with no load (ms of CPU per second)", _IDLE),
+        Table(
+            "idle",
+            "the group's CPU (and the master's RSS) with no load (CPU in ms per second)",
+            _IDLE,
+        ),
         Table(
             "rss",
             f"RSS MiB per broker (RssAnon, RssFile) as {args.backlog_mib} MiB are written",
@@ -165,6 +178,14 @@ async def _run(args, generator: str) -> list[Table]:
                 await _topics_phase(sitting, by_name, args)
             if args.backlog_mib:
                 await _backlog_phase(sitting, by_name, args)
+    if args.topics and "rocketmq" in args.peers:
+        java = broker_bench.JAVA_SYSTEMS[1]  # DLedger R3, RocketMQ's defaults
+        with tempfile.TemporaryDirectory(prefix="bench-scale-java-") as tmp:
+            async with java.group(tmp) as cluster:
+                await cluster.create_topic(TOPIC, QUEUES)
+                sitting = Sitting(cluster, generator, args.duration, system=java.name)
+                await sitting.warm_up()
+                await _topics_phase(sitting, by_name, args)
     return [t for t in tables if t.rows]
 
 
@@ -182,9 +203,11 @@ async def _topics_phase(sitting: Sitting, by_name: dict[str, Table], args) -> No
     if "error" in created:
         return
     topics.notes.append(
-        f"{many.topics:,} topics created in {created['created_s']:.1f} s; before the measured "
-        "load over them (and the 1 topic's), a warm-up load reached each of their queues "
-        "(the first message of a queue creates its file) and a dispatch checkpoint passed"
+        f"{sitting.system}: {many.topics:,} topics created in {created['created_s']:.1f} s;"
+        " before the measured load over them (and the 1 topic's), a warm-up load reached each"
+        " of their queues (the first message of a queue creates its file) and a dispatch"
+        " checkpoint passed"
+        + ("" if sitting.system == RAFTMQ else f" (for RocketMQ: {JAVA_SETTLE_S:g} s)")
     )
     await sitting.row(topics, what_many, sitting.warm_then_load, 1024, args.window, many)
     await sitting.row(idle, f"{what_many}, after load", sitting.idle, args.idle)
@@ -215,7 +238,12 @@ async def _backlog_phase(sitting: Sitting, by_name: dict[str, Table], args) -> N
 class Sitting:
     """The group under measurement, and how each phase measures it."""
 
-    def __init__(self, cluster: LocalCluster, generator: str, duration_s: float) -> None:
+    def __init__(
+        self, cluster: LocalCluster, generator: str, duration_s: float, system: str = RAFTMQ
+    ) -> None:
+        """`system` names what `cluster` runs: raftmq, or one of Apache RocketMQ's
+        JAVA_SYSTEMS (whose dispatch is waited for by time, JAVA_SETTLE_S)."""
+        self.system = system
         self.cluster = cluster
         self.generator = generator
         self.duration_s = duration_s
@@ -226,10 +254,10 @@ class Sitting:
         """`measure(*args)`'s row in `table`; a failure gives a row naming its error."""
         print(f"scale: {table.name}, {what} ...", file=sys.stderr, flush=True)
         try:
-            row = {"what": what, **await measure(*args)}
+            row = {"what": what, "system": self.system, **await measure(*args)}
         except Exception as exc:  # noqa: BLE001 - a row naming it; other phases run
             print(f"scale: {table.name}, {what} failed: {exc!r}", file=sys.stderr, flush=True)
-            row = {"what": what, "error": repr(exc)}
+            row = {"what": what, "system": self.system, "error": repr(exc)}
         row.setdefault(table.columns[0][0], what)
         table.rows.append(row)
         return row
@@ -298,17 +326,22 @@ class Sitting:
         await trio.sleep(idle_s)
         ms_per_s = {role: us / idle_s / 1000 for role, us in meter.per_message_us(1).items()}
         followers = [v for role, v in ms_per_s.items() if role.startswith("follower")]
+        rss = rss_split_mib(roles["leader"])
         return {
             "settled_s": settled_s,
             "idle_leader_ms": ms_per_s.get("leader"),
             "idle_follower_ms": sum(followers) / len(followers) if followers else None,
             "idle_namesrv_ms": ms_per_s.get("namesrv"),
+            "leader_rss_mib": sum(rss.values()) if rss else None,
         }
 
     async def _checkpointed_since(self, moment: float) -> float | None:
         """Wait until every member has written its dispatch checkpoint after `moment`
         (time.time(); a checkpoint comes every 5 to 60 s); the seconds waited, None when
-        none came."""
+        none came. A Java group: JAVA_SETTLE_S."""
+        if self.system != RAFTMQ:
+            await trio.sleep(JAVA_SETTLE_S)
+            return JAVA_SETTLE_S
         started = time.monotonic()
         with trio.move_on_after(CHECKPOINT_MAX_INTERVAL_S + 5.0) as waiting:
             while True:

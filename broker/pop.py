@@ -22,7 +22,10 @@ A group without a pop offset starts from its committed consumer offset (a group
 moving from PULL to POP continues), else from the queue's first message
 (initMode 0, MIN, and every retry topic) or its end (initMode 1, MAX). Apache starts a
 MAX group at 0 when the queue's first message is still in memory; this broker has
-no such notion and starts it at the end.
+no such notion and starts it at the end. That start is pinned by the first pop of the
+queue, as Apache commits it, even when the pop finds nothing: a checkpoint of no
+message moves the pop offset there. Otherwise every pop of a MAX group would start
+again at the end, and it would never see a message (Apache's proxy pops with MAX).
 
 FIFO (`order=true`): one batch per queue in flight; while any of its messages is
 un-acked and invisible the queue answers nothing (checkBlock), unless the request
@@ -349,7 +352,10 @@ class PopProcessor:
         offset = self.start_offset(group, queue_topic, queue_id, init_mode)
         result = self.store.get_message(queue_topic, queue_id, offset, room, codes, matches)
         if result.next_begin_offset <= offset and not result.count:
-            return None
+            if key in self.state.offsets or self.offsets.query(*key) is not None:
+                return None
+            # a group new to this queue: its start is pinned (see the module's docstring)
+            return Popped(queue_topic, queue_id, offset, [], offset, [], {})
         records = result.records if result.count else []
         offsets = [codec.decode(r, read_body=False)[0].queue_offset for r in records]
         counts = dict.fromkeys(offsets, 0) if order else {}

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bench import broker_bench
 from bench.broker_bench import TOPIC, Spread
 from bench.scale_bench import next_chunk_s, sample_points, sizes
 
@@ -16,7 +17,7 @@ TABLES = {
     "payload": "acked/s and latency against payload size",
     "window": "acked/s and latency against sends in flight",
     "topics": "1 topic against 20 topics under the same load",
-    "idle": "the group's CPU with no load",
+    "idle": "the group's CPU (and the master's RSS) with no load",
     "rss": "RSS MiB per broker (RssAnon, RssFile)",
     "catch-up": "a consumer catching up on the backlog",
 }
@@ -51,12 +52,15 @@ def test_a_load_spread_over_topics_names_them_as_the_go_generator_does():
 
 
 @pytest.mark.processes
-@pytest.mark.requires("go")
+@pytest.mark.requires("go", "rocketmq-java")
 def test_a_small_scale_run_fills_every_table(tmp_path):
+    """raftmq's every phase, and the topics phase against Apache RocketMQ's DLedger mode
+    too, in the same tables."""
     out = tmp_path / "scale.json"
     command = [sys.executable, "-m", "bench", "broker", "--scale", "--duration", "0.5"]
     command += ["--payloads", "128,4K", "--windows", "1,64", "--topics", "20", "--idle", "0.5"]
     command += ["--backlog-mib", "24", "--rss-samples", "3", "--json", str(out)]
+    command += ["--peers", "rocketmq"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "load average at the start" in run.stdout and "load generator: go" in run.stdout
@@ -72,11 +76,16 @@ def test_a_small_scale_run_fills_every_table(tmp_path):
         assert 0 < row["p50_ms"] <= row["p99_ms"]
         assert row["cpu_leader_us"] > 0 and row["cpu_follower_us"] > 0
         assert row["cpu_generator_us"] > 0
-    assert [r["queues"] for r in tables["topics"]] == [4, 80]
-    assert len(tables["idle"]) == 3
+    java = broker_bench.JAVA_SYSTEMS[1].name
+    systems = ["raftmq"] * 2 + [java] * 2
+    assert [(r["system"], r["queues"]) for r in tables["topics"]] == list(
+        zip(systems, [4, 80, 4, 80], strict=True)
+    )
+    assert [r["system"] for r in tables["idle"]] == ["raftmq"] * 3 + [java] * 3
     for row in tables["idle"]:
         assert row["idle_leader_ms"] >= 0 and row["idle_follower_ms"] >= 0
         assert row["settled_s"] is not None  # a dispatch checkpoint came after the load
+        assert row["leader_rss_mib"] > 0
     rss = tables["rss"]
     assert rss[0]["log_mib"] == 0 and rss[-1]["log_mib"] >= 24 and len(rss) >= 2
     for row in rss:

@@ -189,6 +189,29 @@ async def test_an_empty_long_poll_ends_after_its_poll_time(nursery, tmp_path):
         assert await client.notification(pool, g.master().address, "G", "T", -1, 200)
 
 
+async def test_a_group_popping_from_the_end_keeps_the_start_its_first_pop_found(
+    nursery, tmp_path
+):
+    """initMode MAX (Apache's proxy pops so): a group new to an empty queue starts at its
+    end, and a message sent after that first pop is the next pop's, though the group has
+    neither committed nor popped anything. (It started again at the new end each pop.)"""
+    g = await client_group(nursery, tmp_path, topics={"T": 1})
+    await send_all(g, "T", [b"before"])
+    async with ConnectionPool() as pool:
+        first = await pop(pool, g, init_mode=vocabulary.INIT_MODE_MAX)
+        assert first.status == client.NO_NEW_MSG
+        await send_all(g, "T", [b"after"])
+        second = await pop(pool, g, init_mode=vocabulary.INIT_MODE_MAX)
+        assert [m.message.body for m in second.messages] == [b"after"]
+        # another MAX group starts at the end as well, a MIN one at the first message
+        other = await pop(pool, g, group_name="G2", init_mode=vocabulary.INIT_MODE_MAX)
+        assert other.status == client.NO_NEW_MSG
+        assert [m.message.body for m in (await pop(pool, g, group_name="G3")).messages] == [
+            b"before",
+            b"after",
+        ]
+
+
 async def test_a_long_poll_past_the_waiters_limit_is_answered_polling_full(nursery, tmp_path):
     g = await client_group(nursery, tmp_path, topics={"T": 1})
     g.master().pop.polling.per_queue_max = 0

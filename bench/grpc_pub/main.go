@@ -18,7 +18,10 @@
 // backlog that runs out does not dilute the rate) and the AckMessage latency's percentiles.
 //
 // Calls answered in the -warmup period and after -warmup + -duration are not counted.
-// Every call carries the metadata Apache's clients send (x-mq-client-id and the rest).
+// Every call carries the metadata Apache's clients send (x-mq-client-id and the rest), and
+// before the first call the generator opens a Telemetry stream and writes its Settings
+// (a producer's, or a simple consumer's with its subscription), as Apache's clients do:
+// Apache's proxy serves a ReceiveMessage only for a client whose Settings it holds.
 package main
 
 import (
@@ -30,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -142,7 +146,9 @@ func run(f flags) (map[string]any, error) {
 	t.stopAt = t.measureFrom.Add(f.duration)
 	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(
 		"x-mq-client-id", fmt.Sprintf("%s@%d@0@%s", hostname, os.Getpid(), strconv.FormatInt(start.UnixNano(), 36)),
-		"x-mq-language", "GOLANG",
+		// Apache's proxy takes this for one of remoting's LanguageCode names, where Go is
+		// GO: its Telemetry fails on "GOLANG" (Language.GOLANG's name in the protobuf).
+		"x-mq-language", "GO",
 		"x-mq-protocol", "v2",
 		"x-mq-client-version", "5.0.0",
 		"x-mq-namespace", "",
@@ -150,6 +156,9 @@ func run(f flags) (map[string]any, error) {
 	))
 	ctx, cancel := context.WithDeadline(ctx, t.stopAt.Add(f.deadline))
 	defer cancel()
+	if err := telemetry(ctx, conns[0], f); err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	var padding []byte
 	if f.size > bornBytes {
 		padding = make([]byte, f.size-bornBytes)
@@ -192,6 +201,58 @@ func run(f flags) (map[string]any, error) {
 		out["first_error"] = t.firstError
 	}
 	return out, nil
+}
+
+// telemetry opens the Telemetry stream, writes this client's Settings and waits for the
+// proxy's answer (status OK); the stream stays open until ctx ends. Settings: client_type=1
+// PRODUCER(1) or SIMPLE_CONSUMER(3), access_point=2 {scheme=1 IPv4(1), addresses=2 {host=1,
+// port=2}}, request_timeout=4 3 s, publishing=5 {topics=1} or subscription=6 {group=1,
+// subscriptions=2 {topic=1, expression=2 {type=1 TAG(1), expression=2 "*"}},
+// long_polling_timeout=5}, user_agent=7 {language=1 GOLANG(4), version=2}.
+func telemetry(ctx context.Context, cc *grpc.ClientConn, f flags) error {
+	host, portText, err := net.SplitHostPort(f.addr)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return err
+	}
+	address := varintField(bytesField(nil, 1, []byte(host)), 2, port)
+	settings := varintField(nil, 1, 1)
+	if f.mode == "receive" {
+		settings = varintField(nil, 1, 3)
+	}
+	settings = bytesField(settings, 2, bytesField(varintField(nil, 1, 1), 2, address))
+	settings = bytesField(settings, 4, duration(3*time.Second))
+	if f.mode == "receive" {
+		filter := bytesField(varintField(nil, 1, 1), 2, []byte("*"))
+		entry := bytesField(bytesField(nil, 1, resource(f.topic)), 2, filter)
+		subscription := bytesField(bytesField(nil, 1, resource(f.group)), 2, entry)
+		settings = bytesField(settings, 6, bytesField(subscription, 5, duration(f.poll)))
+	} else {
+		settings = bytesField(settings, 5, bytesField(nil, 1, resource(f.topic)))
+	}
+	settings = bytesField(settings, 7, bytesField(varintField(nil, 1, 4), 2, []byte("5.0.0")))
+	command := bytesField(nil, 2, settings)
+	desc := &grpc.StreamDesc{StreamName: "Telemetry", ServerStreams: true, ClientStreams: true}
+	stream, err := cc.NewStream(ctx, desc, service+"Telemetry")
+	if err != nil {
+		return err
+	}
+	if err := stream.SendMsg(&command); err != nil {
+		return err
+	}
+	var answer []byte
+	if err := stream.RecvMsg(&answer); err != nil {
+		return err
+	}
+	if s := field(answer, 1); s != nil {
+		if code, message := status(s); code != codeOK {
+			return fmt.Errorf("code %d: %s", code, message)
+		}
+	}
+	return nil
 }
 
 // sender keeps one SendMessage call in flight until the window ends.
