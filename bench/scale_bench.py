@@ -7,11 +7,12 @@ Go can be had, else its Python one), measured phase after phase in the same sitt
 - `payload` and `window`: acked/s, p50/p99 and CPU µs per message per role against the
   message size (at the default window) and against the sends in flight (at 1 KiB);
 - `topics`: the same load over 1 topic and over many topics of 4 queues each, and the
-  group's CPU (and the master's RSS) while idle with 1 topic, with the many topics
-  created, and once all their queues exist: periodic work (dispatch checkpoints,
-  registration) next to idle queues. With the `rocketmq` peer, the same phase again
-  against Apache RocketMQ 4.9.7's DLedger mode (three Java brokers, as `bench broker`
-  runs them), the same generator and load, in the same tables;
+  group's CPU (and the master's RSS, heap and mapped files apart) while idle with 1
+  topic, with the many topics created, and once all their queues exist: periodic work
+  (dispatch checkpoints, registration) next to idle queues. With the `rocketmq` peer,
+  the same phase again against Apache RocketMQ 4.9.7's DLedger mode (three Java
+  brokers, as `bench broker` runs them), the same generator and load, in the same
+  tables;
 - `rss`: a backlog written to one topic, every broker's RSS split into RssAnon (heap:
   what a leak grows) and RssFile (touched pages of the mapped log segments, which the
   kernel reclaims) sampled as the log grows;
@@ -66,7 +67,12 @@ _LOAD = [
     ("cpu_follower_us", "per follower"),
     ("cpu_generator_us", "generator"),
 ]
-_TOPICS = [("load", "load over"), ("system", "system"), *_LOAD[2:]]
+_TOPICS = [
+    ("load", "load over"),
+    ("system", "system"),
+    *_LOAD[2:],
+    ("caught_up_s", "warm-up dispatched in s"),
+]
 _IDLE = [
     ("idle", "idle, no load"),
     ("system", "system"),
@@ -74,12 +80,17 @@ _IDLE = [
     ("idle_leader_ms", "CPU ms/s leader"),
     ("idle_follower_ms", "per follower"),
     ("idle_namesrv_ms", "name server"),
-    ("leader_rss_mib", "RSS MiB leader"),
+    ("leader_anon_mib", "leader RssAnon MiB"),
+    ("leader_file_mib", "RssFile MiB"),
 ]
 RAFTMQ = "raftmq"
 #: RocketMQ writes no file to watch for its dispatch: it flushes its ConsumeQueues every
 #: second (flushIntervalConsumeQueue) and its checkpoint with them; this is waited instead.
 JAVA_SETTLE_S = 3.0
+#: How long the members may take to dispatch a warm-up: RocketMQ 4.9's followers took
+#: about 20 s for 2,500 topics x 4 queues (each queue's first message maps a new
+#: 5.7 MiB ConsumeQueue file).
+CAUGHT_UP_TIMEOUT_S = 600.0
 _RSS = [("log_mib", "log MiB written")] + [
     (f"{member}_{part}_mib", f"{title} {part}")
     for member, title in (
@@ -310,29 +321,32 @@ class Sitting:
             if not load["acked"]:
                 raise RuntimeError(f"nothing acknowledged: {load.get('first_error')}")
             acked += load["acked"]
-        await self.cluster.wait_caught_up()
+        started = time.monotonic()
+        await self.cluster.wait_caught_up(CAUGHT_UP_TIMEOUT_S)
+        caught_up_s = time.monotonic() - started
         if await self._checkpointed_since(time.time()) is None:
             raise RuntimeError("no dispatch checkpoint after the warm-up")
-        return await self.load(size, window, spread)
+        return {**await self.load(size, window, spread), "caught_up_s": caught_up_s}
 
     async def idle(self, idle_s: float) -> dict:
         """The CPU each member and the name server spend with no load, per second, once
         the last load's tail has passed: its dispatch, and the dispatch checkpoint
         after it, which fsyncs every queue the load wrote (once, not periodically)."""
         _master, _address, roles = await self.master()
-        await self.cluster.wait_caught_up()
+        await self.cluster.wait_caught_up(CAUGHT_UP_TIMEOUT_S)
         settled_s = await self._checkpointed_since(time.time())
         meter = cpu.CpuMeter(roles)
         await trio.sleep(idle_s)
         ms_per_s = {role: us / idle_s / 1000 for role, us in meter.per_message_us(1).items()}
         followers = [v for role, v in ms_per_s.items() if role.startswith("follower")]
-        rss = rss_split_mib(roles["leader"])
+        rss = rss_split_mib(roles["leader"]) or {}
         return {
             "settled_s": settled_s,
             "idle_leader_ms": ms_per_s.get("leader"),
             "idle_follower_ms": sum(followers) / len(followers) if followers else None,
             "idle_namesrv_ms": ms_per_s.get("namesrv"),
-            "leader_rss_mib": sum(rss.values()) if rss else None,
+            "leader_anon_mib": rss.get("anon"),  # the heap: what grows with the queues
+            "leader_file_mib": rss.get("file"),  # touched pages of mapped files
         }
 
     async def _checkpointed_since(self, moment: float) -> float | None:

@@ -85,7 +85,7 @@ def test_a_small_scale_run_fills_every_table(tmp_path):
     for row in tables["idle"]:
         assert row["idle_leader_ms"] >= 0 and row["idle_follower_ms"] >= 0
         assert row["settled_s"] is not None  # a dispatch checkpoint came after the load
-        assert row["leader_rss_mib"] > 0
+        assert row["leader_anon_mib"] > 0 and row["leader_file_mib"] >= 0
     rss = tables["rss"]
     assert rss[0]["log_mib"] == 0 and rss[-1]["log_mib"] >= 24 and len(rss) >= 2
     for row in rss:

@@ -189,9 +189,7 @@ async def test_an_empty_long_poll_ends_after_its_poll_time(nursery, tmp_path):
         assert await client.notification(pool, g.master().address, "G", "T", -1, 200)
 
 
-async def test_a_group_popping_from_the_end_keeps_the_start_its_first_pop_found(
-    nursery, tmp_path
-):
+async def test_a_group_popping_from_the_end_keeps_the_start_its_first_pop_found(nursery, tmp_path):
     """initMode MAX (Apache's proxy pops so): a group new to an empty queue starts at its
     end, and a message sent after that first pop is the next pop's, though the group has
     neither committed nor popped anything. (It started again at the new end each pop.)"""
