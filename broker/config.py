@@ -598,7 +598,8 @@ def load_broker_config(
                 "are read here"
             )
         return config, warnings
-    for key in sorted(_DLEDGER_ONLY & given.keys()):
+    dledger_only = _DLEDGER_ONLY - ({"groupAddress"} if config.enable_controller_mode else set())
+    for key in sorted(dledger_only & given.keys()):
         warnings.append(f"{where(key)}: {key}: ignored, enableDLegerCommitLog is false")
     if config.broker_id < 0:
         raise ValueError(

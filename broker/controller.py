@@ -176,8 +176,13 @@ class BrokerController:
                 master_role="SYNC_MASTER" if config.enable_controller_mode else config.broker_role,
                 classic=True,
             )
-        # a classic group's master never changes: groupAddress is for DLedger groups only
-        group_address = config.group_address if self.dledger is not None else None
+        # a classic group's master never changes without a controller: groupAddress is
+        # for DLedger groups and controller-mode groups
+        group_address = (
+            config.group_address
+            if self.dledger is not None or config.enable_controller_mode
+            else None
+        )
         self.broker_addr = BrokerAddress(config.broker_ip1, config.listen_port, group_address)
         self.stats = BrokerStats()
         self.clients = ClientManager()
@@ -260,7 +265,8 @@ class BrokerController:
                 self.registration,
                 self.broker_addr,
                 self.store,
-                on_slave=self._slave_again,
+                on_master=self._claim_group_address,
+                on_slave=self._controller_slave,
             )
         self.transactions = TransactionalMessages(
             self.role,
@@ -541,6 +547,17 @@ class BrokerController:
         self.role.become_slave(term)
         self._slave_again()
         self.registration.register_soon()
+
+    def _claim_group_address(self) -> None:
+        """Controller mode: serve the group address once master (ReplicasManager)."""
+        if self.group_listener is not None:
+            self.group_listener.claim()
+
+    def _controller_slave(self) -> None:
+        """Controller mode: a master (or a starting broker) made slave by the controller."""
+        if self.group_listener is not None:  # before any request is answered "not master"
+            self.group_listener.release()
+        self._slave_again()
 
     def _slave_again(self) -> None:
         """What a master leaves behind when it becomes a slave."""

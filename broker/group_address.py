@@ -1,5 +1,5 @@
 """The group address (`groupAddress`, raftmq's own key): one IP:port that follows the
-master of a DLedger group.
+master of a DLedger group, or of a controller-mode group.
 
 A client that holds a route keeps dialling the address in it. RocketMQ's C++ client
 asks the name server again only on its poll timer (every 30 s) or when its route has
@@ -10,7 +10,8 @@ brokerIP1:listenPort) and registers it as brokerId 0's address, so the address
 clients hold is served by whoever is master now.
 
 A member listens there only while it is master: it binds once it has become master
-(after committing an entry of its term and dispatching everything before it),
+(after committing an entry of its term and dispatching everything before it; in
+controller mode, once the controller named it master and its lease is renewed),
 retrying every BIND_RETRY_S while the address is in use (a deposed master that has
 not yet heard it is deposed still holds it), and closes the listener and every
 connection accepted through it the moment it stops being master, so that those

@@ -140,7 +140,10 @@ class ReplicasManager:
         address: BrokerAddress,
         store,
         on_slave: Callable[[], None],
+        on_master: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_master` runs once this broker serves as master (its lease renewed), before
+        it registers as one; `on_slave` once it is made a slave."""
         self.config = config
         self.replica = replica
         self.role = role
@@ -149,6 +152,7 @@ class ReplicasManager:
         self.address = address
         self.store = store
         self.on_slave = on_slave
+        self.on_master = on_master
         root = Path(config.store_path_root_dir)
         self.identity = IdentityFiles(
             Path(config.store_path_broker_identity or root / IDENTITY_FILE),
@@ -505,6 +509,7 @@ class ReplicasManager:
         asked = await self._replica_info()
         if asked is not None:
             self._renew(*asked)
+        self.on_master()
         if self._registering:
             await self.registration.register_now()
         log.warning(
