@@ -22,7 +22,6 @@ listenPort + 1.
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ import trio
 from bench.javatools import JVM_FLAGS, SERVER5_POM, SERVER_POM, JavaTool
 from raftmq.client.admin import Admin
 from raftmq.client.errors import MQClientError
-from raftmq.client.mqadmin.controller import leader as controller_leader
+from raftmq.client.mqadmin.controller import sync_state_data
 from raftmq.config.address import parse_address
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import (
@@ -389,14 +388,9 @@ class MixedControllerGroup(JavaMembers, LocalControllerGroup):
         leader): masterAddress, masterEpoch, inSyncReplicas... A Java broker does not
         report its SyncStateSet the way raftmq's does (`syncStateSet` in its runtime
         table), so the group is watched from the controllers."""
+        controller = next(iter(self.controller_addrs.values()))
         async with Admin([self.namesrv_addr]) as admin:
-            address = await controller_leader(admin, next(iter(self.controller_addrs.values())))
-            response = await admin.call(
-                address,
-                RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
-                body=json.dumps([self.broker_name]).encode(),
-            )
-        return json.loads(response.body)["replicasInfoTable"][self.broker_name]
+            return (await sync_state_data(admin, controller, [self.broker_name]))[self.broker_name]
 
     async def wait_in_sync(self, count: int, timeout_s: float = 60.0) -> str:
         """The master, once the controllers list `count` members in its SyncStateSet

@@ -80,17 +80,23 @@ async def get_controller_metadata(admin: Admin, args: argparse.Namespace) -> Non
     print()
 
 
-async def _print_sync_state_sets(admin: Admin, controller: str, names: list[str]) -> None:
-    if not names:
-        return
+async def sync_state_data(admin: Admin, controller: str, names: list[str]) -> dict:
+    """brokerName -> its replicas' info (master, epochs, in-sync and not), as the
+    controllers' leader (found through `controller`) answers CONTROLLER_GET_SYNC_STATE_DATA."""
     address = await leader(admin, controller)
     response = await admin.call(
         address, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=json.dumps(names).encode()
     )
     try:
-        table = json.loads(response.body)["replicasInfoTable"]
+        return json.loads(response.body)["replicasInfoTable"]
     except (ValueError, KeyError, TypeError) as exc:
         raise MQClientError(f"{address} answered malformed sync state data: {exc}") from None
+
+
+async def _print_sync_state_sets(admin: Admin, controller: str, names: list[str]) -> None:
+    if not names:
+        return
+    table = await sync_state_data(admin, controller, names)
     for name, info in table.items():
         in_sync, not_in_sync = info.get("inSyncReplicas") or [], info.get("notInSyncReplicas") or []
         print(
