@@ -71,6 +71,11 @@ class Liveness:
             del self.brokers[(info.cluster_name, info.broker_name, info.broker_id)]
         return gone
 
+    def next_deadline_ms(self) -> float | None:
+        """When the first heartbeat timeout of the brokers tracked passes, if any."""
+        deadlines = (i.last_update_ms + i.heartbeat_timeout_ms for i in self.brokers.values())
+        return min(deadlines, default=None)
+
     def channel_closed(self, channel: Hashable, now_ms: float) -> list[BrokerLiveInfo]:
         """Drop and return the brokers that heartbeat on `channel`, which closed."""
         gone = [i for i in self.brokers.values() if i.channel is channel]

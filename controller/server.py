@@ -32,8 +32,8 @@ the master's connection to it closed since: the master's lease (`broker.replicas
 counts from the last answer of a leader, which the previous one may have given just
 before this one took over, later than anything this one heard from the master (a master
 that reached the old leader only). A broker is
-dead when its heartbeats stop for its timeout (scanned every
-`scanNotActiveBrokerInterval`) or at once when its connection closes; a dead master is
+dead when its heartbeats stop for its timeout (scanned when the first is due, and at
+least every `scanNotActiveBrokerInterval`) or at once when its connection closes; a dead master is
 replaced by an election (retried `electMasterMaxRetryCount` times), and the leader
 also checks every `scanInactiveMasterInterval` for groups whose master is dead while
 another member lives. After an election the group's live brokers are told
@@ -88,6 +88,10 @@ LIVE_KEYS = frozenset(
 )
 
 
+#: past a heartbeat timeout before the scan looks: a broker is dead once it has passed
+EXPIRY_SLACK_S = 0.001
+
+
 class NotLeader(Exception):
     """This controller may not answer: it does not lead, or not yet, or not any more."""
 
@@ -116,6 +120,8 @@ class ControllerServer:
         self._ready_since_ms = float("inf")  # when it caught up in that term
         self._write_lock = trio.Lock()
         self._nursery: trio.Nursery | None = None
+        # the heartbeat-timeout scan's wait (`_scan_not_active_brokers`)
+        self._scan_wait = trio.CancelScope()
 
     @staticmethod
     def _now_ms() -> float:
@@ -229,8 +235,19 @@ class ControllerServer:
         self._brokers_gone(self.liveness.channel_closed(connection, self._now_ms()))
 
     async def _scan_not_active_brokers(self) -> None:
+        """Take brokers for dead as their heartbeat timeouts pass. RocketMQ only scans
+        every scanNotActiveBrokerInterval, so a silent master goes unnoticed for up to
+        that long past its timeout (5 s past a 10 s one); here the scan also wakes when
+        the first timeout is due, and a heartbeat due before the wake (a new broker's,
+        or a shorter timeout) brings it forward (`_heartbeat`)."""
+        interval_s = self.config.scan_not_active_broker_interval_ms / 1000
         while True:
-            await trio.sleep(self.config.scan_not_active_broker_interval_ms / 1000)
+            wake_s = trio.current_time() + interval_s
+            due_ms = self.liveness.next_deadline_ms()
+            if due_ms is not None:
+                wake_s = min(wake_s, due_ms / 1000 + EXPIRY_SLACK_S)
+            with trio.move_on_at(wake_s) as self._scan_wait:
+                await trio.sleep_forever()
             self._brokers_gone(self.liveness.expire(self._now_ms()))
 
     def _brokers_gone(self, gone: list[BrokerLiveInfo]) -> None:
@@ -479,6 +496,8 @@ class ControllerServer:
             channel=connection,
         )
         self.liveness.heartbeat(info)
+        due_s = (info.last_update_ms + info.heartbeat_timeout_ms) / 1000 + EXPIRY_SLACK_S
+        self._scan_wait.deadline = min(self._scan_wait.deadline, due_s)
         return Result(remark="Heart beat success")
 
     async def _get_config(self, request, connection) -> Result:

@@ -214,6 +214,39 @@ async def test_a_restarted_controller_takes_no_unheard_master_for_dead(tmp_path)
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.slow
+async def test_a_silent_master_is_taken_for_dead_when_its_timeout_passes_not_at_the_next_scan(
+    tmp_path,
+):
+    """RocketMQ looks for lapsed heartbeats every scanNotActiveBrokerInterval (5 s), so
+    a silent master is replaced up to 5 s after its timeout; here the scan wakes when
+    the first timeout is due, even one that a new broker's first heartbeat brings
+    before the wake already planned."""
+    [server] = controllers(tmp_path, count=1)
+    assert server.config.scan_not_active_broker_interval_ms == 5000
+    timeout_ms = 400
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        await leader_of([server])
+        async with RemotingClient(f"127.0.0.1:{server.port}") as client:
+            heartbeat(client, 2, "127.0.0.1:10912", heartbeatTimeoutMills=60_000)
+            await wait_for(lambda: server.alive(CLUSTER, GROUP, 2))
+            await trio.sleep(0.1)  # the scan now sleeps its whole interval
+            for broker_id in (1, 2):
+                await join(client, broker_id, f"127.0.0.1:{10910 + broker_id}")
+            heartbeat(client, 1, "127.0.0.1:10911", heartbeatTimeoutMills=timeout_ms)
+            assert (await elect(client, 1)).code == R.SUCCESS
+            assert (await alter(client, [1, 2], 1)).code == R.SUCCESS
+            heartbeat(client, 1, "127.0.0.1:10911", heartbeatTimeoutMills=timeout_ms)
+            silent_since = trio.current_time()  # broker 1's last heartbeat
+            with trio.fail_after(4):  # before RocketMQ's scan would have looked
+                await wait_for(lambda: server.state.sync_states[GROUP].master_broker_id == 2)
+            taken_s = trio.current_time() - silent_since
+            print(f"master replaced {taken_s * 1000:.0f} ms after its last heartbeat")
+            assert taken_s >= timeout_ms / 1000
+        nursery.cancel_scope.cancel()
+
+
 async def serve_until_stopped(server: ControllerServer, scopes: dict, task_status) -> None:
     """`server.serve` under a scope of its own in `scopes`: one controller stopped alone."""
     with trio.CancelScope() as scopes[server]:

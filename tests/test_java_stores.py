@@ -89,7 +89,10 @@ async def served_across(group: JavaMembers, switch: Callable[[], Awaitable[None]
     broker): every message served by every running member at the offsets and msgIds
     it was sent at, and new sends after them."""
     await group.create_topic("Moved", queues=QUEUES)
-    with trio.fail_after(30):  # a Java slave copies its master's topics every 10 s
+    # a Java slave copies its master's topics every 10 s, from the master address its
+    # last registration brought back: one made before the master registered has none,
+    # and the next is 30 s later
+    with trio.fail_after(60):
         for node in group.procs.keys() & set(group.ids):
             while "Moved" not in await group.topics(node):
                 await trio.sleep(0.5)
