@@ -14,6 +14,7 @@ class BrokerAddress:
         self.ip = ip
         self.port = port
         self.group_address = group_address  # groupAddress (broker.group_address)
+        self.group_bound = False  # whether this broker listens on the group address now
 
     @property
     def port(self) -> int:
@@ -31,10 +32,13 @@ class BrokerAddress:
         return f"{self.ip}:{self.port}"
 
     def registered(self, is_master: bool) -> str:
-        """The address the name servers are given: the group address while master, if
-        the group has one; else the broker's own. The store host stays the broker's own
-        (a message's offset msgId names the member that wrote it, as in RocketMQ)."""
-        if is_master and self.group_address is not None:
+        """The address the name servers are given: the group address while master and
+        listening there; else the broker's own. A new master that cannot bind the group
+        address yet (a paused predecessor still holds it: alive, answering nothing)
+        registers its own, so that clients which ask the name server reach it rather
+        than the paused one. The store host stays the broker's own (a message's offset
+        msgId names the member that wrote it, as in RocketMQ)."""
+        if is_master and self.group_address is not None and self.group_bound:
             return self.group_address
         return self.address
 

@@ -335,7 +335,9 @@ class BrokerController:
         )
         self.group_listener = None
         if group_address is not None:
-            self.group_listener = GroupListener(serving(*parse_address(group_address)))
+            self.group_listener = GroupListener(
+                serving(*parse_address(group_address)), on_listening=self._group_listening
+            )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.metrics)
         if self.dledger is not None:  # a classic broker has no DLedger member
@@ -546,6 +548,12 @@ class BrokerController:
             self.group_listener.release()
         self.role.become_slave(term)
         self._slave_again()
+        self.registration.register_soon()
+
+    def _group_listening(self, listening: bool) -> None:
+        """The group address bound or let go: the name servers are given the address
+        this broker is reached at now (`BrokerAddress.registered`)."""
+        self.broker_addr.group_bound = listening
         self.registration.register_soon()
 
     def _claim_group_address(self) -> None:

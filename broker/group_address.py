@@ -7,7 +7,10 @@ no writable queue, so after a master dies its sends fail at the dead address for
 to 30 s, however fast the group elects. With a group address every member is
 configured with the same IP:port; the master listens there too (besides its own
 brokerIP1:listenPort) and registers it as brokerId 0's address, so the address
-clients hold is served by whoever is master now.
+clients hold is served by whoever is master now. Until it has bound the address it
+registers its own: a paused predecessor (SIGSTOP: alive, answering nothing) holds the
+address until it runs again, and clients that ask the name server should not be sent
+to it meanwhile.
 
 A member listens there only while it is master: it binds once it has become master
 (after committing an entry of its term and dispatching everything before it; in
@@ -32,6 +35,7 @@ deposed, nothing more.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -53,8 +57,13 @@ class GroupListener:
     """`server` (a RemotingServer on the group address, serving the broker's
     processors) listening while this member is master."""
 
-    def __init__(self, server: RemotingServer) -> None:
+    def __init__(
+        self, server: RemotingServer, on_listening: Callable[[bool], None] = lambda _: None
+    ) -> None:
+        """`on_listening(listening)` is told when this member starts and stops listening
+        on the group address (the broker registers it with the name servers only then)."""
         self.server = server
+        self._on_listening = on_listening
         self._wanted = False
         self._changed = trio.Event()
         self._scope: trio.CancelScope | None = None
@@ -76,6 +85,7 @@ class GroupListener:
         self._changed.set()
         if self._listening:
             self.server.finish(FINISH_QUIET_S, FINISH_LIMIT_S)
+            self._on_listening(False)
         elif self._scope is not None:  # still binding
             self._scope.cancel()
 
@@ -96,6 +106,7 @@ class GroupListener:
                 continue
             self._listening = True
             log.warning("group address %s: listening as master", self.address)
+            self._on_listening(True)
             await self.server.serve_listeners(listeners, handler_nursery=connections)
             self._listening = False
             log.warning("group address %s released", self.address)

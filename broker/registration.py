@@ -23,8 +23,8 @@ hears of it within half a second; RocketMQ's slave waits for its next periodic
 registration, up to 30 s.
 
 With a group address (`groupAddress`, broker.group_address) the master registers that
-address as brokerId 0 and unregisters its own address's slave entry; a slave registers
-its own address, as without one.
+address as brokerId 0 and unregisters its own address's slave entry once it listens
+there (its own address until then); a slave registers its own address, as without one.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class Registration:
                 raise RemotingError(f"answered {response.code}: {response.remark}")
             if self.on_answer is not None:
                 self.on_answer(response.ext_fields or {})
-            if self.role.is_master and self.address.group_address is not None:
+            if self.address.registered(self.role.is_master) != self.address.address:
                 await self._drop_slave_entry(client, timeout)
             self._settle(lane, requested)
             if lane.failures:

@@ -49,10 +49,10 @@ async def wait_routed(cluster: LocalCluster, master: str) -> None:
 async def test_a_deposed_master_releases_the_group_address_and_the_new_master_takes_it(tmp_path):
     """The master is stopped (SIGSTOP: alive, its listener on the group address still
     bound, answering nothing) until the others have elected a new master, which cannot
-    bind the address meanwhile; a send is queued on the stopped master's connection.
-    Resumed, the old master learns it was deposed: it must not acknowledge the queued
-    send, it closes its connections on the group address, and the new master takes
-    the address; the routes follow."""
+    bind the address meanwhile and registers its own instead; a send is queued on the
+    stopped master's connection. Resumed, the old master learns it was deposed: it must
+    not acknowledge the queued send, it closes its connections on the group address,
+    and the new master takes the address; the routes follow."""
     async with LocalCluster(tmp_path, group_address=True) as cluster:
         old = await cluster.wait_master()
         await cluster.create_topic("T", 1)
@@ -75,6 +75,11 @@ async def test_a_deposed_master_releases_the_group_address_and_the_new_master_ta
             async with trio.open_nursery() as nursery:
                 with stopped(cluster.pid(old)):
                     new = await cluster.wait_master(not_node=old)
+                    # it cannot bind the address the stopped one holds: meanwhile it
+                    # registers its own, where clients that ask the name server reach it
+                    with trio.fail_after(5):
+                        while await cluster.master_address() != cluster.client_addrs[new]:
+                            await trio.sleep(0.02)
                     nursery.start_soon(send_queued, held)
                     await trio.sleep(0.2)  # the request waits in the stopped master's socket
                 with trio.fail_after(10):
