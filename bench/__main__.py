@@ -185,6 +185,7 @@ def run_broker(args) -> list[dict]:
             measured = _measured(
                 broker_bench.SYSTEM, "size", size, trio.run, broker_bench.measure,
                 size, args.duration, args.window, trials, generator, args.connections,
+                broker_bench.RAFTMQ, _warmup_s(args),
             )  # fmt: skip
             for row in measured if isinstance(measured, list) else [measured]:
                 if fallback:
@@ -210,6 +211,13 @@ def run_broker(args) -> list[dict]:
     return rows
 
 
+def _warmup_s(args) -> float:
+    """`--warmup`, the same for every system; WARMUP_S unless given."""
+    from bench import broker_bench
+
+    return broker_bench.WARMUP_S if args.warmup is None else args.warmup
+
+
 def _listed(measured: list[dict] | dict) -> list[dict]:
     """A measurement's rows: its list, or the one row naming its failure."""
     return measured if isinstance(measured, list) else [measured]
@@ -228,6 +236,7 @@ def _java_rows(size: int, args) -> list[dict]:
             _measured(
                 system.name, "size", size, trio.run, broker_bench.measure, size,
                 args.duration, args.window, trials, broker_bench.GO, args.connections, system,
+                _warmup_s(args),
             )
         )  # fmt: skip
     return rows
@@ -339,7 +348,7 @@ def _nats_rows(size: int, args) -> list[dict]:
     nats_jetstream.ensure_installed()
     with tempfile.TemporaryDirectory(prefix="bench-nats-") as tmp:
         rows = nats_jetstream.run_throughput(
-            size, args.window, args.duration, Path(tmp), args.connections
+            size, args.window, args.duration, Path(tmp), args.connections, _warmup_s(args)
         )
         failover = None
         if size == 1024 and args.failover_trials:
@@ -371,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     br.add_argument("--duration", type=float, default=10.0, help="seconds per load phase")
     br.add_argument("--window", type=int, default=256, help="sends in flight")
     br.add_argument("--failover-trials", type=int, default=5)
+    br.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds of load before every system's measured phases (default 10: a JVM"
+        " compiles its hot paths in the first seconds)",
+    )
     br.add_argument(
         "--peers",
         type=_peers,

@@ -271,17 +271,22 @@ def _run_pub(args: list[str], timeout: float, during=None) -> dict[str, Any]:
 
 
 def run_throughput(
-    size: int, window: int, duration_s: float, workdir: Path, connections: Sequence[int] = (1,)
+    size: int,
+    window: int,
+    duration_s: float,
+    workdir: Path,
+    connections: Sequence[int] = (1,),
+    warmup_s: float = WARMUP_S,
 ) -> list[dict]:
     """Acknowledged publishes/s and latency with ``window`` in flight over each of
     ``connections`` in turn, one row each, after the warm-up every system of ``bench
-    broker`` gets (WARMUP_S at the window, the first count of connections); see the
+    broker`` gets (``warmup_s`` at the window, the first count of connections); see the
     module doc."""
     with _Cluster(Path(workdir)) as cluster:
         cluster.create_stream()
         leader = cluster.settled_leader()
         address = cluster.url(leader)
-        _pub(address, size, window, WARMUP_S, connections[0])
+        _pub(address, size, window, warmup_s, connections[0])
         rows = [_measured_pub(cluster, leader, size, window, duration_s, n) for n in connections]
         rss = [peak_rss_mib(cluster.pid(i)) for i in range(3)]
     return [{**row, "peak_rss_mib": rss} for row in rows]

@@ -18,7 +18,7 @@ from bench import broker_bench
 @pytest.mark.processes
 def test_the_broker_benchmark_measures_every_phase(tmp_path):
     out = tmp_path / "rows.json"
-    command = [sys.executable, "-m", "bench", "broker", "--duration", "1"]
+    command = [sys.executable, "-m", "bench", "broker", "--duration", "1", "--warmup", "1"]
     command += ["--failover-trials", "1", "--no-peer", "--json", str(out)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
