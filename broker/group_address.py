@@ -107,8 +107,11 @@ class GroupListener:
             self._listening = True
             log.warning("group address %s: listening as master", self.address)
             self._on_listening(True)
-            await self.server.serve_listeners(listeners, handler_nursery=connections)
-            self._listening = False
+            try:
+                await self.server.serve_listeners(listeners, handler_nursery=connections)
+            finally:
+                self._listening = False
+                self._on_listening(False)  # release() told it at once; this, however it ended
             log.warning("group address %s released", self.address)
 
     async def _bind(self) -> list[trio.SocketListener]:
