@@ -244,7 +244,7 @@ def _java_rows(size: int, args) -> list[dict]:
 
 def ratios(rows: list[dict]) -> list[str]:
     """raftmq's rows against each peer's of the same size and connections, and its own
-    latency, each against the issue's target, met or missed."""
+    latency, each against the issue's target, met or missed, with the peers' beside it."""
     from bench import broker_bench
 
     lines = []
@@ -266,9 +266,17 @@ def ratios(rows: list[dict]) -> list[str]:
             ("single_p50_ms", "single-send p50", TARGET_SINGLE_P50_MS),
         ):
             if row.get(key) is not None:
+                beside = "".join(
+                    f"; {peer['system']}: {peer[key]:.2f} ms"
+                    for peer in rows
+                    if peer["system"] != row["system"]
+                    and (peer.get("size"), peer.get("connections"))
+                    == (row["size"], row["connections"])
+                    and peer.get(key) is not None
+                )
                 lines.append(
                     f"{where}: raftmq {title} {row[key]:.2f} ms "
-                    f"(target <= {bound:g} ms: {_met(row[key] <= bound)})"
+                    f"(target <= {bound:g} ms: {_met(row[key] <= bound)}{beside})"
                 )
     return lines
 

@@ -77,6 +77,8 @@ CONNECTIONS = 4
 #: still compiling in the first measured phase (flow-control refusals, a leader's CPU
 #: per message 1.4-2.3x that of the next phase).
 WARMUP_S = 10.0
+# The single-send phase: one request in flight over one connection, for every system.
+SINGLE_SEND_S = 3.0
 GO = "go"
 PYTHON = "python"
 GO_GENERATOR = gotools.GoTool("remoting_pub")
@@ -420,7 +422,7 @@ async def measure(
                 await _phases(system, generator, roles, address, size, window, duration_s, n)
                 for n in connections
             ]
-            single = await _sends(generator, address, size, 1, min(duration_s, 3.0))
+            single = await _sends(generator, address, size, 1, min(duration_s, SINGLE_SEND_S))
             rss = [peak_rss_mib(cluster.pid(node)) for node in cluster.ids]
             trials = 0 if system.no_failover else failover_trials
             failovers = await _failover_trials(cluster, trials)

@@ -20,7 +20,8 @@ What runs:
 publisher's connections to the server that leads the stream (as a RocketMQ producer
 sends to the master broker) keeping ``window`` asynchronous publishes in flight between
 them, after the warm-up every system of ``bench broker`` gets.  Latency is PublishAsync
-to PubAck; acks in the warm-ups are not counted.  Peak RSS per server is the
+to PubAck; acks in the warm-ups are not counted.  Then one publish at a time over one connection
+(single p50, as raftmq's single-send phase).  Peak RSS per server is the
 kernel's VmHWM, read before the servers are killed.
 
 ``run_failover``: per trial, kill -9 of the server that leads the stream, then the time
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cpu, gotools
-from bench.broker_bench import WARMUP_S, go_warmup_s
+from bench.broker_bench import SINGLE_SEND_S, WARMUP_S, go_warmup_s
 from bench.rss import peak_rss_mib
 
 VERSION = "2.15.1"
@@ -288,8 +289,10 @@ def run_throughput(
         address = cluster.url(leader)
         _pub(address, size, window, warmup_s, connections[0])
         rows = [_measured_pub(cluster, leader, size, window, duration_s, n) for n in connections]
+        # one publish in flight, as raftmq's single-send phase
+        single = _pub(address, size, 1, min(duration_s, SINGLE_SEND_S), 1)
         rss = [peak_rss_mib(cluster.pid(i)) for i in range(3)]
-    return [{**row, "peak_rss_mib": rss} for row in rows]
+    return [{**row, "peak_rss_mib": rss, "single_p50_ms": single["p50_ms"]} for row in rows]
 
 
 def _pub(

@@ -126,3 +126,28 @@ def test_the_java_rows_measure_apache_rocketmq_with_the_same_generator(system):
         # CPU clock tick (10 ms) in it. That it was measured at all is what this checks.
         assert roles["namesrv"] is not None and roles["generator"] >= 0, roles
         assert (row["failover_ms"] is not None) == (system.no_failover is None), row
+
+
+def test_the_targets_are_judged_with_each_peers_own_figure_beside_raftmqs():
+    from bench import nats_jetstream
+    from bench.__main__ import ratios
+
+    def row(system, acked, p99, single):
+        return {"system": system, "size": 128, "connections": 4, "acked_per_s": acked,
+                "p99_ms": p99, "single_p50_ms": single}  # fmt: skip
+
+    other_size = {**row(nats_jetstream.SYSTEM, 1, 1, 1), "size": 1024}
+    lines = ratios(
+        [
+            row(broker_bench.SYSTEM, 30_000, 14.0, 1.5),
+            row(nats_jetstream.SYSTEM, 25_000, 18.0, 1.25),
+            other_size,
+        ]
+    )
+    assert lines == [
+        f"128 B, 4 conns: raftmq / {nats_jetstream.SYSTEM}: 1.20x (target >= 1.2x: met)",
+        f"128 B, 4 conns: raftmq p99 14.00 ms (target <= 10 ms: MISSED; "
+        f"{nats_jetstream.SYSTEM}: 18.00 ms)",
+        f"128 B, 4 conns: raftmq single-send p50 1.50 ms (target <= 0.6 ms: MISSED; "
+        f"{nats_jetstream.SYSTEM}: 1.25 ms)",
+    ]

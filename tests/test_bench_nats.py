@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from bench.nats_jetstream import NodePorts, server_binary, server_config
+from bench.nats_jetstream import NodePorts, run_throughput, server_binary, server_config
 
 
 def config(tmp_path):
@@ -34,3 +34,20 @@ def test_the_server_accepts_the_config(tmp_path):
         [str(server_binary()), "-t", "-c", str(path)], capture_output=True, text=True, timeout=30
     )
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.processes
+@pytest.mark.requires("nats-server", "go")
+def test_the_nats_rows_measure_the_load_and_a_single_publish_at_a_time(tmp_path):
+    """`bench broker`'s NATS row, briefly: the load phase over each count of connections
+    and the single-publish phase (one in flight, as raftmq's single-send phase) each give
+    a figure, with every role's CPU per message."""
+    rows = run_throughput(128, 64, 1.0, tmp_path, (1, 4), warmup_s=0.5)
+    assert [row["connections"] for row in rows] == [1, 4]
+    for row in rows:
+        assert row["errors"] == 0 and row["acked_per_s"] > 0, row["notes"]
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+        assert row["single_p50_ms"] > 0
+        roles = row["cpu_us_per_message"]
+        assert roles["leader"] > 0 and roles["generator"] >= 0, roles
+    assert rows[0]["single_p50_ms"] == rows[1]["single_p50_ms"]  # one phase for the group
