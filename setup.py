@@ -29,7 +29,7 @@ setup(
             Extension(
                 "raftmq.hotpath._compiled",
                 ["raftmq/hotpath/_compiled.pyx"],
-                libraries=["z"],
+                libraries=["z", "pthread"],
                 optional=True,
             )
         ],

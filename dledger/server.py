@@ -49,6 +49,7 @@ from raftmq.dledger.store.meta import Checkpoint, MemoryTermVote, TermVoteFile
 
 from raftmq.disk.durable import NO_ROOM, NO_ROOM_RETRY_S, DiskFailure, durably, until_room
 from raftmq.disk.filesystem import used_ratio
+from raftmq.disk.fsync_thread import FSYNC_THREAD
 from raftmq.process import stages
 from raftmq.transport.awaited import Awaited
 
@@ -72,24 +73,51 @@ class DLedgerError(Exception):
 
 
 class _SyncThread:
-    """Runs group-commit plans in trio's thread cache, one at a time, in the order given.
+    """Runs group-commit plans off the event loop, one at a time, in the order given.
 
-    `submit` (on the event loop, only while no plan runs) starts a plan on a cached
-    thread at once — no task to wake and no capacity limiter to pass, both latency a
-    single send waits for — and when it has run, the thread hands the plan, the
-    error it raised, if any, and the seconds it took back through the run's token and
-    sets `done` for the group-commit task to act on."""
+    `submit` (on the event loop, only while no plan runs) starts a plan at once — no
+    task to wake and no capacity limiter to pass, both latency a single send waits
+    for — and when it has run, the plan, the error it raised, if any, and the seconds
+    it took come back through `report`, which sets `done` for the group-commit task.
+
+    A plan of OS files goes to an `FsyncThread`, whose completion `watch` waits for
+    like a socket: compiled, a thread that never takes the GIL, so neither the start
+    nor the report waits for the loop to let go of it. Any other plan (a test's disk)
+    runs on a thread of trio's cache."""
 
     def __init__(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self.done = trio.Event()
         self.result: tuple[object, BaseException | None, float] | None = None
+        self._fsyncer = FSYNC_THREAD()
+        self._syncing = None  # the plan the fsync thread syncs
 
     def submit(self, plan) -> None:
+        targets = plan.os_targets()
+        if targets is not None:
+            assert self._syncing is None, "one plan at a time"
+            self._syncing = plan
+            self._fsyncer.submit([fd for fd, _ in targets], [data for _, data in targets])
+            return
         started = time.perf_counter()
         trio.lowlevel.start_thread_soon(
             plan.run, lambda outcome: self._deliver(plan, outcome, started)
         )
+
+    async def watch(self) -> None:
+        """Report each plan the fsync thread has synced; closes the thread when
+        cancelled (one still syncing ends once its fsync returns)."""
+        fsyncer = self._fsyncer
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(fsyncer.done_fd)
+                outcome = fsyncer.result()
+                if outcome is not None:
+                    error_number, took_s = outcome
+                    plan, self._syncing = self._syncing, None
+                    self.report(plan, plan.finish(error_number), took_s)
+        finally:
+            fsyncer.close()
 
     @staticmethod
     def run_here(plan) -> tuple[BaseException | None, float]:
@@ -264,6 +292,7 @@ class DLedgerServer:
                 if self.config.ack_after_fsync:
                     self._sync_thread = _SyncThread()
                     nursery.start_soon(self._sync_loop, name="group-commit")
+                    nursery.start_soon(self._sync_thread.watch, name="fsync-thread")
                 else:
                     nursery.start_soon(self._flush_loop, name="page-cache-flush")
                 if isinstance(self.store, FileLogStore):

@@ -15,6 +15,7 @@ import time
 import pytest
 import trio
 from raftmq.dledger import cli as dledger_cli
+from raftmq.dledger import server as dledger_server
 from raftmq.dledger.client import DLedgerClient
 from raftmq.dledger.codes import Code, Role
 from raftmq.dledger.core.group_commit import INLINE_FSYNC_MAX_ENTRIES, INLINE_FSYNC_MAX_S
@@ -25,6 +26,7 @@ from raftmq.dledger.sim.cluster import SimCluster
 
 from raftmq.client.producer import encode_batch
 from raftmq.config.address import parse_peers
+from raftmq.disk.fsync_thread import FsyncThread
 from raftmq.protocol.headers import send_header_v2
 from raftmq.remoting import RequestCode, ResponseCode
 from raftmq.tools.dledger_local import LOCAL_SEGMENT_ARGS, free_ports
@@ -41,6 +43,14 @@ def _member_of(fd: int, base: str) -> str | None:
     if not path.startswith(base) or "dledger" not in path:
         return None
     return path[len(base) :].lstrip("/").split("/", 1)[0]
+
+
+@pytest.fixture(autouse=True)
+def fsync_thread_in_python(monkeypatch):
+    """A worker's fsyncs run on the fsync thread: here its pure-Python twin, whose calls
+    the tests' os.fdatasync wrappers see (the compiled one calls fdatasync from C;
+    tests/test_hotpath.py holds the two equal)."""
+    monkeypatch.setattr(dledger_server, "FSYNC_THREAD", FsyncThread)
 
 
 async def test_fsyncs_run_on_the_loop_for_single_sends_on_a_quick_disk(tmp_path, monkeypatch):

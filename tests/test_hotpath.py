@@ -7,12 +7,16 @@ a fast path for the first and must hand the rest to the twin unchanged.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import select
 import struct
 import subprocess
 import sys
+import tempfile
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given
@@ -25,6 +29,7 @@ from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
 
 from raftmq import hotpath
+from raftmq.disk import fsync_thread
 from raftmq.protocol import columns, message
 from raftmq.protocol.headers import from_send_v2, send_header_v2
 from raftmq.remoting import RemotingCommand, SerializeType, frames
@@ -50,6 +55,7 @@ TWINS = {
     "plain_request": remoting_codec.plain_request,
     "send_values": send_encoding.send_values,
     "decode_columns": columns.decode_columns,
+    "FsyncThread": fsync_thread.FsyncThread,
 }
 
 try:
@@ -68,6 +74,8 @@ def outcome(function, *args):
 
 def compiled_outcome(name, *args):
     """What the compiled `name` gives, and the calls it handed to its twin."""
+    if compiled is None:
+        pytest.skip("the extension is not built")
     handed = []
     twin = compiled.TWINS[name]
     compiled.TWINS[name] = lambda *a: handed.append(a) or twin(*a)
@@ -92,6 +100,7 @@ def test_the_compiled_path_is_the_default():
         assert send_encoding.SEND_RECORD is compiled.send_record
         assert frames.SPLIT_FRAMES is compiled.split_frames
         assert frames.SPLIT_REQUESTS is compiled.split_requests
+        assert fsync_thread.FSYNC_THREAD is compiled.FsyncThread
 
 
 def test_no_extensions_selects_the_twins():
@@ -1028,3 +1037,63 @@ def test_decode_columns_takes_ordinary_records_itself():
     plain = [pulled_record(record_of(props=p), 7, 99, 1, 2, False) for p in ("", "TAGS\x01a")]
     (result, handed) = compiled_outcome("decode_columns", b"".join(plain))
     assert result[0] == "ok" and result[1][0] == 2 and not handed
+
+
+# --------------------------------------------------------------------- the fsync thread
+
+# What a batch may hold: a data file (fdatasync) or its directory (fsync), and what a
+# bug would hand it: a closed descriptor (EBADF), a pipe (EINVAL), a non-integer.
+sync_target = st.sampled_from(["file", "file-full", "dir", "closed", "pipe"])
+
+
+def _run_batches(make, batches, tmp_path) -> list:
+    """Each batch through a fresh thread of `make`: what submit raised, or the error
+    number the batch reported; then what a closed thread says."""
+    outcomes = []
+    thread = make()
+    read_end, write_end = os.pipe()
+    path = tmp_path / "data"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    directory = os.open(tmp_path, os.O_RDONLY)
+    closed = os.open(path, os.O_RDONLY)
+    os.close(closed)
+    fds = {"file": (fd, True), "file-full": (fd, False), "dir": (directory, False),
+           "closed": (closed, True), "pipe": (read_end, True)}  # fmt: skip
+    try:
+        for batch in batches:
+            os.write(fd, b"x")
+            targets = [fds[kind] for kind in batch]
+            submitted = outcome(thread.submit, [t[0] for t in targets], [t[1] for t in targets])
+            if submitted[0] == "raised":
+                outcomes.append(submitted)
+                continue
+            assert outcome(thread.submit, [fd], [True])[0] == "raised"  # one at a time
+            assert select.select([thread.done_fd], [], [], 10)[0], "the batch never finished"
+            error_number, took_s = thread.result()
+            assert took_s >= 0 and thread.result() is None  # reported once
+            outcomes.append(("ok", error_number))
+        outcomes.append(outcome(thread.submit, [fd], [True, False]))  # flags must match
+        thread.close()
+        outcomes.append((outcome(thread.submit, [fd], [True]), thread.result()))
+    finally:
+        for opened in (fd, directory, read_end, write_end):
+            os.close(opened)
+    return outcomes
+
+
+@given(st.lists(st.lists(sync_target, max_size=4), max_size=4))
+def test_fsync_thread(batches):
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as other:
+        ours = _run_batches(compiled.FsyncThread, batches, Path(one))
+        twin = _run_batches(fsync_thread.FsyncThread, batches, Path(other))
+    assert ours == twin
+
+
+def test_the_fsync_thread_reports_an_error_number_not_an_exception():
+    """EBADF for a closed descriptor, and the batch's first error when several fail."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for make in {fsync_thread.FSYNC_THREAD, fsync_thread.FsyncThread}:
+            outcomes = _run_batches(make, [["closed", "pipe"], ["file", "dir"]], Path(tmp))
+            assert outcomes[:2] == [("ok", errno.EBADF), ("ok", 0)]

@@ -117,6 +117,19 @@ class SyncPlan:
         if self._work is not None:
             self._work()
 
+    def os_targets(self) -> list[tuple[int, bool]] | None:
+        """(fd, data_only) of each file `run` would fsync, when every one is the OS's
+        and an `FsyncThread` may sync them instead of `run` (then `finish` completes
+        the plan); None when only `run` can (nothing to sync, a memory or simulated
+        store, a test's disk)."""
+        targets = getattr(self._work, "os_targets", None)
+        return None if targets is None else targets()
+
+    def finish(self, error_number: int) -> OSError | None:
+        """Complete the plan once an `FsyncThread` has synced its `os_targets`, given
+        the first error number it met (0: none): the error `run` would have raised."""
+        return self._work.finish(error_number)
+
 
 class LogStore(abc.ABC):
     """A DLedger log: entries at consecutive indexes, each at a leader-chosen byte position.

@@ -20,12 +20,14 @@ every one of them did, so an acknowledgment still means every file is durable.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 
 import trio
 from raftmq.dledger.store.base import SyncPlan
 
+from raftmq.disk.filesystem import os_sync_target
 from raftmq.process import stages
 
 
@@ -88,10 +90,32 @@ class SyncWork:
             raise
         finally:
             self._close_handles()
-        self._done = True
-        self._commit.completed(self._record)
+        self._complete()
         if stages.ON:
             stages.mark("fsync thread done")
+
+    def os_targets(self) -> list[tuple[int, bool]] | None:
+        """(fd, data_only) per handle, if every handle is an OS file (`SyncPlan.os_targets`)."""
+        targets = [os_sync_target(handle) for handle in self._handles]
+        return None if self._done or None in targets else targets
+
+    def finish(self, error_number: int) -> OSError | None:
+        """What `__call__` does once the fsyncs are done, after a thread of our own
+        synced `os_targets` (an `FsyncThread`, which runs no Python): the same
+        bookkeeping, on the caller's thread, and the error instead of raising it. Its
+        fsyncs ran one after another, where `__call__` runs them at once; a group commit
+        has more than one only when it crosses into a new segment."""
+        assert not self._done, "a plan completes once"
+        self._close_handles()
+        if error_number:
+            self._give_back()
+            return OSError(error_number, os.strerror(error_number))
+        self._complete()
+        return None
+
+    def _complete(self) -> None:
+        self._done = True
+        self._commit.completed(self._record)
 
     def _close_handles(self) -> None:
         handles, self._handles = self._handles, []

@@ -129,6 +129,12 @@ class _OsHandle:
         os.close(self.fd)
 
 
+def os_sync_target(handle: SyncHandle) -> tuple[int, bool] | None:
+    """(fd, data_only) of an OS file or directory handle, for a thread that fsyncs file
+    descriptors itself (`fsync_thread.FsyncThread`); None for any other handle."""
+    return (handle.fd, handle.data_only) if type(handle) is _OsHandle else None
+
+
 class _OsSegment:
     __slots__ = ("handle", "map", "path")
 

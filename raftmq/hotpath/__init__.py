@@ -30,6 +30,8 @@ the same results and errors by property tests (tests/test_hotpath.py):
                                                       entries, as one span each
                                index_entries          a received batch's index entries
     dledger.store.base         validate_continuation  a received batch checked (a follower)
+    disk.fsync_thread          FsyncThread            group commit's fsyncs, on a thread
+                                                      that never takes the GIL
 
 The owning layer asks `compiled_or(name, twin)` which one to run: the compiled one,
 unless `RAFTMQ_NO_EXTENSIONS=1` is set (aiokafka's convention) or the extension cannot

@@ -1961,3 +1961,167 @@ def decode_columns(buf):
     if columns is None:
         return TWINS["decode_columns"](buf)
     return columns
+
+
+# -- group commit's fsync thread (twin: raftmq.disk.fsync_thread.FsyncThread) ----------
+
+from libc.errno cimport errno, EINTR
+from libc.stdlib cimport free, malloc, realloc
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_t:
+        pass
+    int pthread_create(pthread_t *thread, const void *attr,
+                       void *(*start)(void *) noexcept nogil, void *arg)
+    int pthread_detach(pthread_t thread)
+
+cdef extern from "<sys/eventfd.h>" nogil:
+    int eventfd(unsigned int initval, int flags)
+    enum:
+        EFD_CLOEXEC
+        EFD_NONBLOCK
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t _sys_read "read"(int fd, void *buf, size_t count)
+    ssize_t _sys_write "write"(int fd, const void *buf, size_t count)
+    int _sys_close "close"(int fd)
+    int _sys_fsync "fsync"(int fd)
+    int _sys_fdatasync "fdatasync"(int fd)
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clock, timespec *ts)
+    enum:
+        CLOCK_MONOTONIC
+
+
+cdef struct _FsyncState:
+    # Written by the owner only while no batch runs, read by the thread only between
+    # its read of `requests` and its write to `done`: the two system calls order them.
+    int requests  # eventfd the owner writes a batch (or the stop) to
+    int done  # eventfd the thread writes each finished batch to
+    int count
+    int capacity
+    int *fds
+    int *data_only
+    int error
+    double took_s
+    int stop
+
+
+cdef double _monotonic_s() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef void *_fsync_loop(void *arg) noexcept nogil:
+    """The thread: fsync each batch, never touching the GIL; on the stop, free the
+    state it owns from then on."""
+    cdef _FsyncState *st = <_FsyncState *>arg
+    cdef uint64_t value = 0
+    cdef uint64_t one = 1
+    cdef int i, rc, first_error
+    cdef double started
+    while True:
+        if _sys_read(st.requests, &value, 8) != 8:
+            continue  # EINTR: an eventfd read returns 8 bytes or fails
+        if st.stop:
+            break
+        started = _monotonic_s()
+        first_error = 0
+        for i in range(st.count):
+            rc = _sys_fdatasync(st.fds[i]) if st.data_only[i] else _sys_fsync(st.fds[i])
+            if rc != 0 and first_error == 0:
+                first_error = errno
+        st.error = first_error
+        st.took_s = _monotonic_s() - started
+        while _sys_write(st.done, &one, 8) != 8 and errno == EINTR:
+            pass
+    _sys_close(st.requests)
+    _sys_close(st.done)
+    free(st.fds)
+    free(st.data_only)
+    free(st)
+    return NULL
+
+
+cdef class FsyncThread:
+    cdef _FsyncState *_st
+    cdef bint _busy
+    cdef bint _closed
+
+    def __cinit__(self):
+        cdef pthread_t thread
+        cdef _FsyncState *st = <_FsyncState *>malloc(sizeof(_FsyncState))
+        if st == NULL:
+            raise MemoryError()
+        memset(st, 0, sizeof(_FsyncState))
+        st.requests = eventfd(0, EFD_CLOEXEC)
+        st.done = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+        if st.requests < 0 or st.done < 0 or pthread_create(&thread, NULL, _fsync_loop, st) != 0:
+            if st.requests >= 0:
+                _sys_close(st.requests)
+            if st.done >= 0:
+                _sys_close(st.done)
+            free(st)
+            raise OSError(errno, "cannot start the fsync thread")
+        pthread_detach(thread)
+        self._st = st
+
+    @property
+    def done_fd(self):
+        if self._closed:
+            raise RuntimeError("the fsync thread is closed")
+        return self._st.done
+
+    def submit(self, fds, data_only):
+        cdef uint64_t one = 1
+        cdef Py_ssize_t n = len(fds), i
+        cdef _FsyncState *st = self._st
+        cdef int *grown
+        if self._busy:
+            raise RuntimeError("a batch is being synced: wait for its result first")
+        if self._closed:
+            raise RuntimeError("the fsync thread is closed")
+        if len(data_only) != n:
+            raise ValueError("one data_only flag per file descriptor")
+        values = [int(fd) for fd in fds]  # TypeError before anything changes
+        flags = [bool(flag) for flag in data_only]
+        if n > st.capacity:
+            grown = <int *>realloc(st.fds, n * sizeof(int))
+            if grown == NULL:
+                raise MemoryError()
+            st.fds = grown
+            grown = <int *>realloc(st.data_only, n * sizeof(int))
+            if grown == NULL:
+                raise MemoryError()
+            st.data_only = grown
+            st.capacity = <int>n
+        for i in range(n):
+            st.fds[i] = values[i]
+            st.data_only[i] = flags[i]
+        st.count = <int>n
+        self._busy = True
+        _sys_write(st.requests, &one, 8)
+
+    def result(self):
+        cdef uint64_t value = 0
+        if self._closed or _sys_read(self._st.done, &value, 8) != 8:
+            return None
+        self._busy = False
+        return self._st.error, self._st.took_s
+
+    def close(self):
+        cdef uint64_t one = 1
+        if not self._closed:
+            self._closed = True
+            self._st.stop = 1
+            _sys_write(self._st.requests, &one, 8)  # the thread frees the state
+
+    def __dealloc__(self):
+        if self._st != NULL:
+            self.close()
