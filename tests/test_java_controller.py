@@ -22,9 +22,11 @@ from __future__ import annotations
 import signal
 
 import pytest
+import trio
 
 from bench.java_brokers import MixedControllerGroup
 from raftmq.client import Producer
+from raftmq.client.admin import Admin
 from raftmq.client.producer import SendStatus
 from tests.helpers import pull_all, send_all
 from tests.test_java_ha import FILE_BYTES, same_files
@@ -44,16 +46,46 @@ async def stored_msg_ids(group: MixedControllerGroup, node: str) -> list[str]:
 
 async def refused_while_stopped(group: MixedControllerGroup, producer: Producer, slave: str):
     """A send while `slave` is SIGSTOPped: its master must not acknowledge it. The
-    slave is first seen in the controllers' SyncStateSet: a slave dropped from it (a
-    reconnect on a loaded machine) is one the master rightly no longer waits for."""
-    await group.wait_in_sync(2)
+    slave is first seen in the controllers' SyncStateSet and in the master's own (its
+    HARuntimeInfo, as `mqadmin haStatus` shows it): a slave dropped from the set (a
+    reconnect on a loaded machine) is one the master rightly no longer waits for, and a
+    RocketMQ 5.3 master whose AlterSyncStateSet reply was lost counts acks against its
+    old set until its next read of the controller's (RocketMQ #5663; raftmq's counts
+    the union until it knows, docs/controller.md)."""
+    master = await group.wait_in_sync(2)
+    await master_counts_in_sync(group, master, 1)
+    before = await diagnosis(group, master)
     group.procs[slave].send_signal(signal.SIGSTOP)
     try:
         result = await producer.send("T", b"while the slave is stopped")
-        assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT, (result, await group.sync_state())
+        assert result.status is SendStatus.FLUSH_SLAVE_TIMEOUT, (
+            result,
+            {"before the stop": before, "after the send": await diagnosis(group, master)},
+        )
         return result
     finally:
         group.procs[slave].send_signal(signal.SIGCONT)
+
+
+async def master_counts_in_sync(
+    group: MixedControllerGroup, master: str, slaves: int, timeout_s: float = 30.0
+) -> None:
+    """Wait until `master`'s own HARuntimeInfo counts `slaves` slaves in sync."""
+    async with Admin([group.namesrv_addr]) as admin:
+        with trio.fail_after(timeout_s):
+            while (await admin.ha_status(group.broker_addrs[master])).get(
+                "inSyncSlaveNums"
+            ) != slaves:
+                await trio.sleep(0.1)
+
+
+async def diagnosis(group: MixedControllerGroup, master: str) -> dict:
+    """What a failure prints: the controllers' view of the group, and the master's own
+    (its HARuntimeInfo, which RocketMQ 5.3's broker answers too)."""
+    kind = "java" if master in group.java else "raftmq"
+    async with Admin([group.namesrv_addr]) as admin:
+        ha = await admin.ha_status(group.broker_addrs[master])
+    return {"master": f"{master} ({kind})", "controllers": await group.sync_state(), "ha": ha}
 
 
 @pytest.mark.parametrize("controllers", ["raftmq", "java"])
