@@ -251,12 +251,37 @@ def one_node_broker_conf(tmp_path: Path) -> tuple[Path, Path]:
 @contextlib.contextmanager
 def stopped(pid: int):
     """The process stopped (SIGSTOP: alive, its sockets open, answering nothing) for the
-    block, then resumed (SIGCONT) whatever happens."""
-    os.kill(pid, signal.SIGSTOP)
+    block, every thread of it (`stop`), then resumed (SIGCONT) whatever happens."""
     try:
+        stop(pid)
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def stop(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP process `pid` and return once the kernel shows every thread of it stopped.
+
+    kill() returns before that: each thread stops when it next runs. A test that
+    checks what a stopped process no longer does (acknowledge, answer) must not begin
+    before then (a Java slave's acknowledgment of a send made right after the kill is
+    what two tests saw on a loaded machine)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while not all_threads_stopped(pid):
+        assert time.monotonic() < deadline, (
+            f"process {pid} not stopped {timeout_s:g} s after SIGSTOP"
+        )
+        time.sleep(0.001)
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is in the stopped state (Linux's /proc)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+    return all(state in ("T", "t") for state in states)
 
 
 def child_pids(pid: int) -> list[int]:

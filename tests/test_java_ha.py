@@ -15,15 +15,13 @@ member of a classic group, as real processes over TCP:
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 import trio
 
 from bench.java_brokers import MixedClassicGroup
 from raftmq.client import Producer
 from raftmq.client.producer import SendStatus
-from tests.helpers import commitlog_files, pull_all, send_all
+from tests.helpers import commitlog_files, pull_all, send_all, stopped
 
 pytestmark = [pytest.mark.processes, pytest.mark.requires("rocketmq-java"), pytest.mark.untimed]
 
@@ -89,11 +87,8 @@ async def test_a_raftmq_sync_master_acks_only_what_its_java_slave_has(tmp_path):
             assert {r.status for r in results} == {SendStatus.SEND_OK}
             await caught_up(group)
             same_files(group)
-            group.procs["n1"].send_signal(signal.SIGSTOP)  # the Java slave stops answering
-            try:
+            with stopped(group.procs["n1"].pid):  # the Java slave stops answering
                 late = await producer.send("Mixed", b"while the slave is stopped")
-            finally:
-                group.procs["n1"].send_signal(signal.SIGCONT)
             assert late.status is SendStatus.FLUSH_SLAVE_TIMEOUT
             with trio.fail_after(20):  # the slave resumes: acknowledged again
                 while (await producer.send("Mixed", b"after")).status is not SendStatus.SEND_OK:
