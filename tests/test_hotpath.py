@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from raftmq.broker import send_encoding
 from raftmq.broker.sql92 import compile_sql92
 from raftmq.broker.store import commitlog, indexfile
+from raftmq.broker.store.consumequeue import ENTRY
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
@@ -51,6 +52,7 @@ TWINS = {
     "properties_index_keys": message.properties_index_keys,
     "java_string_hash": message.java_string_hash,
     "pull_body": commitlog.pull_body,
+    "queue_runs": commitlog.queue_runs,
     "split_requests": frames.split_requests,
     "plain_request": remoting_codec.plain_request,
     "send_values": send_encoding.send_values,
@@ -717,6 +719,71 @@ def test_dispatch_rows_carry_the_index_keys():
         assert error is None
         assert commitlog.DispatchRequest(*rows[0][1]).keys == "order-1 all"
         assert rows[0][1][-2:] == ("AB12", "order-1 all")
+
+
+# A dispatch row's parts: (NOOP?, topic, queue id, offset step, sysflag, UNIQ_KEY, KEYS,
+# size, tags code); the offset step is 1 in its queue but for a gap or a repeat
+run_row = st.tuples(
+    st.booleans(),
+    st.sampled_from(["T", "U", "SPECIAL", "NEW"]),
+    st.integers(0, 2),
+    st.sampled_from([1, 1, 1, 1, 0, 2]),
+    st.sampled_from([0, 0, 1, 4, 8, 12]),
+    st.sampled_from(["", "", "U1"]),
+    st.sampled_from(["", "", "k"]),
+    st.integers(-1, 1 << 31),
+    st.sampled_from([0, -5, 1 << 40, 1 << 63]),
+)
+odd_row = st.sampled_from(
+    [(1, 2, 3), (9, ("T", 0)), (9, ("T", 0, 1, 2, 3, 4, 5, 6, "", 7)), (9, ("T", True) + (0,) * 8)]
+)
+
+
+@given(
+    st.lists(run_row, max_size=40),
+    st.integers(-1, 45),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 40), odd_row), max_size=1),
+)
+def test_queue_runs(parts, start, indexed, odd):
+    next_offsets, rows = {}, []
+    for index, (noop, topic, queue_id, step, sysflag, uniq, keys, size, tags) in enumerate(parts):
+        if noop:
+            rows.append((index, None))
+            continue
+        offset = next_offsets.get((topic, queue_id), 5) + step - 1
+        next_offsets[(topic, queue_id)] = offset + 1
+        fields = (topic, queue_id, offset, 100 * index, size, sysflag, tags, 7, uniq, keys)
+        rows.append((index, fields))
+    for at, row in odd:
+        rows.insert(at, row)
+    queues = {(t, q): None for t in ("T", "U", "SPECIAL") for q in range(3)}
+    same("queue_runs", rows, start, queues, frozenset(["SPECIAL"]), indexed)
+
+
+def test_queue_runs_take_a_queues_entries_in_order_up_to_what_dispatch_must_see():
+    rows = [
+        (1, ("T", 0, 7, 100, 50, 0, 3, 0, "", "")),
+        (2, None),
+        (3, ("T", 1, 0, 150, 60, 8, 0, 0, "", "")),  # a committed transaction: plain
+        (4, ("T", 0, 8, 210, 70, 0, 4, 0, "", "")),
+        (5, ("T", 0, 9, 280, 80, 4, 0, 0, "", "")),  # a half message: dispatch's own
+        (6, ("T", 0, 9, 360, 90, 0, 0, 0, "", "")),
+    ]
+    queues = {("T", 0): None, ("T", 1): None}
+    for function in (commitlog.QUEUE_RUNS, commitlog.queue_runs):
+        runs, end = function(rows, 0, queues, frozenset(), False)
+        assert end == 4
+        assert runs == {
+            ("T", 0): [7, 9, bytearray(ENTRY.pack(100, 50, 3) + ENTRY.pack(210, 70, 4)), 120],
+            ("T", 1): [0, 1, bytearray(ENTRY.pack(150, 60, 0)), 60],
+        }
+        assert function(rows, 5, queues, frozenset(), False)[1] == 6
+        assert function(rows, 0, queues, frozenset(["T"]), False) == ({}, 0)
+        indexed = [(1, ("T", 0, 7, 100, 50, 0, 3, 0, "", "k"))]
+        assert function(indexed, 0, queues, frozenset(), True) == ({}, 0)
+        assert function(indexed, 0, queues, frozenset(), False)[1] == 1
+        assert function(rows, 0, {}, frozenset(), False) == ({}, 0)  # no such queue yet
 
 
 key_item = st.sampled_from(

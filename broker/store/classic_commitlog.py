@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SCAN_ROWS = 256  # messages per list `scan_rows` yields
 _WAIT = (codec.MessageConst.PROPERTY_WAIT_STORE_MSG_OK + codec.NAME_VALUE_SEPARATOR).encode()
 
 
@@ -244,20 +245,24 @@ class ClassicCommitLog(RecordReads):
         self._acks.release(offset)
 
     # ------------------------------------------------------------------ reads
-    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
-        """(index, DispatchRequest fields) for the messages first..last; None for a record the
-        dispatcher cannot read (a RocketMQ 5 master's V2 record, for a topic longer
-        than 127 bytes, copied by a slave), which is logged and left out."""
+    def scan_rows(self, first: int, last: int) -> Iterator[list[tuple[int, tuple | None]]]:
+        """(index, DispatchRequest fields) for the messages first..last, SCAN_ROWS at a
+        time; None for a record the dispatcher cannot read (a RocketMQ 5 master's V2
+        record, for a topic longer than 127 bytes, copied by a slave), which is logged
+        and left out."""
         log_ = self.log
-        for index in range(first, last + 1):
-            pos = log_.pos_at(index)
-            buffer, offset = log_.locate(pos)
-            try:
-                fields = dispatch_fields(buffer, offset, pos)
-            except codec.MessageFormatError as exc:
-                log.error("not dispatched: %s", exc)
-                fields = None
-            yield index, fields
+        for chunk in range(first, last + 1, SCAN_ROWS):
+            rows = []
+            for index in range(chunk, min(last + 1, chunk + SCAN_ROWS)):
+                pos = log_.pos_at(index)
+                buffer, offset = log_.locate(pos)
+                try:
+                    fields = dispatch_fields(buffer, offset, pos)
+                except codec.MessageFormatError as exc:
+                    log.error("not dispatched: %s", exc)
+                    fields = None
+                rows.append((index, fields))
+            yield rows
 
     # ------------------------------------------------------------------ running
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:

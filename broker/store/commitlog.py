@@ -12,7 +12,7 @@ leader's bytes at the leader's positions, every replica holds the same offsets a
 the same msgIds.
 
 Reads here are raw: `read` by physical offset (what ConsumeQueue entries and
-msgIds point at) and `DLedgerCommitLog.scan_fields` of committed entries for the
+msgIds point at) and `DLedgerCommitLog.scan_rows` of committed entries for the
 dispatcher, which skips the NOOP entries a new DLedger leader appends (RocketMQ's
 scanner does not know them). The record layout is read by the message codec
 (`protocol.message.read_dispatch_fields`), not here.
@@ -116,6 +116,60 @@ def dispatch_rows(blob, last_index: int) -> tuple[list[tuple[int, tuple | None]]
 
 
 DISPATCH_ROWS = compiled_or("dispatch_rows", dispatch_rows)
+
+# the bit both sysflags without a queue offset have, and the others lack
+_NO_QUEUE_OFFSET_BIT = codec.MessageSysFlag.TRANSACTION_PREPARED_TYPE
+assert all(t & _NO_QUEUE_OFFSET_BIT for t in TRANSACTIONS_WITHOUT_QUEUE_OFFSET)
+assert not codec.MessageSysFlag.TRANSACTION_COMMIT_TYPE & _NO_QUEUE_OFFSET_BIT
+
+
+def queue_runs(
+    rows: list, start: int, queues: dict, special_topics: frozenset[str], indexed: bool
+) -> tuple[dict[tuple[str, int], list], int]:
+    """The ConsumeQueue entries of `rows[start:]` (dispatch rows) up to the first row the
+    dispatcher has to look at on its own, by queue, and where that row is.
+
+    Returns ({(topic, queue id): [first queue offset, next queue offset, entries
+    (ENTRY each, a bytearray), bytes of their messages]}, position of the first row
+    left out, len(rows) if none). A row is taken when it has nothing to dispatch (None)
+    or is a message that only adds an entry to an existing queue of `queues`: not of
+    `special_topics`, not a half or rolled-back transaction (no queue offset), nothing
+    for the key index (`indexed` false, or no UNIQ_KEY and no KEYS), and its queue
+    offset next after the one before it in its queue's run. Everything else (a new
+    queue, a gap, an entry dispatched before a restart) stops the run. Compiled where
+    the build allows: it is the one step of dispatch that runs once per message."""
+    runs: dict[tuple[str, int], list] = {}
+    for pos in range(start, len(rows)):
+        fields = rows[pos][1]
+        if fields is None:
+            continue
+        topic, queue_id, queue_offset, physical, size, sysflag, tags, _ts, uniq, keys = fields
+        key = (topic, queue_id)
+        if (
+            topic in special_topics
+            or sysflag & _NO_QUEUE_OFFSET_BIT
+            or (indexed and (uniq or keys))
+            or key not in queues
+        ):
+            return runs, pos
+        run = runs.get(key)
+        if run is None:
+            runs[key] = [
+                queue_offset,
+                queue_offset + 1,
+                bytearray(ENTRY.pack(physical, size, tags)),
+                size,
+            ]
+        elif run[1] != queue_offset:
+            return runs, pos
+        else:
+            run[1] += 1
+            run[2] += ENTRY.pack(physical, size, tags)
+            run[3] += size
+    return runs, len(rows)
+
+
+QUEUE_RUNS = compiled_or("queue_runs", queue_runs)
 
 
 def place_record(body: bytes, body_pos: int, next_offsets: dict) -> tuple[bytearray, int]:
@@ -223,9 +277,10 @@ class RecordReads:
         return self.read(physical_offset, size)
 
     def scan(self, first: int, last: int) -> Iterator[tuple[int, DispatchRequest | None]]:
-        """`scan_fields`, each message's fields as a DispatchRequest."""
-        for index, fields in self.scan_fields(first, last):
-            yield index, None if fields is None else DispatchRequest(*fields)
+        """`scan_rows`, each message's fields as a DispatchRequest."""
+        for rows in self.scan_rows(first, last):
+            for index, fields in rows:
+                yield index, None if fields is None else DispatchRequest(*fields)
 
     def read_pulled(
         self,
@@ -317,14 +372,16 @@ class DLedgerCommitLog(RecordReads):
             key = (topic, queue_id)
             next_offsets[key] = min(next_offsets[key], queue_offset)
 
-    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
-        """(index, DispatchRequest fields) for entries first..last; None for a NOOP entry."""
+    def scan_rows(self, first: int, last: int) -> Iterator[list[tuple[int, tuple | None]]]:
+        """(index, DispatchRequest fields) for entries first..last, a list per read; None
+        for a NOOP entry."""
         store = self.store
         index = first
         while index <= last:
             blob, count = store.read_encoded(index, 1 << 20)
             rows, error = DISPATCH_ROWS(blob, last)
-            yield from rows
+            if rows:
+                yield rows
             if error is not None:
                 raise error
             if rows and rows[-1][0] >= last:

@@ -218,7 +218,12 @@ class ConsumeQueue:
 
     # --------------------------------------------------------------------- writes
     def append(self, queue_offset: int, physical_offset: int, size: int, tags_code: int) -> None:
-        max_offset = self.min_offset + len(self._entries) // ENTRY_SIZE  # once per message
+        self.append_run(queue_offset, ENTRY.pack(physical_offset, size, tags_code), size)
+
+    def append_run(self, queue_offset: int, entries: bytes | bytearray, size: int) -> None:
+        """`entries` (ENTRY each) at queue offsets from `queue_offset` on, for messages
+        of `size` bytes in all; a file is started at each `file_entries` boundary."""
+        max_offset = self.min_offset + len(self._entries) // ENTRY_SIZE
         if queue_offset != max_offset:
             if self._entries:
                 raise ValueError(
@@ -228,9 +233,15 @@ class ConsumeQueue:
             self._drop_files()  # the first message the log still holds
             self.min_offset = max_offset = queue_offset
             self._written_end = self._synced_end = queue_offset
-        if not self._files or max_offset - self._files[-1] >= self.file_entries:
-            self._roll()
-        self._entries += ENTRY.pack(physical_offset, size, tags_code)
+        assert len(entries) % ENTRY_SIZE == 0, len(entries)
+        view = memoryview(entries)
+        while view:
+            if not self._files or max_offset - self._files[-1] >= self.file_entries:
+                self._roll()
+            room = self.file_entries - (max_offset - self._files[-1])
+            self._entries += view[: room * ENTRY_SIZE]
+            max_offset += min(room, len(view) // ENTRY_SIZE)
+            view = view[room * ENTRY_SIZE :]
         self.dispatched_bytes += size
 
     def trim_head(self, physical_begin: int) -> None:

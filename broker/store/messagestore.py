@@ -34,10 +34,17 @@ from pathlib import Path
 import attrs
 import trio
 from raftmq.broker.store.commitlog import (
+    QUEUE_RUNS,
     TRANSACTIONS_WITHOUT_QUEUE_OFFSET,
     DLedgerCommitLog,
 )
-from raftmq.broker.store.consumequeue import DEFAULT_FILE_ENTRIES, ConsumeQueue, ConsumeQueueTable
+from raftmq.broker.store.consumequeue import (
+    DEFAULT_FILE_ENTRIES,
+    ENTRY,
+    ENTRY_SIZE,
+    ConsumeQueue,
+    ConsumeQueueTable,
+)
 from raftmq.broker.store.indexfile import IndexService
 from raftmq.broker.store.metadata import META_TOPIC, SCHEDULE_TOPIC, Metadata, TopicConfig
 from raftmq.broker.store.replicated_log import CommitLog, ReplicatedLog
@@ -71,6 +78,8 @@ MAX_PULL_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 # TOTALSIZE, MAGICCODE, then PHYSICALOFFSET at 28: enough to tell a record's start
 _RECORD_HEAD = struct.Struct(">ii20xq")
 _TRANSACTION_MASK = codec.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE  # both transaction bits
+# Topics whose messages `_dispatch` treats on their own, never in a queue run
+_SPECIAL_TOPICS = frozenset((TIMER_TOPIC, SCHEDULE_TOPIC, META_TOPIC))
 
 
 def checkpoint_interval_s(took_s: float) -> float:
@@ -324,12 +333,13 @@ class MessageStore:
         if store.empty or self.dispatched_index < store.begin_index:
             return
         progress = self.metadata.timer_progress
-        for _index, fields in self.commitlog.scan_fields(store.begin_index, self.dispatched_index):
-            if fields is not None and fields[0] == TIMER_TOPIC:
-                physical_offset, size = fields[3], fields[4]
-                due_ms = self._timer_due(physical_offset, size)
-                if due_ms is not None and not fired((due_ms, physical_offset, size), progress):
-                    wheel.add(due_ms, physical_offset, size)
+        for rows in self.commitlog.scan_rows(store.begin_index, self.dispatched_index):
+            for _index, fields in rows:
+                if fields is not None and fields[0] == TIMER_TOPIC:
+                    physical_offset, size = fields[3], fields[4]
+                    due_ms = self._timer_due(physical_offset, size)
+                    if due_ms is not None and not fired((due_ms, physical_offset, size), progress):
+                        wheel.add(due_ms, physical_offset, size)
         wheel.flush()
 
     def _timer_due(self, physical_offset: int, size: int) -> int | None:
@@ -648,15 +658,30 @@ class MessageStore:
         if last < first:
             return 0
         touched = set()
-        known = len(self.queues.queues)
+        queues = self.queues.queues
+        known = len(queues)
+        indexed = self.index is not None
         try:
-            for index, fields in self.commitlog.scan_fields(first, last):
-                if fields is not None:  # an OSError (a full disk) leaves it to the next call
-                    self._dispatch(*fields)
-                    touched.add(fields[:2])  # (topic, queue id)
-                self.dispatched_index = index
-                if len(self.queues.queues) - known >= NEW_QUEUES_PER_STEP:
-                    break  # the next step goes on from here once others have run
+            for rows in self.commitlog.scan_rows(first, last):
+                pos = 0
+                while pos < len(rows):
+                    # the rows that only add entries to existing queues, a run per queue
+                    runs, end = QUEUE_RUNS(rows, pos, queues, _SPECIAL_TOPICS, indexed)
+                    for key, (queue_offset, _next, entries, size) in runs.items():
+                        self._append_run(queues[key], queue_offset, entries, size)
+                    touched.update(runs)
+                    if end > pos:
+                        self.dispatched_index = rows[end - 1][0]
+                    pos = end
+                    if pos < len(rows):  # a row for the general path
+                        index, fields = rows[pos]
+                        if fields is not None:  # an OSError (a full disk): the next call's
+                            self._dispatch(*fields)
+                            touched.add(fields[:2])  # (topic, queue id)
+                        self.dispatched_index = index
+                        pos += 1
+                    if len(queues) - known >= NEW_QUEUES_PER_STEP:
+                        return self.dispatched_index - first + 1  # the rest once others ran
         finally:
             self.queues.unsynced |= touched
             self.timers.flush()
@@ -671,6 +696,27 @@ class MessageStore:
             event = self._arrivals.pop(key, None)
             if event is not None:
                 event.set()
+
+    def _append_run(
+        self, queue: ConsumeQueue, queue_offset: int, entries: bytearray, size: int
+    ) -> None:
+        """A queue's run from `QUEUE_RUNS`: its entries, from `queue_offset` on, for
+        messages of `size` bytes in all; those dispatched before a restart are skipped,
+        as `_dispatch` skips each."""
+        if queue_offset < queue.max_offset and len(queue):
+            skip = min(queue.max_offset - queue_offset, len(entries) // ENTRY_SIZE)
+            size -= sum(s for _p, s, _t in ENTRY.iter_unpack(entries[: skip * ENTRY_SIZE]))
+            del entries[: skip * ENTRY_SIZE]
+            queue_offset += skip
+            if not entries:
+                return
+        try:
+            queue.append_run(queue_offset, entries, size)
+        except ValueError as exc:
+            log.error("dispatch: %s", exc)
+            return
+        self.dispatched_messages += len(entries) // ENTRY_SIZE
+        self.dispatched_message_bytes += size
 
     def _dispatch(
         self,

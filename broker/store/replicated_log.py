@@ -104,6 +104,6 @@ class CommitLog(Protocol):
     def scan(self, first: int, last: int) -> Iterator[tuple[int, object]]:
         """(index, DispatchRequest or None) for the log's entries first..last."""
 
-    def scan_fields(self, first: int, last: int) -> Iterator[tuple[int, tuple | None]]:
-        """`scan` with each DispatchRequest's fields as a tuple (what the dispatcher reads:
-        no object built per message)."""
+    def scan_rows(self, first: int, last: int) -> Iterator[list[tuple[int, tuple | None]]]:
+        """`scan` with each DispatchRequest's fields as a tuple, in lists of rows (what
+        the dispatcher reads: no object built per message, and a batch at a time)."""

@@ -18,6 +18,8 @@ the same results and errors by property tests (tests/test_hotpath.py):
                                place_records          a leader append's, as a batch
                                dispatch_rows          a batch of entries for the ConsumeQueues
                                                       and the key index
+                               queue_runs             the plain rows of a batch as
+                                                      ConsumeQueue entries, a run per queue
                                pull_body              a pull's records, as one body
     broker.store.indexfile     recover_slots          a recovered IndexFile's hash slots
     protocol.message           read_dispatch_fields   a record's dispatch fields

@@ -10,10 +10,14 @@ raftmq's: the layers that own the twins import it.
 
 from cpython.bytearray cimport (
     PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE,
+    PyByteArray_Resize,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
+
+cdef extern from "<stdint.h>":
+    const int64_t INT64_MAX
 
 TWINS = {}  # name -> the Python twin, registered by raftmq.hotpath.compiled_or
 
@@ -1047,6 +1051,80 @@ def dispatch_rows(blob, last_index):
                                    fields[0], fields[3], tags, fields[4], keys[0], keys[1])))
         offset += size
     return rows, None
+
+
+cdef int _NO_QUEUE_OFFSET_BIT = 1 << 2  # TRANSACTION_PREPARED_TYPE: half and rolled back
+
+
+def queue_runs(rows, start, queues, special_topics, indexed):
+    cdef Py_ssize_t pos, n, first_pos
+    cdef int64_t queue_offset, physical, tags
+    cdef int32_t size
+    cdef bint index_keys
+    cdef bytearray entries
+    cdef Py_ssize_t used
+    cdef uint8_t *o
+    if (type(rows) is not list or type(queues) is not dict
+            or type(special_topics) is not frozenset):
+        return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+    try:
+        first_pos = start
+    except (TypeError, OverflowError):
+        return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+    index_keys = bool(indexed)
+    n = len(rows)
+    if first_pos < 0:
+        return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+    runs = {}
+    for pos in range(first_pos, n):
+        row = rows[pos]
+        if type(row) is not tuple or len(<tuple>row) != 2:
+            return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+        fields = (<tuple>row)[1]
+        if fields is None:
+            continue
+        if type(fields) is not tuple or len(<tuple>fields) != 10:
+            return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+        topic = (<tuple>fields)[0]
+        queue_id = (<tuple>fields)[1]
+        sysflag = (<tuple>fields)[5]
+        if (type(topic) is not str or type(queue_id) is not int or type(sysflag) is not int
+                or type((<tuple>fields)[2]) is not int or type((<tuple>fields)[3]) is not int
+                or type((<tuple>fields)[4]) is not int or type((<tuple>fields)[6]) is not int):
+            return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+        key = (topic, queue_id)
+        if (topic in <frozenset>special_topics or sysflag & _NO_QUEUE_OFFSET_BIT
+                or (index_keys and ((<tuple>fields)[8] or (<tuple>fields)[9]))
+                or key not in <dict>queues):
+            return runs, pos
+        try:
+            queue_offset = (<tuple>fields)[2]
+            physical = (<tuple>fields)[3]
+            size = (<tuple>fields)[4]
+            tags = (<tuple>fields)[6]
+        except OverflowError:
+            return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+        if queue_offset == INT64_MAX:
+            return TWINS["queue_runs"](rows, start, queues, special_topics, indexed)
+        run = (<dict>runs).get(key)
+        if run is None:
+            entries = PyByteArray_FromStringAndSize(NULL, 20)
+            run = [queue_offset, queue_offset + 1, entries, size]
+            (<dict>runs)[key] = run
+            used = 0
+        elif (<list>run)[1] != queue_offset:
+            return runs, pos
+        else:
+            entries = <bytearray>(<list>run)[2]
+            used = PyByteArray_GET_SIZE(entries)
+            PyByteArray_Resize(entries, used + 20)
+            (<list>run)[1] = queue_offset + 1
+            (<list>run)[3] = (<list>run)[3] + size
+        o = <uint8_t *>PyByteArray_AS_STRING(entries) + used
+        _put64(o, <uint64_t>physical)
+        _put32(o + 8, <uint32_t>size)
+        _put64(o + 12, <uint64_t>tags)
+    return runs, n
 
 
 # ---------------------------------------------------------------------- key index
