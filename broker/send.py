@@ -48,6 +48,7 @@ from raftmq.dledger.codes import Code
 
 from raftmq.config.address import parse_address
 from raftmq.disk.filesystem import used_ratio
+from raftmq.hotpath import compiled_or
 from raftmq.protocol import message as codec
 from raftmq.protocol.message import PROPERTY_RESEND, MessageConst, MessageExt, MessageSysFlag
 from raftmq.protocol.msgid import create_message_id, pack_host
@@ -87,6 +88,16 @@ _TIMER_PROPERTY = "TIMER_"
 _TRANSACTION_PROPERTY = MessageConst.PROPERTY_TRANSACTION_PREPARED + codec.NAME_VALUE_SEPARATOR
 # A producer's resend may already be stored (`stored_copy`): not an inline send.
 _RESEND_PROPERTY = PROPERTY_RESEND + codec.NAME_VALUE_SEPARATOR
+# What makes a send leave the inline path for `send` (`plain_record`): (topics no client
+# sends to, the retry topics' prefix, properties `send` handles, the write permission
+# bit, the record encoder's error)
+INLINE_RULES = (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_PREFIX,
+    (_DELAY_PROPERTY, _TIMER_PROPERTY, _TRANSACTION_PROPERTY, _RESEND_PROPERTY),
+    PERM_WRITE,
+    codec.MessageFormatError,
+)
 # How far back a resend's earlier copy is looked for, by store time: far past any
 # client's send timeout (RocketMQ's clients: 3 s).
 RESEND_LOOKBACK_MS = 600_000
@@ -182,6 +193,86 @@ def _append_failure(code: Code | PutStatus, disk: Callable[[], str]) -> tuple[in
             "quorum ack timeout: the message may or may not be stored",
         )
     return ResponseCode.SYSTEM_ERROR, f"append failed: {code.name}"
+
+
+def plain_record(
+    fields: tuple,
+    body: bytes,
+    topics: dict,
+    stamps: tuple[int, bytes, bytes],
+    cluster: str,
+    max_message_size: int,
+    rules: tuple,
+) -> tuple[int, bytes] | None:
+    """(queue id, CommitLog record) of a send whose header says `fields` (send_fields)
+    to a topic of `topics` (name: TopicConfig), stamped with `stamps` (now, the
+    producer's address, ours); None to leave it to `send`, which explains a refusal.
+    `rules` are INLINE_RULES (tests vary them)."""
+    not_allowed, retry_prefix, properties_for_send, perm_write, format_error = rules
+    topic, queue_id, flag, sysflag, born_ms, reconsume, properties, batch = fields
+    config = topics.get(topic)
+    sysflag &= ~MessageSysFlag.MULTI_TAGS_FLAG
+    if (
+        config is None
+        or topic.startswith(retry_prefix)
+        or batch
+        or type(properties) is not str
+        or any(name in properties for name in properties_for_send)
+        or len(body) > max_message_size
+        or MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE
+        or topic in not_allowed
+        or not config.perm & perm_write
+    ):
+        return None
+    write_queues = config.write_queue_nums
+    if queue_id < 0:
+        queue_id = random.randrange(write_queues)
+    elif queue_id >= max(write_queues, config.read_queue_nums):
+        return None
+    try:
+        record = SEND_RECORD(
+            *stamps, cluster, topic, queue_id, flag, sysflag, born_ms, reconsume, properties, body
+        )
+    except format_error:
+        return None
+    return queue_id, record
+
+
+def take_raw_sends(
+    requests: list,
+    start: int,
+    topics: dict,
+    stamps: tuple[int, bytes, bytes],
+    cluster: str,
+    max_message_size: int,
+    rules: tuple,
+) -> tuple[list[tuple], list[bytes], list, int]:
+    """The raw sends of `requests[start:]` (`plain_record` each) up to the first request
+    that is not a raw send whose values read (`send_values`): (what the completion
+    answers for each taken, their records, the raw requests left to `send`, the
+    position of the first request not looked at, len(requests) if none). Compiled
+    where the build allows: it is the one step of `send_inline` run once per send."""
+    taken, records, left = [], [], []
+    for pos in range(start, len(requests)):
+        request = requests[pos]
+        if type(request) is not RAW_REQUEST:
+            return taken, records, left, pos
+        fields = SEND_VALUES(request.values)
+        if fields is None:
+            return taken, records, left, pos
+        placed = plain_record(
+            fields, request.body, topics, stamps, cluster, max_message_size, rules
+        )
+        if placed is None:
+            left.append(request)
+        else:
+            # its code stands for it: the completion holds no received bytes
+            taken.append((request.code, placed[0], request.opaque, _JSON, request.flag))
+            records.append(placed[1])
+    return taken, records, left, len(requests)
+
+
+TAKE_RAW_SENDS = compiled_or("take_raw_sends", take_raw_sends)
 
 
 def _answerable(request: RemotingCommand | int, opaque: int, flag: int) -> RemotingCommand:
@@ -342,21 +433,25 @@ class SendProcessor:
             pack_host(parse_address(connection.remote_address)),
             self.address.store_host_bytes,
         )
-        for request in requests:
-            if type(request) is RAW_REQUEST:
-                fields = SEND_VALUES(request.values)
-                placed = None if fields is None else self._record(fields, request.body, *stamps)
-                if placed is not None:
-                    queue_id, record = placed
-                    # its code stands for it: the completion holds no received bytes
-                    taken.append((request.code, queue_id, request.opaque, _JSON, request.flag))
-                    records.append(record)
-                    continue
-                request = raw_command(request)
-                if fields is not None:  # read whole, the header says the same
-                    left.append(request)
-                    continue
-            placed = self._inline_record(request, *stamps)
+        topics, cluster, size = self.topics.by_name, self.cluster_name, self.max_message_size
+        pos = 0
+        while pos < len(requests):
+            raw_taken, raw_records, raw_left, pos = TAKE_RAW_SENDS(
+                requests, pos, topics, stamps, cluster, size, INLINE_RULES
+            )
+            taken += raw_taken
+            records += raw_records
+            left += [raw_command(request) for request in raw_left]  # read whole: the same
+            if pos == len(requests):
+                break
+            request = as_command(requests[pos])  # decoded, or raw with an unusual header
+            pos += 1
+            fields = SEND_FIELDS(request.ext_fields)
+            placed = None
+            if fields is not None:
+                placed = plain_record(
+                    fields, request.body, topics, stamps, cluster, size, INLINE_RULES
+                )
             if placed is None:
                 left.append(request)
             else:
@@ -374,57 +469,6 @@ class SendProcessor:
                 if isinstance(exc, AssertionError):
                     raise  # a broken invariant is not this batch's failure to swallow
         return left
-
-    def _inline_record(
-        self, request: RemotingCommand, now_ms: int, born: bytes, store_host: bytes
-    ) -> tuple[int, bytes] | None:
-        """(queue id, CommitLog record) of a plain send, or None to leave it to `send`."""
-        fields = SEND_FIELDS(request.ext_fields)
-        if fields is None:
-            return None
-        return self._record(fields, request.body, now_ms, born, store_host)
-
-    def _record(
-        self, fields: tuple, body: bytes, now_ms: int, born: bytes, store_host: bytes
-    ) -> tuple[int, bytes] | None:
-        """(queue id, CommitLog record) of a send whose header says `fields` (send_fields),
-        or None to leave it to `send`."""
-        topic, queue_id, flag, sysflag, born_ms, reconsume, properties, batch = fields
-        config = self.topics.get(topic)
-        sysflag &= ~MessageSysFlag.MULTI_TAGS_FLAG
-        if (
-            config is None
-            or topic.startswith(RETRY_PREFIX)
-            or batch
-            or type(properties) is not str
-            or _DELAY_PROPERTY in properties  # to the schedule topic: `send` decides
-            or _TIMER_PROPERTY in properties  # to the timer topic: `send` decides
-            or _TRANSACTION_PROPERTY in properties
-            or _RESEND_PROPERTY in properties
-            or len(body) > self.max_message_size
-            or MessageSysFlag.get_transaction_value(sysflag) != MessageSysFlag.TRANSACTION_NOT_TYPE
-        ):
-            return None
-        try:
-            self._check_writable(config)
-            queue_id = self._queue_id(config, queue_id)
-            record = SEND_RECORD(
-                now_ms,
-                born,
-                store_host,
-                self.cluster_name,
-                topic,
-                queue_id,
-                flag,
-                sysflag,
-                born_ms,
-                reconsume,
-                properties,
-                body,
-            )
-        except (BadRequest, codec.MessageFormatError):
-            return None
-        return queue_id, record
 
     def disk_util(self) -> str:
         root = self.store.root

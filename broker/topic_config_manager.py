@@ -56,6 +56,12 @@ class TopicConfigManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.metadata.topics.get(topic)
 
+    @property
+    def by_name(self) -> dict[str, TopicConfig]:
+        """Every topic's config by name, live (the send path's lookups): read, never
+        changed, through it."""
+        return self.metadata.topics
+
     def serialize_wrapper(self) -> dict:
         return self.metadata.topics_wrapper()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import select
 import struct
 import subprocess
@@ -21,10 +22,12 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from raftmq.broker import send as broker_send
 from raftmq.broker import send_encoding
 from raftmq.broker.sql92 import compile_sql92
 from raftmq.broker.store import commitlog, indexfile
 from raftmq.broker.store.consumequeue import ENTRY
+from raftmq.broker.store.metadata import PERM_READ, TopicConfig
 from raftmq.dledger.codes import EntryType
 from raftmq.dledger.store import base as dstore
 from raftmq.dledger.store import entry as dentry
@@ -53,6 +56,7 @@ TWINS = {
     "java_string_hash": message.java_string_hash,
     "pull_body": commitlog.pull_body,
     "queue_runs": commitlog.queue_runs,
+    "take_raw_sends": broker_send.take_raw_sends,
     "split_requests": frames.split_requests,
     "plain_request": remoting_codec.plain_request,
     "send_values": send_encoding.send_values,
@@ -660,6 +664,92 @@ send_value = send_text | st.text(max_size=3) | st.none() | st.none()
 )
 def test_send_values(values):
     same("send_values", values)
+
+
+# A raw send's letters (b topic, e queue, h flag, f sysflag, g born, j reconsumes, i
+# properties, m batch), the long names among them now and then
+raw_send_values = st.fixed_dictionaries(
+    {
+        "b": st.sampled_from(["T", "R", "SCHEDULE_TOPIC_XXXX", "%RETRY%g", "none"]),
+        "e": st.sampled_from(["0", "3", "-1", "9", "x"]),
+        "h": st.sampled_from(["0", "1"]),
+        "f": st.sampled_from(["0", "2", "4", "8", "1"]),
+        "g": st.just("1700000000000"),
+        "j": st.just("0"),
+        "i": st.sampled_from(
+            ["", "K\x01v", "DELAY\x012", "TIMER_DELAY_SEC\x011", "TRAN_MSG\x01true"]
+        ),
+    },
+    optional={"m": st.sampled_from(["false", "true"]), "topic": st.just("T")},
+).map(lambda header: tuple(header.get(name) for name in NAMES))
+
+
+def _raw_send(opaque: int, topic: str, queue: str):
+    """A plain raw send to `topic`'s `queue`."""
+    header = {"b": topic, "e": queue, "h": "0", "f": "0", "g": "5", "j": "0", "i": ""}
+    values = tuple(header.get(name) for name in NAMES)
+    return remoting_codec.RAW_REQUEST(b"", 0, 0, 310, opaque, 0, b"m", values)
+
+
+@st.composite
+def raw_send_batches(draw):
+    requests = []
+    for opaque, values in enumerate(draw(st.lists(raw_send_values, max_size=8))):
+        body = b"x" * draw(st.sampled_from([0, 5, 70]))
+        requests.append(remoting_codec.RAW_REQUEST(b"", 0, 0, 310, opaque, 0, body, values))
+    for at, other in draw(st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["cmd", 7])))):
+        requests.insert(at, RemotingCommand(code=310, opaque=99) if other == "cmd" else other)
+    return requests
+
+
+SEND_TOPICS = {
+    "T": TopicConfig("T", read_queue_nums=8, write_queue_nums=4),
+    "R": TopicConfig("R", perm=PERM_READ),
+    "SCHEDULE_TOPIC_XXXX": TopicConfig("SCHEDULE_TOPIC_XXXX"),
+    "%RETRY%g": TopicConfig("%RETRY%g"),
+}
+
+
+@given(raw_send_batches(), st.integers(0, 10), st.sampled_from([64, 1 << 20]), st.integers(0, 9))
+@example(
+    [_raw_send(k, topic, queue) for k, topic in enumerate(SEND_TOPICS) for queue in ("-1", "7")],
+    0,
+    1 << 20,
+    0,
+)
+def test_take_raw_sends(requests, start, max_size, seed):
+    stamps = (
+        1700000000001,
+        b"\x7f\x00\x00\x01\x00\x00\x30\x39",
+        b"\x0a\x00\x00\x02\x00\x00\x27\x1b",
+    )
+    args = (requests, start, SEND_TOPICS, stamps, "C", max_size, broker_send.INLINE_RULES)
+    random.seed(seed)  # the queue a send to queue -1 goes to
+    compiled_result = outcome(compiled.take_raw_sends, *args) if compiled else None
+    random.seed(seed)
+    if compiled is None:
+        pytest.skip("the extension is not built")
+    assert compiled_result == outcome(TWINS["take_raw_sends"], *args)
+
+
+def test_take_raw_sends_stops_where_a_send_needs_its_header_decoded():
+    requests = [
+        _raw_send(1, "T", "1"),
+        _raw_send(2, "R", "1"),
+        RemotingCommand(code=310, opaque=3),
+        _raw_send(4, "T", "1"),
+    ]
+    stamps = (9, bytes(8), bytes(8))
+    rules = broker_send.INLINE_RULES
+    for function in (broker_send.TAKE_RAW_SENDS, broker_send.take_raw_sends):
+        taken, records, left, end = function(requests, 0, SEND_TOPICS, stamps, "C", 100, rules)
+        assert end == 2  # the decoded request: send_inline's own
+        assert [(t[0], t[1], t[2]) for t in taken] == [(310, 1, 1)]
+        assert [request.opaque for request in left] == [2]  # a read-only topic: `send` says so
+        assert len(records) == 1
+        assert function(requests, 3, SEND_TOPICS, stamps, "C", 100, rules)[3] == 4
+        anywhere = function([_raw_send(5, "T", "-1")], 0, SEND_TOPICS, stamps, "C", 100, rules)
+        assert anywhere[0][0][1] in range(4)  # one of T's four write queues
 
 
 @given(st.dictionaries(header_key, send_text | st.text(max_size=3), max_size=10))

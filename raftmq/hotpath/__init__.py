@@ -14,6 +14,8 @@ the same results and errors by property tests (tests/test_hotpath.py):
                                send_values            a raw send's header
                                send_record            a sent message's CommitLog record
                                send_responses         a batch's answers, as one write
+    broker.send                take_raw_sends         a read's plain sends, checked, as
+                                                      records
     broker.store.commitlog     place_record           a record's queue and physical offsets
                                place_records          a leader append's, as a batch
                                dispatch_rows          a batch of entries for the ConsumeQueues

@@ -1179,6 +1179,7 @@ def recover_slots(buf, slot_num, count):
 # ---------------------------------------------------------------------- pulls
 
 cimport cython
+import random
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cdef int _CQ_ENTRY = 20  # a ConsumeQueue entry: physical offset 8, size 4, tags code 8
@@ -1546,6 +1547,90 @@ cdef class RawRequest:
     def __repr__(self):
         return ("RawRequest(code=%r, opaque=%r, flag=%r, body=%d bytes, values=%r)"
                 % (self.code, self.opaque, self.flag, len(self.body), self.values))
+
+# ------------------------------------------------------------- the inline sends of a read
+
+cdef int _MULTI_TAGS_FLAG = 1 << 1
+cdef int _TRANSACTION_BITS = 3 << 2
+
+
+cdef object _plain_record(tuple fields, bytes body, dict topics, tuple stamps, object cluster,
+                          Py_ssize_t max_message_size, frozenset not_allowed, str retry_prefix,
+                          tuple properties_for_send, object perm_write, object format_error):
+    """plain_record (broker.send) for fields send_values read: the same checks, in order."""
+    topic = fields[0]
+    queue_id = fields[1]
+    sysflag = fields[3]
+    properties = fields[6]
+    config = topics.get(topic)
+    sysflag = sysflag & ~_MULTI_TAGS_FLAG
+    if config is None or topic.startswith(retry_prefix):
+        return None
+    if fields[7] or type(properties) is not str:
+        return None
+    for name in properties_for_send:
+        if name in <str>properties:
+            return None
+    if len(body) > max_message_size or sysflag & _TRANSACTION_BITS:
+        return None
+    if topic in not_allowed or not config.perm & perm_write:
+        return None
+    write_queues = config.write_queue_nums
+    if queue_id < 0:
+        queue_id = random.randrange(write_queues)
+    elif queue_id >= max(write_queues, config.read_queue_nums):
+        return None
+    try:
+        record = send_record(stamps[0], stamps[1], stamps[2], cluster, topic, queue_id,
+                             fields[2], sysflag, fields[4], fields[5], properties, body)
+    except format_error:
+        return None
+    return queue_id, record
+
+
+def take_raw_sends(requests, start, topics, stamps, cluster, max_message_size, rules):
+    cdef Py_ssize_t pos, first, n, max_size
+    cdef RawRequest request
+    if (type(requests) is not list or type(topics) is not dict or type(stamps) is not tuple
+            or len(<tuple>stamps) != 3 or type(rules) is not tuple or len(<tuple>rules) != 5
+            or type((<tuple>rules)[0]) is not frozenset or type((<tuple>rules)[1]) is not str
+            or type((<tuple>rules)[2]) is not tuple or type(max_message_size) is not int
+            or type(start) is not int or start < 0):
+        return TWINS["take_raw_sends"](requests, start, topics, stamps, cluster,
+                                       max_message_size, rules)
+    for name in (<tuple>rules)[2]:
+        if type(name) is not str:
+            return TWINS["take_raw_sends"](requests, start, topics, stamps, cluster,
+                                           max_message_size, rules)
+    try:
+        max_size = max_message_size
+    except OverflowError:
+        return TWINS["take_raw_sends"](requests, start, topics, stamps, cluster,
+                                       max_message_size, rules)
+    not_allowed, retry_prefix, properties_for_send, perm_write, format_error = <tuple>rules
+    taken = []
+    records = []
+    left = []
+    n = len(<list>requests)
+    first = start
+    for pos in range(first, n):
+        item = (<list>requests)[pos]
+        if type(item) is not RawRequest:
+            return taken, records, left, pos
+        request = <RawRequest>item
+        fields = send_values(request.values)
+        if fields is None:
+            return taken, records, left, pos
+        placed = _plain_record(<tuple>fields, request.body, <dict>topics, <tuple>stamps, cluster,
+                               max_size, not_allowed, retry_prefix, properties_for_send,
+                               perm_write, format_error)
+        if placed is None:
+            left.append(request)
+        else:
+            taken.append((request.code, (<tuple>placed)[0], request.opaque, 0, request.flag))
+            records.append((<tuple>placed)[1])
+    return taken, records, left, n
+
 
 
 cdef object _plain_request(object src, const uint8_t *p, Py_ssize_t start, Py_ssize_t end,
