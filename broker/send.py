@@ -207,7 +207,8 @@ def plain_record(
     """(queue id, CommitLog record) of a send whose header says `fields` (send_fields)
     to a topic of `topics` (name: TopicConfig), stamped with `stamps` (now, the
     producer's address, ours); None to leave it to `send`, which explains a refusal.
-    `rules` are INLINE_RULES (tests vary them)."""
+    `rules` are INLINE_RULES, passed in because the compiled twin of `take_raw_sends`
+    imports nothing of raftmq's."""
     not_allowed, retry_prefix, properties_for_send, perm_write, format_error = rules
     topic, queue_id, flag, sysflag, born_ms, reconsume, properties, batch = fields
     config = topics.get(topic)

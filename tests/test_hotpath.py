@@ -723,12 +723,12 @@ def test_take_raw_sends(requests, start, max_size, seed):
         b"\x7f\x00\x00\x01\x00\x00\x30\x39",
         b"\x0a\x00\x00\x02\x00\x00\x27\x1b",
     )
-    args = (requests, start, SEND_TOPICS, stamps, "C", max_size, broker_send.INLINE_RULES)
-    random.seed(seed)  # the queue a send to queue -1 goes to
-    compiled_result = outcome(compiled.take_raw_sends, *args) if compiled else None
-    random.seed(seed)
     if compiled is None:
         pytest.skip("the extension is not built")
+    args = (requests, start, SEND_TOPICS, stamps, "C", max_size, broker_send.INLINE_RULES)
+    random.seed(seed)  # the queue a send to queue -1 goes to: the same draws for both
+    compiled_result = outcome(compiled.take_raw_sends, *args)
+    random.seed(seed)
     assert compiled_result == outcome(TWINS["take_raw_sends"], *args)
 
 

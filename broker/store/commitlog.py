@@ -136,7 +136,8 @@ def queue_runs(
     `special_topics`, not a half or rolled-back transaction (no queue offset), nothing
     for the key index (`indexed` false, or no UNIQ_KEY and no KEYS), and its queue
     offset next after the one before it in its queue's run. Everything else (a new
-    queue, a gap, an entry dispatched before a restart) stops the run. Compiled where
+    queue, a gap or repeat within the run) stops it. Whether a run overlaps what its
+    queue holds (a replay after a restart) is the caller's to check. Compiled where
     the build allows: it is the one step of dispatch that runs once per message."""
     runs: dict[tuple[str, int], list] = {}
     for pos in range(start, len(rows)):

@@ -668,7 +668,7 @@ class MessageStore:
                     # the rows that only add entries to existing queues, a run per queue
                     runs, end = QUEUE_RUNS(rows, pos, queues, _SPECIAL_TOPICS, indexed)
                     for key, (queue_offset, _next, entries, size) in runs.items():
-                        self._append_run(queues[key], queue_offset, entries, size)
+                        self._add_entries(queues[key], queue_offset, entries, size)
                     touched.update(runs)
                     if end > pos:
                         self.dispatched_index = rows[end - 1][0]
@@ -697,26 +697,30 @@ class MessageStore:
             if event is not None:
                 event.set()
 
-    def _append_run(
+    def _add_entries(
         self, queue: ConsumeQueue, queue_offset: int, entries: bytearray, size: int
-    ) -> None:
-        """A queue's run from `QUEUE_RUNS`: its entries, from `queue_offset` on, for
-        messages of `size` bytes in all; those dispatched before a restart are skipped,
-        as `_dispatch` skips each."""
+    ) -> int:
+        """Entries (ENTRY each, a run from `QUEUE_RUNS` or `_dispatch`'s one) into `queue`
+        from `queue_offset` on, for messages of `size` bytes in all, skipping those
+        dispatched before a restart; returns how many went in (none if the queue
+        refused them, which is logged). Metadata records are not counted as messages."""
         if queue_offset < queue.max_offset and len(queue):
             skip = min(queue.max_offset - queue_offset, len(entries) // ENTRY_SIZE)
             size -= sum(s for _p, s, _t in ENTRY.iter_unpack(entries[: skip * ENTRY_SIZE]))
             del entries[: skip * ENTRY_SIZE]
             queue_offset += skip
             if not entries:
-                return
+                return 0
         try:
             queue.append_run(queue_offset, entries, size)
         except ValueError as exc:
             log.error("dispatch: %s", exc)
-            return
-        self.dispatched_messages += len(entries) // ENTRY_SIZE
-        self.dispatched_message_bytes += size
+            return 0
+        added = len(entries) // ENTRY_SIZE
+        if queue.topic != META_TOPIC:
+            self.dispatched_messages += added
+            self.dispatched_message_bytes += size
+        return added
 
     def _dispatch(
         self,
@@ -751,20 +755,12 @@ class MessageStore:
         queue = self.queues.queues.get((topic, queue_id))
         if queue is None:
             queue = self.queues.find_or_create(topic, queue_id)
-        if queue_offset < queue.max_offset and len(queue):
-            return  # dispatched before a restart
         if topic == SCHEDULE_TOPIC:
             level = min(queue_id, len(self.delay_levels_ms) - 1)
             tags_code = store_timestamp + self.delay_levels_ms[level]
-        try:
-            queue.append(queue_offset, physical_offset, size, tags_code)
-        except ValueError as exc:
-            log.error("dispatch: %s", exc)
-            return
-        if topic != META_TOPIC:
-            self.dispatched_messages += 1
-            self.dispatched_message_bytes += size
-            return
+        entry = bytearray(ENTRY.pack(physical_offset, size, tags_code))
+        if not self._add_entries(queue, queue_offset, entry, size) or topic != META_TOPIC:
+            return  # dispatched before a restart, refused, or not metadata
         deleted = self._apply_meta(self.commitlog.read(physical_offset, size), queue_offset)
         if deleted is not None:  # here, in log order: the same point on every replica
             self.drop_topic(deleted)
