@@ -240,6 +240,7 @@ class DLedgerServer:
             check_peer_hosts=config.check_peer_hosts,
             tls=config.peer_tls,
             foreign=foreign,
+            on_chunk_end=self._on_chunk_end,
         )
         # A member restarted with dLegerPeers written before others joined follows its
         # saved configuration (`saved_members`), so it dials those members too: its
@@ -262,6 +263,10 @@ class DLedgerServer:
         self._append_ready = trio.Event()
         self._processing = False  # carrying out Readies: appends are queued, not made at once
         self._sync_thread: _SyncThread | None = None  # with ackAfterFsync, while serving
+        # Handling a chunk of peer messages: an fsync they ask for waits for its end
+        # (`_on_chunk_end`), and `_fsync_held` says one was asked for meanwhile.
+        self._in_chunk = False
+        self._fsync_held = False
         self._group_commit = GroupCommitSchedule(
             config.ack_after_fsync, config.flush_file_interval_ms, self.now_ms()
         )
@@ -562,8 +567,19 @@ class DLedgerServer:
             return
         if stages.ON:
             stages.mark(f"receive {type(msg).__name__}")
+        self._in_chunk = True
         self.replica.receive(msg, self.now_ms())
         self._process()
+
+    def _on_chunk_end(self) -> None:
+        """The transport handed over every message of a chunk it read: start the fsync
+        they asked for, one for all of them. A follower fsyncs on the loop
+        (`core.group_commit`), so one per push would sync the pushes a read brings one
+        by one, each waiting for the fsync of the one before."""
+        self._in_chunk = False
+        if self._fsync_held:
+            self._fsync_held = False
+            self._want_sync()
 
     def _on_send_failed(self, msg) -> None:
         self.replica.send_failed(msg, self.now_ms())
@@ -731,9 +747,15 @@ class DLedgerServer:
             stages.mark("fsync wanted")
         if self._sync_thread is None:  # stopped: a plan still running reports to no one
             return
+        if self._in_chunk:
+            self._fsync_held = True
+            return
         self._start_fsync(
             self._group_commit.wanted(
-                self.store.end_index, self.replica.committed_index, self.now_ms()
+                self.store.end_index,
+                self.replica.committed_index,
+                self.now_ms(),
+                following=self.replica.following,
             )
         )
 
@@ -798,7 +820,10 @@ class DLedgerServer:
         if wanted:  # while this one ran (none is due if the Readies above started it)
             self._start_fsync(
                 self._group_commit.next(
-                    self.store.end_index, self.replica.committed_index, self.now_ms()
+                    self.store.end_index,
+                    self.replica.committed_index,
+                    self.now_ms(),
+                    following=self.replica.following,
                 )
             )
 
@@ -807,7 +832,12 @@ class DLedgerServer:
         schedule = self._group_commit
         while True:
             await trio.sleep_until(schedule.deadline_ms / 1000.0)
-            fsync = schedule.next(self.store.end_index, self.replica.committed_index, self.now_ms())
+            fsync = schedule.next(
+                self.store.end_index,
+                self.replica.committed_index,
+                self.now_ms(),
+                following=self.replica.following,
+            )
             assert fsync is not None and not fsync.inline, "a due flush runs on a worker"
             plan = self.store.sync_plan()
             started = time.perf_counter()

@@ -450,6 +450,24 @@ async def test_two_transports_exchange_messages_both_ways(nursery):
     assert a.transport.is_connected("b") and b.transport.is_connected("a")
 
 
+async def test_the_end_of_each_chunk_read_follows_its_messages(nursery):
+    """`on_chunk_end` comes after the messages of every chunk read, so a driver can do
+    once per read what each message asks for (a follower's fsync)."""
+    peers = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}
+    a = Node("a", peers)
+    b = Node("b", peers, on_chunk_end=lambda: b.received.append(END))
+    END = "chunk end"
+    await nursery.start(a.transport.serve)
+    await nursery.start(b.transport.serve)
+    for seq in range(500):  # queued at once: the writer sends them in a few writes
+        a.transport.send(hb("a", "b", seq))
+    await b.wait_for(lambda: sum(m is not END for m in b.received) == 500)
+    await b.wait_for(lambda: b.received[-1] is END)
+    assert [m.seq for m in b.received if m is not END] == list(range(500))
+    chunks = b.received.count(END)
+    assert 1 <= chunks < 500, chunks  # several messages to a chunk
+
+
 async def test_send_failed_for_requests_to_an_absent_peer(nursery):
     peers = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}  # b never runs
     a = Node("a", peers, reconnect_backoff_s=10)

@@ -150,6 +150,12 @@ class Replica:
         return out
 
     @property
+    def following(self) -> bool:
+        """Not the leader: what this replica appends comes from a leader's pushes (the
+        group-commit schedule fsyncs those on the loop, `core.group_commit`)."""
+        return self.role is not Role.LEADER
+
+    @property
     def lease_ms(self) -> float:
         """maxHeartBeatLeak beats: how long a follower waits for its leader, and how
         long a leader leads without hearing a quorum."""

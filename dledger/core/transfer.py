@@ -172,6 +172,12 @@ class LeadershipTransfer:
                 t.deadline_ms = now_ms + self._election_span_ms() * 3
                 self.term_to_take_leadership = t.target_term
                 r.change_to_candidate(t.target_term, now_ms, campaign_at_once=True)
+                # Into the target term now, not at the next tick: until then we are a
+                # candidate in the old leader's term with no leader, and one of its
+                # pushes handled first (read in the same batch, or while an fsync held
+                # the loop) would make us its follower again and fail the transfer.
+                # DLedger leaves that window open until its state maintainer runs.
+                r.election.campaign(now_ms)
             elif now_ms >= t.deadline_ms:
                 self.current = None
                 self._answer_transfer(t.reply_to, t.reply_seq, Code.TAKE_LEADERSHIP_FAILED)

@@ -15,7 +15,9 @@ and eat memory while the peer is down.
 
 Callbacks (`on_message`, `on_send_failed`) are called from the transport's own
 tasks, never from inside `send`, so the driver is never re-entered while it is
-handing out an Output.
+handing out an Output. The messages of one chunk read from a connection are handed
+over one after another with nothing else in between, and `on_chunk_end` follows
+them: a driver can do once per chunk what each message asks for (an fsync).
 
 With `tls` (a `transport.tls.PeerTls`: `dLegerTlsCertPath`, `dLegerTlsKeyPath`,
 `dLegerTlsTrustCertPath`), every connection on the port, peer link or client RPC, is
@@ -275,12 +277,14 @@ class PeerTransport:
         tls: PeerTls | None = None,
         frame_deadline_s: float = 60.0,
         foreign: ForeignHandler | None = None,
+        on_chunk_end: Callable[[], None] | None = None,
     ) -> None:
         if self_id not in peers:
             raise ValueError(f"self id {self_id!r} is not among peers {list(peers)}")
         self.self_id = self_id
         self.peers = dict(peers)
         self.on_message = on_message
+        self.on_chunk_end = on_chunk_end
         self.on_send_failed = on_send_failed
         self.rpc_handler = rpc_handler
         self.rpc_fast_handler = rpc_fast_handler
@@ -481,39 +485,50 @@ class PeerTransport:
     async def _read_incoming(
         self, stream: trio.SocketStream, writer: FrameWriter, nursery: trio.Nursery
     ) -> None:
-        on_message = self.on_message
-        self_id = self.self_id
         sender = None  # the member this connection speaks for, from its first peer message
         reader = FrameReader(stream, self.max_frame_bytes)
         nursery.start_soon(
             close_when_stalled, reader, self.frame_deadline_s, self._stalled(nursery)
         )
         try:
-            async for channel, payload in reader:
-                if channel == PEER:
-                    msg = decode_message(payload)
-                    if msg.local_id != sender:
-                        if sender is not None:
-                            raise FrameError(
-                                f"message from {msg.local_id!r} on {sender!r}'s connection"
-                            )
-                        self._check_sender(msg.local_id, stream)
-                        sender = msg.local_id
-                    if msg.remote_id != self_id:
-                        raise FrameError(f"{type(msg).__name__} addressed to {msg.remote_id!r}")
-                    on_message(msg)
-                elif channel == RPC:
-                    request = decode_rpc(payload)
-                    fast = self.rpc_fast_handler
-                    scope = nursery.cancel_scope
-                    if fast is None or not fast(request, self._replier(request, writer, scope)):
-                        nursery.start_soon(self._serve_rpc, request, writer, scope)
-                else:
-                    raise FrameError(f"unknown channel {channel}")
+            while (frames := await reader.receive_batch()) is not None:
+                try:
+                    sender = self._handle_frames(frames, sender, stream, writer, nursery)
+                finally:
+                    if self.on_chunk_end is not None:
+                        self.on_chunk_end()
         except FrameError as exc:
-            log.warning("%s: closing connection from %s: %s", self_id, _peer_name(stream), exc)
+            log.warning("%s: closing connection from %s: %s", self.self_id, _peer_name(stream), exc)
         except _STREAM_ERRORS as exc:
-            log.debug("%s: incoming connection ended: %r", self_id, exc)
+            log.debug("%s: incoming connection ended: %r", self.self_id, exc)
+
+    def _handle_frames(self, frames, sender, stream, writer: FrameWriter, nursery) -> str | None:
+        """Hand over the frames of one chunk (peer messages in order, RPCs to their
+        handlers); returns the member the connection speaks for (FrameError if a
+        message claims another, or comes from a stranger)."""
+        on_message = self.on_message
+        for channel, payload in frames:
+            if channel == PEER:
+                msg = decode_message(payload)
+                if msg.local_id != sender:
+                    if sender is not None:
+                        raise FrameError(
+                            f"message from {msg.local_id!r} on {sender!r}'s connection"
+                        )
+                    self._check_sender(msg.local_id, stream)
+                    sender = msg.local_id
+                if msg.remote_id != self.self_id:
+                    raise FrameError(f"{type(msg).__name__} addressed to {msg.remote_id!r}")
+                on_message(msg)
+            elif channel == RPC:
+                request = decode_rpc(payload)
+                fast = self.rpc_fast_handler
+                scope = nursery.cancel_scope
+                if fast is None or not fast(request, self._replier(request, writer, scope)):
+                    nursery.start_soon(self._serve_rpc, request, writer, scope)
+            else:
+                raise FrameError(f"unknown channel {channel}")
+        return sender
 
     async def _serve_rpc(self, request: dict, writer: FrameWriter, scope: trio.CancelScope) -> None:
         if self.rpc_handler is None:

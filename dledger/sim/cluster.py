@@ -20,7 +20,11 @@ Group commits follow the server's `GroupCommitSchedule`, fed the fsync durations
 simulated disk draws: given `slow_fsync_chance`, now and then one is slow (past the
 inline threshold), which moves the next ones off the loop as it does in production.
 An fsync the schedule runs inline blocks its node: events reaching it meanwhile wait
-until the fsync ends, as they wait in a socket behind a blocked loop.
+until the fsync ends, as they wait in a socket behind a blocked loop. Deliveries a
+node finds waiting at once (the next event is another delivery to it at the same
+time, as after such a wait) are a chunk, as one read returns every frame buffered:
+the fsync they ask for starts after the last of them, as the server's does
+(`DLedgerServer._on_chunk_end`).
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class SimNode:
             replica.config.ack_after_fsync, replica.config.flush_file_interval_ms, now_ms
         )
         self.busy_until_ms = 0.0  # an fsync on the node's own thread blocks it until then
+        self.fsync_held = False  # one asked for in a chunk of deliveries, not yet started
         self.tick_version = 0
         self.held: list = []  # events that arrived while paused
         self.readies: collections.deque[Ready] = collections.deque()  # taken, not carried out
@@ -387,8 +392,17 @@ class SimCluster:
         its next tick."""
         self._take_ready(node)
         replica = node.replica
+        if node.fsync_held and not self._chunk_goes_on(node):
+            node.fsync_held = False
+            self._want_fsync(node)
         self._start_fsync(
-            node, node.group_commit.next(node.store.end_index, replica.committed_index, self.now_ms)
+            node,
+            node.group_commit.next(
+                node.store.end_index,
+                replica.committed_index,
+                self.now_ms,
+                following=replica.following,
+            ),
         )
         self._schedule_tick(node)
 
@@ -411,9 +425,10 @@ class SimCluster:
             for msg in out.messages:
                 self._send(node.id, msg)
             if out.needs_sync:
-                end_index, committed_index = node.store.end_index, node.replica.committed_index
-                fsync = node.group_commit.wanted(end_index, committed_index, self.now_ms)
-                self._start_fsync(node, fsync)
+                if self._chunk_goes_on(node):
+                    node.fsync_held = True
+                else:
+                    self._want_fsync(node)
             for term, role in out.role_changes:
                 self.checker.role_changed(node.id, term, role)
             if out.committed_index is not None:
@@ -466,6 +481,20 @@ class SimCluster:
         self.checker.completed(node_id, handle, code, positions)
         for observer in self.observers:
             observer.completed(node_id, handle, code, positions)
+
+    def _chunk_goes_on(self, node: SimNode) -> bool:
+        """Whether the next event is another delivery to `node` at this time."""
+        if not self._queue:
+            return False
+        when, _seq, kind, payload = self._queue[0]
+        return when == self.now_ms and kind == "deliver" and payload[0] == node.id
+
+    def _want_fsync(self, node: SimNode) -> None:
+        replica = node.replica
+        fsync = node.group_commit.wanted(
+            node.store.end_index, replica.committed_index, self.now_ms, following=replica.following
+        )
+        self._start_fsync(node, fsync)
 
     def _start_fsync(self, node: SimNode, fsync: Fsync | None) -> None:
         """Start `fsync`, the group commit the node's schedule says is due, if any; one it
