@@ -468,6 +468,22 @@ async def test_the_end_of_each_chunk_read_follows_its_messages(nursery):
     assert 1 <= chunks < 500, chunks  # several messages to a chunk
 
 
+async def test_a_chunk_cut_short_by_a_bad_frame_still_ends(nursery):
+    """The messages before a malformed frame were handed over, so what they asked for
+    (an fsync the driver holds until the chunk ends) must still start."""
+    peers = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}
+    END = "chunk end"
+    b = Node("b", peers, on_chunk_end=lambda: b.received.append(END))
+    await nursery.start(b.transport.serve)
+    good = pack_frame(peer_frames.PEER, encode_message(hb("a", "b", 1)))
+    stream = await trio.open_tcp_stream("127.0.0.1", int(peers["b"].rsplit(":", 1)[1]))
+    await stream.send_all(good + pack_frame(0, b"\xc1not msgpack"))
+    with trio.fail_after(5):
+        assert await stream.receive_some(100) == b""  # closed by b
+    await stream.aclose()
+    assert [getattr(m, "seq", m) for m in b.received] == [1, END]
+
+
 async def test_send_failed_for_requests_to_an_absent_peer(nursery):
     peers = {"a": f"127.0.0.1:{free_port()}", "b": f"127.0.0.1:{free_port()}"}  # b never runs
     a = Node("a", peers, reconnect_backoff_s=10)

@@ -494,13 +494,18 @@ class PeerTransport:
             while (frames := await reader.receive_batch()) is not None:
                 try:
                     sender = self._handle_frames(frames, sender, stream, writer, nursery)
-                finally:
-                    if self.on_chunk_end is not None:
-                        self.on_chunk_end()
+                except FrameError:  # what came before the bad frame was handed over
+                    self._chunk_ended()
+                    raise
+                self._chunk_ended()
         except FrameError as exc:
             log.warning("%s: closing connection from %s: %s", self.self_id, _peer_name(stream), exc)
         except _STREAM_ERRORS as exc:
             log.debug("%s: incoming connection ended: %r", self.self_id, exc)
+
+    def _chunk_ended(self) -> None:
+        if self.on_chunk_end is not None:
+            self.on_chunk_end()
 
     def _handle_frames(self, frames, sender, stream, writer: FrameWriter, nursery) -> str | None:
         """Hand over the frames of one chunk (peer messages in order, RPCs to their

@@ -425,8 +425,8 @@ class SimCluster:
             for msg in out.messages:
                 self._send(node.id, msg)
             if out.needs_sync:
-                if self._chunk_goes_on(node):
-                    node.fsync_held = True
+                if node.fsync_held or self._chunk_goes_on(node):
+                    node.fsync_held = True  # `_drain` starts it once the chunk ends
                 else:
                     self._want_fsync(node)
             for term, role in out.role_changes:
