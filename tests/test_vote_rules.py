@@ -144,6 +144,36 @@ def test_1_4_step4_higher_term_is_reject_term_not_ready_then_adopted_at_next_ste
     assert out.hard_state == (3, "n1")
 
 
+def test_a_voter_moved_into_a_candidates_term_leaves_it_the_round_it_revotes_in():
+    """Our vote gaps (50-150 ms) are shorter than DLedger's: a voter that answered
+    TERM_NOT_READY must not start its own round in that term before the candidate's
+    second request can arrive (the longest round: two heartbeats and a vote gap), or it
+    splits the vote; a leadership transfer failed so under load."""
+    r = make_replica(term=1, log_terms=(1,))
+    resp, _ = vote(r, "n1", 2, 0, 1, now_ms=1000.0)
+    assert resp.vote_result is VoteResult.REJECT_TERM_NOT_READY
+    cfg = r.config
+    hold_ms = 2 * cfg.heartbeat_interval_ms + cfg.max_vote_interval_ms
+    assert cfg.max_vote_interval_ms < hold_ms
+    for now_ms in (1000.0, 1000.0 + cfg.max_vote_interval_ms, 1000.0 + hold_ms - 1):
+        r.tick(now_ms)
+        out = r.take_output()
+        assert not any(isinstance(m, VoteRequest) for m in out.messages), now_ms
+    assert r.term == 2 and r.vote_for is None
+    resp, _ = vote(r, "n1", 2, 0, 1, now_ms=1000.0 + hold_ms - 1)  # the late revote
+    assert resp.vote_result is VoteResult.ACCEPT
+
+
+def test_a_voter_moved_into_a_term_whose_candidate_went_quiet_campaigns_after_the_hold():
+    r = make_replica(term=1, log_terms=(1,))
+    vote(r, "n1", 2, 0, 1, now_ms=1000.0)
+    cfg = r.config
+    r.tick(1000.0)
+    r.tick(1000.0 + 2 * cfg.heartbeat_interval_ms + cfg.max_vote_interval_ms)
+    requests = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
+    assert requests and {m.term for m in requests} == {2}
+
+
 def test_1_4_step4_higher_term_vote_makes_a_follower_a_candidate():
     r = make_replica(term=2, log_terms=(1,))
     heartbeat(r, "n1", 2)

@@ -97,6 +97,9 @@ class Election:
         self._round: VoteRound | None = None
         self._next_vote_ms = math.inf
         self._need_increase_term_immediately = False
+        # No round of our own before this: a candidate whose vote request moved us into
+        # its term (REJECT_TERM_NOT_READY) is owed the round it revotes in.
+        self._yield_until_ms = -math.inf
         cfg = replica.config
         self.known_max_term = term
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
@@ -190,7 +193,7 @@ class Election:
             return
         if self.need_increase_term_immediately:
             self.need_increase_term_immediately = False
-            self.next_vote_ms = now_ms + self.vote_gap_ms()
+            self.next_vote_ms = max(now_ms + self.vote_gap_ms(), self._yield_until_ms)
             return
         self._start_round(now_ms)
 
@@ -305,6 +308,13 @@ class Election:
                 return VoteResult.REJECT_ALREADY_VOTED
         else:
             r.change_to_candidate(req.term, now_ms, campaign_at_once=True)
+            # DLedger makes the candidate ask twice; its own vote gaps (300-1000 ms by
+            # default) outlast that second round trip, but our short ones (50-150 ms) do
+            # not under load: we would start our own round in its term first and split
+            # the vote (a leadership transfer then failed). So wait out the longest round
+            # it may need to revote in.
+            cfg = r.config
+            self._yield_until_ms = now_ms + 2 * cfg.heartbeat_interval_ms + cfg.max_vote_interval_ms
             return VoteResult.REJECT_TERM_NOT_READY
         if req.term < store.end_term:
             return VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
