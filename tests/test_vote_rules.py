@@ -174,6 +174,27 @@ def test_a_voter_moved_into_a_term_whose_candidate_went_quiet_campaigns_after_th
     assert requests and {m.term for m in requests} == {2}
 
 
+def test_the_hold_is_for_the_candidates_term_only_a_transferee_campaigns_at_once():
+    """A voter held in term 2, then asked to take leadership, campaigns in term 3 after
+    the short take-leadership gap: the hold owed term 2's candidate does not apply."""
+    r = make_replica("n1", term=1, log_terms=(1,))
+    vote(r, "n2", 2, 0, 1, now_ms=1000.0)
+    r.tick(1000.0)
+    heartbeat(r, "n0", 2, now_ms=1001.0)
+    assert r.role is Role.FOLLOWER and r.term == 2
+    r.receive(
+        LeadershipTransferRequest(
+            GROUP, "n0", "n1", "n0", 2, transfer_id="n0", transferee_id="n1",
+            take_leadership_ledger_index=r.store.end_index, seq=9,
+        ),
+        1002.0,
+    )  # fmt: skip
+    r.take_output()
+    r.tick(1002.0 + r.config.max_take_leadership_vote_interval_ms)
+    requests = [m for m in r.take_output().messages if isinstance(m, VoteRequest)]
+    assert requests and {m.term for m in requests} == {3}
+
+
 def test_1_4_step4_higher_term_vote_makes_a_follower_a_candidate():
     r = make_replica(term=2, log_terms=(1,))
     heartbeat(r, "n1", 2)

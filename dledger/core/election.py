@@ -97,8 +97,10 @@ class Election:
         self._round: VoteRound | None = None
         self._next_vote_ms = math.inf
         self._need_increase_term_immediately = False
-        # No round of our own before this: a candidate whose vote request moved us into
-        # its term (REJECT_TERM_NOT_READY) is owed the round it revotes in.
+        # No round of our own in this term before this time: a candidate whose vote
+        # request moved us into its term (REJECT_TERM_NOT_READY) is owed the round it
+        # revotes in.
+        self._yield_term = -1
         self._yield_until_ms = -math.inf
         cfg = replica.config
         self.known_max_term = term
@@ -193,7 +195,10 @@ class Election:
             return
         if self.need_increase_term_immediately:
             self.need_increase_term_immediately = False
-            self.next_vote_ms = max(now_ms + self.vote_gap_ms(), self._yield_until_ms)
+            gap_ms = self.vote_gap_ms()
+            if r.term == self._yield_term:
+                gap_ms = max(gap_ms, self._yield_until_ms - now_ms)
+            self.next_vote_ms = now_ms + gap_ms
             return
         self._start_round(now_ms)
 
@@ -314,6 +319,7 @@ class Election:
             # the vote (a leadership transfer then failed). So wait out the longest round
             # it may need to revote in.
             cfg = r.config
+            self._yield_term = req.term
             self._yield_until_ms = now_ms + 2 * cfg.heartbeat_interval_ms + cfg.max_vote_interval_ms
             return VoteResult.REJECT_TERM_NOT_READY
         if req.term < store.end_term:
