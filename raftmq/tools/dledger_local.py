@@ -7,6 +7,7 @@ it, and stop everything on the way out — even when the caller fails.
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import signal
@@ -38,6 +39,12 @@ def _ephemeral_range() -> range:
 LOCAL_PORTS_ENV = "RAFTMQ_LOCAL_PORTS"
 
 
+#: The ports `free_ports` handed out lately: a port picked for one process and not yet
+#: bound by it is still bindable, and a second call before the first's processes start
+#: (a controller group picks its controllers' ports after its brokers') must not pick it.
+_RECENT_PORTS: collections.deque[int] = collections.deque(maxlen=2048)
+
+
 def _local_range() -> range:
     low, _, high = os.environ.get(LOCAL_PORTS_ENV, "10000-32767").partition("-")
     return range(int(low), int(high) + 1)
@@ -60,11 +67,13 @@ def free_ports(count: int, hosts: Iterable[str] = ("127.0.0.1",)) -> list[int]:
     its process is down (killed by a test, say), and the restart then fails with
     "address already in use"; ports below the range are never given out that way.
     Checking every address the caller may bind (loopback has all of 127.0.0.0/8)
-    keeps a port that is taken on one of them from being handed out for another.
+    keeps a port that is taken on one of them from being handed out for another, and
+    none handed out lately is handed out again (`_RECENT_PORTS`).
     """
     hosts = list(hosts)
     ephemeral = _ephemeral_range()
-    candidates = [p for p in _local_range() if p not in ephemeral]
+    recent = set(_RECENT_PORTS)
+    candidates = [p for p in _local_range() if p not in ephemeral and p not in recent]
     random.shuffle(candidates)
     ports: list[int] = []
     for port in candidates:
@@ -72,6 +81,7 @@ def free_ports(count: int, hosts: Iterable[str] = ("127.0.0.1",)) -> list[int]:
             continue
         ports.append(port)
         if len(ports) == count:
+            _RECENT_PORTS.extend(ports)
             return ports
     raise OSError(f"no {count} free ports outside the ephemeral range")
 
