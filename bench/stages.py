@@ -16,6 +16,7 @@ import tempfile
 import time
 
 import trio
+from raftmq.dledger.core.replication import COMMIT_LINGER_MS
 
 from bench import broker_bench
 from raftmq.config.address import parse_address
@@ -25,6 +26,10 @@ from raftmq.tools.broker_local import LocalCluster
 
 CLIENT_WRITE = "client write"
 CLIENT_READ = "client read"
+# The pause before each send: past the lingering commit push the send before it leaves
+# (an idle leader tells its followers a new commit index COMMIT_LINGER_MS later), so
+# that push and the followers' work on it do not land on the send being timed.
+PAUSE_S = (COMMIT_LINGER_MS + 3.0) / 1000
 
 
 async def _single_sends(address: str, size: int, sends: int) -> list[tuple[int, int]]:
@@ -37,7 +42,7 @@ async def _single_sends(address: str, size: int, sends: int) -> list[tuple[int, 
             request = broker_bench._send_request(k % broker_bench.QUEUES, body)
             request.opaque = k + 1
             frame = encode(request)
-            await trio.sleep(0.002)  # let group-commit and heartbeat work of the last one settle
+            await trio.sleep(PAUSE_S)
             started = time.monotonic_ns()
             await stream.send_all(frame)
             buffer = bytearray()

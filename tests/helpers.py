@@ -843,10 +843,11 @@ async def kill_under_load(
     """The failover drill of the client peers' tests: once `producer` has `before` sends
     acknowledged, SIGKILL `node`, wait until `after` sends begun after the kill are
     acknowledged too (within `timeout_s`), and close the producer. Returns when the
-    kill was (time.monotonic(), the clock the peers print)."""
+    killed process was dead and reaped (time.monotonic(), the clock the peers print):
+    a send begun before then may have reached it alive, one begun after cannot have."""
     await producer.wait_for(lambda: len(producer.of("sent")) >= before, 60, f"{before} sends")
-    killed_at = time.monotonic()
     cluster.kill(node, signal.SIGKILL)
+    killed_at = time.monotonic()
     await producer.wait_for(
         lambda: sum(e["start"] > killed_at for e in producer.of("sent")) >= after,
         timeout_s, f"{after} sends acknowledged after the kill",
