@@ -19,6 +19,12 @@ line) rather than run on with state it cannot trust.
 gRPC proxy in this process (raftmq.proxy: the same proxy as `mqproxy`, reaching this
 broker and its group over loopback remoting through the broker's name servers) and
 prints "The Proxy boot success. grpcServerPort=N" once it serves.
+
+`--convertForJava` rewrites this stopped member's DLedger-mode store for Apache
+RocketMQ's Java broker (`store.java_dledger`, docs/replica.md), prints a line per
+message whose msgId changed and a summary, and exits: 0 when done, 2 when the config
+is not DLedger mode, 3 when a broker holds the store's lock, 4 when the store cannot be
+read, written or converted (the line says why).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -37,6 +44,8 @@ import trio
 from raftmq.broker.access_control import AclFileError
 from raftmq.broker.config import BrokerConfig, ModesConflict, load_broker_config
 from raftmq.broker.controller import BrokerController
+from raftmq.broker.store import java_dledger
+from raftmq.dledger.server import store_dir
 from raftmq.dledger.store.file import ForeignLog, StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
 
@@ -105,6 +114,36 @@ def _failed(group: BaseExceptionGroup, status: int, what: str = "") -> int:
     return status
 
 
+def _convert_for_java(config: BrokerConfig) -> int:
+    """`--convertForJava`: the store handed to RocketMQ's DLedger 0.3.1.2 (see
+    `store.java_dledger`); a line per message whose msgId changed, then a summary."""
+    if not config.enable_dleger_commit_log:
+        print("mqbroker: --convertForJava: enableDLegerCommitLog is not true", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        fd = _lock_store(config)
+        try:
+            report = java_dledger.convert(store_dir(config.dledger_config()))
+            shutil.rmtree(Path(config.store_path_root_dir) / "consumequeue", ignore_errors=True)
+        finally:
+            os.close(fd)
+    except (StoreUnusable, java_dledger.ConvertError, OSError) as exc:  # StoreInUse too
+        print(f"mqbroker: --convertForJava: {exc}", file=sys.stderr)
+        return EXIT_BIND if isinstance(exc, StoreInUse) else EXIT_DISK
+    for moved in report.moved:
+        topic, queue_id = moved.queue
+        print(
+            f"moved: {topic} queue {queue_id} offset {moved.queue_offset}:"
+            f" msgId {moved.old_msg_id} is now {moved.new_msg_id}"
+        )
+    print(
+        f"converted: {report.messages} messages, {report.absorbed} entries that were not"
+        f" messages absorbed, {len(report.moved)} msgIds changed,"
+        f" committed index {report.committed_index}; consumequeue removed"
+    )
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mqbroker", description="RocketMQ broker on DLedger, or classic master/slave."
@@ -118,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         "--enable-proxy", action="store_true", help="also serve the gRPC proxy (local mode)"
     )
     parser.add_argument("-pc", "--proxyConfigPath", dest="proxy_config", help="rmq-proxy.json")
+    parser.add_argument(
+        "--convertForJava",
+        action="store_true",
+        help="rewrite this stopped member's DLedger store for Apache RocketMQ's Java broker"
+        " (docs/replica.md), print what moved, and exit",
+    )
     args = parser.parse_args(argv)
     overrides = {}
     for item in args.overrides:
@@ -153,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.printConfigItem:
         print(config)
         return EXIT_OK
+    if args.convertForJava:
+        return _convert_for_java(config)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     status = EXIT_OK
     tune_for_serving()

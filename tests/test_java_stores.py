@@ -8,16 +8,21 @@ after it; and the way back, RocketMQ's broker opening what raftmq wrote: raftmq
 leaves RocketMQ's tables (config/topics.json and its kin) at a clean stop, and its
 ConsumeQueue files, which RocketMQ refuses unless each is its full preallocated size,
 are removed first (RocketMQ's broker rebuilds its queues from the CommitLog at start).
-In DLedger mode only the first way works: a raftmq leader's NOOP entries (magic 2,
-empty body) are not entries to the DLedger 0.3.1.2 RocketMQ embeds, whose recovery
-ends the log at the first one (docs/replica.md).
+In DLedger mode the way back goes through `mqbroker --convertForJava` on each stopped
+member: a raftmq leader's NOOP entries (magic 2, empty body) are not entries to the
+DLedger 0.3.1.2 RocketMQ embeds, whose recovery ends the log at the first one, so the
+conversion folds them into the messages around them (docs/replica.md).
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import trio
@@ -32,6 +37,10 @@ pytestmark = [pytest.mark.processes, pytest.mark.requires("rocketmq-java"), pyte
 FILE_BYTES = 1 << 20  # small CommitLog files (mappedFileSizeCommitLog): several fill up
 QUEUES = 2
 
+
+MQBROKER = str(Path(sys.executable).parent / "mqbroker")
+ABSORBED = re.compile(r"(\d+) entries that were not messages absorbed")
+MOVED = re.compile(r"moved: .* msgId ([0-9A-F]+) is now ([0-9A-F]+)")
 
 SENDERS = 8  # sends in flight: a synchronous DLedger group commits each in milliseconds
 
@@ -67,13 +76,13 @@ async def pulled(group: JavaMembers, topic: str, node: str = "n0") -> list:
     return messages
 
 
-def assert_served(messages: list, results: list) -> None:
-    """Every sent message, once, at the queue and offsets its send result gave, with
-    its tags, keys and property."""
+def assert_served(messages: list, results: list, renamed: dict[str, str]) -> None:
+    """Every sent message, once, at the queue and offsets its send result gave (its
+    offset msgId the one in `renamed` if there), with its tags, keys and property."""
     by_id = {m.msg_id: m for m in messages}
     assert len(by_id) == len(messages) == len(results)
     for result in results:
-        message = by_id[result.offset_msg_id]
+        message = by_id[renamed.get(result.offset_msg_id, result.offset_msg_id)]
         assert message.queue_id == result.message_queue.queue_id
         assert message.queue_offset == result.queue_offset
         assert message.properties["UNIQ_KEY"] == result.msg_id
@@ -84,10 +93,13 @@ def assert_served(messages: list, results: list) -> None:
     assert len({int(r.offset_msg_id[16:], 16) for r in results}) == len(results)
 
 
-async def served_across(group: JavaMembers, switch: Callable[[], Awaitable[None]]) -> None:
+async def served_across(
+    group: JavaMembers, switch: Callable[[], Awaitable[dict[str, str] | None]]
+) -> None:
     """Messages sent to `group` as it is, then `switch` (the same stores, the other
-    broker): every message served by every running member at the offsets and msgIds
-    it was sent at, and new sends after them."""
+    broker; it returns the offset msgIds it changed, old to new, if any): every message
+    served by every running member at the offsets and msgIds it was sent at, and new
+    sends after them."""
     await group.create_topic("Moved", queues=QUEUES)
     # a Java slave copies its master's topics every 10 s, from the master address its
     # last registration brought back: one made before the master registered has none,
@@ -98,15 +110,15 @@ async def served_across(group: JavaMembers, switch: Callable[[], Awaitable[None]
                 await trio.sleep(0.5)
     async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
         before = await send_varied(producer, "Moved", 2000)
-    await switch()
+    renamed = await switch() or {}
     master = await group.wait_master(timeout_s=60)
-    assert_served(await pulled(group, "Moved", master), before)
+    assert_served(await pulled(group, "Moved", master), before, renamed)
     async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
         after = await send_varied(producer, "Moved", 500, start=2000)
     if isinstance(group, MixedDLedgerGroup):
         await group.wait_caught_up()
     for node in group.ids if isinstance(group, MixedDLedgerGroup) else [master]:
-        assert_served(await pulled(group, "Moved", node), before + after)
+        assert_served(await pulled(group, "Moved", node), before + after, renamed)
 
 
 def classic(tmp_path, java: set[str]) -> MixedClassicGroup:
@@ -141,3 +153,41 @@ async def test_raftmq_serves_a_dledger_store_java_wrote(tmp_path):
 
     async with (group := MixedDLedgerGroup(tmp_path, java={"n0", "n1", "n2"})):
         await served_across(group, to_raftmq)
+
+
+async def test_java_serves_a_dledger_store_raftmq_wrote_once_converted(tmp_path):
+    """Three raftmq brokers write; `mqbroker --convertForJava` rewrites each stopped
+    member's store (every log begins with its first leader's NOOP, which DLedger
+    0.3.1.2 cannot read, and a master killed before the stop leaves another after
+    messages); three Java brokers in DLedger mode start on the stores and
+    serve the same, every message at its queue offset and commit-log offset but those
+    the conversion says it moved, and take new sends after them."""
+
+    async def to_java() -> dict[str, str]:
+        # a second leader, whose NOOP follows messages (the first leader's is the log's
+        # first entry): the conversion pads the message before it
+        old_master = await group.wait_master()
+        group.kill(old_master)
+        await group.wait_master(not_node=old_master)
+        await group.restart(old_master)
+        await group.wait_caught_up()
+        group.stop()
+        renamed = {}
+        for node in group.ids:
+            command = [MQBROKER, "-c", str(group.conf_path(node)), "--convertForJava"]
+            run = subprocess.run(command, capture_output=True, text=True, check=False)
+            assert run.returncode == 0, run.stderr
+            lines = run.stdout.splitlines()
+            assert lines[-1].startswith("converted: "), run.stdout
+            # each log's first entry is a NOOP, and the message after it moves back
+            assert int(ABSORBED.search(lines[-1]).group(1)) >= 2, lines[-1]
+            for line in lines[:-1]:
+                old, new = MOVED.fullmatch(line).groups()
+                assert renamed.setdefault(old, new) == new, "the members agree"
+        group.java.update(group.ids)
+        await group.start_namesrv()
+        await group.boot(*group.ids)
+        return renamed
+
+    async with (group := MixedDLedgerGroup(tmp_path, java=set())):
+        await served_across(group, to_java)
