@@ -24,7 +24,9 @@ prints "The Proxy boot success. grpcServerPort=N" once it serves.
 RocketMQ's Java broker (`store.java_dledger`, docs/replica.md), prints a line per
 message whose msgId changed and a summary, and exits: 0 when done, 2 when the config
 is not DLedger mode, 3 when a broker holds the store's lock, 4 when the store cannot be
-read, written or converted (the line says why).
+read, written or converted (the line says why: a damaged entry, a log that no longer
+begins at index 0, a message whose properties cannot take the padding), with nothing
+written in those cases but the first.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from raftmq.broker.access_control import AclFileError
 from raftmq.broker.config import BrokerConfig, ModesConflict, load_broker_config
 from raftmq.broker.controller import BrokerController
 from raftmq.broker.store import java_dledger
+from raftmq.broker.store.messagestore import DISPATCH_CHECKPOINT
 from raftmq.dledger.server import store_dir
 from raftmq.dledger.store.file import ForeignLog, StoreCorruption, SyncFailed
 from raftmq.dledger.tuning import tune_for_serving
@@ -124,7 +127,10 @@ def _convert_for_java(config: BrokerConfig) -> int:
         fd = _lock_store(config)
         try:
             report = java_dledger.convert(store_dir(config.dledger_config()))
-            shutil.rmtree(Path(config.store_path_root_dir) / "consumequeue", ignore_errors=True)
+            root = Path(config.store_path_root_dir)
+            for derived in ("consumequeue", "index"):  # both brokers rebuild them
+                shutil.rmtree(root / derived, ignore_errors=True)
+            (root / DISPATCH_CHECKPOINT).unlink(missing_ok=True)
         finally:
             os.close(fd)
     except (StoreUnusable, java_dledger.ConvertError, OSError) as exc:  # StoreInUse too
@@ -139,7 +145,7 @@ def _convert_for_java(config: BrokerConfig) -> int:
     print(
         f"converted: {report.messages} messages, {report.absorbed} entries that were not"
         f" messages absorbed, {len(report.moved)} msgIds changed,"
-        f" committed index {report.committed_index}; consumequeue removed"
+        f" committed index {report.committed_index}; consumequeue and index removed"
     )
     return EXIT_OK
 

@@ -161,6 +161,34 @@ def test_a_data_file_that_begins_with_a_noop_moves_its_first_message_back(tmp_pa
         assert decode(body)[0].physical_offset == pos + HEADER_SIZE
 
 
+def data_bytes(base) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (base / "data").iterdir()}
+
+
+def test_a_torn_entry_is_refused_before_anything_is_written(tmp_path):
+    """raftmq's recovery would cut a torn tail; zeroing its CRCs would make it valid."""
+    base = tmp_path / "dledger-n0"
+    written = write_log(base, [(1, "noop"), (1, "message"), (1, "message"), (2, "noop")])
+    [data] = (base / "data").iterdir()
+    torn = bytearray(data.read_bytes())
+    last_message = written[2][2]
+    torn[last_message + HEADER_SIZE + 10 : last_message + HEADER_SIZE + 60] = bytes(50)
+    data.write_bytes(torn)
+    before = data_bytes(base)
+    with pytest.raises(ConvertError, match=f"offset {last_message}: bodyCrc mismatch"):
+        convert(base)
+    assert data_bytes(base) == before
+
+
+def test_a_log_retention_trimmed_is_refused(tmp_path):
+    """Each member would count only the NOOPs it still holds."""
+    base = tmp_path / "dledger-n0"
+    write_log(base, [(1, "noop"), (1, "message")])
+    (base / "begin").write_text("beginIndex=1\n")
+    with pytest.raises(ConvertError, match="no longer begins at index 0"):
+        convert(base)
+
+
 def test_a_store_with_no_log_is_refused_with_the_reason(tmp_path):
     with pytest.raises(ConvertError, match="no data files"):
         convert(tmp_path / "dledger-n0")
@@ -183,7 +211,9 @@ DLEDGER = {
 
 def test_the_command_converts_a_members_store_and_removes_its_consume_queues(tmp_path, capsys):
     written = write_log(tmp_path / "store" / "dledger-n0", [(1, "noop"), (1, "message")])
-    (tmp_path / "store" / "consumequeue" / "T" / "0").mkdir(parents=True)
+    for derived in ("consumequeue/T/0", "index"):
+        (tmp_path / "store" / derived).mkdir(parents=True)
+    (tmp_path / "store" / "dispatch_checkpoint").write_text("0")
     assert broker_cli.main(["-c", conf(tmp_path, **DLEDGER), "--convertForJava"]) == 0
     out = capsys.readouterr().out.splitlines()
     old = create_message_id(HOST, written[1][2] + HEADER_SIZE)
@@ -191,9 +221,10 @@ def test_the_command_converts_a_members_store_and_removes_its_consume_queues(tmp
     assert out == [
         f"moved: T queue 0 offset 0: msgId {old} is now {new}",
         "converted: 1 messages, 1 entries that were not messages absorbed, 1 msgIds"
-        " changed, committed index -1; consumequeue removed",
+        " changed, committed index -1; consumequeue and index removed",
     ]
-    assert not (tmp_path / "store" / "consumequeue").exists()
+    for derived in ("consumequeue", "index", "dispatch_checkpoint"):
+        assert not (tmp_path / "store" / derived).exists()
 
 
 @pytest.mark.parametrize(
