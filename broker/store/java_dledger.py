@@ -185,7 +185,8 @@ def _convert_file(view, base: int, next_index: int, committed: int, write: bool)
     pending = 0  # bytes of entries that are not messages, before this file's first message
     records: dict[int, bytes] = {}  # a kept message's record, as it is now
     last_committed = None
-    for entry in list(_entries(view, base, None)):
+    # lazily: a write never reaches past the entry being handled, which was read already
+    for entry in _entries(view, base, None):
         if not entry.message:
             absorbed += 1
             if not kept:
