@@ -23,10 +23,13 @@ prints "The Proxy boot success. grpcServerPort=N" once it serves.
 `--convertForJava` rewrites this stopped member's DLedger-mode store for Apache
 RocketMQ's Java broker (`store.java_dledger`, docs/replica.md), prints a line per
 message whose msgId changed and a summary, and exits: 0 when done, 2 when the config
-is not DLedger mode, 3 when a broker holds the store's lock, 4 when the store cannot be
-read, written or converted (the line says why: a damaged entry, a log that no longer
-begins at index 0, a message whose properties cannot take the padding), with nothing
-written in those cases but the first.
+is not DLedger mode or `--convertAnchorIndex` comes without `--convertForJava`, 3 when a
+broker holds the store's lock, 4 when the store cannot be read, written or converted
+(the line says why: a damaged entry, a log retention trimmed given no
+`--convertAnchorIndex N` or one it does not hold, a message whose properties cannot
+take the padding), with nothing written in those cases but the first. A trimmed log
+needs the same `--convertAnchorIndex` on every member: the largest index at which a
+member's log begins (each member's refusal without one names its own).
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ def _failed(group: BaseExceptionGroup, status: int, what: str = "") -> int:
     return status
 
 
-def _convert_for_java(config: BrokerConfig) -> int:
+def _convert_for_java(config: BrokerConfig, anchor_index: int | None) -> int:
     """`--convertForJava`: the store handed to RocketMQ's DLedger 0.3.1.2 (see
     `store.java_dledger`); a line per message whose msgId changed, then a summary."""
     if not config.enable_dleger_commit_log:
@@ -126,7 +129,9 @@ def _convert_for_java(config: BrokerConfig) -> int:
     try:
         fd = _lock_store(config)
         try:
-            report = java_dledger.convert(store_dir(config.dledger_config()))
+            report = java_dledger.convert(
+                store_dir(config.dledger_config()), anchor_index=anchor_index
+            )
             root = Path(config.store_path_root_dir)
             for derived in ("consumequeue", "index"):  # both brokers rebuild them
                 shutil.rmtree(root / derived, ignore_errors=True)
@@ -143,11 +148,18 @@ def _convert_for_java(config: BrokerConfig) -> int:
             f" msgId {moved.old_msg_id} is now {moved.new_msg_id}"
         )
     print(
-        f"converted: {report.messages} messages, {report.absorbed} entries that were not"
+        f"converted: {report.messages} messages from index {report.first_index},"
+        f" {report.absorbed} entries that were not"
         f" messages absorbed, {len(report.moved)} msgIds changed,"
         f" committed index {report.committed_index}; consumequeue and index removed"
     )
     return EXIT_OK
+
+
+def _index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a log index: {text!r}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +181,17 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite this stopped member's DLedger store for Apache RocketMQ's Java broker"
         " (docs/replica.md), print what moved, and exit",
     )
+    parser.add_argument(
+        "--convertAnchorIndex",
+        type=_index,
+        metavar="N",
+        help="with --convertForJava, for a log retention trimmed: the same on every member,"
+        " the largest index at which a member's log begins",
+    )
     args = parser.parse_args(argv)
+    if args.convertAnchorIndex is not None and not args.convertForJava:
+        print("mqbroker: --convertAnchorIndex goes with --convertForJava", file=sys.stderr)
+        return EXIT_USAGE
     overrides = {}
     for item in args.overrides:
         key, sep, value = item.partition("=")
@@ -205,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print(config)
         return EXIT_OK
     if args.convertForJava:
-        return _convert_for_java(config)
+        return _convert_for_java(config, args.convertAnchorIndex)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     status = EXIT_OK
     tune_for_serving()

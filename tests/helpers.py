@@ -731,16 +731,23 @@ async def cpp_peer(cluster: LocalCluster, role: str, *args: object):
 # ---------------------------------------------------------------- classic groups
 
 
-async def pull_all(address: str, topic: str, queue_id: int, broker: str) -> list:
-    """Every message of one queue, pulled from the broker at `address` (master or slave)."""
+async def pull_all(
+    address: str, topic: str, queue_id: int, broker: str, first_offset: int = 0
+) -> list:
+    """Every message of one queue from `first_offset` on, pulled from the broker at
+    `address` (master or slave; a master says where the queue begins if retention
+    deleted its head, and the pull goes on from there)."""
     mq = MessageQueue(topic, broker, queue_id)
-    messages, offset = [], 0
+    messages, offset = [], first_offset
     async with RemotingClient(address) as client:
         while True:
             subscription = Subscription(topic, "*", 0)
             request = pull_request("G", mq, offset, 32, subscription, None, None)
             result = pull_result(await client.invoke(request, 5.0), offset, subscription, broker)
             if not result.messages:
+                if result.next_begin_offset > offset:  # moved: retention took the head
+                    offset = result.next_begin_offset
+                    continue
                 return messages
             messages += result.messages
             offset = result.next_begin_offset

@@ -5,6 +5,7 @@ Apache RocketMQ's Java brokers serve a converted group)."""
 from __future__ import annotations
 
 import fcntl
+import time
 
 import pytest
 from raftmq.broker import cli as broker_cli
@@ -180,12 +181,71 @@ def test_a_torn_entry_is_refused_before_anything_is_written(tmp_path):
     assert data_bytes(base) == before
 
 
-def test_a_log_retention_trimmed_is_refused(tmp_path):
-    """Each member would count only the NOOPs it still holds."""
+def trimmed_copy(tmp_path, name: str, plan, segments: int):
+    """A member's store holding `plan`, its first `segments` data files deleted by
+    raftmq's retention; its beginning index."""
+    base = tmp_path / name
+    write_log(base, plan)
+    store = FileLogStore(base, segment_size=SEGMENT, index_segment_size=32 * 64)
+    if segments:
+        keep_from = store.first_index_from(segments * SEGMENT)
+        assert store.delete_expired(keep_from, 0, now_s=time.time() + 60) == segments
+    begin = store.begin_index
+    store.close()
+    return base, begin
+
+
+TRIMMED_PLAN = [(1, "noop"), (1, "fill"), (2, "noop"), (2, "members"), (2, "fill")]
+TRIMMED_PLAN += [(3, "noop"), (3, "message"), (3, "fill"), (4, "noop")] + [(4, "message")] * 5
+
+
+def test_members_trimmed_at_different_places_number_alike_from_one_anchor(tmp_path):
+    """Retention deleted one member's first data file and another's first two: given
+    the same anchor (the larger beginning), the messages both hold get the same
+    numbers, each log numbered without gaps, its index rows where DLedger looks."""
+    one, begin_one = trimmed_copy(tmp_path, "dledger-n1", TRIMMED_PLAN, 1)
+    two, begin_two = trimmed_copy(tmp_path, "dledger-n2", TRIMMED_PLAN, 2)
+    whole, _ = trimmed_copy(tmp_path, "dledger-n0", TRIMMED_PLAN, 0)
+    assert 0 < begin_one < begin_two
+    for base, begin in ((one, begin_one), (two, begin_two)):
+        with pytest.raises(ConvertError, match=f"begins at index {begin}, not 0"):
+            convert(base)
+    with pytest.raises(ConvertError, match="below this log's beginning"):
+        convert(two, anchor_index=begin_one)
+    with pytest.raises(ConvertError, match="past this log's end"):
+        convert(two, anchor_index=10_000)
+    numbers = {}
+    for base in (whole, one, two):
+        report = convert(base, anchor_index=begin_two)
+        entries = read_entries(base)
+        assert [e[1] for e in entries] == list(
+            range(report.first_index, report.first_index + len(entries))
+        )
+        for _magic, index, term, pos, body in entries:
+            assert numbers.setdefault(pos, (index, term, body)) == (index, term, body)
+        # DLedger finds each entry's row at index * 32 in the file that covers it
+        for _magic, index, term, pos, body in entries:
+            offset = index * INDEX_ENTRY.size
+            start = offset - offset % JAVA_INDEX_FILE_BYTES
+            with open(base / "index" / f"{start:020d}", "rb") as f:
+                f.seek(offset - start)
+                row = INDEX_ENTRY.unpack(f.read(INDEX_ENTRY.size))
+            assert row == (int(EntryType.NORMAL), pos, HEADER_SIZE + len(body), index, term)
+        # raftmq opens it too, beginning where the conversion says
+        store = FileLogStore(base, segment_size=SEGMENT, index_segment_size=JAVA_INDEX_FILE_BYTES)
+        assert store.begin_index == report.first_index
+        assert store.get(store.end_index).body == entries[-1][4]
+        store.close()
+    # the first message at or after the anchor kept its number
+    first_held = min(pos for pos in numbers if pos >= 2 * SEGMENT)
+    assert numbers[first_held][0] == begin_two
+
+
+def test_a_log_that_continues_a_classic_commitlog_is_refused(tmp_path):
     base = tmp_path / "dledger-n0"
     write_log(base, [(1, "noop"), (1, "message")])
-    (base / "begin").write_text("beginIndex=1\n")
-    with pytest.raises(ConvertError, match="no longer begins at index 0"):
+    (base / "begin").write_text("beginIndex=0\nbeginPos=4096\nbeforeTerm=-1\n")
+    with pytest.raises(ConvertError, match="continues a classic CommitLog"):
         convert(base)
 
 
@@ -220,7 +280,7 @@ def test_the_command_converts_a_members_store_and_removes_its_consume_queues(tmp
     new = create_message_id(HOST, HEADER_SIZE)
     assert out == [
         f"moved: T queue 0 offset 0: msgId {old} is now {new}",
-        "converted: 1 messages, 1 entries that were not messages absorbed, 1 msgIds"
+        "converted: 1 messages from index 0, 1 entries that were not messages absorbed, 1 msgIds"
         " changed, committed index -1; consumequeue and index removed",
     ]
     for derived in ("consumequeue", "index", "dispatch_checkpoint"):
@@ -247,3 +307,24 @@ def test_the_command_refuses_a_store_a_broker_holds(tmp_path, capsys):
         # another open file description of the lock, as another process would have
         assert broker_cli.main(["-c", conf(tmp_path, **DLEDGER), "--convertForJava"]) == 3
     assert "in use by another process" in capsys.readouterr().err
+
+
+def test_the_command_names_a_trimmed_logs_beginning_and_converts_it_given_an_anchor(
+    tmp_path, capsys
+):
+    _base, begin = trimmed_copy(tmp_path / "store", "dledger-n0", TRIMMED_PLAN, 1)
+    command = ["-c", conf(tmp_path, **DLEDGER), "--convertForJava"]
+    assert broker_cli.main(command) == 4
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"the log begins at index {begin}, not 0" in line
+    assert broker_cli.main([*command, "--convertAnchorIndex", str(begin)]) == 0
+    summary = capsys.readouterr().out.splitlines()[-1]
+    assert f"messages from index {begin}," in summary
+
+
+def test_an_anchor_without_the_conversion_is_a_usage_error(tmp_path, capsys):
+    command = ["-c", conf(tmp_path, **DLEDGER), "--convertAnchorIndex", "7"]
+    assert broker_cli.main(command) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "mqbroker: --convertAnchorIndex goes with --convertForJava"
+    ]

@@ -41,6 +41,7 @@ QUEUES = 2
 MQBROKER = str(Path(sys.executable).parent / "mqbroker")
 ABSORBED = re.compile(r"(\d+) entries that were not messages absorbed")
 MOVED = re.compile(r"moved: .* msgId ([0-9A-F]+) is now ([0-9A-F]+)")
+FIRST = re.compile(r"converted: \d+ messages from index (\d+)")
 
 SENDERS = 8  # sends in flight: a synchronous DLedger group commits each in milliseconds
 
@@ -69,10 +70,13 @@ async def send_varied(producer: Producer, topic: str, count: int, start: int = 0
     return results
 
 
-async def pulled(group: JavaMembers, topic: str, node: str = "n0") -> list:
+async def pulled(
+    group: JavaMembers, topic: str, node: str = "n0", first_offsets=(0,) * QUEUES
+) -> list:
     messages = []
-    for queue_id in range(QUEUES):
-        messages += await pull_all(group.broker_addrs[node], topic, queue_id, group.broker_name)
+    for queue_id, first in zip(range(QUEUES), first_offsets, strict=True):
+        address = group.broker_addrs[node]
+        messages += await pull_all(address, topic, queue_id, group.broker_name, first)
     return messages
 
 
@@ -191,3 +195,75 @@ async def test_java_serves_a_dledger_store_raftmq_wrote_once_converted(tmp_path)
 
     async with (group := MixedDLedgerGroup(tmp_path, java=set())):
         await served_across(group, to_java)
+
+
+TRIMMED = {  # 1 MiB data files, kept a second after their last write, looked at twice a second
+    "mappedFileSizeCommitLog": str(FILE_BYTES),
+    "fileReservedHours": "0.0003",
+    "cleanResourceInterval": "500",
+}
+BEGINS_AT = re.compile(r"the log begins at index (\d+), not 0")
+
+
+async def test_java_serves_a_dledger_store_retention_trimmed_once_converted(tmp_path):
+    """Three raftmq brokers write 1 MiB data files and retention deletes the first
+    ones while they run; once stopped, `--convertForJava` refuses each trimmed log
+    naming where it begins, and converts each given the same anchor, the largest
+    beginning; three Java brokers in DLedger mode serve what the logs still hold, at
+    the offsets and msgIds it was sent at, and take new sends after it."""
+    async with (group := MixedDLedgerGroup(tmp_path, java=set(), extra_conf=TRIMMED)):
+        await group.create_topic("Kept", queues=QUEUES)
+        async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
+            results = []
+            for start in range(0, 4000, 1000):
+                results += await send_varied(producer, "Kept", 1000, start=start)
+        data_dirs = [group.store_dir(node) / f"dledger-{node}" / "data" for node in group.ids]
+        with trio.fail_after(60):  # the ConsumeQueues' checkpoint, then retention
+            while any((d / f"{0:020d}").exists() for d in data_dirs):
+                await trio.sleep(0.5)
+        await group.wait_caught_up()
+        group.stop()
+        first_file = {
+            node: min(int(p.name) for p in d.iterdir())
+            for node, d in zip(group.ids, data_dirs, strict=True)
+        }
+        begins = []
+        for node in group.ids:
+            command = [MQBROKER, "-c", str(group.conf_path(node)), "--convertForJava"]
+            run = subprocess.run(command, capture_output=True, text=True, check=False)
+            assert run.returncode == 4, run.stdout + run.stderr
+            begins.append(int(BEGINS_AT.search(run.stderr).group(1)))
+        anchor = str(max(begins))
+        for node in group.ids:
+            command = [MQBROKER, "-c", str(group.conf_path(node)), "--convertForJava"]
+            run = subprocess.run([*command, "--convertAnchorIndex", anchor], capture_output=True,
+                                 text=True, check=False)  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            assert int(FIRST.search(run.stdout).group(1)) <= int(anchor)
+        group.java.update(group.ids)
+        await group.start_namesrv()
+        await group.boot(*group.ids)
+        master = await group.wait_master(timeout_s=60)
+        kept = await pulled(group, "Kept", master)
+        # what the logs still hold: the last messages of each queue, none lost between
+        # (a message's record must lie past the largest beginning's data file)
+        assert 0 < len(kept) < len(results)
+        for queue_id in range(QUEUES):
+            offsets = [m.queue_offset for m in kept if m.queue_id == queue_id]
+            sent = [r.queue_offset for r in results if r.message_queue.queue_id == queue_id]
+            assert offsets == list(range(offsets[0], max(sent) + 1)), queue_id
+        # the master serves from the first message of its first data file
+        first_pos = min(int(m.msg_id[16:], 16) for m in kept)
+        assert first_file[master] <= first_pos < first_file[master] + 1024, first_pos
+        held = {m.msg_id for m in kept}
+        assert_served(kept, [r for r in results if r.offset_msg_id in held], {})
+        async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
+            after = await send_varied(producer, "Kept", 500, start=4000)
+        await group.wait_caught_up()
+        firsts = [min(m.queue_offset for m in kept if m.queue_id == q) for q in range(QUEUES)]
+        for node in group.ids:
+            assert_served(
+                await pulled(group, "Kept", node, firsts),
+                [*[r for r in results if r.offset_msg_id in held], *after],
+                {},
+            )

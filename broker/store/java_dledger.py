@@ -23,9 +23,17 @@ zero, as DLedger writes them (raftmq reads such entries unchecked, so the conver
 store opens in raftmq too). The index files are rewritten at DLedger 0.3.1.2's index
 file size, which RocketMQ does not set.
 
-Every entry is checked (its CRCs, its place) before anything is written, and a log
-that no longer begins at index 0 (older files removed by retention) is refused:
-each member would number what it still holds differently. The rewrite itself is in
+A log retention trimmed (its first data files deleted, its beginning in the `begin`
+file) is numbered from an anchor the operator gives every member alike
+(`anchor_index`, `--convertAnchorIndex`): the first message at or after old index
+`anchor_index` keeps that number, the messages before and after it are numbered
+without gaps from there. Each member counts only the entries it still holds, so a
+count from index 0 would differ between members that trimmed at different places; an
+index every member holds (the largest at which one's log begins) gives them all the
+same numbers. A log that continues a classic CommitLog (an upgrade in place) is
+refused: RocketMQ's DLedger CommitLog would have to begin at the old log's end.
+
+Every entry is checked (its CRCs, its place) before anything is written. The rewrite itself is in
 place and not atomic: an interrupted one leaves a store neither broker should open,
 so keep a copy until the Java brokers serve. What is derived from the log's positions
 (ConsumeQueues, the key index, the dispatch checkpoint) is the caller's to remove:
@@ -51,8 +59,9 @@ from raftmq.dledger.store.entry import (
     CorruptEntry,
     check,
 )
-from raftmq.dledger.store.meta import BEGIN_FILE, Checkpoint
+from raftmq.dledger.store.meta import BEGIN_FILE, Checkpoint, begin_text, parse_properties
 
+from raftmq.disk.filesystem import atomic_write
 from raftmq.protocol.message import (
     MESSAGE_MAGIC_CODE,
     PHYSICAL_OFFSET_POSITION,
@@ -94,6 +103,7 @@ class Report:
     absorbed: int  # entries that were not messages, now padding or end-of-file filler
     moved: list[Moved]
     committed_index: int  # DLedger's checkpoint after renumbering (-1: none)
+    first_index: int  # the number of the log's first message now
 
 
 @attrs.define
@@ -175,20 +185,29 @@ def _padded(record: bytes, extra: int, physical_offset: int) -> bytes:
     return bytes(head) + _SHORT.pack(props_len + extra) + old + pad
 
 
-def _convert_file(view, base: int, next_index: int, committed: int, write: bool):
+@attrs.define
+class _FileResult:
+    kept: list[_Entry] = attrs.Factory(list)  # its messages, numbered anew
+    absorbed: int = 0  # entries that were not messages
+    moved: list[Moved] = attrs.Factory(list)
+    last_committed: int | None = None  # the new number of the last committed one kept
+    before_anchor: int = 0  # its messages whose old index is below the anchor
+    last_old_index: int = -1
+
+
+def _convert_file(view, base: int, next_index: int, committed: int, anchor: int, write: bool):
     """One data file rewritten (or, with `write` false, only planned: everything is
-    checked, nothing written): its messages as kept, numbered from `next_index`; the
-    entries it absorbed; the messages that moved; the new index of the last kept entry
-    at or below the old committed index `committed` (None: none)."""
-    kept: list[_Entry] = []
-    absorbed, moved = 0, []
+    checked, nothing written), its messages numbered from `next_index`; `committed` is
+    the old committed index, `anchor` the old index whose messages below are counted."""
+    result = _FileResult()
+    kept, moved = result.kept, result.moved
     pending = 0  # bytes of entries that are not messages, before this file's first message
     records: dict[int, bytes] = {}  # a kept message's record, as it is now
-    last_committed = None
     # lazily: a write never reaches past the entry being handled, which was read already
     for entry in _entries(view, base, None):
+        result.last_old_index = entry.index
         if not entry.message:
-            absorbed += 1
+            result.absorbed += 1
             if not kept:
                 pending += entry.size
                 continue
@@ -199,7 +218,7 @@ def _convert_file(view, base: int, next_index: int, committed: int, write: bool)
             records[last.index] = _padded(records[last.index], entry.size, physical)
             _put(view, last, records[last.index], base, write)
             if entry.index <= committed:
-                last_committed = last.index
+                result.last_committed = last.index
             continue
         record = bytes(view[entry.start + HEADER_SIZE : entry.start + entry.size])
         new = _Entry(entry.start - pending, entry.size, next_index, entry.term, True)
@@ -216,12 +235,13 @@ def _convert_file(view, base: int, next_index: int, committed: int, write: bool)
         _put(view, new, record, base, write)
         kept.append(new)
         next_index += 1
+        result.before_anchor += entry.index < anchor
         if entry.index <= committed:
-            last_committed = new.index
+            result.last_committed = new.index
     if pending and write:  # a file of entries that are not messages: an end-of-file filler
         view[:HEADER_SIZE] = bytes(HEADER_SIZE)
         BLANK_HEADER.pack_into(view, 0, _BLANK_MAGIC, len(view))
-    return kept, absorbed, moved, last_committed
+    return result
 
 
 def _put(view, entry: _Entry, record: bytes, base: int, write: bool) -> None:
@@ -273,10 +293,16 @@ class _IndexWriter:
                 os.close(fd)
 
 
-def convert(dledger_dir: Path, index_file_bytes: int = JAVA_INDEX_FILE_BYTES) -> Report:
+def convert(
+    dledger_dir: Path,
+    index_file_bytes: int = JAVA_INDEX_FILE_BYTES,
+    anchor_index: int | None = None,
+) -> Report:
     """Rewrite the stopped member's log under `dledger_dir` (`dledger-<selfId>`, whose
     `data` and `index` hold it) for RocketMQ's DLedger 0.3.1.2; see the module doc.
-    Checks the whole log before writing anything (ConvertError: why not)."""
+    `anchor_index` is needed, and must be the same on every member, when the log no
+    longer begins at index 0. Checks the whole log before writing anything
+    (ConvertError: why not)."""
     data_dir = dledger_dir / "data"
     files = sorted(
         (p for p in data_dir.iterdir() if p.name.isdigit() and p.stat().st_size > 0),
@@ -284,27 +310,80 @@ def convert(dledger_dir: Path, index_file_bytes: int = JAVA_INDEX_FILE_BYTES) ->
     ) if data_dir.is_dir() else []  # fmt: skip
     if not files:
         raise ConvertError(f"{data_dir}: no data files")
-    if (dledger_dir / BEGIN_FILE).exists() or int(files[0].name) != 0:
+    begin_index, begin_pos, before_term = _begin(dledger_dir)
+    if begin_index == 0 and begin_pos:
         raise ConvertError(
-            f"{dledger_dir}: the log no longer begins at index 0 (retention removed older"
-            " files), so the members would number its entries differently"
+            f"{dledger_dir}: the log continues a classic CommitLog (upgraded in place),"
+            " which RocketMQ's DLedger CommitLog cannot take below it"
+        )
+    if int(files[0].name) != begin_pos:
+        raise ConvertError(
+            f"{dledger_dir}: data files below the log's beginning (pos {begin_pos}) remain:"
+            " start this member's raftmq broker once, whose recovery deletes them, stop it"
+            " and convert"
+        )
+    if anchor_index is None and begin_index:
+        raise ConvertError(
+            f"{dledger_dir}: the log begins at index {begin_index}, not 0 (retention removed"
+            " older files), and members number what they hold alike only from the same"
+            " anchor: give every member the same --convertAnchorIndex, the largest index"
+            " at which a member's log begins"
+        )
+    anchor = anchor_index or 0
+    if anchor < begin_index:
+        raise ConvertError(
+            f"{dledger_dir}: the anchor index {anchor} is below this log's beginning"
+            f" ({begin_index}): give every member an index all of them hold, the largest"
+            " at which a member's log begins"
         )
     try:
         old_committed = Checkpoint(dledger_dir / "checkpoint").load()
     except ValueError as exc:
         raise ConvertError(str(exc)) from None
-    for write in (False, True):
-        report = _convert_files(dledger_dir, files, old_committed, index_file_bytes, write)
+    plan = _convert_files(dledger_dir, files, old_committed, anchor, 0, index_file_bytes, False)
+    if anchor > plan.last_old_index + 1:
+        raise ConvertError(
+            f"{dledger_dir}: the anchor index {anchor} is past this log's end"
+            f" ({plan.last_old_index}): give every member an index all of them hold"
+        )
+    first = anchor - plan.before_anchor
+    report = _convert_files(
+        dledger_dir, files, old_committed, anchor, first, index_file_bytes, True
+    ).report
     if old_committed >= 0:
         Checkpoint(dledger_dir / "checkpoint").save(report.committed_index)
+    if first or begin_index:  # the converted log's beginning, should raftmq open it
+        begin = (first, begin_pos, before_term, None)  # None: CRCs are zero, no chain
+        atomic_write(dledger_dir / BEGIN_FILE, begin_text(begin))
     return report
 
 
-def _convert_files(dledger_dir, files, old_committed, index_file_bytes, write) -> Report:
+def _begin(dledger_dir: Path) -> tuple[int, int, int]:
+    """The log's beginning as raftmq's `begin` file has it: (index, pos, term before)."""
+    try:
+        props = parse_properties((dledger_dir / BEGIN_FILE).read_text())
+    except FileNotFoundError:
+        return 0, 0, -1
+    try:
+        return int(props["beginIndex"]), int(props["beginPos"]), int(props["beforeTerm"])
+    except (KeyError, ValueError) as exc:
+        raise ConvertError(f"{dledger_dir / BEGIN_FILE}: unreadable: {exc!r}") from None
+
+
+@attrs.frozen
+class _Converted:
+    report: Report
+    before_anchor: int  # messages whose old index is below the anchor
+    last_old_index: int
+
+
+def _convert_files(
+    dledger_dir, files, old_committed, anchor, first_index, index_file_bytes, write
+) -> _Converted:
     index = _IndexWriter(dledger_dir / "index", index_file_bytes) if write else None
-    messages = absorbed = 0
+    messages = absorbed = before_anchor = 0
     moved: list[Moved] = []
-    next_index, committed = 0, -1
+    next_index, committed, last_old_index = first_index, -1, -1
     try:
         for path in files:
             base = int(path.name)
@@ -314,21 +393,23 @@ def _convert_files(dledger_dir, files, old_committed, index_file_bytes, write) -
                     f.fileno(), 0, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ
                 ) as view,
             ):
-                kept, file_absorbed, file_moved, last_committed = _convert_file(
-                    view, base, next_index, old_committed, write
-                )
+                result = _convert_file(view, base, next_index, old_committed, anchor, write)
                 if write:
                     view.flush()
                     os.fsync(f.fileno())
             if index is not None:
-                index.add(kept, base)
-            next_index += len(kept)
-            messages += len(kept)
-            absorbed += file_absorbed
-            moved += file_moved
-            if last_committed is not None:
-                committed = last_committed
+                index.add(result.kept, base)
+            next_index += len(result.kept)
+            messages += len(result.kept)
+            absorbed += result.absorbed
+            before_anchor += result.before_anchor
+            moved += result.moved
+            if result.last_committed is not None:
+                committed = result.last_committed
+            if result.last_old_index >= 0:
+                last_old_index = result.last_old_index
     finally:
         if index is not None:
             index.close()
-    return Report(messages, absorbed, moved, committed)
+    report = Report(messages, absorbed, moved, committed, first_index)
+    return _Converted(report, before_anchor, last_old_index)
