@@ -33,11 +33,13 @@ index every member holds (the largest at which one's log begins) gives them all 
 same numbers. A log that continues a classic CommitLog (an upgrade in place) is
 refused: RocketMQ's DLedger CommitLog would have to begin at the old log's end.
 
-Every entry is checked (its CRCs, its place) before anything is written. The rewrite itself is in
-place and not atomic: an interrupted one leaves a store neither broker should open,
-so keep a copy until the Java brokers serve. What is derived from the log's positions
-(ConsumeQueues, the key index, the dispatch checkpoint) is the caller's to remove:
-both brokers rebuild it from the log.
+Every entry is checked (its CRCs, its place) before anything is written. The rewrite
+itself is in place and not atomic: an interrupted one leaves a store neither broker
+should open, so keep a copy until the Java brokers serve. What is derived from the
+log's positions (ConsumeQueues, the key index, the dispatch checkpoint) is the
+caller's to remove: both brokers rebuild it from the log. A converted log that does
+not begin at index 0 gets a `begin` file saying where it does, so raftmq opens it too
+(the term before it kept from the old `begin` file).
 """
 
 from __future__ import annotations
