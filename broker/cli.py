@@ -23,13 +23,14 @@ prints "The Proxy boot success. grpcServerPort=N" once it serves.
 `--convertForJava` rewrites this stopped member's DLedger-mode store for Apache
 RocketMQ's Java broker (`store.java_dledger`, docs/replica.md), prints a line per
 message whose msgId changed and a summary, and exits: 0 when done, 2 when the config
-is not DLedger mode or `--convertAnchorIndex` comes without `--convertForJava`, 3 when a
+is not DLedger mode, `--convertAnchorIndex N` is missing (the line names where this
+member's log begins), not a log index, or comes without `--convertForJava`, 3 when a
 broker holds the store's lock, 4 when the store cannot be read, written or converted
-(the line says why: a damaged entry, a log retention trimmed given no
-`--convertAnchorIndex N` or one it does not hold, a message whose properties cannot
-take the padding), with nothing written in those cases but the first. A trimmed log
-needs the same `--convertAnchorIndex` on every member: the largest index at which a
-member's log begins (each member's refusal without one names its own).
+(the line says why: a damaged entry, an anchor below this log's beginning or past
+what it holds committed, a message whose properties cannot take the padding), with
+nothing written in those cases but the first. Every member needs the same anchor:
+the largest index at which a member's log begins (0 when retention has deleted
+nothing), which a first run without it prints for each member.
 """
 
 from __future__ import annotations
@@ -126,12 +127,24 @@ def _convert_for_java(config: BrokerConfig, anchor_index: int | None) -> int:
     if not config.enable_dleger_commit_log:
         print("mqbroker: --convertForJava: enableDLegerCommitLog is not true", file=sys.stderr)
         return EXIT_USAGE
+    dledger_dir = store_dir(config.dledger_config())
+    if anchor_index is None:  # nothing is written: this member's beginning, for the anchor
+        try:
+            begin = java_dledger.begin_index(dledger_dir)
+        except (java_dledger.ConvertError, OSError) as exc:
+            print(f"mqbroker: --convertForJava: {exc}", file=sys.stderr)
+            return EXIT_DISK
+        print(
+            "mqbroker: --convertForJava needs --convertAnchorIndex N, the same on every"
+            " member: the largest index at which a member's log begins (this member's"
+            f" begins at {begin})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         fd = _lock_store(config)
         try:
-            report = java_dledger.convert(
-                store_dir(config.dledger_config()), anchor_index=anchor_index
-            )
+            report = java_dledger.convert(dledger_dir, anchor_index)
             root = Path(config.store_path_root_dir)
             for derived in ("consumequeue", "index"):  # both brokers rebuild them
                 shutil.rmtree(root / derived, ignore_errors=True)
@@ -185,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         "--convertAnchorIndex",
         type=_index,
         metavar="N",
-        help="with --convertForJava, for a log retention trimmed: the same on every member,"
-        " the largest index at which a member's log begins",
+        help="with --convertForJava: the same on every member, the largest index at which a"
+        " member's log begins (a run without it prints this member's)",
     )
     args = parser.parse_args(argv)
     if args.convertAnchorIndex is not None and not args.convertForJava:

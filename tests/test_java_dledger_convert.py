@@ -13,6 +13,7 @@ from raftmq.broker.store.java_dledger import (
     JAVA_INDEX_FILE_BYTES,
     PAD_PROPERTY,
     ConvertError,
+    begin_index,
     convert,
 )
 from raftmq.dledger.codes import EntryType
@@ -99,7 +100,7 @@ def test_messages_keep_their_places_and_the_rest_becomes_padding(tmp_path):
     plan += [(2, "message")] * 12 + [(3, "noop"), (3, "message"), (4, "noop")]
     written = write_log(base, plan)
     Checkpoint(base / "checkpoint").save(written[-2][1])  # all but the last NOOP
-    report = convert(base)
+    report = convert(base, 0)
 
     entries = read_entries(base)
     assert {magic for magic, *_ in entries} == {int(EntryType.NORMAL)}
@@ -151,7 +152,7 @@ def test_a_data_file_that_begins_with_a_noop_moves_its_first_message_back(tmp_pa
     written = write_log(base, [*plan, (4, "noop"), (4, "message")])
     noops = [pos for kind, _i, pos, _n in written if kind == "noop"]
     assert noops == [0, SEGMENT, 2 * SEGMENT]  # the plan did what it says
-    report = convert(base)
+    report = convert(base, 0)
     entries = read_entries(base)
     # the message after each file's leading NOOP moved onto it
     assert {0, SEGMENT, 2 * SEGMENT} <= {pos for *_x, pos, _body in entries}
@@ -177,7 +178,7 @@ def test_a_torn_entry_is_refused_before_anything_is_written(tmp_path):
     data.write_bytes(torn)
     before = data_bytes(base)
     with pytest.raises(ConvertError, match=f"offset {last_message}: bodyCrc mismatch"):
-        convert(base)
+        convert(base, 0)
     assert data_bytes(base) == before
 
 
@@ -187,6 +188,7 @@ def trimmed_copy(tmp_path, name: str, plan, segments: int):
     base = tmp_path / name
     write_log(base, plan)
     store = FileLogStore(base, segment_size=SEGMENT, index_segment_size=32 * 64)
+    Checkpoint(base / "checkpoint").save(store.end_index)  # retention deletes committed ones
     if segments:
         keep_from = store.first_index_from(segments * SEGMENT)
         assert store.delete_expired(keep_from, 0, now_s=time.time() + 60) == segments
@@ -207,16 +209,14 @@ def test_members_trimmed_at_different_places_number_alike_from_one_anchor(tmp_pa
     two, begin_two = trimmed_copy(tmp_path, "dledger-n2", TRIMMED_PLAN, 2)
     whole, _ = trimmed_copy(tmp_path, "dledger-n0", TRIMMED_PLAN, 0)
     assert 0 < begin_one < begin_two
-    for base, begin in ((one, begin_one), (two, begin_two)):
-        with pytest.raises(ConvertError, match=f"begins at index {begin}, not 0"):
-            convert(base)
+    assert [begin_index(b) for b in (whole, one, two)] == [0, begin_one, begin_two]
     with pytest.raises(ConvertError, match="below this log's beginning"):
-        convert(two, anchor_index=begin_one)
-    with pytest.raises(ConvertError, match="past this log's end"):
-        convert(two, anchor_index=10_000)
+        convert(two, begin_one)
+    with pytest.raises(ConvertError, match="does not reach the anchor index 10000"):
+        convert(two, 10_000)
     numbers = {}
     for base in (whole, one, two):
-        report = convert(base, anchor_index=begin_two)
+        report = convert(base, begin_two)
         entries = read_entries(base)
         assert [e[1] for e in entries] == list(
             range(report.first_index, report.first_index + len(entries))
@@ -246,12 +246,12 @@ def test_a_log_that_continues_a_classic_commitlog_is_refused(tmp_path):
     write_log(base, [(1, "noop"), (1, "message")])
     (base / "begin").write_text("beginIndex=0\nbeginPos=4096\nbeforeTerm=-1\n")
     with pytest.raises(ConvertError, match="continues a classic CommitLog"):
-        convert(base)
+        convert(base, 0)
 
 
 def test_a_store_with_no_log_is_refused_with_the_reason(tmp_path):
     with pytest.raises(ConvertError, match="no data files"):
-        convert(tmp_path / "dledger-n0")
+        convert(tmp_path / "dledger-n0", 0)
 
 
 def conf(tmp_path, **keys: str):
@@ -274,7 +274,8 @@ def test_the_command_converts_a_members_store_and_removes_its_consume_queues(tmp
     for derived in ("consumequeue/T/0", "index"):
         (tmp_path / "store" / derived).mkdir(parents=True)
     (tmp_path / "store" / "dispatch_checkpoint").write_text("0")
-    assert broker_cli.main(["-c", conf(tmp_path, **DLEDGER), "--convertForJava"]) == 0
+    command = ["-c", conf(tmp_path, **DLEDGER), "--convertForJava", "--convertAnchorIndex", "0"]
+    assert broker_cli.main(command) == 0
     out = capsys.readouterr().out.splitlines()
     old = create_message_id(HOST, written[1][2] + HEADER_SIZE)
     new = create_message_id(HOST, HEADER_SIZE)
@@ -288,16 +289,20 @@ def test_the_command_converts_a_members_store_and_removes_its_consume_queues(tmp
 
 
 @pytest.mark.parametrize(
-    ("keys", "status", "says"),
+    ("keys", "extra", "status", "says"),
     [
-        ({}, 2, "enableDLegerCommitLog is not true"),
-        (DLEDGER, 4, "no data files"),
+        ({}, ["--convertAnchorIndex", "0"], 2, "enableDLegerCommitLog is not true"),
+        (DLEDGER, [], 2, "needs --convertAnchorIndex N"),
+        (DLEDGER, ["--convertAnchorIndex", "0"], 4, "no data files"),
     ],
 )
-def test_the_command_refuses_in_one_line_with_its_status(tmp_path, capsys, keys, status, says):
-    assert broker_cli.main(["-c", conf(tmp_path, **keys), "--convertForJava"]) == status
+def test_the_command_refuses_in_one_line_with_its_status(
+    tmp_path, capsys, keys, extra, status, says
+):
+    command = ["-c", conf(tmp_path, **keys), "--convertForJava", *extra]
+    assert broker_cli.main(command) == status
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith("mqbroker: --convertForJava: ") and says in line
+    assert line.startswith("mqbroker: --convertForJava") and says in line
 
 
 def test_the_command_refuses_a_store_a_broker_holds(tmp_path, capsys):
@@ -305,21 +310,54 @@ def test_the_command_refuses_a_store_a_broker_holds(tmp_path, capsys):
     with open(tmp_path / "store" / "lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         # another open file description of the lock, as another process would have
-        assert broker_cli.main(["-c", conf(tmp_path, **DLEDGER), "--convertForJava"]) == 3
+        command = ["-c", conf(tmp_path, **DLEDGER), "--convertForJava", "--convertAnchorIndex", "0"]
+        assert broker_cli.main(command) == 3
     assert "in use by another process" in capsys.readouterr().err
 
 
 def test_the_command_names_a_trimmed_logs_beginning_and_converts_it_given_an_anchor(
     tmp_path, capsys
 ):
-    _base, begin = trimmed_copy(tmp_path / "store", "dledger-n0", TRIMMED_PLAN, 1)
+    base, begin = trimmed_copy(tmp_path / "store", "dledger-n0", TRIMMED_PLAN, 1)
+    before = data_bytes(base)
     command = ["-c", conf(tmp_path, **DLEDGER), "--convertForJava"]
-    assert broker_cli.main(command) == 4
+    assert broker_cli.main(command) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert f"the log begins at index {begin}, not 0" in line
+    assert line.endswith(f"(this member's begins at {begin})")
+    assert data_bytes(base) == before
     assert broker_cli.main([*command, "--convertAnchorIndex", str(begin)]) == 0
     summary = capsys.readouterr().out.splitlines()[-1]
     assert f"messages from index {begin}," in summary
+
+
+def test_a_trimmed_logs_committed_index_on_its_leading_noops_stays_below_its_first(tmp_path):
+    """The first file held by the trimmed log begins with a NOOP and a member list; a
+    checkpoint that ends on them commits the message before the log's first."""
+    base, begin = trimmed_copy(tmp_path, "dledger-n0", TRIMMED_PLAN, 1)
+    Checkpoint(base / "checkpoint").save(begin + 1)  # the NOOP and the member list
+    report = convert(base, begin)
+    assert report.first_index == begin
+    assert report.committed_index == Checkpoint(base / "checkpoint").load() == begin - 1
+
+
+def test_a_member_that_does_not_reach_the_anchor_is_refused(tmp_path):
+    """Past what its checkpoint says is committed, its entries may not be the others'."""
+    base, _begin = trimmed_copy(tmp_path, "dledger-n0", TRIMMED_PLAN, 0)
+    Checkpoint(base / "checkpoint").save(10)
+    before = data_bytes(base)
+    with pytest.raises(ConvertError, match="committed to 10 by its checkpoint"):
+        convert(base, 12)
+    assert data_bytes(base) == before
+    convert(base, 11)  # the entry after the last committed one: every member has those
+
+
+def test_a_first_data_file_without_a_message_is_refused(tmp_path):
+    """DLedger 0.3.1.2 reads a log's beginning from its first file's first entry."""
+    base = tmp_path / "dledger-n0"
+    write_log(base, [(1, "noop")] * 90 + [(2, "message")])
+    assert len(list((base / "data").iterdir())) == 2  # the NOOPs fill the first file
+    with pytest.raises(ConvertError, match="the log's first, holds no message"):
+        convert(base, 0)
 
 
 def test_an_anchor_without_the_conversion_is_a_usage_error(tmp_path, capsys):

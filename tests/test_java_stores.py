@@ -159,6 +159,32 @@ async def test_raftmq_serves_a_dledger_store_java_wrote(tmp_path):
         await served_across(group, to_raftmq)
 
 
+BEGINS_AT = re.compile(r"this member's begins at (\d+)")
+
+
+def convert_for_java(group: MixedDLedgerGroup) -> tuple[list[int], list[str]]:
+    """`mqbroker --convertForJava` on every stopped member as an operator runs it: once
+    without an anchor, which writes nothing and says where each member's log begins,
+    then each with the largest of those; the beginnings, and each conversion's output."""
+    commands = [
+        [MQBROKER, "-c", str(group.conf_path(node)), "--convertForJava"] for node in group.ids
+    ]
+    begins = []
+    for command in commands:
+        run = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert run.returncode == 2, run.stdout + run.stderr
+        begins.append(int(BEGINS_AT.search(run.stderr).group(1)))
+    anchor = str(max(begins))
+    outputs = []
+    for command in commands:
+        run = subprocess.run([*command, "--convertAnchorIndex", anchor], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert int(FIRST.search(run.stdout).group(1)) <= int(anchor)
+        outputs.append(run.stdout)
+    return begins, outputs
+
+
 async def test_java_serves_a_dledger_store_raftmq_wrote_once_converted(tmp_path):
     """Three raftmq brokers write; `mqbroker --convertForJava` rewrites each stopped
     member's store (every log begins with its first leader's NOOP, which DLedger
@@ -177,12 +203,11 @@ async def test_java_serves_a_dledger_store_raftmq_wrote_once_converted(tmp_path)
         await group.wait_caught_up()
         group.stop()
         renamed = {}
-        for node in group.ids:
-            command = [MQBROKER, "-c", str(group.conf_path(node)), "--convertForJava"]
-            run = subprocess.run(command, capture_output=True, text=True, check=False)
-            assert run.returncode == 0, run.stderr
-            lines = run.stdout.splitlines()
-            assert lines[-1].startswith("converted: "), run.stdout
+        begins, outputs = convert_for_java(group)
+        assert begins == [0, 0, 0]
+        for stdout in outputs:
+            lines = stdout.splitlines()
+            assert lines[-1].startswith("converted: "), stdout
             # each log's first entry is a NOOP, and the message after it moves back
             assert int(ABSORBED.search(lines[-1]).group(1)) >= 2, lines[-1]
             for line in lines[:-1]:
@@ -202,15 +227,14 @@ TRIMMED = {  # 1 MiB data files, kept a second after their last write, looked at
     "fileReservedHours": "0.0003",
     "cleanResourceInterval": "500",
 }
-BEGINS_AT = re.compile(r"the log begins at index (\d+), not 0")
 
 
 async def test_java_serves_a_dledger_store_retention_trimmed_once_converted(tmp_path):
     """Three raftmq brokers write 1 MiB data files and retention deletes the first
-    ones while they run; once stopped, `--convertForJava` refuses each trimmed log
-    naming where it begins, and converts each given the same anchor, the largest
-    beginning; three Java brokers in DLedger mode serve what the logs still hold, at
-    the offsets and msgIds it was sent at, and take new sends after it."""
+    ones while they run; once stopped, `--convertForJava` says where each log begins
+    and converts each given the same anchor, the largest beginning; three Java brokers
+    in DLedger mode serve what the logs still hold, at the offsets and msgIds it was
+    sent at, and take new sends after it."""
     async with (group := MixedDLedgerGroup(tmp_path, java=set(), extra_conf=TRIMMED)):
         await group.create_topic("Kept", queues=QUEUES)
         async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
@@ -227,19 +251,8 @@ async def test_java_serves_a_dledger_store_retention_trimmed_once_converted(tmp_
             node: min(int(p.name) for p in d.iterdir())
             for node, d in zip(group.ids, data_dirs, strict=True)
         }
-        begins = []
-        for node in group.ids:
-            command = [MQBROKER, "-c", str(group.conf_path(node)), "--convertForJava"]
-            run = subprocess.run(command, capture_output=True, text=True, check=False)
-            assert run.returncode == 4, run.stdout + run.stderr
-            begins.append(int(BEGINS_AT.search(run.stderr).group(1)))
-        anchor = str(max(begins))
-        for node in group.ids:
-            command = [MQBROKER, "-c", str(group.conf_path(node)), "--convertForJava"]
-            run = subprocess.run([*command, "--convertAnchorIndex", anchor], capture_output=True,
-                                 text=True, check=False)  # fmt: skip
-            assert run.returncode == 0, run.stderr
-            assert int(FIRST.search(run.stdout).group(1)) <= int(anchor)
+        begins, _outputs = convert_for_java(group)
+        assert min(begins) > 0
         group.java.update(group.ids)
         await group.start_namesrv()
         await group.boot(*group.ids)
@@ -260,10 +273,10 @@ async def test_java_serves_a_dledger_store_retention_trimmed_once_converted(tmp_
         async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
             after = await send_varied(producer, "Kept", 500, start=4000)
         await group.wait_caught_up()
-        firsts = [min(m.queue_offset for m in kept if m.queue_id == q) for q in range(QUEUES)]
         for node in group.ids:
-            assert_served(
-                await pulled(group, "Kept", node, firsts),
-                [*[r for r in results if r.offset_msg_id in held], *after],
-                {},
-            )
+            # a member serves from its own first data file on (a slave, pulled below a
+            # queue's head, does not say where it begins: the pull starts there)
+            own = [m for m in kept if int(m.msg_id[16:], 16) >= first_file[node]]
+            firsts = [min(m.queue_offset for m in own if m.queue_id == q) for q in range(QUEUES)]
+            sent = [r for r in results if r.offset_msg_id in {m.msg_id for m in own}]
+            assert_served(await pulled(group, "Kept", node, firsts), [*sent, *after], {})

@@ -23,23 +23,30 @@ zero, as DLedger writes them (raftmq reads such entries unchecked, so the conver
 store opens in raftmq too). The index files are rewritten at DLedger 0.3.1.2's index
 file size, which RocketMQ does not set.
 
-A log retention trimmed (its first data files deleted, its beginning in the `begin`
-file) is numbered from an anchor the operator gives every member alike
+Every member is numbered from an anchor the operator gives them all alike
 (`anchor_index`, `--convertAnchorIndex`): the first message at or after old index
 `anchor_index` keeps that number, the messages before and after it are numbered
-without gaps from there. Each member counts only the entries it still holds, so a
-count from index 0 would differ between members that trimmed at different places; an
-index every member holds (the largest at which one's log begins) gives them all the
-same numbers. A log that continues a classic CommitLog (an upgrade in place) is
-refused: RocketMQ's DLedger CommitLog would have to begin at the old log's end.
+without gaps from there. A log retention trimmed (its first data files deleted, its
+beginning in the `begin` file) holds only some of the entries that are not messages,
+so a count from index 0 would differ between members that trimmed at different
+places; an index every member holds (the largest at which one's log begins; 0 when
+none is trimmed) gives them all the same numbers. The anchor is asked of every
+member, trimmed or not: a member converted without it could not be numbered again
+once the others turn out to need one. A member whose log or checkpoint does not reach
+the anchor is refused (its entries past its commit may differ from the others'). A
+log that continues a classic CommitLog (an upgrade in place) is refused: RocketMQ's
+DLedger CommitLog would have to begin at the old log's end.
 
 Every entry is checked (its CRCs, its place) before anything is written. The rewrite
 itself is in place and not atomic: an interrupted one leaves a store neither broker
 should open, so keep a copy until the Java brokers serve. What is derived from the
 log's positions (ConsumeQueues, the key index, the dispatch checkpoint) is the
 caller's to remove: both brokers rebuild it from the log. A converted log that does
-not begin at index 0 gets a `begin` file saying where it does, so raftmq opens it too
-(the term before it kept from the old `begin` file).
+not begin at index 0 gets a `begin` file saying where it does, so raftmq opens it
+too; the term it records before the log's first entry is the old `begin` file's (the
+term of the entry before the old beginning, which may have been a NOOP of a later
+term than the message now before it): only a raftmq group started again on converted
+stores would compare it.
 """
 
 from __future__ import annotations
@@ -296,15 +303,12 @@ class _IndexWriter:
 
 
 def convert(
-    dledger_dir: Path,
-    index_file_bytes: int = JAVA_INDEX_FILE_BYTES,
-    anchor_index: int | None = None,
+    dledger_dir: Path, anchor_index: int, index_file_bytes: int = JAVA_INDEX_FILE_BYTES
 ) -> Report:
     """Rewrite the stopped member's log under `dledger_dir` (`dledger-<selfId>`, whose
-    `data` and `index` hold it) for RocketMQ's DLedger 0.3.1.2; see the module doc.
-    `anchor_index` is needed, and must be the same on every member, when the log no
-    longer begins at index 0. Checks the whole log before writing anything
-    (ConvertError: why not)."""
+    `data` and `index` hold it) for RocketMQ's DLedger 0.3.1.2, numbered from
+    `anchor_index`, which must be the same on every member; see the module doc. Checks
+    the whole log before writing anything (ConvertError: why not)."""
     data_dir = dledger_dir / "data"
     files = sorted(
         (p for p in data_dir.iterdir() if p.name.isdigit() and p.stat().st_size > 0),
@@ -318,39 +322,41 @@ def convert(
             f"{dledger_dir}: the log continues a classic CommitLog (upgraded in place),"
             " which RocketMQ's DLedger CommitLog cannot take below it"
         )
-    if int(files[0].name) != begin_pos:
+    if int(files[0].name) < begin_pos:
         raise ConvertError(
             f"{dledger_dir}: data files below the log's beginning (pos {begin_pos}) remain:"
             " start this member's raftmq broker once, whose recovery deletes them, stop it"
             " and convert"
         )
-    if anchor_index is None and begin_index:
+    if int(files[0].name) != begin_pos:
         raise ConvertError(
-            f"{dledger_dir}: the log begins at index {begin_index}, not 0 (retention removed"
-            " older files), and members number what they hold alike only from the same"
-            " anchor: give every member the same --convertAnchorIndex, the largest index"
-            " at which a member's log begins"
+            f"{dledger_dir}: the log begins at pos {begin_pos}, but its first data file at"
+            f" {int(files[0].name)}: the store is damaged"
         )
-    anchor = anchor_index or 0
-    if anchor < begin_index:
+    if anchor_index < begin_index:
         raise ConvertError(
-            f"{dledger_dir}: the anchor index {anchor} is below this log's beginning"
-            f" ({begin_index}): give every member an index all of them hold, the largest"
-            " at which a member's log begins"
+            f"{dledger_dir}: the anchor index {anchor_index} is below this log's beginning"
+            f" ({begin_index}): give every member the same anchor, the largest index at"
+            " which a member's log begins"
         )
     try:
         old_committed = Checkpoint(dledger_dir / "checkpoint").load()
     except ValueError as exc:
         raise ConvertError(str(exc)) from None
-    plan = _convert_files(dledger_dir, files, old_committed, anchor, 0, index_file_bytes, False)
-    if anchor > plan.last_old_index + 1:
+    plan = _convert_files(
+        dledger_dir, files, old_committed, anchor_index, 0, index_file_bytes, False
+    )
+    if anchor_index > min(old_committed, plan.last_old_index) + 1:
+        # past what this member knows committed, its entries may differ from the others'
         raise ConvertError(
-            f"{dledger_dir}: the anchor index {anchor} is past this log's end"
-            f" ({plan.last_old_index}): give every member an index all of them hold"
+            f"{dledger_dir}: this member's log (ending at {plan.last_old_index}, committed"
+            f" to {old_committed} by its checkpoint) does not reach the anchor index"
+            f" {anchor_index}: it lags the other members; start the group once more until"
+            " it has caught up, stop it and convert"
         )
-    first = anchor - plan.before_anchor
+    first = anchor_index - plan.before_anchor
     report = _convert_files(
-        dledger_dir, files, old_committed, anchor, first, index_file_bytes, True
+        dledger_dir, files, old_committed, anchor_index, first, index_file_bytes, True
     ).report
     if old_committed >= 0:
         Checkpoint(dledger_dir / "checkpoint").save(report.committed_index)
@@ -358,6 +364,12 @@ def convert(
         begin = (first, begin_pos, before_term, None)  # None: CRCs are zero, no chain
         atomic_write(dledger_dir / BEGIN_FILE, begin_text(begin))
     return report
+
+
+def begin_index(dledger_dir: Path) -> int:
+    """Where the member's log begins: the anchor every member is converted with is the
+    largest of these."""
+    return _begin(dledger_dir)[0]
 
 
 def _begin(dledger_dir: Path) -> tuple[int, int, int]:
@@ -385,7 +397,9 @@ def _convert_files(
     index = _IndexWriter(dledger_dir / "index", index_file_bytes) if write else None
     messages = absorbed = before_anchor = 0
     moved: list[Moved] = []
-    next_index, committed, last_old_index = first_index, -1, -1
+    # the last committed entry kept: at least the message before the first (when the
+    # committed ones here are entries that are not messages, opening the log)
+    next_index, committed, last_old_index = first_index, first_index - 1, -1
     try:
         for path in files:
             base = int(path.name)
@@ -399,6 +413,12 @@ def _convert_files(
                 if write:
                     view.flush()
                     os.fsync(f.fileno())
+            if path is files[0] and not result.kept:
+                raise ConvertError(
+                    f"data file {base:020d}, the log's first, holds no message (only entries"
+                    " that are not messages), and DLedger 0.3.1.2 begins a log with its"
+                    " first file's first entry"
+                )
             if index is not None:
                 index.add(result.kept, base)
             next_index += len(result.kept)
