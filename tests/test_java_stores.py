@@ -222,61 +222,89 @@ async def test_java_serves_a_dledger_store_raftmq_wrote_once_converted(tmp_path)
         await served_across(group, to_java)
 
 
-TRIMMED = {  # 1 MiB data files, kept a second after their last write, looked at twice a second
-    "mappedFileSizeCommitLog": str(FILE_BYTES),
-    "fileReservedHours": "0.0003",
-    "cleanResourceInterval": "500",
-}
+TRIMMED = {"mappedFileSizeCommitLog": str(FILE_BYTES)}  # 1 MiB data files: several fill up
 
 
-async def test_java_serves_a_dledger_store_retention_trimmed_once_converted(tmp_path):
-    """Three raftmq brokers write 1 MiB data files and retention deletes the first
-    ones while they run; once stopped, `--convertForJava` says where each log begins
-    and converts each given the same anchor, the largest beginning; three Java brokers
-    in DLedger mode serve what the logs still hold, at the offsets and msgIds it was
-    sent at, and take new sends after it."""
-    async with (group := MixedDLedgerGroup(tmp_path, java=set(), extra_conf=TRIMMED)):
+class OneMemberTrims(MixedDLedgerGroup):
+    """n0's retention deletes a data file a second after its last write, looking twice a
+    second; n1 and n2 keep theirs three days (RocketMQ's default), so their logs still
+    begin where the group's did."""
+
+    def _broker_conf(self, node: str) -> dict[str, str]:
+        conf = super()._broker_conf(node)
+        if node == "n0":
+            conf.update(fileReservedHours="0.0003", cleanResourceInterval="500")
+        return conf
+
+
+def commitlog_offset(msg_id: str) -> int:
+    return int(msg_id[16:], 16)
+
+
+async def test_java_serves_dledger_stores_trimmed_at_different_places_once_converted(tmp_path):
+    """Three raftmq brokers write 1 MiB data files; one member's retention deletes its
+    first ones while they run, the others' keep everything. Once stopped,
+    `--convertForJava` says where each log begins and converts each from the same
+    anchor, the largest beginning, so the members number alike though they hold
+    different spans; three Java brokers in DLedger mode serve what each log holds, at
+    the offsets and msgIds it was sent at, and take new sends after it."""
+    async with (group := OneMemberTrims(tmp_path, java=set(), extra_conf=TRIMMED)):
         await group.create_topic("Kept", queues=QUEUES)
         async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
             results = []
             for start in range(0, 4000, 1000):
                 results += await send_varied(producer, "Kept", 1000, start=start)
-        data_dirs = [group.store_dir(node) / f"dledger-{node}" / "data" for node in group.ids]
+        data_dirs = {node: group.store_dir(node) / f"dledger-{node}" / "data" for node in group.ids}
         with trio.fail_after(60):  # the ConsumeQueues' checkpoint, then retention
-            while any((d / f"{0:020d}").exists() for d in data_dirs):
+            while (data_dirs["n0"] / f"{0:020d}").exists():
                 await trio.sleep(0.5)
         await group.wait_caught_up()
         group.stop()
-        first_file = {
-            node: min(int(p.name) for p in d.iterdir())
-            for node, d in zip(group.ids, data_dirs, strict=True)
-        }
-        begins, _outputs = convert_for_java(group)
-        assert min(begins) > 0
+        first_file = {node: min(int(p.name) for p in d.iterdir()) for node, d in data_dirs.items()}
+        assert first_file["n0"] > 0 and first_file["n1"] == first_file["n2"] == 0
+        begins, outputs = convert_for_java(group)
+        assert begins[0] > 0 and begins[1:] == [0, 0]
+        renamed = {}  # the untrimmed logs begin with a NOOP: their first message moves
+        for stdout in outputs:
+            for line in stdout.splitlines()[:-1]:
+                old, new = MOVED.fullmatch(line).groups()
+                assert renamed.setdefault(old, new) == new, "the members agree"
         group.java.update(group.ids)
         await group.start_namesrv()
         await group.boot(*group.ids)
         master = await group.wait_master(timeout_s=60)
-        kept = await pulled(group, "Kept", master)
-        # what the logs still hold: the last messages of each queue, none lost between
-        # (a message's record must lie past the largest beginning's data file)
-        assert 0 < len(kept) < len(results)
+
+        def held(node: str) -> list:
+            """What `node`'s log holds: the messages from its first data file on."""
+            return [
+                r
+                for r in results
+                if commitlog_offset(renamed.get(r.offset_msg_id, r.offset_msg_id))
+                >= first_file[node]
+            ]
+
+        # the master serves its log from each queue's head (a trimmed one says where
+        # that is), every message to each queue's end, none lost between
+        served = await pulled(group, "Kept", master)
+        assert 0 < len(held("n0")) < len(results)
+        assert_served(served, held(master), renamed)
         for queue_id in range(QUEUES):
-            offsets = [m.queue_offset for m in kept if m.queue_id == queue_id]
+            offsets = [m.queue_offset for m in served if m.queue_id == queue_id]
             sent = [r.queue_offset for r in results if r.message_queue.queue_id == queue_id]
             assert offsets == list(range(offsets[0], max(sent) + 1)), queue_id
-        # the master serves from the first message of its first data file
-        first_pos = min(int(m.msg_id[16:], 16) for m in kept)
-        assert first_file[master] <= first_pos < first_file[master] + 1024, first_pos
-        held = {m.msg_id for m in kept}
-        assert_served(kept, [r for r in results if r.offset_msg_id in held], {})
         async with Producer(group.namesrv_addr, send_timeout_s=20) as producer:
             after = await send_varied(producer, "Kept", 500, start=4000)
         await group.wait_caught_up()
         for node in group.ids:
-            # a member serves from its own first data file on (a slave, pulled below a
-            # queue's head, does not say where it begins: the pull starts there)
-            own = [m for m in kept if int(m.msg_id[16:], 16) >= first_file[node]]
-            firsts = [min(m.queue_offset for m in own if m.queue_id == q) for q in range(QUEUES)]
-            sent = [r for r in results if r.offset_msg_id in {m.msg_id for m in own}]
-            assert_served(await pulled(group, "Kept", node, firsts), [*sent, *after], {})
+            # from its own first file on (a slave, pulled below a queue's head, does
+            # not say where it begins: the pull starts there)
+            own = held(node)
+            firsts = [
+                min(r.queue_offset for r in own if r.message_queue.queue_id == q)
+                for q in range(QUEUES)
+            ]
+            messages = await pulled(group, "Kept", node, firsts)
+            assert_served(messages, [*own, *after], renamed)
+            if first_file[node]:  # the first message of its first file comes first
+                first = min(commitlog_offset(m.msg_id) for m in messages)
+                assert first_file[node] <= first < first_file[node] + 1024, (node, first)
