@@ -66,8 +66,9 @@ from raftmq.remoting import (
     ResponseCode,
 )
 from raftmq.remoting.errors import RemotingConnectError, RemotingError, RemotingTimeoutError
-from raftmq.tools.broker_local import LocalCluster
+from raftmq.tools.broker_local import GROUP_HOST, LOOPBACK, LocalCluster
 from raftmq.tools.dledger_local import free_ports
+from raftmq.transport.tls import ClientTls
 from tests.inprocess_broker import InProcessGroup
 
 # ---------------------------------------------------------------- one replica
@@ -771,7 +772,7 @@ async def send_all(producer: Producer, topic: str, count: int, size: int = 300) 
 def tls_conf(tmp_path) -> tuple[dict[str, str], str]:
     """broker.conf keys for TLS with a fresh CA, and the CA's file."""
     ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
+    cert = ca.issue_cert(LOOPBACK, GROUP_HOST)  # a member's address, and the group's
     paths = {name: str(tmp_path / f"{name}.pem") for name in ("ca", "cert", "key")}
     ca.cert_pem.write_to_path(paths["ca"])
     cert.private_key_and_cert_chain_pem.write_to_path(paths["cert"])
@@ -795,8 +796,10 @@ class TlsCluster(LocalCluster):
     """A LocalCluster whose name server is permissive: our clients reach it over TLS, the
     cluster's own plain calls (which master is registered) still work."""
 
-    def __init__(self, base_dir, conf: dict[str, str]) -> None:
-        super().__init__(base_dir, extra_conf=conf)
+    def __init__(self, base_dir, conf: dict[str, str], **options) -> None:
+        super().__init__(base_dir, extra_conf=conf, **options)
+        # the brokers enforce TLS: the harness's calls to them (which is master) too
+        self.broker_tls = ClientTls(enable=True, trust_cert_path=conf["tls.client.trustCertPath"])
         self.namesrv_tls = {key: conf[key] for key in conf if key.startswith("tls.server.")}
 
     def _write_confs(self) -> None:

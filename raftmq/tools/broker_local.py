@@ -34,6 +34,7 @@ from raftmq.remoting import (
 )
 from raftmq.remoting.signing import SessionCredentials
 from raftmq.tools.dledger_local import free_ports, stop_process, stop_processes
+from raftmq.transport.tls import ClientTls
 
 LOOPBACK = "127.0.0.1"
 GROUP_HOST = "127.0.0.2"  # a group address's host (any 127.x.y.z is bindable)
@@ -107,6 +108,7 @@ class LocalCluster:
         )
         self.extra_conf = dict(extra_conf or {})
         self.credentials = credentials
+        self.broker_tls: ClientTls | None = None  # how the harness reaches the brokers
         self.procs: dict[str, subprocess.Popen] = {}
         self._log_starts: dict[str, int] = {}  # name -> where its log's current run starts
 
@@ -317,7 +319,10 @@ class LocalCluster:
         return None
 
     async def broker_call(self, node: str, code: int, ext: dict | None = None, body=b""):
-        async with RemotingClient(self.broker_addrs[node], credentials=self.credentials) as client:
+        address = self.broker_addrs[node]
+        async with RemotingClient(
+            address, credentials=self.credentials, tls=self.broker_tls
+        ) as client:
             return await client.invoke(
                 RemotingCommand(code=code, ext_fields=ext or {}, body=body), 5.0
             )
