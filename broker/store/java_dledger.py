@@ -68,7 +68,7 @@ from raftmq.dledger.store.entry import (
     CorruptEntry,
     check,
 )
-from raftmq.dledger.store.meta import BEGIN_FILE, Checkpoint, begin_text, parse_properties
+from raftmq.dledger.store.meta import BEGIN_FILE, Checkpoint, begin_text, parse_begin
 
 from raftmq.disk.filesystem import atomic_write
 from raftmq.protocol.message import (
@@ -375,12 +375,12 @@ def begin_index(dledger_dir: Path) -> int:
 def _begin(dledger_dir: Path) -> tuple[int, int, int]:
     """The log's beginning as raftmq's `begin` file has it: (index, pos, term before)."""
     try:
-        props = parse_properties((dledger_dir / BEGIN_FILE).read_text())
+        text = (dledger_dir / BEGIN_FILE).read_text()
     except FileNotFoundError:
         return 0, 0, -1
     try:
-        return int(props["beginIndex"]), int(props["beginPos"]), int(props["beforeTerm"])
-    except (KeyError, ValueError) as exc:
+        return parse_begin(text)[:3]
+    except ValueError as exc:
         raise ConvertError(f"{dledger_dir / BEGIN_FILE}: unreadable: {exc!r}") from None
 
 

@@ -48,7 +48,7 @@ from raftmq.dledger.store.base import (
     SyncPlan,
     foreign_beginning,
 )
-from raftmq.dledger.store.meta import BEGIN_FILE, begin_text, parse_properties
+from raftmq.dledger.store.meta import BEGIN_FILE, begin_text, parse_begin
 from raftmq.dledger.store.recovery import RecoveryReport, recover
 from raftmq.dledger.store.retention import delete_expired
 from raftmq.dledger.store.segments import BLANK, INDEX, INDEX_SIZE, SyncFailed, first_index_at
@@ -581,15 +581,8 @@ class FileLogStore(LogStore):
         except FileNotFoundError:
             return 0, 0, -1, 0
         try:
-            props = parse_properties(text)
-            chain = props.get("beforeChainCrc", "")
-            return (
-                int(props["beginIndex"]),
-                int(props["beginPos"]),
-                int(props["beforeTerm"]),
-                int(chain) if chain else None,
-            )
-        except (KeyError, ValueError) as exc:
+            return parse_begin(text)
+        except ValueError as exc:
             raise StoreCorruption(self._begin_path, 0, f"unreadable begin file: {exc!r}") from None
 
     def first_index_from(self, pos: int) -> int:

@@ -36,6 +36,22 @@ def begin_text(begin: tuple[int, int, int, int | None]) -> bytes:
     ).encode()
 
 
+def parse_begin(text: str) -> tuple[int, int, int, int | None]:
+    """What `begin_text` wrote: (begin index, begin pos, term before it, chainCrc before
+    it or None); ValueError for a file that does not say it."""
+    try:
+        props = parse_properties(text)
+        chain = props.get("beforeChainCrc", "")
+        return (
+            int(props["beginIndex"]),
+            int(props["beginPos"]),
+            int(props["beforeTerm"]),
+            int(chain) if chain else None,
+        )
+    except KeyError as exc:
+        raise ValueError(f"no {exc}") from None
+
+
 def begin_after(base_dir: str | Path, begin_pos: int, seed_chain: int) -> None:
     """Make the file store under `base_dir`, which holds no log yet, begin with index 0
     at `begin_pos`, its first entry chained to `seed_chain` (an upgrade in place: the
